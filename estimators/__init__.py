@@ -1,0 +1,34 @@
+"""One definition of every weighting scheme of THEORY.md §2, for numpy and torch.
+
+>>> import numpy as np, estimators
+>>> estimators.weights("gmc", np.log([[3.0, 1.0, 1.0, 1.0]]), 0.2).round(12).tolist()
+[[2.4, 0.8, 0.8, 0.8]]
+"""
+from .advantages import ADVANTAGE_KINDS, advantages
+from .diagnostics import diagnostics
+from .schemes import (
+    SCHEMES,
+    Scheme,
+    get_scheme,
+    gmc_lambda,
+    log_weights,
+    register_scheme,
+    scheme_names,
+    weights,
+)
+
+
+def __getattr__(name):  # torch-only parts load lazily so numpy users need not import torch
+    if name in {"policy_loss", "trajectory_loss", "token_clip_loss", "gspo_loss", "loss_names",
+                "trajectory_log_ratio", "LossOutput", "TOKEN_LEVEL"}:
+        from . import losses
+
+        return getattr(losses, name)
+    raise AttributeError(name)
+
+
+__all__ = [
+    "ADVANTAGE_KINDS", "SCHEMES", "Scheme", "advantages", "diagnostics", "get_scheme", "gmc_lambda",
+    "log_weights", "register_scheme", "scheme_names", "weights", "policy_loss", "trajectory_loss",
+    "token_clip_loss", "gspo_loss", "loss_names", "trajectory_log_ratio", "LossOutput",
+]

@@ -1,0 +1,82 @@
+"""Array-backend shim: the scheme functions are written once against this tiny
+namespace and run unchanged on numpy arrays and torch tensors.
+
+Only the handful of operations the schemes need are exposed. Every operation
+keeps the input's array type, dtype and device.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+try:  # torch is a runtime dependency, but keep numpy-only callers light.
+    import torch
+except ImportError:  # pragma: no cover - torch is pinned in pyproject
+    torch = None  # type: ignore[assignment]
+
+
+def is_torch(x: Any) -> bool:
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+class NumpyOps:
+    name = "numpy"
+
+    @staticmethod
+    def exp(x):
+        with np.errstate(over="ignore"):
+            return np.exp(x)
+
+    @staticmethod
+    def log(x):
+        with np.errstate(divide="ignore"):
+            return np.log(x)
+
+    @staticmethod
+    def amax(x, axis=-1):
+        return np.max(x, axis=axis, keepdims=True)
+
+    @staticmethod
+    def sum(x, axis=-1):
+        return np.sum(x, axis=axis, keepdims=True)
+
+    @staticmethod
+    def clamp_max(x, hi):
+        return np.minimum(x, hi)
+
+    @staticmethod
+    def where(cond, a, b):
+        return np.where(cond, a, b)
+
+    @staticmethod
+    def full_like(x, value):
+        return np.full_like(x, value)
+
+    @staticmethod
+    def logsumexp(x, axis=-1):
+        m = np.max(x, axis=axis, keepdims=True)
+        with np.errstate(under="ignore"):
+            return m + np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
+
+
+class TorchOps:
+    name = "torch"
+
+    exp = staticmethod(lambda x: torch.exp(x))
+    log = staticmethod(lambda x: torch.log(x))
+    amax = staticmethod(lambda x, axis=-1: torch.amax(x, dim=axis, keepdim=True))
+    sum = staticmethod(lambda x, axis=-1: torch.sum(x, dim=axis, keepdim=True))
+    clamp_max = staticmethod(lambda x, hi: torch.clamp(x, max=hi))
+    where = staticmethod(lambda cond, a, b: torch.where(cond, a, b))
+    full_like = staticmethod(lambda x, value: torch.full_like(x, value))
+    logsumexp = staticmethod(lambda x, axis=-1: torch.logsumexp(x, dim=axis, keepdim=True))
+
+
+def ops_for(x: Any):
+    return TorchOps if is_torch(x) else NumpyOps
+
+
+def log1p_scalar(eps: float) -> float:
+    return math.log1p(eps)

@@ -1,0 +1,110 @@
+"""Input checks shared by every public entry point of :mod:`estimators`.
+
+Each check raises ``ValueError`` naming the argument, the bad value and, for
+arrays, the index of the first offending entry: never a NaN or a traceback
+from deep inside numpy or torch.
+"""
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Any
+
+import numpy as np
+
+from ._backend import is_torch, torch
+
+_HALF_DTYPES = ()
+if torch is not None:
+    _HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def as_array(x: Any, name: str):
+    """numpy arrays and torch tensors pass through; lists/scalars become float64 numpy."""
+    if is_torch(x):
+        if not torch.is_floating_point(x):
+            x = x.to(torch.float64)
+        return x
+    if isinstance(x, np.ndarray):
+        if not np.issubdtype(x.dtype, np.floating):
+            if x.dtype == object or not np.issubdtype(x.dtype, np.number):
+                raise ValueError(f"{name} must be a numeric array, got dtype {x.dtype}")
+            x = x.astype(np.float64)
+        return x
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a numeric array (numpy or torch), got {type(x).__name__}") from exc
+    return arr
+
+
+def _first_bad_index(x) -> tuple[tuple[int, ...], float]:
+    if is_torch(x):
+        arr = x.detach().to("cpu", torch.float64).numpy()
+    else:
+        arr = np.asarray(x, dtype=np.float64)
+    bad = np.argwhere(~np.isfinite(arr))
+    idx = tuple(int(i) for i in bad[0])
+    return idx, float(arr[idx])
+
+
+def check_finite(x, name: str) -> None:
+    """One cheap pass: a sum is finite iff no entry is NaN/inf (barring overflow)."""
+    total = x.sum()
+    total = float(total.item() if is_torch(total) else total)
+    if math.isfinite(total):
+        return
+    arr_has_bad = (
+        bool((~torch.isfinite(x)).any().item()) if is_torch(x) else not bool(np.isfinite(x).all())
+    )
+    if arr_has_bad:
+        idx, val = _first_bad_index(x)
+        raise ValueError(f"{name} contains a non-finite value ({val}) at index {idx}")
+
+
+def check_groups(x, name: str = "log_ratio"):
+    """Check rank 2 ``(num_groups, G)`` with G >= 1 and num_groups >= 1, and finiteness."""
+    x = as_array(x, name)
+    if x.ndim != 2:
+        raise ValueError(
+            f"{name} must have shape (num_groups, G) (rank 2), got rank {x.ndim} with shape {tuple(x.shape)}"
+        )
+    if x.shape[1] < 1:
+        raise ValueError(f"{name} has an empty group: G = {x.shape[1]} (need G >= 1), shape {tuple(x.shape)}")
+    if x.shape[0] < 1:
+        raise ValueError(f"{name} has no groups: shape {tuple(x.shape)}")
+    check_finite(x, name)
+    return x
+
+
+def check_eps(eps: Any) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, Real):
+        if is_torch(eps) and eps.numel() == 1:
+            eps = float(eps.item())
+        elif isinstance(eps, np.ndarray) and eps.size == 1:
+            eps = float(eps)
+        else:
+            raise ValueError(f"eps must be a positive real number, got {eps!r}")
+    eps = float(eps)
+    if not math.isfinite(eps) and eps != math.inf:
+        raise ValueError(f"eps must be a positive real number, got {eps!r}")
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0 (the cap is 1+eps), got eps = {eps!r}")
+    return eps
+
+
+def check_same_shape(a, b, name_a: str, name_b: str) -> None:
+    if tuple(a.shape) != tuple(b.shape):
+        raise ValueError(f"{name_b} must have the shape of {name_a} {tuple(a.shape)}, got {tuple(b.shape)}")
+
+
+def match_like(ref, x, name: str):
+    """Convert ``x`` to the array type (and dtype/device) of ``ref``."""
+    x = as_array(x, name)
+    if is_torch(ref):
+        if not is_torch(x):
+            x = torch.as_tensor(np.asarray(x), dtype=ref.dtype, device=ref.device)
+        return x.to(dtype=ref.dtype, device=ref.device)
+    if is_torch(x):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=ref.dtype)

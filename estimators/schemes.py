@@ -1,0 +1,191 @@
+"""Trajectory-level weighting schemes of THEORY.md §2, one pure function each.
+
+Every scheme maps per-trajectory log-ratios ``log_ratio[g, i] = log pi_theta(o_i|q_g)
+- log pi_b(o_i|q_g)``, shape ``(num_groups, G)``, to the **log** of its weights
+``c_i`` (``-inf`` where a weight is exactly 0). Working in log space keeps every
+bounded scheme finite for log-ratios of +-1000; only ``exp`` of bounded
+quantities is taken. :func:`weights` is the public entry point.
+
+The functions are written against :mod:`estimators._backend` and so run
+unchanged on numpy arrays and torch tensors.
+
+=========  ===================================================  =====================
+name       c_i                                                  in C_eps (THEORY §2)?
+=========  ===================================================  =====================
+is         w_i                                                  no
+stale      1                                                    yes
+tic_mask   w_i 1{w_i <= 1+eps}                                  yes
+tic_trunc  min(w_i, 1+eps)                                      yes
+tic_ppo    w_i 1{w_i <= 1+eps or A_i < 0}                       no (reference only)
+gmc        lambda w_i, lambda = min(1, (1+eps) / mean_j w_j)    yes
+snis       w_i / mean_j w_j                                     yes
+=========  ===================================================  =====================
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from ._backend import log1p_scalar, ops_for, is_torch, torch
+from ._validate import check_eps, check_groups, check_same_shape, match_like, _HALF_DTYPES
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """A registered weighting scheme."""
+
+    name: str
+    log_weights: Callable  # (log_ratio, eps, advantages, ops) -> log c
+    in_class: bool  # member of C_eps (THEORY §2): mean weight <= 1+eps for every w
+    needs_advantages: bool = False
+    bounded: bool = True  # weights stay finite for any finite log-ratio
+    doc: str = ""
+
+
+SCHEMES: dict[str, Scheme] = {}
+
+
+def register_scheme(name: str, *, in_class: bool, needs_advantages: bool = False, bounded: bool = True):
+    """Decorator registering ``fn`` under ``name``; a taken name is refused."""
+
+    def deco(fn):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"scheme name must be a non-empty string, got {name!r}")
+        if name in SCHEMES:
+            raise ValueError(f"a scheme named {name!r} is already registered ({SCHEMES[name].log_weights.__qualname__})")
+        SCHEMES[name] = Scheme(name, fn, in_class, needs_advantages, bounded, (fn.__doc__ or "").strip())
+        return fn
+
+    return deco
+
+
+def get_scheme(name: str) -> Scheme:
+    try:
+        return SCHEMES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown scheme {name!r}; valid schemes: {', '.join(sorted(SCHEMES))}") from None
+
+
+def scheme_names() -> list[str]:
+    return list(SCHEMES)
+
+
+# --------------------------------------------------------------------------- schemes
+
+
+@register_scheme("is", in_class=False, bounded=False)
+def is_log_weights(log_ratio, eps, advantages, ops):
+    """(a) plain trajectory IS, c_i = w_i (THEORY §2). Unbiased (Lemma 1); mean weight unbounded."""
+    return log_ratio
+
+
+@register_scheme("stale", in_class=True)
+def stale_log_weights(log_ratio, eps, advantages, ops):
+    """(b) stale on-policy, c_i = 1: ignore the policy gap."""
+    return ops.full_like(log_ratio, 0.0)
+
+
+@register_scheme("tic_mask", in_class=True)
+def tic_mask_log_weights(log_ratio, eps, advantages, ops):
+    """(c1) TIC-mask, c_i = w_i 1{w_i <= 1+eps}: the gradient of the clamped surrogate min(w, 1+eps) A."""
+    return ops.where(log_ratio <= log1p_scalar(eps), log_ratio, ops.full_like(log_ratio, -math.inf))
+
+
+@register_scheme("tic_trunc", in_class=True)
+def tic_trunc_log_weights(log_ratio, eps, advantages, ops):
+    """(c2) TIC-trunc (truncated IS), c_i = min(w_i, 1+eps)."""
+    return ops.clamp_max(log_ratio, log1p_scalar(eps))
+
+
+@register_scheme("tic_ppo", in_class=False, needs_advantages=True, bounded=False)
+def tic_ppo_log_weights(log_ratio, eps, advantages, ops):
+    """(c3) TIC-PPO, c_i = w_i 1{w_i <= 1+eps or A_i < 0}: literal PPO-min, upper-only clip (reference)."""
+    keep = (log_ratio <= log1p_scalar(eps)) | (advantages < 0)
+    return ops.where(keep, log_ratio, ops.full_like(log_ratio, -math.inf))
+
+
+def gmc_log_lambda(log_ratio, eps, ops):
+    """log lambda = min(0, log(1+eps) + log G - logsumexp_i log w_i), shape (num_groups, 1).
+
+    GMC's group scale (THEORY §2 (d)): lambda = min(1, G(1+eps) / sum_j w_j).
+    """
+    G = log_ratio.shape[-1]
+    log_cap = log1p_scalar(eps) + math.log(G)
+    return ops.clamp_max(log_cap - ops.logsumexp(log_ratio), 0.0)
+
+
+@register_scheme("gmc", in_class=True)
+def gmc_log_weights(log_ratio, eps, advantages, ops):
+    """(d) GMC, c_i = lambda w_i with lambda = min(1, (1+eps)/mean_j w_j); group mass min(mean w, 1+eps)."""
+    return log_ratio + gmc_log_lambda(log_ratio, eps, ops)
+
+
+@register_scheme("snis", in_class=True)
+def snis_log_weights(log_ratio, eps, advantages, ops):
+    """(e) self-normalised IS, c_i = w_i / mean_j w_j (group mass exactly 1)."""
+    G = log_ratio.shape[-1]
+    return log_ratio - ops.logsumexp(log_ratio) + math.log(G)
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def _prepare(scheme: str, log_ratio, eps, advantages):
+    spec = get_scheme(scheme)
+    lr = check_groups(log_ratio, "log_ratio")
+    eps = check_eps(eps)
+    adv = None
+    if spec.needs_advantages:
+        if advantages is None:
+            raise ValueError(f"scheme {scheme!r} needs `advantages` (shape (num_groups, G)), got None")
+    if advantages is not None:
+        adv = match_like(lr, advantages, "advantages")
+        check_same_shape(lr, adv, "log_ratio", "advantages")
+        from ._validate import check_finite
+
+        check_finite(adv, "advantages")
+    return spec, lr, eps, adv
+
+
+def log_weights(scheme: str, log_ratio, eps: float, advantages=None):
+    """log c for ``scheme`` (``-inf`` where c = 0); same shape and array type as ``log_ratio``."""
+    spec, lr, eps, adv = _prepare(scheme, log_ratio, eps, advantages)
+    orig_dtype = None
+    if is_torch(lr) and lr.dtype in _HALF_DTYPES:
+        orig_dtype, lr = lr.dtype, lr.float()
+        adv = adv.float() if adv is not None else None
+    out = spec.log_weights(lr, eps, adv, ops_for(lr))
+    return out.to(orig_dtype) if orig_dtype is not None else out
+
+
+def weights(scheme: str, log_ratio, eps: float, advantages=None):
+    """Weights c of THEORY §2 for trajectory log-ratios.
+
+    Args:
+        scheme: a registered scheme name (see :data:`SCHEMES`): ``is``, ``stale``,
+            ``tic_mask``, ``tic_trunc``, ``tic_ppo``, ``gmc``, ``snis``.
+        log_ratio: ``(num_groups, G)`` array of log pi_theta(o|q) - log pi_b(o|q),
+            numpy or torch; must be finite.
+        eps: the threshold eps > 0 of the cap 1+eps.
+        advantages: ``(num_groups, G)``, required by ``tic_ppo`` only.
+
+    Returns:
+        ``c`` with the shape, array type, dtype and device of ``log_ratio``. Finite for
+        every bounded scheme; ``is`` and ``tic_ppo`` can return ``inf`` when the true
+        weight exceeds the float range (never NaN).
+
+    >>> import numpy as np
+    >>> weights("gmc", np.log([[3.0, 1.0, 1.0, 1.0]]), 0.2).round(12).tolist()
+    [[2.4, 0.8, 0.8, 0.8]]
+    """
+    lw = log_weights(scheme, log_ratio, eps, advantages)
+    return ops_for(lw).exp(lw)
+
+
+def gmc_lambda(log_ratio, eps: float):
+    """GMC's per-group scale lambda in (0, 1], shape (num_groups, 1)."""
+    lr = check_groups(log_ratio, "log_ratio")
+    eps = check_eps(eps)
+    ops = ops_for(lr)
+    return ops.exp(gmc_log_lambda(lr, eps, ops))
