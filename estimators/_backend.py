@@ -55,6 +55,26 @@ class NumpyOps:
         return np.full_like(x, value)
 
     @staticmethod
+    def global_range(x):
+        return float(x.max()), float(x.min())
+
+    @staticmethod
+    def exp_shifted(x, shift: float):
+        out = np.subtract(x, shift)
+        with np.errstate(under="ignore"):
+            return np.exp(out, out=out)
+
+    @staticmethod
+    def rowsum(x):
+        # a matrix-vector product: one BLAS pass, much faster than a reduction over a short last axis
+        return (x @ np.ones(x.shape[-1], dtype=x.dtype))[:, None]
+
+    @staticmethod
+    def scale_(x, s):
+        x *= s
+        return x
+
+    @staticmethod
     def logsumexp(x, axis=-1):
         m = np.max(x, axis=axis, keepdims=True)
         with np.errstate(under="ignore"):
@@ -72,6 +92,11 @@ class TorchOps:
     where = staticmethod(lambda cond, a, b: torch.where(cond, a, b))
     full_like = staticmethod(lambda x, value: torch.full_like(x, value))
     logsumexp = staticmethod(lambda x, axis=-1: torch.logsumexp(x, dim=axis, keepdim=True))
+    global_range = staticmethod(lambda x: (float(x.max()), float(x.min())))
+    exp_shifted = staticmethod(lambda x, shift: torch.exp(x - shift))
+    rowsum = staticmethod(lambda x: x.sum(-1, keepdim=True))
+    scale_ = staticmethod(lambda x, s: x.mul_(s))
+
 
 
 def ops_for(x: Any):

@@ -41,12 +41,14 @@ class Scheme:
     needs_advantages: bool = False
     bounded: bool = True  # weights stay finite for any finite log-ratio
     doc: str = ""
+    weights_fn: Callable | None = None  # optional faster direct form; must equal exp(log_weights)
 
 
 SCHEMES: dict[str, Scheme] = {}
 
 
-def register_scheme(name: str, *, in_class: bool, needs_advantages: bool = False, bounded: bool = True):
+def register_scheme(name: str, *, in_class: bool, needs_advantages: bool = False, bounded: bool = True,
+                    weights_fn: Callable | None = None):
     """Decorator registering ``fn`` under ``name``; a taken name is refused."""
 
     def deco(fn):
@@ -54,7 +56,7 @@ def register_scheme(name: str, *, in_class: bool, needs_advantages: bool = False
             raise ValueError(f"scheme name must be a non-empty string, got {name!r}")
         if name in SCHEMES:
             raise ValueError(f"a scheme named {name!r} is already registered ({SCHEMES[name].log_weights.__qualname__})")
-        SCHEMES[name] = Scheme(name, fn, in_class, needs_advantages, bounded, (fn.__doc__ or "").strip())
+        SCHEMES[name] = Scheme(name, fn, in_class, needs_advantages, bounded, (fn.__doc__ or "").strip(), weights_fn)
         return fn
 
     return deco
@@ -105,17 +107,34 @@ def tic_ppo_log_weights(log_ratio, eps, advantages, ops):
     return ops.where(keep, log_ratio, ops.full_like(log_ratio, -math.inf))
 
 
+def _gmc_log_lambda_from_lse(lse, G: int, eps: float, ops):
+    """log lambda = min(0, log(G(1+eps)) - log sum_j w_j), given lse = log sum_j w_j per group."""
+    return ops.clamp_max(log1p_scalar(eps) + math.log(G) - lse, 0.0)
+
+
 def gmc_log_lambda(log_ratio, eps, ops):
-    """log lambda = min(0, log(1+eps) + log G - logsumexp_i log w_i), shape (num_groups, 1).
-
-    GMC's group scale (THEORY §2 (d)): lambda = min(1, G(1+eps) / sum_j w_j).
-    """
-    G = log_ratio.shape[-1]
-    log_cap = log1p_scalar(eps) + math.log(G)
-    return ops.clamp_max(log_cap - ops.logsumexp(log_ratio), 0.0)
+    """log of GMC's group scale (THEORY §2 (d)), lambda = min(1, G(1+eps) / sum_j w_j); shape (num_groups, 1)."""
+    return _gmc_log_lambda_from_lse(ops.logsumexp(log_ratio), log_ratio.shape[-1], eps, ops)
 
 
-@register_scheme("gmc", in_class=True)
+# Global-shift fast path: valid when exp(max) is finite and no row underflows relative to the
+# shift, i.e. every exp(log_ratio - max) is a normal float. Otherwise the per-group log-sum-exp runs.
+_FAST_MAX, _FAST_RANGE = 700.0, 600.0
+
+
+def _gmc_weights(log_ratio, eps, advantages, ops):
+    """GMC weights in ~4 elementwise passes: exp(l - M) with one global shift M, BLAS row sums
+    and one in-place per-row rescale by lambda e^M. The same log-sum-exp as
+    :func:`gmc_log_weights`, with the shift taken per batch when that is exact."""
+    hi, lo = ops.global_range(log_ratio)
+    if not (hi < _FAST_MAX and hi - lo < _FAST_RANGE):
+        return ops.exp(gmc_log_weights(log_ratio, eps, advantages, ops))
+    e = ops.exp_shifted(log_ratio, hi)  # in (0, 1], normal floats
+    log_lam = _gmc_log_lambda_from_lse(hi + ops.log(ops.rowsum(e)), log_ratio.shape[-1], eps, ops)
+    return ops.scale_(e, ops.exp(log_lam + hi))  # lambda * w
+
+
+@register_scheme("gmc", in_class=True, weights_fn=_gmc_weights)
 def gmc_log_weights(log_ratio, eps, advantages, ops):
     """(d) GMC, c_i = lambda w_i with lambda = min(1, (1+eps)/mean_j w_j); group mass min(mean w, 1+eps)."""
     return log_ratio + gmc_log_lambda(log_ratio, eps, ops)
@@ -179,8 +198,14 @@ def weights(scheme: str, log_ratio, eps: float, advantages=None):
     >>> weights("gmc", np.log([[3.0, 1.0, 1.0, 1.0]]), 0.2).round(12).tolist()
     [[2.4, 0.8, 0.8, 0.8]]
     """
-    lw = log_weights(scheme, log_ratio, eps, advantages)
-    return ops_for(lw).exp(lw)
+    spec = get_scheme(scheme)
+    if spec.weights_fn is None:
+        lw = log_weights(scheme, log_ratio, eps, advantages)
+        return ops_for(lw).exp(lw)
+    spec, lr, eps, adv = _prepare(scheme, log_ratio, eps, advantages)
+    if is_torch(lr) and lr.dtype in _HALF_DTYPES:
+        return spec.weights_fn(lr.float(), eps, adv, ops_for(lr)).to(lr.dtype)
+    return spec.weights_fn(lr, eps, adv, ops_for(lr))
 
 
 def gmc_lambda(log_ratio, eps: float):

@@ -1,0 +1,373 @@
+"""Estimators core (issue 2): the class C_eps, Theorem 1, numerics, bad input, surrogate gradients."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linprog
+
+import estimators
+from estimators import SCHEMES, advantages, diagnostics, weights
+from estimators.losses import policy_loss, loss_names
+
+IN_CLASS = [n for n, s in SCHEMES.items() if s.in_class]
+ALL = list(SCHEMES)
+
+
+def _lr(seed, n, G, scale):
+    return np.random.default_rng(seed).normal(0.0, scale, size=(n, G))
+
+
+def _adv(seed, n, G):
+    return np.random.default_rng(seed + 1).normal(size=(n, G))
+
+
+seeds = st.integers(0, 2**32 - 1)
+group_sizes = st.integers(1, 12)
+scales = st.sampled_from([0.01, 0.3, 1.0, 3.0, 30.0])
+epss = st.sampled_from([1e-3, 0.05, 0.2, 1.0, 5.0])
+
+
+def test_issue_example():
+    assert np.allclose(weights("gmc", np.log([[3.0, 1.0, 1.0, 1.0]]), 0.2), [[2.4, 0.8, 0.8, 0.8]], atol=1e-12)
+
+
+def test_schemes_registered():
+    assert set(ALL) >= {"is", "stale", "tic_mask", "tic_trunc", "tic_ppo", "gmc", "snis"}
+    assert set(IN_CLASS) == {"stale", "tic_mask", "tic_trunc", "gmc", "snis"}
+
+
+# ----------------------------------------------------------------- the class C_eps (Lemma 2)
+
+
+@settings(max_examples=60)
+@given(seed=seeds, G=group_sizes, scale=scales, eps=epss)
+def test_class_members_mass_and_norm_bound(seed, G, scale, eps):
+    lr = _lr(seed, 16, G, scale)
+    adv = _adv(seed, 16, G)
+    X = np.random.default_rng(seed + 2).normal(size=(16, G, 3))  # X_i = A_i s_i, any vectors
+    for name in IN_CLASS:
+        c = weights(name, lr, eps, adv)
+        assert np.all(c >= 0)
+        assert np.all(c.mean(1) <= (1 + eps) * (1 + 1e-12)), name
+        g = (c[..., None] * X).mean(1)
+        bound = (1 + eps) * np.linalg.norm(X, axis=-1).max(1)
+        assert np.all(np.linalg.norm(g, axis=-1) <= bound * (1 + 1e-12)), name
+
+
+@pytest.mark.parametrize("name", ["is", "tic_ppo"])
+def test_is_and_tic_ppo_leave_the_class(name):
+    G, eps = 4, 0.2
+    w = np.array([[G * (1 + eps) + 1, 1.0, 1.0, 1.0]])  # THEORY §5 claim 2 counterexample
+    adv = np.array([[-1.0, 1.0, 1.0, 1.0]])  # negative advantage keeps tic_ppo's big weight
+    c = weights(name, np.log(w), eps, adv)
+    assert c.mean() > 1 + eps
+    X = np.ones((1, G, 1))
+    assert np.linalg.norm((c[..., None] * X).mean(1)) > (1 + eps) * 1.0
+
+
+# ----------------------------------------------------------------- GMC and Theorem 1
+
+
+@settings(max_examples=60)
+@given(seed=seeds, G=group_sizes, scale=scales, eps=epss)
+def test_gmc_mass_and_direction(seed, G, scale, eps):
+    lr = _lr(seed, 32, G, scale)
+    w = np.exp(lr)
+    c = weights("gmc", lr, eps)
+    np.testing.assert_allclose(c.mean(1), np.minimum(w.mean(1), 1 + eps), rtol=1e-12)
+    assert np.all(c <= w * (1 + 1e-12))
+    lam = c / w  # hat g_GMC = lambda hat g_IS: one lambda per group
+    np.testing.assert_allclose(lam, np.broadcast_to(lam[:, :1], lam.shape), rtol=1e-12)
+    np.testing.assert_allclose(lam[:, :1], estimators.gmc_lambda(lr, eps), rtol=1e-12)
+
+
+def _beta_inf(c, w):
+    return w.mean() * np.max(np.abs(1 - c / w))
+
+
+def _beta_1(c, w):
+    return np.mean(w * np.abs(1 - c / w))
+
+
+@settings(max_examples=25)
+@given(seed=seeds, G=st.integers(2, 6), scale=st.sampled_from([0.3, 1.0, 2.0]), eps=st.sampled_from([0.05, 0.2, 0.5]))
+def test_theorem1_gmc_is_the_unique_beta_inf_minimiser(seed, G, scale, eps):
+    w = np.exp(_lr(seed, 1, G, scale)[0])
+    W = w.mean()
+    # variables (c_1..c_G, delta): minimise delta s.t. (1-delta) w <= c <= (1+delta) w, sum c <= G(1+eps)
+    n = G + 1
+    A_ub, b_ub = [], []
+    for i in range(G):
+        row = np.zeros(n); row[i] = -1; row[-1] = -w[i]; A_ub.append(row); b_ub.append(-w[i])
+        row = np.zeros(n); row[i] = 1; row[-1] = -w[i]; A_ub.append(row); b_ub.append(w[i])
+    row = np.zeros(n); row[:G] = 1; A_ub.append(row); b_ub.append(G * (1 + eps))
+    obj = np.zeros(n); obj[-1] = 1
+    res = linprog(obj, A_ub=np.array(A_ub), b_ub=b_ub, bounds=[(0, None)] * n, method="highs")
+    assert res.status == 0
+    expected = max(W - 1 - eps, 0.0)
+    assert abs(W * res.fun - expected) <= 1e-7 * max(1, W)
+    gmc = weights("gmc", np.log(w)[None], eps)[0]
+    assert abs(_beta_inf(gmc, w) - expected) <= 1e-9 * max(1, W)
+    assert abs(_beta_1(gmc, w) - expected) <= 1e-9 * max(1, W)
+    # uniqueness: at the optimal delta, every c_i is pinned to GMC's value
+    delta = res.x[-1] + 1e-10
+    A2, b2 = np.array(A_ub)[:, :G], np.array(b_ub, dtype=float).copy()
+    b2[: 2 * G : 2] += delta * w
+    b2[1 : 2 * G : 2] += delta * w
+    for i in range(G):
+        for sign in (1, -1):
+            o = np.zeros(G); o[i] = sign
+            r = linprog(o, A_ub=A2, b_ub=b2, bounds=[(0, None)] * G, method="highs")
+            assert r.status == 0
+            assert abs(r.x[i] - gmc[i]) <= 1e-6 * max(1, w[i])
+
+
+@settings(max_examples=60)
+@given(seed=seeds, G=group_sizes, scale=scales, eps=epss)
+def test_beta1_ordering_gmc_trunc_mask(seed, G, scale, eps):
+    lr = _lr(seed, 32, G, scale)
+    w = np.exp(lr)
+    b = {n: np.mean(np.abs(w - weights(n, lr, eps)), axis=1) for n in ("gmc", "tic_trunc", "tic_mask")}
+    tol = 1e-12 * (1 + w.mean(1))
+    assert np.all(b["gmc"] <= b["tic_trunc"] + tol)
+    assert np.all(b["tic_trunc"] <= b["tic_mask"] + tol)
+
+
+# ----------------------------------------------------------------- reductions and invariances
+
+
+@settings(max_examples=40)
+@given(seed=seeds, G=group_sizes, scale=scales, eps=epss)
+def test_capping_is_idempotent(seed, G, scale, eps):
+    lr = _lr(seed, 16, G, scale)
+    for name in ("gmc", "tic_trunc", "snis"):
+        c = weights(name, lr, eps)
+        if np.all(c > 0):
+            np.testing.assert_allclose(weights(name, np.log(c), eps), c, rtol=1e-10)
+    c = weights("tic_mask", lr, eps)
+    keep = c > 0
+    np.testing.assert_allclose(c[keep], np.exp(lr)[keep], rtol=1e-12)
+
+
+@settings(max_examples=40)
+@given(seed=seeds, G=st.integers(2, 10), scale=scales, eps=epss)
+def test_permutation_equivariance(seed, G, scale, eps):
+    lr, adv = _lr(seed, 8, G, scale), _adv(seed, 8, G)
+    perm = np.random.default_rng(seed).permutation(G)
+    for name in ALL:
+        a = weights(name, lr, eps, adv)[:, perm]
+        b = weights(name, lr[:, perm], eps, adv[:, perm])
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["gmc", "tic_trunc", "tic_mask", "tic_ppo"])
+def test_large_eps_disables_capping(name):
+    lr = _lr(0, 64, 8, 1.0)
+    np.testing.assert_allclose(weights(name, lr, 1e9, _adv(0, 64, 8)), np.exp(lr), rtol=1e-12)
+
+
+def test_delay_zero_gives_unit_weights():
+    lr = np.zeros((5, 4))
+    for name in ALL:
+        np.testing.assert_array_equal(weights(name, lr, 0.2, _adv(0, 5, 4)), np.ones((5, 4)))
+
+
+@settings(max_examples=40)
+@given(seed=seeds, G=group_sizes, scale=scales, eps=epss)
+def test_numpy_and_torch_agree(seed, G, scale, eps):
+    lr, adv = _lr(seed, 16, G, scale), _adv(seed, 16, G)
+    for name in ALL:
+        a = weights(name, lr, eps, adv)
+        b = weights(name, torch.from_numpy(lr), eps, torch.from_numpy(adv))
+        assert isinstance(b, torch.Tensor) and b.dtype == torch.float64
+        np.testing.assert_allclose(b.numpy(), a, rtol=1e-12, atol=1e-300)
+
+
+def test_float32_torch_keeps_dtype():
+    lr = torch.randn(4, 8, dtype=torch.float32, generator=torch.Generator().manual_seed(0))
+    assert weights("gmc", lr, 0.2).dtype == torch.float32
+    assert weights("gmc", lr.bfloat16(), 0.2).dtype == torch.bfloat16
+
+
+# ----------------------------------------------------------------- numerics and bad input
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_extreme_log_ratios(name):
+    lr = np.array([[1000.0, -1000.0, 0.0, 3.0], [-1000.0, -1000.0, -999.0, -1000.0], [1000.0, 999.0, 1000.0, 0.0]])
+    adv = np.array([[-1.0, 1.0, 1.0, -1.0]] * 3)
+    for x in (lr, torch.from_numpy(lr)):
+        c = np.asarray(weights(name, x, 0.2, adv if name == "tic_ppo" else None))
+        assert not np.isnan(c).any()
+        if SCHEMES[name].bounded:
+            assert np.isfinite(c).all()
+        else:
+            assert np.isinf(c[0, 0])
+    if name == "gmc":  # the largest trajectory takes the whole capped mass
+        np.testing.assert_allclose(c[0], [4 * 1.2, 0, 0, 0], atol=1e-12)
+        np.testing.assert_allclose(c[2].sum(), 4 * 1.2, rtol=1e-12)
+    if name == "tic_trunc":
+        np.testing.assert_allclose(c[0], [1.2, 0, 1, 1.2], atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.array([[0.0, np.nan]]), r"NaN.*index \(0, 1\)|nan.*index \(0, 1\)"),
+        (np.array([[0.0, 1.0], [np.inf, 0.0]]), r"inf.*index \(1, 0\)"),
+        (np.array([[0.0, 1.0], [0.0, -np.inf]]), r"-inf.*index \(1, 1\)"),
+        (np.zeros(4), "rank 2"),
+        (np.zeros((2, 2, 2)), "rank 2"),
+        (np.zeros((3, 0)), "G = 0"),
+        (np.zeros((0, 4)), "no groups"),
+    ],
+)
+def test_bad_log_ratio(bad, match):
+    for name in ALL:
+        with pytest.raises(ValueError, match=match):
+            weights(name, bad, 0.2, np.zeros_like(bad) if bad.ndim == 2 else None)
+    with pytest.raises(ValueError, match=match):
+        weights("gmc", torch.from_numpy(bad), 0.2)
+
+
+@pytest.mark.parametrize("eps", [0.0, -0.1, float("nan"), "0.2", None])
+def test_bad_eps(eps):
+    with pytest.raises(ValueError, match="eps"):
+        weights("gmc", np.zeros((1, 4)), eps)
+
+
+def test_missing_advantages_and_unknown_scheme_and_duplicates():
+    with pytest.raises(ValueError, match="tic_ppo.*advantages"):
+        weights("tic_ppo", np.zeros((1, 4)), 0.2)
+    with pytest.raises(ValueError, match=r"advantages must have the shape"):
+        weights("tic_ppo", np.zeros((1, 4)), 0.2, np.zeros((1, 3)))
+    with pytest.raises(ValueError, match=r"advantages contains a non-finite"):
+        weights("tic_ppo", np.zeros((1, 4)), 0.2, np.array([[0.0, np.nan, 0, 0]]))
+    with pytest.raises(ValueError, match=r"unknown scheme 'gmcc'.*gmc.*is.*snis"):
+        weights("gmcc", np.zeros((1, 4)), 0.2)
+    with pytest.raises(ValueError, match="already registered"):
+        estimators.register_scheme("gmc", in_class=True)(lambda lr, eps, adv, ops: lr)
+    assert SCHEMES["gmc"].log_weights.__name__ == "gmc_log_weights"
+
+
+# ----------------------------------------------------------------- advantages and diagnostics
+
+
+def test_advantages_kinds():
+    r = np.array([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0]])
+    np.testing.assert_allclose(advantages(r, "loo"), r - (r.sum(1, keepdims=True) - r) / 3)
+    np.testing.assert_allclose(advantages(r, "drgrpo"), r - r.mean(1, keepdims=True))
+    g = advantages(r, "grpo")
+    np.testing.assert_allclose(g[1], (r[1] - 0.25) / (np.std(r[1], ddof=1) + 1e-6))
+    np.testing.assert_allclose(advantages(torch.tensor(r), "loo").numpy(), advantages(r, "loo"))
+    with pytest.raises(ValueError, match="G >= 2"):
+        advantages(np.ones((3, 1)), "loo")
+    with pytest.raises(ValueError, match="unknown advantage kind 'ppo'"):
+        advantages(r, "ppo")
+
+
+def test_diagnostics_use_raw_ratios():
+    lr = np.log(np.array([[3.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]))
+    d = diagnostics(lr, 0.2)
+    assert d["mass_max"] == pytest.approx(1.5)
+    assert d["mass_mean"] == pytest.approx(1.25)
+    assert d["frac_groups_capped"] == 0.5
+    assert d["frac_clipped"] == pytest.approx(1 / 8)
+    assert d["ess_frac_min"] == pytest.approx(36 / 12 / 4)
+    assert d["gmc_lambda_mean"] == pytest.approx((0.8 + 1.0) / 2)
+    assert d["log_ratio_max"] == pytest.approx(math.log(3))
+    assert diagnostics(torch.tensor(lr), 0.2) == pytest.approx(d)
+
+
+# ----------------------------------------------------------------- surrogate gradient = closed form
+
+
+def _softmax_policy_batch(seed, n_groups, G, T, V, scale):
+    """Tabular per-position softmax policy: theta (T, V). Returns sampled tokens and two thetas."""
+    g = torch.Generator().manual_seed(seed)
+    theta = torch.randn(T, V, generator=g, dtype=torch.float64)
+    theta_b = theta - scale * torch.randn(T, V, generator=g, dtype=torch.float64)
+    probs_b = torch.softmax(theta_b, -1)
+    tokens = torch.multinomial(probs_b, n_groups * G, replacement=True, generator=g).T  # (B, T)
+    lengths = torch.randint(1, T + 1, (n_groups * G,), generator=g)
+    mask = (torch.arange(T)[None] < lengths[:, None]).to(torch.float64)
+    rewards = torch.randint(0, 2, (n_groups, G), generator=g).to(torch.float64)
+    return theta, theta_b, tokens, mask, rewards
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("scale", [0.05, 0.8])
+def test_surrogate_gradient_equals_closed_form(name, scale):
+    n_groups, G, T, V, eps = 3, 4, 5, 3, 0.2
+    theta0, theta_b, tokens, mask, rewards = _softmax_policy_batch(7, n_groups, G, T, V, scale)
+    theta = theta0.clone().requires_grad_(True)
+    logp = torch.log_softmax(theta, -1).gather(1, tokens.T).T  # (B, T)
+    old_logp = torch.log_softmax(theta_b, -1).gather(1, tokens.T).T
+    A = advantages(rewards, "loo")
+    out = policy_loss(name, logp, old_logp, mask, A.reshape(-1), G, eps)
+    (grad,) = torch.autograd.grad(out.loss, theta)
+    # closed form: hat g(c) = mean over groups of (1/G) sum_i c_i A_i grad log pi(o_i)
+    lr = (((logp - old_logp) * mask).sum(-1)).detach().reshape(n_groups, G)
+    c = weights(name, lr, eps, A).reshape(-1)
+    pi = torch.softmax(theta0, -1)
+    score = torch.nn.functional.one_hot(tokens, V).to(torch.float64) - pi[None]  # (B, T, V)
+    score = (score * mask[..., None]).detach()
+    g_hat = (c * A.reshape(-1))[:, None, None].mul(score).sum(0) / (n_groups * G)
+    torch.testing.assert_close(-grad, g_hat, rtol=1e-10, atol=1e-12)
+    if name == "tic_mask":  # its value is the clamped surrogate min(w, 1+eps) A
+        w = torch.exp(lr)
+        torch.testing.assert_close(out.loss, -(torch.clamp(w, max=1 + eps) * A).mean())
+    elif SCHEMES[name].bounded:
+        torch.testing.assert_close(out.loss, -(c.reshape(n_groups, G) * A).mean())
+
+
+def test_surrogate_finite_for_huge_log_ratios():
+    logp = torch.tensor([[0.0, -900.0], [-1.0, -2.0]], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([[-900.0, 0.0], [-1.0, -2.0]], dtype=torch.float64)
+    mask = torch.ones(2, 2, dtype=torch.float64)
+    for name in ("gmc", "tic_mask", "tic_trunc", "snis", "stale"):
+        out = policy_loss(name, logp, old, mask, torch.tensor([1.0, -1.0]), 2, 0.2)
+        (g,) = torch.autograd.grad(out.loss, logp)
+        assert torch.isfinite(out.loss) and torch.isfinite(g).all(), name
+
+
+def test_token_level_baselines():
+    n_groups, G, T, V = 2, 4, 5, 3
+    theta0, theta_b, tokens, mask, rewards = _softmax_policy_batch(3, n_groups, G, T, V, 0.01)
+    theta = theta0.clone().requires_grad_(True)
+    logp = torch.log_softmax(theta, -1).gather(1, tokens.T).T
+    old = torch.log_softmax(theta0, -1).gather(1, tokens.T).T.detach()  # on-policy: ratio 1, no clipping
+    A = advantages(rewards, "grpo").reshape(-1)
+    # on-policy, token clip (seq-mean-token-mean) has gradient mean_i A_i (1/|o_i|) grad log pi(o_i)
+    (g_tok,) = torch.autograd.grad(policy_loss("token_clip", logp, old, mask, A, G, 0.2).loss, theta,
+                                   retain_graph=True)
+    pi = torch.softmax(theta0, -1)
+    score = ((torch.nn.functional.one_hot(tokens, V).to(torch.float64) - pi[None]) * mask[..., None]).detach()
+    expected = (A / mask.sum(-1))[:, None, None].mul(score).sum(0) / (n_groups * G)
+    torch.testing.assert_close(-g_tok, expected)
+    # GSPO on-policy: gradient of s_i = exp(mean_t log r_t) is (1/|o_i|) grad log pi(o_i): the same
+    (g_gspo,) = torch.autograd.grad(policy_loss("gspo", logp, old, mask, A, G, 3e-4).loss, theta)
+    torch.testing.assert_close(-g_gspo, expected)
+    assert set(loss_names()) >= set(ALL) | {"token_clip", "gspo"}
+
+
+def test_loss_bad_input():
+    logp = torch.zeros(6, 3, requires_grad=True)
+    ok = dict(old_logp=torch.zeros(6, 3), mask=torch.ones(6, 3), advantages=torch.zeros(6))
+    with pytest.raises(ValueError, match="does not split into groups of G = 4"):
+        policy_loss("gmc", logp, group_size=4, eps=0.2, **ok)
+    with pytest.raises(ValueError, match="unknown loss 'ppo'"):
+        policy_loss("ppo", logp, group_size=3, eps=0.2, **ok)
+    with pytest.raises(ValueError, match="old_logp must be a tensor of shape"):
+        policy_loss("gmc", logp, torch.zeros(6, 2), ok["mask"], ok["advantages"], 3, 0.2)
+    bad = torch.zeros(6, 3); bad[2, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"old_logp contains a non-finite value at completion token \(2, 1\)"):
+        policy_loss("gmc", logp, bad, ok["mask"], ok["advantages"], 3, 0.2)
+    m = torch.ones(6, 3); m[4] = 0
+    with pytest.raises(ValueError, match="row 4 has an empty completion mask"):
+        policy_loss("gmc", logp, ok["old_logp"], m, ok["advantages"], 3, 0.2)
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        policy_loss("gmc", logp, group_size=3, eps=0.0, **ok)
