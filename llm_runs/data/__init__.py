@@ -1,0 +1,1 @@
+"""Datasets for the LLM track that are not generated in-process (GSM8K)."""
