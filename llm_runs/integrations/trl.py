@@ -1,0 +1,207 @@
+"""TRL adapter: :class:`TrajectoryGRPOTrainer`, a ``trl.GRPOTrainer`` whose loss is a
+trajectory-level scheme of :mod:`estimators` (GMC by default).
+
+How it differs from TRL's ``GRPOTrainer`` (trl 1.16):
+
+1. **Loss.** ``_compute_loss`` calls :func:`estimators.losses.policy_loss` (``scheme`` =
+   any name of :func:`estimators.losses.loss_names`: ``gmc``, ``tic_mask``, ``tic_trunc``,
+   ``tic_ppo``, ``snis``, ``is``, ``stale``, or the token-level baselines ``token_clip`` and
+   ``gspo``) on the completion log-probs, the behaviour log-probs ``old_per_token_logps``
+   recorded at generation, the advantages and the group size G = ``num_generations``. TRL's
+   ``loss_type``, ``epsilon``/``epsilon_high`` and ``importance_sampling_level`` are not used;
+   the cap is ``1 + eps`` with this class's ``eps``.
+2. **Advantages.** :func:`estimators.advantages` of kind ``advantage`` (``loo`` by default,
+   THEORY §1) on the weighted sum of the reward functions, per group, replacing TRL's
+   ``(r - mean) / (std + 1e-4)``. (TRL's completion table still logs its own advantages.)
+3. **Groups stay whole.** TRL shuffles the rows of a generation batch before cutting it into
+   ``steps_per_generation`` slices, which splits groups; this trainer shuffles whole groups
+   instead. Every row carries a ``group_ids`` entry (global row // G, checked at generation
+   to hold G copies of the same prompt on this process), and the loss checks that its batch
+   is whole, contiguous groups (``ValueError`` otherwise). ``per_device_train_batch_size``
+   must be a multiple of ``num_generations``.
+4. **Diagnostics.** :func:`estimators.diagnostics` on the raw trajectory log-ratios, logged in
+   TRL's metrics as ``stale/<key>`` (``stale/frac_groups_capped``, ``stale/frac_clipped``,
+   ``stale/ess_frac_mean``, ``stale/log_ratio_max``, ...; see
+   :mod:`llm_runs.integrations._common`), plus TRL's ``entropy``.
+5. **Refused settings** (``ValueError`` at construction): ``beta != 0`` (no KL term),
+   ``top_entropy_quantile < 1``, ``off_policy_mask_threshold``, an entropy bonus, vLLM
+   importance-sampling correction, ``multi_objective_aggregation != "sum_then_normalize"``.
+
+Controlled delay: ``steps_per_generation``
+=========================================
+
+TRL generates one batch every ``S * mu`` micro-steps (``S = steps_per_generation``,
+``mu = num_iterations``) and records ``old_per_token_logps`` with the parameters of that
+moment (only when ``gradient_accumulation_steps`` is not a multiple of ``S * mu``; otherwise
+every slice is used on-policy and the ratio is exactly 1). Slice ``k`` of the buffer is used
+at micro-steps ``j * S + k`` (pass ``j = 0 .. mu-1``), i.e. after ``floor((j*S + k) / A)``
+optimizer steps with ``A = gradient_accumulation_steps``. With ``A = 1`` the staleness of a
+batch is d = ``j * S + k``: 0, 1, ..., ``S * mu - 1``, so ``steps_per_generation = d + 1``
+(``num_iterations = 1``) makes the delays cycle through 0..d (mean d/2) with a fresh
+generation every ``d + 1`` steps. The behaviour policy of THEORY §1 is pi_{theta_{t - d}}.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+from trl.trainer.utils import (
+    split_pixel_values_by_grid,
+    split_tensor_dict,
+    unsplit_pixel_values_by_grid,
+)
+
+import estimators
+from estimators._validate import check_eps
+from estimators.losses import loss_names, policy_loss
+
+from ._common import check_contiguous_groups, metric_names
+
+
+def shuffle_groups(batch: dict[str, Any], group_size: int, generator: torch.Generator | None = None) -> dict[str, Any]:
+    """Permute the rows of ``batch`` by whole groups of ``group_size`` (TRL's shuffle, group-safe).
+
+    Tensors of rank >= 1 and lists are permuted along their first axis; ``None`` and 0-dim
+    tensors pass through.
+    """
+    n = len(next(v for v in batch.values() if v is not None and not (isinstance(v, torch.Tensor) and v.ndim == 0)))
+    if n % group_size:
+        raise ValueError(f"generation batch of {n} rows does not split into groups of G = {group_size}")
+    order = torch.randperm(n // group_size, generator=generator)
+    rows = (order[:, None] * group_size + torch.arange(group_size)).reshape(-1)
+
+    def permute(v):
+        if v is None or (isinstance(v, torch.Tensor) and v.ndim == 0):
+            return v
+        if isinstance(v, torch.Tensor):
+            return v[rows.to(v.device)]
+        return [v[i] for i in rows.tolist()]
+
+    return {key: permute(val) for key, val in batch.items()}
+
+
+class TrajectoryGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` with a trajectory-level loss from :mod:`estimators` (see the module docstring).
+
+    Args:
+        scheme: loss name, one of :func:`estimators.losses.loss_names` (default ``gmc``).
+        eps: the threshold of the cap ``1 + eps`` (THEORY §2; TIC's public default 1.28 is eps = 0.28).
+        advantage: kind of :func:`estimators.advantages`: ``loo`` (default), ``grpo`` or ``drgrpo``.
+        *args, **kwargs: passed to ``trl.GRPOTrainer``.
+    """
+
+    def __init__(self, *args, scheme: str = "gmc", eps: float = 0.28, advantage: str = "loo", **kwargs):
+        if scheme not in loss_names():
+            raise ValueError(f"unknown scheme {scheme!r}; valid: {', '.join(loss_names())}")
+        if advantage not in estimators.ADVANTAGE_KINDS:
+            raise ValueError(f"unknown advantage kind {advantage!r}; valid: {', '.join(estimators.ADVANTAGE_KINDS)}")
+        self.scheme = scheme
+        self.eps = check_eps(eps)
+        self.advantage = advantage
+        self._rewards_per_func = None
+        super().__init__(*args, **kwargs)
+        self._check_supported()
+
+    def _check_supported(self) -> None:
+        args, G = self.args, self.num_generations
+        if args.per_device_train_batch_size % G:
+            raise ValueError(
+                f"per_device_train_batch_size = {args.per_device_train_batch_size} is not a multiple of "
+                f"num_generations = {G}: every optimisation batch must hold whole groups"
+            )
+        refused = {
+            "beta": (self.beta != 0.0, "the trajectory loss has no KL term; set beta=0.0"),
+            "top_entropy_quantile": (self.top_entropy_quantile < 1.0, "token masking breaks the trajectory ratio"),
+            "off_policy_mask_threshold": (self.off_policy_mask_threshold is not None, "the scheme does the off-policy correction"),
+            "entropy_coef": (self._entropy_bonus_enabled, "no entropy bonus in the trajectory loss"),
+            "vllm_importance_sampling_correction": (
+                self.use_vllm and self.vllm_importance_sampling_correction,
+                "set it False; the scheme corrects with old_per_token_logps",
+            ),
+            "multi_objective_aggregation": (
+                args.multi_objective_aggregation != "sum_then_normalize",
+                "rewards are summed then turned into group advantages by estimators.advantages",
+            ),
+        }
+        for name, (bad, why) in refused.items():
+            if bad:
+                raise ValueError(f"TrajectoryGRPOTrainer does not support {name} = {getattr(args, name, None)!r}: {why}")
+
+    def _group_size(self) -> int:
+        return self.num_generations if self.model.training else self.num_generations_eval
+
+    # ----------------------------------------------------------------- generation
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        self._rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        return self._rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        G, n = self._group_size(), len(inputs)
+        offset = self.accelerator.process_index * n
+        if n % G or offset % G:
+            raise ValueError(f"this process holds rows {offset}..{offset + n - 1}: not whole groups of G = {G}")
+        prompts = [repr(x.get("prompt")) for x in inputs]
+        for start in range(0, n, G):
+            if len(set(prompts[start:start + G])) != 1:
+                raise ValueError(f"rows {offset + start}..{offset + start + G - 1} should be G = {G} completions of one prompt")
+        per_func = self._rewards_per_func
+        if bool(torch.isnan(per_func).all(dim=1).any()):
+            raise ValueError("a completion has no reward (every reward function returned None): cannot form its group advantage")
+        rewards = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
+        adv = estimators.advantages(rewards.double().reshape(-1, G), self.advantage).reshape(-1)
+        output["advantages"] = adv[offset:offset + n].to(torch.float32)
+        output["group_ids"] = torch.arange(offset, offset + n, device=adv.device) // G
+        return output
+
+    def _prepare_inputs(self, generation_batch):
+        # trl 1.16's GRPOTrainer._prepare_inputs with shuffle_sequence_dict -> shuffle_groups.
+        if not self.model.training:
+            return super()._prepare_inputs(generation_batch)  # eval: no shuffling, no buffer
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self._step % generate_every == 0 or self._buffered_inputs is None:
+            batch = self._generate_and_score_completions(generation_batch)
+            batch = shuffle_groups(split_pixel_values_by_grid(batch), self.num_generations)
+            self._buffered_inputs = [unsplit_pixel_values_by_grid(b)
+                                     for b in split_tensor_dict(batch, self.args.steps_per_generation)]
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    # ----------------------------------------------------------------- loss
+
+    def _compute_loss(self, model, inputs):
+        G = self._group_size()
+        check_contiguous_groups(inputs["group_ids"].tolist(), G, where="TrajectoryGRPOTrainer batch")
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        multimodal = {k: inputs.get(k) for k in (
+            "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
+            "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")}
+        logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True, **multimodal)
+        old = inputs.get("old_per_token_logps")
+        old = logps.detach() if old is None else old  # TRL skips it when every slice is used on-policy
+        out = policy_loss(self.scheme, logps, old, mask, inputs["advantages"], G, self.eps)
+        self.last_loss_output = out
+
+        mode = "train" if self.model.training else "eval"
+        self._log_reduced(mode, metric_names(out.metrics))
+        ent = torch.stack([(entropies * mask).sum(), mask.sum().to(entropies.dtype)]).detach()
+        ent = self.accelerator.reduce(ent, reduction="sum")
+        self._metrics[mode]["entropy"].append((ent[0] / ent[1].clamp(min=1.0)).item())
+        if mode == "train":  # GRPOTrainer.loss_is_scaled_for_ga: the loss scales itself for accumulation
+            return out.loss / self.current_gradient_accumulation_steps
+        return out.loss
+
+    def _log_reduced(self, mode: str, metrics: dict[str, float]) -> None:
+        """Append each metric reduced over processes: max for ``*_max``, min for ``*_min``, else mean."""
+        keys = list(metrics)
+        local = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=self.accelerator.device)
+        table = self.accelerator.gather(local[None]).reshape(-1, len(keys))
+        for j, key in enumerate(keys):
+            col = table[:, j]
+            value = col.max() if key.endswith("_max") else col.min() if key.endswith("_min") else col.mean()
+            self._metrics[mode][key].append(float(value))

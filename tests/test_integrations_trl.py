@@ -1,0 +1,132 @@
+"""TrajectoryGRPOTrainer: three steps of a tiny Qwen3 on CPU, loss checked against the core surrogate."""
+from __future__ import annotations
+
+import pytest
+import torch
+from datasets import Dataset
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+from trl import GRPOConfig
+
+import estimators
+from estimators.losses import policy_loss
+from llm_runs.integrations.trl import TrajectoryGRPOTrainer, shuffle_groups
+
+CHARS = "abcdefghij"
+G = 4  # num_generations
+SCHEME, EPS = "gmc", 0.1
+
+
+def char_tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{c: i + 3 for i, c in enumerate(CHARS)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+
+
+def tiny_qwen3(vocab_size: int, seed: int = 0) -> Qwen3ForCausalLM:
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+                      tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, bos_token_id=None)
+    return Qwen3ForCausalLM(cfg)
+
+
+def reward(completions, **kwargs):
+    """Continuous, so every group has distinct rewards and non-zero advantages."""
+    return [c.count("a") / (1 + len(c)) + 0.1 * len(c) for c in completions]
+
+
+def make_args(out_dir, **overrides) -> GRPOConfig:
+    kw = {"output_dir": str(out_dir), "use_cpu": True, "report_to": "none", "logging_steps": 1, "max_steps": 3,
+          "per_device_train_batch_size": 8, "num_generations": G, "steps_per_generation": 2,
+          "max_completion_length": 6, "learning_rate": 1e-2, "save_strategy": "no", "seed": 0, "bf16": False,
+          "gradient_checkpointing": False, "temperature": 1.0}
+    kw.update(overrides)
+    return GRPOConfig(**kw)
+
+
+class RecordingTrainer(TrajectoryGRPOTrainer):
+    """Records, for every loss call, the batch, the returned loss and an independently computed reference."""
+
+    records: list
+
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        with torch.no_grad():
+            prompt_len = inputs["prompt_ids"].shape[1]
+            ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+            att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+            logits = model(input_ids=ids, attention_mask=att).logits[:, prompt_len - 1:-1]
+            logp = torch.log_softmax(logits.double(), -1).gather(-1, inputs["completion_ids"][..., None])[..., 0]
+            old = inputs.get("old_per_token_logps")
+            old = logp if old is None else old.double()
+            ref = policy_loss(SCHEME, logp, old, inputs["completion_mask"], inputs["advantages"].double(), G, EPS)
+        self.records.append({"inputs": {k: v for k, v in inputs.items()}, "loss": float(loss.detach()),
+                             "ref": ref, "accum": self.current_gradient_accumulation_steps})
+        return loss
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    tok = char_tokenizer()
+    model = tiny_qwen3(len(tok))
+    ds = Dataset.from_dict({"prompt": ["ab", "cd", "ef", "gh", "ij", "ba", "dc", "fe"]})
+    trainer = RecordingTrainer(model=model, reward_funcs=reward, args=make_args(tmp_path_factory.mktemp("trl")),
+                               train_dataset=ds, processing_class=tok, scheme=SCHEME, eps=EPS)
+    trainer.records = []
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer.train()
+    return trainer, tok, before
+
+
+def test_three_steps_change_every_parameter(trained):
+    trainer, _, before = trained
+    assert trainer.state.global_step == 3 and len(trainer.records) == 3
+    unchanged = [n for n, p in trainer.model.named_parameters() if torch.equal(p.detach(), before[n])]
+    assert unchanged == []
+
+
+def test_per_step_loss_is_the_core_surrogate(trained):
+    trainer, tok, _ = trained
+    for rec in trainer.records:
+        assert rec["loss"] == pytest.approx(float(rec["ref"].loss) / rec["accum"], abs=1e-6)
+        inputs = rec["inputs"]
+        # the batch is whole groups of one prompt each, with leave-one-out advantages of the reward
+        ids = inputs["group_ids"].tolist()
+        assert ids[::G] == ids[G - 1::G] and len(set(ids)) == len(ids) // G
+        prompts = tok.batch_decode(inputs["prompt_ids"], skip_special_tokens=True)
+        assert all(len(set(prompts[i:i + G])) == 1 for i in range(0, len(prompts), G))
+        completions = tok.batch_decode(inputs["completion_ids"], skip_special_tokens=True)
+        r = torch.tensor(reward(completions), dtype=torch.float64).reshape(-1, G)
+        assert torch.allclose(inputs["advantages"].double().reshape(-1, G), estimators.advantages(r, "loo"), atol=1e-5)
+    # steps_per_generation=2: the second slice of a generation batch is one policy version stale
+    stale = trainer.records[1]["ref"].seq_log_ratio
+    assert float(stale.abs().max()) > 1e-3
+    assert float(trainer.records[0]["ref"].seq_log_ratio.abs().max()) < 1e-5
+    logged = [h for h in trainer.state.log_history if "stale/frac_groups_capped" in h]
+    assert len(logged) == 3
+    assert logged[1]["stale/log_ratio_max"] == pytest.approx(float(stale.max()), abs=1e-5)
+
+
+def test_split_group_is_refused(trained, tmp_path):
+    trainer, tok, _ = trained
+    inputs = trainer.records[1]["inputs"]
+    n = inputs["completion_ids"].shape[0]
+    rows = torch.roll(torch.arange(n), 1)  # every block of G rows now mixes two groups
+    broken = {k: (v[rows] if isinstance(v, torch.Tensor) and v.ndim > 0 else v) for k, v in inputs.items()}
+    with pytest.raises(ValueError, match="split or not contiguous"):
+        TrajectoryGRPOTrainer._compute_loss(trainer, trainer.model, broken)
+
+    # group-preserving shuffle keeps blocks whole
+    g = torch.Generator().manual_seed(0)
+    shuffled = shuffle_groups(dict(inputs), G, generator=g)
+    ids = shuffled["group_ids"].tolist()
+    assert all(len(set(ids[i:i + G])) == 1 for i in range(0, n, G))
+
+    # a per-device batch that cannot hold whole groups is refused up front
+    ds = Dataset.from_dict({"prompt": ["ab", "cd", "ef"]})
+    with pytest.raises(ValueError, match="per_device_train_batch_size = 6 is not a multiple of num_generations = 4"):
+        TrajectoryGRPOTrainer(model=tiny_qwen3(len(tok)), reward_funcs=reward, processing_class=tok,
+                              args=make_args(tmp_path, per_device_train_batch_size=6), train_dataset=ds)

@@ -1,0 +1,343 @@
+"""The verl plugin, exercised through verl's own registries and the README snippet's config."""
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+import typing
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import verl
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from verl.trainer.ppo import core_algos
+from verl.utils.import_utils import import_external_libs
+from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
+
+import estimators
+from estimators.losses import trajectory_loss
+from llm_runs.integrations import verl_plugin
+
+REPO = Path(__file__).resolve().parents[1]
+SNIPPET = REPO / "llm_runs" / "integrations" / "README_VERL_SNIPPET.md"
+VERL_DEFAULTS = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+_ABSENT = object()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def snippet_overrides() -> list[str]:
+    """The ``key=value`` overrides of the bash block in the README snippet, verbatim."""
+    block = re.search(r"```bash\n(.*?)```", SNIPPET.read_text(), re.DOTALL)
+    assert block, f"no ```bash block in {SNIPPET}"
+    overrides = [tok for tok in block.group(1).replace("\\\n", " ").split() if "=" in tok]
+    assert len(overrides) >= 5, overrides
+    return overrides
+
+
+def verl_config(overrides: list[str]) -> DictConfig:
+    """verl's generated default PPO config with ``overrides`` applied (every key must exist)."""
+    base = OmegaConf.load(VERL_DEFAULTS)
+    for item in overrides:
+        key = item.partition("=")[0]
+        assert OmegaConf.select(base, key, default=_ABSENT) is not _ABSENT, f"{key} is not a verl setting"
+    return OmegaConf.merge(base, OmegaConf.from_dotlist(overrides))
+
+
+def instantiate(node):
+    """hydra.utils.instantiate(_convert_="partial") for verl's dataclass configs (hydra is not installed)."""
+    if isinstance(node, DictConfig):
+        if "_target_" in node:
+            module, _, name = node._target_.rpartition(".")
+            cls = getattr(importlib.import_module(module), name)
+            return cls(**{k: instantiate(v) for k, v in node.items() if k != "_target_"})
+        return {k: instantiate(v) for k, v in node.items()}
+    if isinstance(node, ListConfig):
+        return [instantiate(v) for v in node]
+    return node
+
+
+def actor_config(cfg: DictConfig):
+    """The ActorConfig dataclass verl's workers pass to the policy loss as ``config``."""
+    return instantiate(OmegaConf.create(OmegaConf.to_container(cfg.actor_rollout_ref.actor, resolve=True)))
+
+
+def random_batch(seed: int, num_groups: int, G: int, T: int = 7, spread: float = 0.35, binary: bool = True):
+    """Interleaved groups (as verl's ``batch.repeat(interleave=True)``), rewards, behaviour log-probs."""
+    g = torch.Generator().manual_seed(seed)
+    B = num_groups * G
+    mask = torch.rand(B, T, generator=g) < 0.8
+    mask[:, 0] = True
+    old = -3 * torch.rand(B, T, generator=g, dtype=torch.float64)
+    new = old + spread * torch.randn(B, T, generator=g, dtype=torch.float64)
+    rewards = torch.zeros(B, T, dtype=torch.float64)
+    last = mask.to(torch.int64).cumsum(-1).argmax(-1)
+    score = torch.randint(0, 2, (B,), generator=g).to(torch.float64) if binary else torch.rand(B, generator=g,
+                                                                                              dtype=torch.float64)
+    rewards[torch.arange(B), last] = score
+    index = np.repeat(np.array([f"uid-{k}" for k in range(num_groups)], dtype=object), G)
+    return SimpleNamespace(B=B, mask=mask, old=old, new=new, rewards=rewards, index=index)
+
+
+def run_micro_batches(loss_fn, cfg_actor, batch, advantages):
+    """verl's ppo_loss per micro-batch (global_batch_info as the engine sets it); returns summed loss, grad, metrics."""
+    mbs = cfg_actor.ppo_micro_batch_size_per_gpu
+    logp = batch.new.clone().requires_grad_(True)
+    total, metrics = 0.0, []
+    for start in range(0, batch.B, mbs):
+        rows = slice(start, start + mbs)
+        cfg_actor.global_batch_info.update(dp_size=1, batch_num_tokens=int(batch.mask.sum()),
+                                           global_batch_size=batch.B, loss_scale_factor=None)
+        loss, m = loss_fn(old_log_prob=batch.old[rows], log_prob=logp[rows], advantages=advantages[rows],
+                          response_mask=batch.mask[rows], loss_agg_mode=cfg_actor.loss_agg_mode,
+                          config=cfg_actor, rollout_is_weights=None)
+        total = total + loss
+        metrics.append(m)
+    total.backward()
+    return total.detach(), logp.grad, metrics
+
+
+@pytest.fixture(scope="module")
+def snippet_cfg():
+    cfg = verl_config(snippet_overrides())
+    import_external_libs(cfg.actor_rollout_ref.model.external_lib)  # what verl's HFModelConfig does
+    return cfg
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_import_without_verl():
+    """The plugin imports (and registers nothing) when verl cannot be imported; register() then says why."""
+    code = """
+import sys
+class BlockVerl:
+    def find_spec(self, name, path=None, target=None):
+        if name == "verl" or name.startswith("verl."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, BlockVerl())
+import llm_runs.integrations.verl_plugin as vp
+assert vp.REGISTERED == [], vp.REGISTERED
+assert not [m for m in sys.modules if m == "verl" or m.startswith("verl.")]
+try:
+    vp.register()
+except ImportError as exc:
+    assert "verl is not installed" in str(exc), exc
+else:
+    raise SystemExit("register() without verl did not raise")
+print("plugin-ok")
+"""
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert res.returncode == 0 and "plugin-ok" in res.stdout, res.stderr[-2000:]
+
+
+def test_snippet_registers_through_verl(snippet_cfg):
+    assert snippet_cfg.actor_rollout_ref.model.external_lib == "llm_runs.integrations.verl_plugin"
+    for name in ("gmc", "tic_mask", "tic_trunc"):
+        assert core_algos.get_policy_loss_fn(name).gmc_plugin_scheme == name
+    assert core_algos.get_adv_estimator_fn(snippet_cfg.algorithm.adv_estimator) is not None
+    assert verl_plugin.return_style(core_algos) == verl_plugin.METRICS_STYLE
+
+
+@pytest.mark.parametrize("scheme", ["gmc", "tic_mask", "tic_trunc"])
+def test_snippet_loss_equals_core_surrogate_and_closed_form_gradient(snippet_cfg, scheme):
+    cfg = verl_config(snippet_overrides() + [f"actor_rollout_ref.actor.policy_loss.loss_mode={scheme}"])
+    actor = actor_config(cfg)
+    G, eps = cfg.actor_rollout_ref.rollout.n, cfg.actor_rollout_ref.actor.clip_ratio_high
+    assert actor.rollout_n == G and actor.ppo_micro_batch_size_per_gpu % G == 0
+    batch = random_batch(seed=11, num_groups=4, G=G)
+
+    adv_fn = core_algos.get_adv_estimator_fn(cfg.algorithm.adv_estimator)
+    adv, _ = adv_fn(token_level_rewards=batch.rewards, response_mask=batch.mask.double(), index=batch.index,
+                    config=instantiate(cfg.algorithm))
+    A = adv[:, 0].reshape(-1, G)
+    r = batch.rewards.sum(-1).reshape(-1, G)
+    assert torch.allclose(A, (r - (r.sum(-1, keepdim=True) - r) / (G - 1)), atol=1e-12)  # leave-one-out
+
+    loss_fn = core_algos.get_policy_loss_fn(actor.policy_loss.loss_mode)
+    loss, grad, metrics = run_micro_batches(loss_fn, actor, batch, adv)
+
+    core = trajectory_loss(scheme, batch.new, batch.old, batch.mask, A, G, eps)
+    assert abs(float(loss) - float(core.loss)) <= 1e-12
+
+    # closed form: d loss / d logp[i, t] = -(1/B) c_i A_i mask[i, t]  (g_hat(c) averaged over groups)
+    lr = ((batch.new - batch.old) * batch.mask).sum(-1).reshape(-1, G)
+    w = lr.exp()
+    if scheme == "gmc":
+        c = torch.clamp(G * (1 + eps) / w.sum(-1, keepdim=True), max=1.0) * w
+    elif scheme == "tic_mask":
+        c = w * (w <= 1 + eps)
+    else:
+        c = torch.clamp(w, max=1 + eps)
+    assert torch.allclose(c, estimators.weights(scheme, lr, eps), atol=1e-12)
+    expected = -(c * A).reshape(-1, 1) * batch.mask / batch.B
+    assert torch.allclose(grad, expected, atol=1e-12)
+
+    capped = np.mean([m["actor/stale/frac_groups_capped"] for m in metrics])
+    assert 0 < capped < 1, "test data must cap some groups and leave others"
+    assert all(k.startswith("actor/stale/") for m in metrics for k in m)
+    assert {"actor/stale/frac_clipped", "actor/stale/ess_frac_mean", "actor/stale/log_ratio_max"} <= set(metrics[0])
+
+
+def test_tic_trunc_without_capping_is_plain_is_and_not_vanilla(snippet_cfg):
+    big = 1e6
+    cfg = verl_config(snippet_overrides() + [f"actor_rollout_ref.actor.clip_ratio_high={big}"])
+    G = cfg.actor_rollout_ref.rollout.n
+    batch = random_batch(seed=5, num_groups=3, G=G)
+    adv, _ = core_algos.get_adv_estimator_fn("gmc_loo")(token_level_rewards=batch.rewards,
+                                                        response_mask=batch.mask.double(), index=batch.index)
+    results = {}
+    for name in ("tic_trunc", "is", "vanilla"):
+        actor = actor_config(verl_config(snippet_overrides() + [
+            f"actor_rollout_ref.actor.clip_ratio_high={big}", f"actor_rollout_ref.actor.policy_loss.loss_mode={name}"]))
+        results[name] = run_micro_batches(core_algos.get_policy_loss_fn(name), actor, batch, adv)[:2]
+    lr = ((batch.new - batch.old) * batch.mask).sum(-1)
+    plain_is = -(lr.exp() * adv[:, 0]).mean()
+    assert abs(float(results["tic_trunc"][0]) - float(plain_is)) <= 1e-12
+    assert torch.allclose(results["tic_trunc"][1], results["is"][1], atol=1e-12)
+    assert abs(float(results["vanilla"][0]) - float(plain_is)) > 1e-3
+    assert not torch.allclose(results["vanilla"][1], results["tic_trunc"][1], atol=1e-6)
+
+
+def test_split_groups_give_clear_errors(snippet_cfg):
+    actor = actor_config(snippet_cfg)
+    G = actor.rollout_n
+    loss_fn = core_algos.get_policy_loss_fn("gmc")
+    adv_fn = core_algos.get_adv_estimator_fn("gmc_loo")
+    batch = random_batch(seed=3, num_groups=4, G=G, binary=False)  # continuous: no group sums to 0 by chance
+    adv, _ = adv_fn(token_level_rewards=batch.rewards, response_mask=batch.mask.double(), index=batch.index)
+    call = {"old_log_prob": batch.old, "log_prob": batch.new, "advantages": adv, "response_mask": batch.mask,
+            "loss_agg_mode": "token-mean", "rollout_is_weights": None}
+    actor.global_batch_info.update(dp_size=1, global_batch_size=batch.B)
+
+    # verl's own length balancing (trainer.balance_batch=True) scatters the groups before the advantages
+    lengths = batch.mask.sum(-1).tolist()
+    parts = get_seqlen_balanced_partitions(lengths, k_partitions=2, equal_size=True)
+    order = [i for part in parts for i in part]
+    with pytest.raises(ValueError, match="split or not contiguous"):
+        adv_fn(token_level_rewards=batch.rewards[order], response_mask=batch.mask[order].double(),
+               index=batch.index[order])
+
+    # a micro-batch cutting a group
+    rows = slice(0, G + G // 2)
+    with pytest.raises(ValueError, match=f"does not hold whole groups of G = {G}"):
+        loss_fn(**{**call, **{k: call[k][rows] for k in ("old_log_prob", "log_prob", "advantages", "response_mask")}},
+                config=actor)
+
+    # rows shifted by half a group: B is a multiple of G, but the blocks mix two groups
+    shift = torch.roll(torch.arange(batch.B), G // 2)
+    with pytest.raises(ValueError, match="are not one group"):
+        loss_fn(**{**call, **{k: call[k][shift] for k in ("old_log_prob", "log_prob", "advantages", "response_mask")}},
+                config=actor)
+
+    # settings that reorder rows between the estimator and the loss
+    for override, pattern in (("actor_rollout_ref.actor.shuffle=True", "shuffle"),
+                              ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=12", "not a multiple")):
+        bad = actor_config(verl_config(snippet_overrides() + [override]))
+        with pytest.raises(ValueError, match=pattern):
+            loss_fn(**call, config=bad)
+
+    # the loss itself agrees with the core on the intact batch
+    loss, _ = loss_fn(**call, config=actor)
+    core = trajectory_loss("gmc", batch.new, batch.old, batch.mask, adv[:, 0], G, actor.clip_ratio_high)
+    assert abs(float(loss) - float(core.loss)) <= 1e-12
+
+
+def _fake_core_algos(ret, vanilla_ret, with_rollout_arg: bool):
+    """A stand-in for an older verl's core_algos: its registry, PolicyLossFn type and vanilla loss."""
+    registry: dict = {}
+
+    def register_policy_loss(name):
+        def deco(fn):
+            registry[name] = fn
+            return fn
+        return deco
+
+    T = torch.Tensor
+    params = [T, T, T, T, str, DictConfig | None] + ([T | None] if with_rollout_arg else [])
+    fake = SimpleNamespace(POLICY_LOSS_REGISTRY=registry, register_policy_loss=register_policy_loss)
+    if ret is not None:
+        fake.PolicyLossFn = typing.Callable[params, ret]
+    if vanilla_ret is not None:
+        def compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+                                        config=None):
+            raise AssertionError("never called")
+        compute_policy_loss_vanilla.__annotations__["return"] = vanilla_ret
+        fake.compute_policy_loss_vanilla = compute_policy_loss_vanilla
+    return fake
+
+
+def test_old_style_four_tuple_detected_and_returned():
+    T = torch.Tensor
+    old_ret = tuple[T, T, T, T]
+    fake = _fake_core_algos(old_ret, old_ret, with_rollout_arg=False)  # verl 0.4-style
+    assert verl_plugin.return_style(fake) == verl_plugin.TUPLE4_STYLE
+    names = verl_plugin.register(fake)
+    assert {"gmc", "tic_mask", "tic_trunc"} <= set(names) <= set(fake.POLICY_LOSS_REGISTRY)
+
+    G, eps = 4, 0.2
+    batch = random_batch(seed=8, num_groups=3, G=G, spread=0.5)
+    adv, _ = verl_plugin.grouped_advantages("loo", batch.rewards, batch.mask.double(), batch.index)
+    old_cfg = OmegaConf.create({"clip_ratio": eps, "clip_ratio_high": None, "shuffle": False,
+                                "ppo_micro_batch_size_per_gpu": batch.B, "policy_loss": {"group_size": G}})
+    # the old actor's call: pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = policy_loss_fn(...)
+    pg_loss, clipfrac, ppo_kl, capped = fake.POLICY_LOSS_REGISTRY["gmc"](
+        old_log_prob=batch.old, log_prob=batch.new, advantages=adv, response_mask=batch.mask,
+        loss_agg_mode="token-mean", config=old_cfg)
+    core = trajectory_loss("gmc", batch.new, batch.old, batch.mask, adv[:, 0], G, eps)
+    assert abs(float(pg_loss) - float(core.loss)) <= 1e-12
+    assert float(clipfrac) == pytest.approx(core.metrics["frac_clipped"])
+    assert float(capped) == pytest.approx(core.metrics["frac_groups_capped"])
+    m = batch.mask.double()
+    assert float(ppo_kl) == pytest.approx(float(((batch.old - batch.new) * m).sum() / m.sum()))
+
+    # verl 0.5 passed rollout_log_probs (for its own truncated IS): refused, not silently ignored
+    fn = fake.POLICY_LOSS_REGISTRY["tic_trunc"]
+    kw = {"old_log_prob": batch.old, "log_prob": batch.new, "advantages": adv, "response_mask": batch.mask,
+          "config": old_cfg}
+    assert len(fn(**kw, rollout_log_probs=None)) == 4
+    with pytest.raises(ValueError, match="rollout_log_probs"):
+        fn(**kw, rollout_log_probs=batch.old)
+
+    # an installed name that is not ours is never overwritten
+    fake.POLICY_LOSS_REGISTRY["gmc"] = lambda *a, **k: None
+    with pytest.raises(ValueError, match="already has a policy loss named 'gmc'"):
+        verl_plugin.register(fake)
+
+
+def test_return_style_is_read_not_guessed():
+    T = torch.Tensor
+    new_ret = tuple[T, dict[str, typing.Any]]
+    assert verl_plugin.return_style(_fake_core_algos(new_ret, None, True)) == verl_plugin.METRICS_STYLE
+    assert verl_plugin.return_style(_fake_core_algos(None, "tuple[torch.Tensor, dict[str, Any]]", True)) == "metrics"
+    with pytest.raises(RuntimeError, match="refusing to guess"):
+        verl_plugin.return_style(_fake_core_algos(None, None, True))
+    with pytest.raises(RuntimeError, match="refusing to guess"):
+        verl_plugin.return_style(_fake_core_algos(new_ret, tuple[T, T, T, T], True))
+
+
+def test_rollout_is_weights_sequence_level_only(snippet_cfg):
+    actor = actor_config(snippet_cfg)
+    G = actor.rollout_n
+    batch = random_batch(seed=21, num_groups=2, G=G, binary=False)
+    adv, _ = core_algos.get_adv_estimator_fn("gmc_loo")(token_level_rewards=batch.rewards,
+                                                        response_mask=batch.mask.double(), index=batch.index)
+    actor.global_batch_info.update(dp_size=1, global_batch_size=batch.B)
+    rho = torch.rand(batch.B, 1, generator=torch.Generator().manual_seed(2), dtype=torch.float64) + 0.5
+    call = {"old_log_prob": batch.old, "log_prob": batch.new, "advantages": adv, "response_mask": batch.mask,
+            "config": actor}
+    loss, _ = core_algos.get_policy_loss_fn("gmc")(**call, rollout_is_weights=rho * batch.mask)
+    core = trajectory_loss("gmc", batch.new, batch.old, batch.mask, adv[:, 0] * rho[:, 0], G, actor.clip_ratio_high)
+    assert abs(float(loss) - float(core.loss)) <= 1e-12
+    token_level = rho * batch.mask * (1 + 0.1 * torch.arange(batch.mask.shape[1]))
+    with pytest.raises(ValueError, match="rollout_is_weights varies along the tokens"):
+        core_algos.get_policy_loss_fn("gmc")(**call, rollout_is_weights=token_level)
+    with pytest.raises(ValueError, match="advantage varies along the tokens"):  # e.g. GAE
+        core_algos.get_policy_loss_fn("gmc")(**{**call, "advantages": adv * token_level})
