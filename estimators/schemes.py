@@ -117,21 +117,24 @@ def gmc_log_lambda(log_ratio, eps, ops):
     return _gmc_log_lambda_from_lse(ops.logsumexp(log_ratio), log_ratio.shape[-1], eps, ops)
 
 
-# Global-shift fast path: valid when exp(max) is finite and no row underflows relative to the
-# shift, i.e. every exp(log_ratio - max) is a normal float. Otherwise the per-group log-sum-exp runs.
-_FAST_MAX, _FAST_RANGE = 700.0, 600.0
+# Direct path: while max log w + log G < _DIRECT_MAX, no sum of exponentials can overflow, so the
+# group log-sum-exp needs no shift (shift 0) and w = exp(log w) is exact. Terms that underflow
+# only occur in groups whose mass is far below 1+eps, where lambda = 1 anyway.
+_DIRECT_MAX = 700.0
 
 
 def _gmc_weights(log_ratio, eps, advantages, ops):
-    """GMC weights in ~4 elementwise passes: exp(l - M) with one global shift M, BLAS row sums
-    and one in-place per-row rescale by lambda e^M. The same log-sum-exp as
-    :func:`gmc_log_weights`, with the shift taken per batch when that is exact."""
-    hi, lo = ops.global_range(log_ratio)
-    if not (hi < _FAST_MAX and hi - lo < _FAST_RANGE):
+    """GMC weights in about four elementwise passes: w = exp(l), BLAS row sums, one in-place
+    per-row rescale by lambda (exactly 1 for uncapped groups, so c = w bit for bit there).
+    Falls back to the per-group shifted log-sum-exp of :func:`gmc_log_weights` when a sum of
+    exponentials could overflow."""
+    hi = ops.global_max(log_ratio)
+    G = log_ratio.shape[-1]
+    if not hi + math.log(G) < _DIRECT_MAX:
         return ops.exp(gmc_log_weights(log_ratio, eps, advantages, ops))
-    e = ops.exp_shifted(log_ratio, hi)  # in (0, 1], normal floats
-    log_lam = _gmc_log_lambda_from_lse(hi + ops.log(ops.rowsum(e)), log_ratio.shape[-1], eps, ops)
-    return ops.scale_(e, ops.exp(log_lam + hi))  # lambda * w
+    w = ops.exp(log_ratio)
+    log_lam = _gmc_log_lambda_from_lse(ops.log(ops.rowsum(w)), G, eps, ops)
+    return ops.scale_(w, ops.exp(log_lam))  # lambda * w
 
 
 @register_scheme("gmc", in_class=True, weights_fn=_gmc_weights)

@@ -371,3 +371,16 @@ def test_loss_bad_input():
         policy_loss("gmc", logp, ok["old_logp"], m, ok["advantages"], 3, 0.2)
     with pytest.raises(ValueError, match="eps must be > 0"):
         policy_loss("gmc", logp, group_size=3, eps=0.0, **ok)
+
+
+def test_gmc_uncapped_groups_are_exact_and_batch_independent():
+    rng = np.random.default_rng(5)
+    lr = rng.normal(0.0, 0.3, size=(200, 8))
+    lr[0, 0] = 650.0  # a huge ratio elsewhere in the batch must not change other groups
+    c = weights("gmc", lr, 0.2)
+    lam = estimators.gmc_lambda(lr, 0.2)[:, 0]
+    unc = lam == 1.0
+    assert unc.sum() > 10
+    np.testing.assert_array_equal(c[unc], np.exp(lr[unc]))
+    for row in range(1, 200, 37):
+        np.testing.assert_array_equal(weights("gmc", lr[row:row + 1], 0.2)[0], c[row])
