@@ -1,0 +1,201 @@
+"""Run a sweep: ``python -m simulators.sweep NAME [--quick] [--out DIR] [--force]`` (or ``all``).
+
+Each sweep is a ``SETTINGS`` table kept as data (a grid per scale, ``full`` and ``quick``,
+in the environment's ``sweeps`` module) and a function running one setting for a list of
+seeds. Results are tidy: one row per (setting, seed, scheme), every setting key a column,
+standard errors beside means (``*_se``).
+
+Layout of ``results/sim/NAME/`` (``NAME-quick/`` for ``--quick``)::
+
+    config.json      the settings table, seeds, column meanings, versions, git commit
+    parts/KEY.parquet  one file per finished setting (KEY = hash of the setting)
+    results.parquet  every part concatenated (re-made at the end of each run)
+    steps.parquet    per-step records, for sweeps that have them (async_sgd)
+
+Resumable: a setting whose part exists is skipped. Never a silent overwrite: a directory
+made with a different table is refused unless ``--force``, which moves it aside first.
+Deterministic per seed: a setting's Monte Carlo stream is seeded by (seed, setting key).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results" / "sim"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep: ``settings[scale] = {"grid": {key: [values]}, "fixed": {...}, "seeds": [...]}``."""
+
+    name: str
+    description: str
+    settings: dict
+    run: Callable  # (setting: dict, seeds: list[int]) -> DataFrame | (DataFrame, steps DataFrame)
+    columns: dict = field(default_factory=dict)  # result column -> meaning
+
+    def table(self, quick: bool = False) -> list[dict]:
+        spec = self.settings["quick" if quick else "full"]
+        grid = spec["grid"]
+        keys = list(grid)
+        rows = []
+        for values in itertools.product(*(grid[k] for k in keys)):
+            rows.append({**spec.get("fixed", {}), **dict(zip(keys, values))})
+        return rows
+
+    def seeds(self, quick: bool = False) -> list[int]:
+        return list(self.settings["quick" if quick else "full"]["seeds"])
+
+
+def setting_key(setting: dict) -> str:
+    return hashlib.sha1(json.dumps(setting, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def derive_seed(seed: int, setting: dict, *extra) -> int:
+    """A 63-bit seed from (seed, setting key, extra): deterministic, independent across settings."""
+    key = int(setting_key(setting), 16)
+    ss = np.random.SeedSequence([int(seed), key, *[int(e) for e in extra]])
+    return int(ss.generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+def registry() -> dict[str, Sweep]:
+    from .bandit.sweeps import SWEEPS as e1
+    from .delay_sweeps import SWEEPS as delay
+    from .extremal.sweeps import SWEEPS as e4
+    from .lognormal.sweeps import SWEEPS as e3
+
+    out = {}
+    for group in (e1, e4, e3, delay):
+        out.update({s.name: s for s in group})
+    return out
+
+
+def results_dir(name: str, quick: bool = False) -> Path:
+    return RESULTS / (f"{name}-quick" if quick else name)
+
+
+def _versions() -> dict:
+    import scipy
+
+    import estimators  # noqa: F401
+
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=5, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {"python": sys.version.split()[0], "numpy": np.__version__, "scipy": scipy.__version__,
+            "pandas": pd.__version__, "git_commit": commit}
+
+
+def _config(sweep: Sweep, quick: bool) -> dict:
+    return {
+        "sweep": sweep.name,
+        "description": sweep.description,
+        "quick": quick,
+        "settings": sweep.table(quick),
+        "seeds": sweep.seeds(quick),
+        "columns": sweep.columns,
+    }
+
+
+def _tidy(df: pd.DataFrame, setting: dict, key: str) -> pd.DataFrame:
+    df = df.copy()
+    for k, v in setting.items():
+        if isinstance(v, (list, tuple, dict)):
+            continue  # list-valued settings (e.g. the schemes run) live in their own column
+        if k not in df.columns:
+            df[k] = v
+    df["setting_key"] = key
+    front = [k for k in setting if k in df.columns and not isinstance(setting[k], (list, tuple, dict))]
+    front += [c for c in ("seed", "scheme") if c in df.columns and c not in front]
+    return df[front + [c for c in df.columns if c not in front]]
+
+
+def run_sweep(name: str, quick: bool = False, out: Path | None = None, force: bool = False,
+              progress: bool = True) -> Path:
+    """Run (or resume) sweep ``name``; returns the directory holding ``results.parquet``."""
+    from tqdm import tqdm
+
+    sweeps = registry()
+    if name not in sweeps:
+        raise ValueError(f"unknown sweep {name!r}; valid: {', '.join(sweeps)}, all")
+    sweep = sweeps[name]
+    out = Path(out) if out is not None else results_dir(name, quick)
+    cfg = _config(sweep, quick)
+    cfg_path = out / "config.json"
+    if cfg_path.exists():
+        old = json.loads(cfg_path.read_text())
+        same = all(json.dumps(old.get(k), sort_keys=True, default=str) == json.dumps(cfg[k], sort_keys=True, default=str)
+                   for k in ("sweep", "quick", "settings", "seeds"))
+        if not same:
+            if not force:
+                raise ValueError(
+                    f"{out} holds results of a different settings table (see its config.json); "
+                    f"rerun with --force to move it aside, or choose another --out"
+                )
+            aside = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+            out.rename(aside)
+            print(f"moved the old results to {aside}", file=sys.stderr)
+    parts = out / "parts"
+    parts.mkdir(parents=True, exist_ok=True)
+    cfg_path.write_text(json.dumps({**cfg, "versions": _versions()}, indent=1, default=str))
+    table = sweep.table(quick)
+    seeds = sweep.seeds(quick)
+    todo = [(s, setting_key(s)) for s in table if not (parts / f"{setting_key(s)}.parquet").exists()]
+    if len(todo) < len(table):
+        print(f"{name}: {len(table) - len(todo)} of {len(table)} settings already done, resuming", file=sys.stderr)
+    for setting, key in tqdm(todo, desc=name, disable=not progress, unit="setting"):
+        res = sweep.run(setting, seeds)
+        df, steps = (res if isinstance(res, tuple) else (res, None))
+        if steps is not None:
+            _atomic_parquet(_tidy(steps, setting, key), parts / f"{key}.steps.parquet")
+        _atomic_parquet(_tidy(df, setting, key), parts / f"{key}.parquet")
+    keys = [setting_key(s) for s in table]
+    _atomic_parquet(pd.concat([pd.read_parquet(parts / f"{k}.parquet") for k in keys], ignore_index=True),
+                    out / "results.parquet")
+    step_files = [parts / f"{k}.steps.parquet" for k in keys if (parts / f"{k}.steps.parquet").exists()]
+    if step_files:
+        _atomic_parquet(pd.concat([pd.read_parquet(f) for f in step_files], ignore_index=True), out / "steps.parquet")
+    return out
+
+
+def _atomic_parquet(df: pd.DataFrame, path: Path):
+    tmp = path.with_name(path.name + ".tmp")
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    sweeps_names = list(registry())
+    p = argparse.ArgumentParser(prog="python -m simulators.sweep", description=__doc__.split("\n")[0])
+    p.add_argument("name", help=f"one of {', '.join(sweeps_names)}, or all")
+    p.add_argument("--quick", action="store_true", help="the small grid (well under a minute per sweep)")
+    p.add_argument("--out", type=Path, default=None, help="output directory (default results/sim/NAME[-quick])")
+    p.add_argument("--force", action="store_true", help="move aside results made with a different table")
+    p.add_argument("--no-progress", action="store_true")
+    a = p.parse_args(argv)
+    names = sweeps_names if a.name == "all" else [a.name]
+    if a.out is not None and len(names) > 1:
+        p.error("--out needs a single sweep name")
+    for n in names:
+        t0 = time.time()
+        d = run_sweep(n, quick=a.quick, out=a.out, force=a.force, progress=not a.no_progress)
+        print(f"{n}: {d / 'results.parquet'} ({time.time() - t0:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()

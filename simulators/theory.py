@@ -1,0 +1,86 @@
+"""The §3 bias bounds and Theorem 2's delay terms, as numbers, for the simulators.
+
+Nothing is re-derived here: every formula is a numeric twin of a sympy bound of
+:mod:`bounds` (``bounds.numeric.twin``); this module only says which bound belongs to
+which scheme and which arguments it takes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+FP_SLACK = 1e-9
+"""Relative slack when comparing an exact bias with its bound (floating-point rounding of
+the bound's ``sqrt(a) - b`` forms and of sums over up to 1e6 configurations)."""
+
+MASS_BOUNDS = {
+    "gmc": "m_gmc_scarf",  # E(Wbar-1-eps)_+ <= (sqrt(sigma^2/G + eps^2) - eps)/2 <= sigma^2/(4 G eps)
+    "tic_trunc": "m_trunc_scarf",  # (sqrt(sigma^2 + eps^2) - eps)/2
+    "tic_mask": "m_mask_markov",  # sqrt(1+sigma^2) sqrt(mu4) / eps^2
+    "stale": "m_stale_bound",  # sigma
+}
+"""scheme -> the bounds/ name of its mass-bias bound m (THEORY §3), with ||b|| <= M m."""
+
+DELAY_TERMS = {"gmc": "D_gmc", "tic_trunc": "D_tic_trunc", "tic_mask": "D_tic_mask", "stale": "D_stale"}
+"""scheme -> the bounds/ name of Theorem 2's delay term D (a bound on ||b||^2)."""
+
+
+def _twin(name):
+    from bounds.numeric import twin
+
+    return twin(name)
+
+
+def mass_bound(scheme: str, sigma2, mu4, G: int, eps: float):
+    """THEORY §3's bound on the mass-bias m of ``scheme`` (0 for IS); arrays broadcast.
+
+    ``nan`` for schemes without a bound in THEORY (snis, tic_ppo).
+    """
+    sigma2 = np.asarray(sigma2, dtype=np.float64)
+    if scheme == "is":
+        return np.zeros_like(sigma2)
+    if scheme not in MASS_BOUNDS:
+        return np.full_like(sigma2, np.nan)
+    f = _twin(MASS_BOUNDS[scheme])
+    kw = {"sigma2": sigma2, "mu4": mu4, "G": G, "eps": eps}
+    return f(**{k: kw[k] for k in f.params})
+
+
+def gmc_quadratic(sigma2, G: int, eps: float):
+    """sigma^2 / (4 G eps), the GMC rate of THEORY §3 (claim 8)."""
+    return _twin("m_gmc_quadratic")(sigma2=sigma2, G=G, eps=eps)
+
+
+def delay_term(scheme: str, eta, d, G, eps, C2, C4, r0, M):
+    """Theorem 2's D for ``scheme`` with constants (C2, C4, r0, M) estimated by the caller."""
+    if scheme == "is":
+        return 0.0
+    if scheme not in DELAY_TERMS:
+        return float("nan")
+    f = _twin(DELAY_TERMS[scheme])
+    kw = {"eta": eta, "d": d, "G": G, "eps": eps, "C2": C2, "C4": C4, "r0": r0, "M": M}
+    return float(f(**{k: kw[k] for k in f.params}))
+
+
+def lognormal_closed_forms(delta: float, eps: float) -> dict:
+    """Claim 15's closed forms (sigma^2, mu_4, m_mask, m_trunc) for E3, from bounds' twins."""
+    return {
+        "sigma2": float(_twin("lognormal_sigma2")(Delta=delta)),
+        "mu4": float(_twin("lognormal_mu4")(Delta=delta)),
+        "m_mask": float(_twin("lognormal_m_mask")(Delta=delta, eps=eps)),
+        "m_trunc": float(_twin("lognormal_m_trunc")(Delta=delta, eps=eps)),
+    }
+
+
+def fourth_moment_group_mean(sigma2, mu4, G):
+    """E(Wbar - 1)^4 = (mu_4 + 3 (G-1) sigma^4) / G^3 (claim 6), from bounds' twin."""
+    return float(_twin("fourth_moment_group_mean")(sigma2=sigma2, mu4=mu4, G=G))
+
+
+def class_second_moment(eps: float, M):
+    """Lemma 2: (1+eps)^2 M^2 bounds E||g_hat||^2 for every member of C_eps."""
+    return _twin("class_second_moment")(eps=eps, M=M)
+
+
+def is_second_moment(sigma2, G: int, M):
+    """THEORY §3: E||g_IS||^2 <= M^2 (1 + sigma^2/G)."""
+    return _twin("is_second_moment")(sigma2=sigma2, G=G, M=M)
