@@ -1,0 +1,197 @@
+"""The run configuration: one dataclass, every field documented with its THEORY.md symbol.
+
+Each field carries ``metadata = {"symbol": ..., "help": ...}``; the CLI (``python -m
+llm_runs.train --help``) is generated from it, so the flags and the dataclass cannot
+drift apart. :func:`TrainConfig.validate` refuses a bad configuration with a
+``ValueError`` before any work (no directory, no warm start, no model load, never a hub
+download).
+
+Issue 6 extends this by adding fields (async mode, GSM8K) and registering presets,
+tasks and modes; :func:`resolve_config` layers dataclass defaults < preset defaults <
+explicit values.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DELAY_MODES = ("fixed", "uniform")
+
+
+def _f(default, symbol: str, help: str, **kw):
+    """A dataclass field (immutable default) with its THEORY.md symbol and a one-line help (used by the CLI)."""
+    return field(default=default, metadata={"symbol": symbol, "help": help, **kw})
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of one training run (written to ``config.json`` before step 0).
+
+    Symbols refer to THEORY.md (§1 setting, §2 estimators). "-" marks an engineering
+    setting with no symbol in the theory.
+    """
+
+    # --- model -------------------------------------------------------------------------
+    preset: str = _f("tiny-cpu", "pi_theta", "model preset: architecture, tokenizer and loader of the policy pi_theta")
+    model_path: str | None = _f(None, "theta_0", "local folder with initial weights + tokenizer (from_pretrained; never downloaded); required by presets that need it")
+    model_kwargs: dict = field(default_factory=dict, metadata={
+        "symbol": "-", "help": "JSON dict of architecture overrides for built presets (e.g. '{\"num_hidden_layers\": 2}')"})
+    dtype: str = _f("float32", "-", "parameter dtype: float32 | bfloat16 | float16")
+    device: str = _f("cpu", "-", "torch device for policy, snapshots and rollouts")
+    threads: int = _f(1, "-", "torch CPU threads (numerics depend on it: keep it fixed across resume)")
+
+    # --- task ----------------------------------------------------------------------------
+    task: str = _f("arithmetic", "q ~ D, r(q,o)", "task: prompt distribution D and verifiable reward r in {0,1} (THEORY §1)")
+    digits: int = _f(1, "-", "arithmetic: digits per operand (operands 0 .. 10^digits - 1)")
+    terms: int = _f(3, "-", "arithmetic: number of operands per problem")
+    heldout_size: int = _f(200, "-", "problems in the held-out evaluation split (never trained on)")
+    train_size: int | None = _f(None, "-", "problems in the training pool (None: every remaining problem, up to 100000)")
+    task_seed: int = _f(0, "-", "seed of the problem split (shared across RL seeds)")
+
+    # --- warm start (supervised) ---------------------------------------------------------
+    warm_start_steps: int = _f(50, "-", "supervised steps before RL (0: none); cached under cache_dir by a hash of its settings")
+    warm_start_lr: float = _f(1e-3, "-", "Adam learning rate of the warm start")
+    warm_start_batch: int = _f(128, "-", "problems per warm-start step (drawn with replacement from the training pool)")
+    warm_start_seed: int = _f(0, "-", "seed of the initial weights and warm-start batches (shared across RL seeds)")
+    cache_dir: str = _f("results/cache", "-", "where warm-start checkpoints are cached (keyed by a hash of their settings)")
+
+    # --- GRPO ----------------------------------------------------------------------------
+    estimator: str = _f("gmc", "c_i", "weighting scheme (THEORY §2): is, stale, tic_mask, tic_trunc, tic_ppo, gmc, snis; or token_clip (f), gspo")
+    eps: float = _f(0.2, "epsilon", "ratio threshold 1+epsilon (GMC mass cap, TIC clip; token_clip/gspo: lower clip)")
+    eps_high: float | None = _f(None, "epsilon_high", "token_clip/gspo upper clip (None: = eps); ignored by trajectory schemes")
+    advantage: str = _f("loo", "A_i", "advantage (THEORY §1): loo (canonical), grpo, drgrpo")
+    group_size: int = _f(8, "G", "completions per prompt (one group)")
+    prompts_per_step: int = _f(32, "-", "groups (prompts) per update; batch = prompts_per_step * G completions")
+    steps: int = _f(200, "T", "number of updates")
+    lr: float = _f(1e-4, "eta", "Adam learning rate (constant)")
+    max_grad_norm: float | None = _f(None, "-", "clip the gradient norm (None: never; the estimator's own bound is what is studied)")
+    micro_batch_groups: int = _f(0, "-", "groups per forward/backward chunk (0: all); the gradient is the same up to rounding")
+
+    # --- rollouts and delay ----------------------------------------------------------------
+    mode: str = _f("controlled", "-", "rollout source (llm_runs.delay.ROLLOUT_SOURCES): controlled = delay from a snapshot ring")
+    delay: int = _f(0, "d", "rollout delay in policy versions: update t uses samples from theta_{t-d_t}")
+    delay_mode: str = _f("fixed", "d_t", "fixed: d_t = min(d, t); uniform: d_t ~ U{0..d}, capped at t")
+    temperature: float = _f(1.0, "tau", "sampling temperature (1: sample pi_theta itself; other values also score pi_theta at tau)")
+    top_k: int = _f(0, "-", "top-k truncation of the behaviour policy (0: none; biases the ratio, warned)")
+    top_p: float = _f(1.0, "-", "top-p truncation of the behaviour policy (1: none; biases the ratio, warned)")
+    max_new_tokens: int | None = _f(None, "|o|", "maximum completion length (None: the task's answer length + EOS)")
+    seed: int = _f(0, "-", "RL seed: prompt choice, delay draws and per-sample sampling keys (seed, step, prompt, sample)")
+
+    # --- evaluation and checkpoints --------------------------------------------------------------
+    eval_every: int = _f(10, "-", "greedy accuracy and pc every this many updates (and at the end; 0: start and end only)")
+    eval_train_size: int = _f(200, "-", "training-pool problems also evaluated (0: held-out only)")
+    eval_batch_size: int = _f(256, "-", "problems per evaluation forward")
+    checkpoint_every: int = _f(25, "-", "save a resumable checkpoint every this many updates (0: only at the end / on signal)")
+    keep_checkpoints: int = _f(2, "-", "number of most recent checkpoints kept")
+
+    # ------------------------------------------------------------------------------------------
+    def validate(self) -> TrainConfig:
+        """Refuse a bad configuration (ValueError naming the value). Touches no file except
+        the existence check of ``model_path``; never downloads."""
+        from estimators import ADVANTAGE_KINDS
+        from estimators.losses import loss_names
+
+        from .delay import ROLLOUT_SOURCES
+        from .presets import get_preset
+        from .tasks import get_task_factory
+
+        def need(cond: bool, msg: str):
+            if not cond:
+                raise ValueError(msg)
+
+        def is_int(v):
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        for name in ("threads", "digits", "terms", "heldout_size", "warm_start_steps", "warm_start_batch", "group_size",
+                     "prompts_per_step", "steps", "micro_batch_groups", "delay", "top_k", "eval_every",
+                     "eval_train_size", "eval_batch_size", "checkpoint_every", "keep_checkpoints", "seed", "task_seed",
+                     "warm_start_seed"):
+            need(is_int(getattr(self, name)), f"{name} must be an integer, got {getattr(self, name)!r}")
+        need(self.group_size >= 2, f"group_size G must be >= 2 (a group needs a baseline), got G = {self.group_size}")
+        need(isinstance(self.eps, (int, float)) and math.isfinite(self.eps) and self.eps > 0,
+             f"eps must be a finite number > 0 (the threshold is 1+eps), got eps = {self.eps!r}")
+        need(self.eps_high is None or (math.isfinite(self.eps_high) and self.eps_high > 0),
+             f"eps_high must be None or > 0, got {self.eps_high!r}")
+        need(self.delay >= 0, f"delay d must be >= 0 policy versions, got d = {self.delay}")
+        need(self.delay_mode in DELAY_MODES, f"unknown delay_mode {self.delay_mode!r}; valid: {', '.join(DELAY_MODES)}")
+        need(self.estimator in loss_names(), f"unknown estimator {self.estimator!r}; valid: {', '.join(loss_names())}")
+        need(self.advantage in ADVANTAGE_KINDS, f"unknown advantage {self.advantage!r}; valid: {', '.join(ADVANTAGE_KINDS)}")
+        ROLLOUT_SOURCES.lookup(self.mode)  # unknown mode -> ValueError listing the valid ones
+        need(self.dtype in ("float32", "bfloat16", "float16"), f"unknown dtype {self.dtype!r}; valid: float32, bfloat16, float16")
+        need(self.steps >= 1, f"steps T must be >= 1, got {self.steps}")
+        need(self.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {self.prompts_per_step}")
+        need(self.micro_batch_groups >= 0, f"micro_batch_groups must be >= 0, got {self.micro_batch_groups}")
+        need(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
+        need(isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0, f"lr eta must be > 0, got {self.lr!r}")
+        need(self.max_grad_norm is None or self.max_grad_norm > 0, f"max_grad_norm must be None or > 0, got {self.max_grad_norm!r}")
+        need(self.temperature > 0 and math.isfinite(self.temperature), f"temperature must be > 0, got {self.temperature!r}")
+        need(self.top_k >= 0, f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        need(0 < self.top_p <= 1, f"top_p must be in (0, 1] (1 disables it), got {self.top_p}")
+        need(self.max_new_tokens is None or (is_int(self.max_new_tokens) and self.max_new_tokens >= 1),
+             f"max_new_tokens must be None or an integer >= 1, got {self.max_new_tokens!r}")
+        need(self.warm_start_steps >= 0, f"warm_start_steps must be >= 0, got {self.warm_start_steps}")
+        need(self.warm_start_lr > 0, f"warm_start_lr must be > 0, got {self.warm_start_lr}")
+        need(self.warm_start_batch >= 1, f"warm_start_batch must be >= 1, got {self.warm_start_batch}")
+        need(self.eval_every >= 0, f"eval_every must be >= 0, got {self.eval_every}")
+        need(self.eval_train_size >= 0, f"eval_train_size must be >= 0, got {self.eval_train_size}")
+        need(self.eval_batch_size >= 1, f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
+        need(self.checkpoint_every >= 0, f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
+        need(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
+        need(isinstance(self.model_kwargs, dict), f"model_kwargs must be a dict, got {type(self.model_kwargs).__name__}")
+        need(self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")), f"unknown device {self.device!r}")
+        preset = get_preset(self.preset)  # unknown preset -> ValueError listing the valid ones
+        preset.check(self)  # model path exists (never a hub id), kwargs make sense
+        get_task_factory(self.task)(self)  # unknown task / bad knobs -> ValueError (cheap: builds the split)
+        return self
+
+    # ------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown config field(s) {unknown}; valid: {sorted(names)}")
+        return cls(**d)
+
+    def hash_of(self, keys: list[str], extra: dict | None = None) -> str:
+        """Short stable hash of some fields (plus extra data): cache keys."""
+        import hashlib
+
+        payload = {k: getattr(self, k) for k in keys}
+        payload.update(extra or {})
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def config_fields() -> list[dataclasses.Field]:
+    return list(dataclasses.fields(TrainConfig))
+
+
+def resolve_config(explicit: dict[str, Any] | None = None, **kw) -> TrainConfig:
+    """Dataclass defaults < the preset's defaults < explicit values; then validated.
+
+    >>> resolve_config(estimator="gmc", delay=4).delay
+    4
+    """
+    from .presets import get_preset
+
+    values = dict(explicit or {})
+    values.update(kw)
+    base = TrainConfig.from_dict(values)  # refuses unknown keys
+    preset = get_preset(base.preset)
+    merged = {**{k: v for k, v in preset.defaults.items()}, **values}
+    return TrainConfig.from_dict(merged).validate()
+
+
+def load_run_config(out_dir: str | Path) -> TrainConfig:
+    """The configuration stored in ``<out>/config.json``."""
+    path = Path(out_dir) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist: {out_dir} is not a run directory")
+    return TrainConfig.from_dict(json.loads(path.read_text())["config"])

@@ -1,0 +1,132 @@
+"""The per-step metrics table, ``results/llm/<run>/metrics.csv``.
+
+One row per update ``step`` t = 0 .. T-1 (the update theta_t -> theta_{t+1}), plus a final
+row ``step = T`` that holds only the evaluation of the final policy. ``eval/`` columns
+evaluate theta_t (the policy *before* row t's update) and are empty except every
+``eval_every`` steps. Columns are fixed (:data:`COLUMNS`); a value that does not apply to
+the run's estimator is empty (NaN). Floats are written with ``repr`` so a resumed run can be
+compared to an uninterrupted one byte for byte (``perf/`` columns are wall-clock times).
+
+On resume the file is cut back to the rows before the checkpoint's step and continued, so
+no row is lost or duplicated.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from pathlib import Path
+
+COLUMNS = [
+    "step",
+    # train/: the update of this row
+    "train/reward_mean",  # mean r over the B*G completions (sampled accuracy of the behaviour policy)
+    "train/loss",  # surrogate value
+    "train/grad_norm",  # ||grad|| before any clipping
+    "train/update_skipped",  # 1 if the gradient was non-finite and the update was not applied
+    "train/adv_zero_frac",  # fraction of groups whose rewards are all equal (no signal)
+    "train/completion_len_mean",  # completion tokens per sample, EOS included
+    "train/finished_frac",  # fraction of completions that emitted EOS
+    "train/weight_mean",  # mean weight c_i (trajectory schemes)
+    "train/weight_min",
+    "train/weight_max",
+    # stale/: importance-ratio diagnostics on the RAW trajectory ratios w (estimators.diagnostics)
+    "stale/ess",  # mean over groups of ESS/G = (sum w)^2 / (G sum w^2)
+    "stale/ess_min",
+    "stale/mass_mean",  # group mass mean_i w_i, mean over groups
+    "stale/mass_max",
+    "stale/mass_cap_frac",  # fraction of groups with mass > 1+eps (GMC capping active)
+    "stale/gmc_lambda_mean",  # mean GMC scale lambda
+    "stale/clip_frac",  # fraction of trajectories with w > 1+eps (TIC clipped / masked)
+    "stale/token_clip_frac",  # token_clip: fraction of tokens clipped
+    "stale/seq_clip_frac",  # gspo: fraction of sequences clipped
+    "stale/log_ratio_mean",  # mean of log w = sum_t (log pi_theta - log mu) over the completion
+    "stale/log_ratio_abs_mean",
+    "stale/log_ratio_max",
+    "stale/log_ratio_min",
+    "stale/staleness_mean",  # t - version of the behaviour policy, in policy versions
+    "stale/staleness_max",
+    # eval/: theta_t before this row's update (every eval_every steps)
+    "eval/heldout_acc",  # greedy accuracy on the held-out split
+    "eval/heldout_pc",  # mean exact probability of sampling the correct answer (teacher forcing)
+    "eval/train_acc",  # the same on the training pool (first eval_train_size problems)
+    "eval/train_pc",
+    # perf/: wall clock (excluded from resume comparisons)
+    "perf/step_s",  # rollout + update (evaluation and checkpoints excluded)
+    "perf/rollout_s",
+    "perf/update_s",
+    "perf/eval_s",
+    "perf/tokens_per_s",  # completion tokens per second of step time
+    "perf/samples_per_s",
+]
+
+DIAGNOSTIC_COLUMNS = {  # estimators.diagnostics key -> column
+    "ess_frac_mean": "stale/ess", "ess_frac_min": "stale/ess_min", "mass_mean": "stale/mass_mean",
+    "mass_max": "stale/mass_max", "frac_groups_capped": "stale/mass_cap_frac",
+    "gmc_lambda_mean": "stale/gmc_lambda_mean", "frac_clipped": "stale/clip_frac",
+    "log_ratio_mean": "stale/log_ratio_mean", "log_ratio_abs_mean": "stale/log_ratio_abs_mean",
+    "log_ratio_max": "stale/log_ratio_max", "log_ratio_min": "stale/log_ratio_min",
+}
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return str(int(v))
+    if isinstance(v, int):
+        return str(v)
+    v = float(v)
+    return "" if math.isnan(v) else repr(v)
+
+
+class MetricsWriter:
+    """Append-only CSV with the fixed :data:`COLUMNS`; ``truncate_before(step)`` for resume."""
+
+    def __init__(self, path: str | os.PathLike, columns: list[str] = COLUMNS):
+        self.path = Path(path)
+        self.columns = list(columns)
+        if not self.path.exists():
+            self.path.write_text(",".join(self.columns) + "\n")
+        header = self.path.open().readline().rstrip("\n").split(",")
+        if header != self.columns:
+            raise ValueError(f"{self.path} has columns {header}, expected {self.columns}")
+        self._fh = None
+
+    def truncate_before(self, step: int) -> int:
+        """Keep only rows with ``step < step``; returns how many rows were kept."""
+        lines = self.path.read_text().splitlines(keepends=True)
+        kept = [ln for ln in lines[1:] if ln.strip() and int(ln.split(",", 1)[0]) < step]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(lines[0] + "".join(kept))
+        os.replace(tmp, self.path)
+        return len(kept)
+
+    def write(self, row: dict) -> None:
+        unknown = set(row) - set(self.columns)
+        if unknown:
+            raise ValueError(f"unknown metric columns {sorted(unknown)}")
+        if self._fh is None:
+            self._fh = self.path.open("a", newline="")
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow([_fmt(row.get(c)) for c in self.columns])
+        self._fh.write(buf.getvalue())
+        self._fh.flush()
+
+    def sync(self) -> None:
+        if self._fh is not None:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def read_metrics(run_dir: str | os.PathLike):
+    """``pandas.DataFrame`` of a run's metrics (one row per step; the final row is eval only)."""
+    import pandas as pd
+
+    return pd.read_csv(Path(run_dir) / "metrics.csv")

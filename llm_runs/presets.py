@@ -1,0 +1,185 @@
+"""Model presets: how the initial policy pi_theta_0 and its tokenizer come to exist.
+
+Every model the trainer uses is loaded through :func:`load_pretrained` (``from_pretrained``
+with ``local_files_only=True``): a preset either builds a fresh model and saves it (the
+warm start does), or points at a local checkpoint. A missing path is a ``ValueError`` before
+any work and never a hub download.
+
+* ``tiny-cpu``: ``Qwen3ForCausalLM`` built from a ``Qwen3Config`` (hidden 128, 4 layers,
+  4 heads of 32, 2 KV heads, intermediate 512, tied embeddings: 986k parameters with the
+  16-token arithmetic vocabulary) and an in-process character tokenizer of the task's
+  alphabet. ``model_kwargs`` overrides any ``Qwen3Config`` field.
+
+Issue 6 registers ``qwen3-0.6b`` with ``needs_model_path=True`` and ``build=None``:
+:func:`initial_policy` then loads ``model_path`` itself.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .registry import Registry
+
+PAD, EOS = "<pad>", "<eos>"
+
+TINY_CPU_SHAPE = {"hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4,
+                  "num_key_value_heads": 2, "head_dim": 32, "tie_word_embeddings": True, "max_position_embeddings": 128}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A registered model preset.
+
+    ``build(config, task) -> (model, tokenizer)`` creates the initial policy in process (None:
+    the policy is loaded from ``config.model_path``). ``defaults`` are config values the
+    preset recommends (applied by :func:`llm_runs.config.resolve_config` below explicit ones).
+    """
+
+    name: str
+    build: Callable | None
+    needs_model_path: bool = False
+    defaults: dict = field(default_factory=dict)
+    doc: str = ""
+    model_kwargs_keys: Callable | None = None  # () -> the architecture keys model_kwargs may set
+
+
+    def check(self, config) -> None:
+        """Refuse a configuration this preset cannot run (no file is read or written)."""
+        if self.needs_model_path and not config.model_path:
+            raise ValueError(f"preset {self.name!r} needs --model-path (a local folder with weights and tokenizer)")
+        if config.model_path:
+            check_local_path(config.model_path)
+        if config.model_kwargs and (self.build is None or config.model_path):
+            raise ValueError(f"preset {self.name!r} loads a checkpoint: model_kwargs {config.model_kwargs} cannot apply")
+        if config.model_kwargs and self.model_kwargs_keys is not None:
+            unknown = sorted(set(config.model_kwargs) - set(self.model_kwargs_keys()))
+            if unknown:
+                raise ValueError(f"unknown model_kwargs {unknown} for preset {self.name!r}")
+
+
+PRESETS = Registry("preset")
+
+
+def register_preset(preset: Preset) -> Preset:
+    return PRESETS.register(preset.name, preset)
+
+
+get_preset = PRESETS.lookup
+
+
+# --------------------------------------------------------------------------- loading
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return _DTYPES[name]
+
+
+def check_local_path(path: str | os.PathLike) -> Path:
+    """A local folder holding a checkpoint; anything else (a hub id, a typo) is refused."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise ValueError(
+            f"model path {str(path)!r} does not exist or is not a folder (models are only loaded from local folders, "
+            f"never downloaded)")
+    if not (p / "config.json").is_file():
+        raise ValueError(f"model path {str(path)!r} has no config.json: not a saved checkpoint")
+    return p
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-file "Loading weights" bars would drown the training bar
+
+
+def load_pretrained(path: str | os.PathLike, dtype: str = "float32", device: str = "cpu"):
+    """``(model, tokenizer)`` from a local folder, the way a real checkpoint is loaded."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _quiet_transformers()
+    p = check_local_path(path)
+    tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=torch_dtype(dtype)).to(device)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
+def save_pretrained(model, tokenizer, path: str | os.PathLike) -> None:
+    _quiet_transformers()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def initial_policy(config, task):
+    """The policy before any training (warm start included): built, or loaded from model_path."""
+    preset = get_preset(config.preset)
+    if config.model_path:
+        return load_pretrained(config.model_path, config.dtype, config.device)
+    if preset.build is None:
+        raise ValueError(f"preset {preset.name!r} needs --model-path")
+    return preset.build(config, task)
+
+
+# --------------------------------------------------------------------------- tiny-cpu
+
+
+def char_tokenizer(alphabet: str):
+    """A character-level ``PreTrainedTokenizerFast`` (ids: pad 0, eos 1, then ``alphabet``)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    if not alphabet or len(set(alphabet)) != len(alphabet):
+        raise ValueError(f"alphabet must be non-empty with distinct characters, got {alphabet!r}")
+    vocab = {PAD: 0, EOS: 1}
+    for ch in alphabet:
+        vocab[ch] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, padding_side="left")
+
+
+def _build_tiny_cpu(config, task):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    if task.alphabet is None:
+        raise ValueError(f"preset 'tiny-cpu' needs a task with a character alphabet; task {task.name!r} has none")
+    tokenizer = char_tokenizer(task.alphabet)
+    shape = {**TINY_CPU_SHAPE, **config.model_kwargs}
+    if "num_attention_heads" in config.model_kwargs and "head_dim" not in config.model_kwargs:
+        shape["head_dim"] = shape["hidden_size"] // shape["num_attention_heads"]
+    try:
+        model_config = Qwen3Config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                   eos_token_id=tokenizer.eos_token_id, bos_token_id=None, **shape)
+    except TypeError as exc:
+        raise ValueError(f"model_kwargs {config.model_kwargs}: {exc}") from None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.warm_start_seed)
+        model = Qwen3ForCausalLM(model_config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model.to(device=config.device, dtype=torch_dtype(config.dtype)), tokenizer
+
+
+def _qwen3_config_keys() -> set[str]:
+    import inspect
+
+    from transformers import Qwen3Config
+
+    return set(inspect.signature(Qwen3Config.__init__).parameters) - {"self", "vocab_size", "pad_token_id",
+                                                                     "eos_token_id", "bos_token_id"}
+
+
+register_preset(Preset(
+    "tiny-cpu", _build_tiny_cpu,
+    doc="Qwen3 architecture, ~1M parameters, character tokenizer of the task alphabet; CPU, float32",
+    model_kwargs_keys=_qwen3_config_keys,
+))

@@ -1,0 +1,308 @@
+"""Rollouts: seeded sampling through ``generate`` (KV cache), behaviour log-probs recorded
+at sampling time, and teacher-forced re-scoring.
+
+Sampling is done by :class:`SeededSampler`, a logits processor handed to
+``model.generate(do_sample=False)``: at each position it draws the next token of every row
+by inverse-CDF from the behaviour distribution mu = softmax(logits / tau) (optionally top-k
+/ top-p truncated), records log mu(token), and returns scores whose argmax is that token.
+The uniforms come from a counter-based hash of a per-sample key derived from (seed, step,
+prompt slot, sample index) and the position, so a sample does not depend on batch size,
+batch order, the global RNG or on where a run was resumed.
+
+Rows are laid out in groups: rows ``g*G .. g*G+G-1`` are the G completions of prompt g.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from .tasks import Problem
+
+# --------------------------------------------------------------------------- counter-based RNG
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser on uint64 arrays (wrapping arithmetic is intended)."""
+    x = np.atleast_1d(np.asarray(x, dtype=np.uint64))
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def derive_key(*parts) -> np.ndarray:
+    """Hash integer parts (scalars or broadcastable arrays) into uint64 keys."""
+    key = np.atleast_1d(np.uint64(0x5EED))
+    with np.errstate(over="ignore"):
+        for p in parts:
+            key = _mix64(key + _GOLDEN + np.atleast_1d(np.asarray(p).astype(np.int64)).astype(np.uint64))
+    return key
+
+
+def sample_keys(seed: int, step: int, num_prompts: int, group_size: int) -> np.ndarray:
+    """Per-sample keys from (seed, step, prompt slot, sample index), shape (num_prompts * G,)."""
+    slot = np.repeat(np.arange(num_prompts), group_size)
+    sample = np.tile(np.arange(group_size), num_prompts)
+    return derive_key(seed, step, slot, sample)
+
+
+def key_uniforms(keys: np.ndarray, length: int) -> np.ndarray:
+    """Uniforms in (0, 1], shape (len(keys), length): position p of sample n uses hash(key_n, p)."""
+    pos = np.arange(1, length + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        bits = _mix64(np.asarray(keys, dtype=np.uint64)[:, None] + pos[None, :] * _GOLDEN)
+    return ((bits >> np.uint64(11)).astype(np.float64) + 1.0) * 2.0**-53
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def truncate_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Set to -inf every token outside the top-k / top-p set (0 and 1 disable them)."""
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        probs = torch.softmax(sorted_logits, -1)
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p  # keep the smallest prefix reaching top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+class SeededSampler:
+    """Logits processor that samples with per-sample uniforms and records log mu(token).
+
+    ``uniforms``: (N, max_new_tokens) from :func:`key_uniforms`. After ``generate`` the
+    sampled tokens and their behaviour log-probs are in ``tokens`` / ``logps`` (N, steps).
+    """
+
+    def __init__(self, prompt_len: int, uniforms: np.ndarray, temperature: float = 1.0, top_k: int = 0,
+                 top_p: float = 1.0):
+        self.prompt_len = prompt_len
+        self.uniforms = torch.as_tensor(uniforms, dtype=torch.float64)
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self._tokens: list[torch.Tensor] = []
+        self._logps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        pos = input_ids.shape[1] - self.prompt_len
+        logits = scores.float()
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
+        logits = truncate_logits(logits, self.top_k, self.top_p)
+        logp = torch.log_softmax(logits, -1)
+        cdf = logp.double().exp().cumsum(-1)
+        u = self.uniforms[:, pos].to(cdf.device) * cdf[:, -1]
+        token = (cdf < u[:, None]).sum(-1).clamp_(max=logits.shape[-1] - 1)
+        self._tokens.append(token)
+        self._logps.append(logp.gather(-1, token[:, None]).squeeze(-1))
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter_(-1, token[:, None], 0.0)
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        return torch.stack(self._tokens, 1)
+
+    @property
+    def logps(self) -> torch.Tensor:
+        return torch.stack(self._logps, 1)
+
+
+@dataclass
+class RolloutBatch:
+    """B groups of G completions (rows g*G .. g*G+G-1 share prompt g). N = B*G rows."""
+
+    prompt_ids: torch.Tensor  # (N, P) long, left padded
+    prompt_mask: torch.Tensor  # (N, P) long
+    completion_ids: torch.Tensor  # (N, T) long, pad after EOS
+    completion_mask: torch.Tensor  # (N, T) float: 1 on completion tokens up to and including EOS
+    behaviour_logp: torch.Tensor  # (N, T) float32: log mu(o^t | q, o^<t) recorded at sampling time; 0 off-mask
+    rewards: torch.Tensor  # (N,) float32 r(q, o)
+    versions: torch.Tensor  # (N,) long: policy version of the behaviour policy that sampled the row
+    problem_index: torch.Tensor  # (N,) long: index of the prompt in the task's training pool
+    finished: torch.Tensor  # (N,) bool: EOS emitted within max_new_tokens
+    group_size: int
+
+    @property
+    def num_groups(self) -> int:
+        return self.prompt_ids.shape[0] // self.group_size
+
+    def to(self, device) -> RolloutBatch:
+        return RolloutBatch(**{f.name: (getattr(self, f.name).to(device) if isinstance(getattr(self, f.name), torch.Tensor)
+                                        else getattr(self, f.name)) for f in fields(self)})
+
+    def groups(self, start: int, stop: int) -> RolloutBatch:
+        """Groups start..stop-1 as a batch (a micro-batch never splits a group)."""
+        a, b = start * self.group_size, stop * self.group_size
+        return RolloutBatch(**{f.name: (getattr(self, f.name)[a:b] if isinstance(getattr(self, f.name), torch.Tensor)
+                                        else getattr(self, f.name)) for f in fields(self)})
+
+
+def eos_ids(model, tokenizer) -> list[int]:
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(model.generation_config, "eos_token_id", None)
+    if gen_eos is not None:
+        ids.update(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos])
+    return sorted(i for i in ids if i is not None)
+
+
+def encode_prompts(tokenizer, prompts: list[str], device) -> tuple[torch.Tensor, torch.Tensor]:
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+
+def completion_mask_of(completion_ids: torch.Tensor, eos: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mask up to and including the first EOS, finished flag) for each row."""
+    is_eos = torch.isin(completion_ids, torch.tensor(eos, device=completion_ids.device))
+    before = is_eos.long().cumsum(-1) - is_eos.long()  # number of EOS strictly before each position
+    finished = is_eos.any(-1)
+    return (before == 0).float(), finished
+
+
+def decode_completions(tokenizer, completion_ids: torch.Tensor, mask: torch.Tensor, finished: torch.Tensor) -> list[str]:
+    """Text before the first EOS (special tokens kept: a sampled pad is not silently dropped)."""
+    lengths = mask.sum(-1).long() - finished.long()
+    rows = [ids[:n].tolist() for ids, n in zip(completion_ids.cpu(), lengths.cpu())]
+    return tokenizer.batch_decode(rows, skip_special_tokens=False)
+
+
+@torch.no_grad()
+def sample_groups(model, tokenizer, task, problems: list[Problem], problem_index: list[int], group_size: int,
+                  keys: np.ndarray, version: int, max_new_tokens: int, temperature: float = 1.0, top_k: int = 0,
+                  top_p: float = 1.0) -> RolloutBatch:
+    """G completions for each problem from ``model`` (the behaviour policy of ``version``)."""
+    device = next(model.parameters()).device
+    prompts = [p.prompt for p in problems for _ in range(group_size)]
+    ids, attn = encode_prompts(tokenizer, prompts, device)
+    if keys.shape != (len(prompts),):
+        raise ValueError(f"need one key per completion ({len(prompts)}), got shape {keys.shape}")
+    sampler = SeededSampler(ids.shape[1], key_uniforms(keys, max_new_tokens), temperature, top_k, top_p)
+    out = _generate(model, tokenizer, ids, attn, max_new_tokens, [sampler])
+    completion = out[:, ids.shape[1]:]
+    mask, finished = completion_mask_of(completion, eos_ids(model, tokenizer))
+    tokens = sampler.tokens
+    if not torch.equal(tokens * mask.long(), completion * mask.long()):
+        raise RuntimeError("generate did not emit the tokens SeededSampler drew (a logits processor was added?)")
+    completion = torch.where(mask > 0, completion, torch.full_like(completion, tokenizer.pad_token_id))
+    logp = torch.where(mask > 0, sampler.logps, torch.zeros_like(sampler.logps))
+    texts = decode_completions(tokenizer, completion, mask, finished)
+    rewards = [task.reward(problems[n // group_size], text, bool(f)) for n, (text, f) in enumerate(zip(texts, finished))]
+    n = len(prompts)
+    return RolloutBatch(ids, attn, completion, mask, logp.float(), torch.tensor(rewards, dtype=torch.float32, device=device),
+                        torch.full((n,), version, dtype=torch.long, device=device),
+                        torch.tensor(problem_index, device=device).repeat_interleave(group_size), finished, group_size)
+
+
+def _generate(model, tokenizer, ids, attn, max_new_tokens, processors=None):
+    from transformers import GenerationConfig, LogitsProcessorList
+
+    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, use_cache=True,
+                              pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids(model, tokenizer))
+    was_training = model.training
+    model.eval()
+    try:
+        return model.generate(input_ids=ids, attention_mask=attn, generation_config=config,
+                              logits_processor=LogitsProcessorList(processors or []))
+    finally:
+        model.train(was_training)
+
+
+def warn_truncation(top_k: int, top_p: float) -> None:
+    if top_k or top_p < 1.0:
+        warnings.warn(
+            f"top_k={top_k}, top_p={top_p}: the behaviour policy is truncated, so tokens outside its support are "
+            "never sampled and the importance ratio pi_theta/mu is biased (TRL #6789); the recorded behaviour "
+            "log-probs are those of the truncated distribution", stacklevel=2)
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature: float = 1.0,
+                        group_size: int = 1) -> torch.Tensor:
+    """log pi_theta(o^t | q, o^<t) for every completion position, (N, T), by teacher forcing
+    (positions as ``generate`` assigns them under left padding). Differentiable.
+
+    With ``group_size`` G > 1 the rows come in groups of G sharing one prompt: the prompt is run
+    once per group and its KV cache repeated G times (gradients flow back through it), the same
+    numbers for about half the work of running every row's prompt.
+    """
+    T = completion_ids.shape[1]
+    if group_size > 1:
+        return _grouped_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature, group_size)
+    ids = torch.cat([prompt_ids, completion_ids], 1)
+    attn = torch.cat([prompt_mask, torch.ones_like(completion_ids)], 1)
+    pos = (attn.cumsum(-1) - 1).clamp_(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=T + 1).logits[:, :-1]
+    return _token_logprobs(logits, completion_ids, temperature)
+
+
+def _token_logprobs(logits, tokens, temperature: float) -> torch.Tensor:
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    return logits.gather(-1, tokens[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
+
+
+def _grouped_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature, G):
+    from transformers import DynamicCache
+
+    N, P = prompt_ids.shape
+    if N % G:
+        raise ValueError(f"{N} rows do not split into groups of G = {G}")
+    q_ids, q_mask = prompt_ids[::G], prompt_mask[::G]
+    if not torch.equal(prompt_ids.view(N // G, G, P), q_ids[:, None].expand(-1, G, -1)):
+        raise ValueError("rows of a group must share their prompt (rows g*G .. g*G+G-1 are prompt g)")
+    q_pos = (q_mask.cumsum(-1) - 1).clamp_(min=0)
+    cache = DynamicCache(config=model.config)
+    first = model(input_ids=q_ids, attention_mask=q_mask, position_ids=q_pos, cache=cache, use_cache=True,
+                  logits_to_keep=1).logits.repeat_interleave(G, 0)  # predicts completion token 0
+    T = completion_ids.shape[1]
+    if T == 1:
+        return _token_logprobs(first, completion_ids, temperature)
+    cache.batch_repeat_interleave(G)
+    attn = torch.cat([prompt_mask, torch.ones_like(completion_ids[:, :-1])], 1)
+    pos = q_pos[:, -1:].repeat_interleave(G, 0) + torch.arange(1, T, device=q_pos.device)
+    rest = model(input_ids=completion_ids[:, :-1], attention_mask=attn, position_ids=pos, cache=cache,
+                 use_cache=True).logits
+    return _token_logprobs(torch.cat([first, rest], 1), completion_ids, temperature)
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer, task, problems: list[Problem], max_new_tokens: int, batch_size: int = 256) -> dict:
+    """Greedy accuracy and ``pc``: the mean exact probability of sampling the correct answer
+    (answer tokens then EOS) at temperature 1, by teacher forcing (no sampling noise)."""
+    if not problems:
+        return {"acc": float("nan"), "pc": float("nan")}
+    device = next(model.parameters()).device
+    eos = eos_ids(model, tokenizer)
+    correct, pcs = [], []
+    was_training = model.training
+    model.eval()
+    try:
+        for a in range(0, len(problems), batch_size):
+            chunk = problems[a:a + batch_size]
+            ids, attn = encode_prompts(tokenizer, [p.prompt for p in chunk], device)
+            out = _generate(model, tokenizer, ids, attn, max_new_tokens)[:, ids.shape[1]:]
+            mask, finished = completion_mask_of(out, eos)
+            texts = decode_completions(tokenizer, out, mask, finished)
+            correct += [task.reward(p, t, bool(f)) for p, t, f in zip(chunk, texts, finished)]
+            answers = [tokenizer(p.answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for p in chunk]
+            width = max(map(len, answers))
+            ans = torch.tensor([a_ + [tokenizer.pad_token_id] * (width - len(a_)) for a_ in answers], device=device)
+            amask = torch.tensor([[1.0] * len(a_) + [0.0] * (width - len(a_)) for a_ in answers], device=device)
+            logp = completion_logprobs(model, ids, attn, ans)
+            pcs += torch.exp((logp * amask).sum(-1)).tolist()
+    finally:
+        model.train(was_training)
+    return {"acc": float(np.mean(correct)), "pc": float(np.mean(pcs))}

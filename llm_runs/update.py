@@ -1,0 +1,99 @@
+"""One policy-gradient update on a :class:`~llm_runs.rollout.RolloutBatch`.
+
+The loss is :func:`estimators.losses.policy_loss` (the only definition of every scheme) and
+the advantages :func:`estimators.advantages`; nothing here re-implements a weighting. With
+``micro_batch_groups`` the batch is processed in chunks of whole groups (a group is never
+split: GMC's lambda is a group statistic), each chunk's loss scaled by its share of the rows,
+so the summed gradient is the full-batch gradient up to rounding.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+import estimators
+from estimators.losses import TOKEN_LEVEL, policy_loss
+
+from .metrics import DIAGNOSTIC_COLUMNS
+from .rollout import RolloutBatch, completion_logprobs
+
+
+def group_advantages(batch: RolloutBatch, kind: str) -> torch.Tensor:
+    """A_i of THEORY §1 per group, shape (num_groups, G)."""
+    return estimators.advantages(batch.rewards.view(batch.num_groups, batch.group_size).double(), kind).float()
+
+
+def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps: float, advantage: str = "loo",
+                  eps_high: float | None = None, temperature: float = 1.0, max_grad_norm: float | None = None,
+                  micro_batch_groups: int = 0) -> dict:
+    """Compute the surrogate, backpropagate, step the optimiser; return ``train/`` and ``stale/`` metrics.
+
+    A non-finite gradient is not applied (``train/update_skipped = 1``) rather than written
+    into the weights.
+    """
+    model.train()
+    G, n_groups = batch.group_size, batch.num_groups
+    adv = group_advantages(batch, advantage)
+    kw = {"eps_high": eps_high} if estimator in TOKEN_LEVEL and eps_high is not None else {}
+    chunk = micro_batch_groups or n_groups
+    optimizer.zero_grad(set_to_none=True)
+    loss_total, seq_lr, weights, extra, extra_w = 0.0, [], [], {}, {}
+    for g0 in range(0, n_groups, chunk):
+        g1 = min(g0 + chunk, n_groups)
+        part = batch.groups(g0, g1)
+        logp = completion_logprobs(model, part.prompt_ids, part.prompt_mask, part.completion_ids, temperature, G)
+        out = policy_loss(estimator, logp, part.behaviour_logp, part.completion_mask, adv[g0:g1], G, eps, **kw)
+        share = (g1 - g0) / n_groups
+        (out.loss * share).backward()
+        loss_total += float(out.loss.detach()) * share
+        seq_lr.append(out.seq_log_ratio)
+        if out.weights is not None:
+            weights.append(out.weights)
+        for key in ("token_clip_frac", "seq_clip_frac"):
+            if key in out.metrics:
+                w = float(part.completion_mask.sum()) if key == "token_clip_frac" else (g1 - g0)
+                extra[key] = extra.get(key, 0.0) + out.metrics[key] * w
+                extra_w[key] = extra_w.get(key, 0.0) + w
+    params = [p for p in model.parameters() if p.grad is not None]
+    grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in params]))
+    skipped = not math.isfinite(grad_norm)
+    if skipped:
+        optimizer.zero_grad(set_to_none=True)
+    else:
+        if max_grad_norm is not None:
+            torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, torch.tensor(grad_norm))
+        optimizer.step()
+    lr_all = torch.cat(seq_lr)
+    diag = estimators.diagnostics(lr_all, eps)
+    rewards = batch.rewards.view(n_groups, G)
+    row = {DIAGNOSTIC_COLUMNS[k]: v for k, v in diag.items() if k in DIAGNOSTIC_COLUMNS}
+    row.update({
+        "train/reward_mean": float(batch.rewards.mean()),
+        "train/loss": loss_total,
+        "train/grad_norm": grad_norm,
+        "train/update_skipped": int(skipped),
+        "train/adv_zero_frac": float((rewards.max(-1).values == rewards.min(-1).values).float().mean()),
+        "train/completion_len_mean": float(batch.completion_mask.sum(-1).mean()),
+        "train/finished_frac": float(batch.finished.float().mean()),
+    })
+    if weights:
+        c = torch.cat(weights)
+        row.update({"train/weight_mean": float(c.mean()), "train/weight_min": float(c.min()),
+                    "train/weight_max": float(c.max())})
+    for key, total in extra.items():
+        row[f"stale/{key}"] = total / extra_w[key]
+    return row
+
+
+def staleness_metrics(batch: RolloutBatch, step: int) -> dict:
+    s = (step - batch.versions).double()
+    if bool((s < 0).any()):
+        raise ValueError(f"a sample of version {int(batch.versions.max())} is newer than the learner at step {step}")
+    return {"stale/staleness_mean": float(s.mean()), "stale/staleness_max": float(s.max())}
+
+
+def flat_params(model) -> np.ndarray:
+    """All parameters as one float64 vector (tests and diagnostics)."""
+    return torch.cat([p.detach().double().flatten() for p in model.parameters()]).numpy()
