@@ -64,7 +64,7 @@ import numpy as np
 import torch
 
 from .config import TrainConfig, config_fields, resolve_config
-from .delay import ROLLOUT_SOURCES
+from .delay import ROLLOUT_SOURCES, RolloutSourceError
 from .metrics import COLUMNS, MetricsWriter
 from .presets import load_pretrained, save_pretrained
 from .rollout import evaluate, warn_truncation
@@ -243,6 +243,7 @@ class Trainer:
                             max_grad_norm=cfg.max_grad_norm, micro_batch_groups=cfg.micro_batch_groups)
         t2 = time.perf_counter()
         row.update(staleness_metrics(batch, step))
+        row.update(self.source.step_metrics())
         self.last_batch = batch
         row.update({"perf/step_s": t2 - t0, "perf/rollout_s": t1 - t0, "perf/update_s": t2 - t1,
                     "perf/tokens_per_s": float(batch.completion_mask.sum()) / (t2 - t0),
@@ -283,7 +284,10 @@ class Trainer:
             start = self._setup()
             if self.complete:
                 self.log(f"{self.out}: already complete ({cfg.steps} updates)")
-                return RunResult(self.out, "complete", cfg.steps, self._summary())
+                summary = self._summary()
+                if not (self.out / "summary.json").exists():  # killed between final checkpoint and summary
+                    _write_json(self.out / "summary.json", summary)
+                return RunResult(self.out, "complete", cfg.steps, summary)
             bar = tqdm(total=cfg.steps, initial=start, desc=self.out.name, disable=not self.progress,
                        dynamic_ncols=True, file=sys.stderr)
             t_start = time.perf_counter() - self.elapsed
@@ -292,7 +296,13 @@ class Trainer:
                 row = {"step": step}
                 if self._eval_due(step):
                     row.update(self.evaluate())
-                row.update(self.train_step(step))
+                try:
+                    row.update(self.train_step(step))
+                except RolloutSourceError as exc:  # rows 0..step-1 are written; --resume redoes update `step`
+                    ckpt = self.save_checkpoint(step)
+                    bar.close()
+                    raise RolloutSourceError(f"{exc}\ncheckpoint saved at update {step} ({ckpt}); continue with "
+                                             f"--resume") from exc
                 self.writer.write(row)
                 self.elapsed = time.perf_counter() - t_start
                 post = {"r": f"{row['train/reward_mean']:.3f}", "stale": int(row["stale/staleness_max"])}
@@ -432,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except RolloutSourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     if result.status == "interrupted":
         return 128 + int(signal.Signals[result.summary["signal"]])
     s = result.summary

@@ -8,10 +8,15 @@ from . import theory
 from .core import PER_SAMPLE_SCHEMES
 
 
-def _norm_se(b: np.ndarray, se: np.ndarray) -> float:
+def _proj_se(u: np.ndarray, cov: np.ndarray) -> float:
+    """Standard error of <u, b_hat> from the covariance of b_hat (components are correlated)."""
+    return float(np.sqrt(max(u @ cov @ u, 0.0)))
+
+
+def _norm_se(b: np.ndarray, cov: np.ndarray) -> float:
     """Delta-method standard error of ||b_hat|| (valid away from b = 0)."""
     n = np.linalg.norm(b)
-    return float(np.sqrt(((b / n) ** 2 * se**2).sum())) if n > 0 else float(np.sqrt((se**2).sum()))
+    return _proj_se(b / n, cov) if n > 0 else float(np.sqrt(max(np.trace(cov), 0.0)))
 
 
 def moment_rows(env, theta, theta_b, G, eps, schemes, seeds, n_groups, seed_of) -> pd.DataFrame:
@@ -46,15 +51,15 @@ def moment_rows(env, theta, theta_b, G, eps, schemes, seeds, n_groups, seed_of) 
         for seed in seeds:
             env.rng = np.random.default_rng(seed_of(seed))
             m = env.mc_moments(theta, theta_b, G, eps, scheme, n_groups)
-            b, se = m["bias"].ravel(), m["mean_grad_se"].ravel()
+            b, cov = m["bias"].ravel(), m["mean_grad_cov"]
             rows.append({
                 **base,
                 "seed": seed,
                 "n_groups": n_groups,
                 "bias_norm_mc": m["bias_norm"],
-                "bias_norm_mc_se": _norm_se(b, se),
+                "bias_norm_mc_se": _norm_se(b, cov),
                 "bias_proj_mc": float(b @ u) if u is not None else float("nan"),
-                "bias_proj_mc_se": float(np.sqrt((u**2 * se**2).sum())) if u is not None else float("nan"),
+                "bias_proj_mc_se": _proj_se(u, cov) if u is not None else float("nan"),
                 "mass_bias_mc": m["mass_bias"],
                 "mass_bias_mc_se": m["mass_bias_se"],
                 "second_moment_mc": m["second_moment"],

@@ -351,7 +351,9 @@ def mc_stats(blocks: list[MCGroups], n_total: int):
 
     The full estimate of a group of block q is ``e_q (x) g``; returns ``mean_grad (Q, P)``,
     ``mean_grad_se (Q, P)``, ``second_moment``, ``second_moment_se``, ``max_norm``,
-    ``mass_bias``, ``mass_bias_se``.
+    ``mass_bias``, ``mass_bias_se``, and ``mean_grad_cov`` (Q*P, Q*P), the covariance of the
+    flattened ``mean_grad`` estimate (score components are correlated: a softmax score sums to
+    zero), for standard errors of projections and norms.
     """
     n = n_total
     if n < 2:
@@ -368,12 +370,21 @@ def mc_stats(blocks: list[MCGroups], n_total: int):
         v = (f * (x - mu) ** 2).sum() / (n - 1)
         return mu, math.sqrt(v / n)
 
+    # E[v v^T] of the flattened group estimate v = e_q (x) g is block diagonal
+    P = mean.shape[1]
+    evv = np.zeros((len(blocks) * P, len(blocks) * P))
+    for q, b in enumerate(blocks):
+        evv[q * P:(q + 1) * P, q * P:(q + 1) * P] = (b.freq[:, None] * b.g).T @ b.g / n
+    m = mean.ravel()
+    cov = (evv - np.outer(m, m)) * (n / (n - 1)) / n
+
     sq = [(b.g**2).sum(-1) for b in blocks]
     second, second_se = scalar(sq)
     mass, mass_se = scalar([b.gap for b in blocks])
     return {
         "mean_grad": mean,
         "mean_grad_se": np.sqrt(var / n),
+        "mean_grad_cov": cov,
         "second_moment": second,
         "second_moment_se": second_se,
         "max_norm": float(math.sqrt(max(float(x.max()) for x in sq if len(x)))),
@@ -515,6 +526,7 @@ class OutcomeEnv:
             **common,
             "mean_grad": mean,
             "mean_grad_se": st["mean_grad_se"].reshape(self.theta_shape),
+            "mean_grad_cov": st["mean_grad_cov"],
             "second_moment": st["second_moment"],
             "second_moment_se": st["second_moment_se"],
             "max_norm": st["max_norm"],
