@@ -51,6 +51,8 @@ class TrainConfig:
     heldout_size: int = _f(200, "-", "problems in the held-out evaluation split (never trained on)")
     train_size: int | None = _f(None, "-", "problems in the training pool (None: every remaining problem, up to 100000)")
     task_seed: int = _f(0, "-", "seed of the problem split (shared across RL seeds)")
+    gsm8k_path: str | None = _f(None, "D", "gsm8k: local JSONL file, folder of <split>.jsonl or datasets save_to_disk folder (never downloaded)")
+    gsm8k_prompt: str = _f("Question: {question}\nAnswer:", "q", "gsm8k: prompt template, {question} replaced by the problem text")
 
     # --- warm start (supervised) ---------------------------------------------------------
     warm_start_steps: int = _f(50, "-", "supervised steps before RL (0: none); cached under cache_dir by a hash of its settings")
@@ -72,9 +74,13 @@ class TrainConfig:
     micro_batch_groups: int = _f(0, "-", "groups per forward/backward chunk (0: all); the gradient is the same up to rounding")
 
     # --- rollouts and delay ----------------------------------------------------------------
-    mode: str = _f("controlled", "-", "rollout source (llm_runs.delay.ROLLOUT_SOURCES): controlled = delay from a snapshot ring")
+    mode: str = _f("controlled", "-", "rollout source (llm_runs.delay.ROLLOUT_SOURCES): controlled = delay from a snapshot ring; async = a rollout worker process (llm_runs.async_rollout)")
     delay: int = _f(0, "d", "rollout delay in policy versions: update t uses samples from theta_{t-d_t}")
     delay_mode: str = _f("fixed", "d_t", "fixed: d_t = min(d, t); uniform: d_t ~ U{0..d}, capped at t")
+    max_staleness: int = _f(4, "d", "async: maximum staleness t - version of a sample used by update t; older samples are dropped and counted (stale/dropped)")
+    sync_every: int = _f(1, "-", "async: the rollout worker gets the learner's weights every this many updates k (needs k - 1 <= max_staleness)")
+    queue_size: int = _f(2, "-", "async: finished rollout batches the worker may queue ahead of the learner")
+    worker_timeout_s: float = _f(300.0, "-", "async: stop (checkpoint + error) when the rollout worker delivers nothing for this many seconds")
     temperature: float = _f(1.0, "tau", "sampling temperature (1: sample pi_theta itself; other values also score pi_theta at tau)")
     top_k: int = _f(0, "-", "top-k truncation of the behaviour policy (0: none; biases the ratio, warned)")
     top_p: float = _f(1.0, "-", "top-p truncation of the behaviour policy (1: none; biases the ratio, warned)")
@@ -130,6 +136,20 @@ class TrainConfig:
         need(self.max_grad_norm is None or self.max_grad_norm > 0, f"max_grad_norm must be None or > 0, got {self.max_grad_norm!r}")
         need(self.temperature > 0 and math.isfinite(self.temperature), f"temperature must be > 0, got {self.temperature!r}")
         need(self.top_k >= 0, f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        for name in ("max_staleness", "sync_every", "queue_size"):
+            need(is_int(getattr(self, name)), f"{name} must be an integer, got {getattr(self, name)!r}")
+        need(self.max_staleness >= 0, f"max_staleness d must be >= 0, got {self.max_staleness}")
+        need(self.sync_every >= 1, f"sync_every must be >= 1, got {self.sync_every}")
+        need(self.queue_size >= 1, f"queue_size must be >= 1, got {self.queue_size}")
+        need(isinstance(self.worker_timeout_s, (int, float)) and math.isfinite(self.worker_timeout_s)
+             and self.worker_timeout_s > 0, f"worker_timeout_s must be a finite number > 0, got {self.worker_timeout_s!r}")
+        if self.mode == "async":
+            need(self.delay == 0 and self.delay_mode == "fixed",
+                 f"delay = {self.delay}, delay_mode = {self.delay_mode!r} apply to the controlled mode only; async "
+                 f"staleness is set by timing, bounded by max_staleness (leave delay = 0, delay_mode = 'fixed')")
+            need(self.sync_every - 1 <= self.max_staleness,
+                 f"sync_every = {self.sync_every} needs max_staleness >= sync_every - 1 = {self.sync_every - 1}, got "
+                 f"{self.max_staleness}: between syncs the worker's weights fall up to sync_every - 1 versions behind")
         need(0 < self.top_p <= 1, f"top_p must be in (0, 1] (1 disables it), got {self.top_p}")
         need(self.max_new_tokens is None or (is_int(self.max_new_tokens) and self.max_new_tokens >= 1),
              f"max_new_tokens must be None or an integer >= 1, got {self.max_new_tokens!r}")

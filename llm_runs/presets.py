@@ -10,8 +10,12 @@ any work and never a hub download.
   16-token arithmetic vocabulary) and an in-process character tokenizer of the task's
   alphabet. ``model_kwargs`` overrides any ``Qwen3Config`` field.
 
-Issue 6 registers ``qwen3-0.6b`` with ``needs_model_path=True`` and ``build=None``:
-:func:`initial_policy` then loads ``model_path`` itself.
+* ``qwen3-0.6b``: a local Qwen3 checkpoint (``--model-path``, e.g. a copy of
+  ``Qwen/Qwen3-0.6B``) loaded with ``from_pretrained(local_files_only=True)`` in bfloat16 on a
+  GPU; no build and no warm start (``build=None``, :func:`initial_policy` loads ``model_path``),
+  GSM8K by default. A missing folder, a folder without ``config.json``, a checkpoint that is
+  not a Qwen3 causal LM or a CUDA device on a machine without one is a ``ValueError`` before
+  any work.
 """
 from __future__ import annotations
 
@@ -182,4 +186,38 @@ register_preset(Preset(
     "tiny-cpu", _build_tiny_cpu,
     doc="Qwen3 architecture, ~1M parameters, character tokenizer of the task alphabet; CPU, float32",
     model_kwargs_keys=_qwen3_config_keys,
+))
+
+
+# --------------------------------------------------------------------------- qwen3-0.6b
+
+QWEN3_CHAT_PROMPT = ("<|im_start|>user\n{question}\nPlease reason step by step, and put your final answer within "
+                     "\\boxed{}.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+"""Qwen3's chat template for one user turn in non-thinking mode (an empty think block)."""
+
+
+@dataclass(frozen=True)
+class CheckpointPreset(Preset):
+    """A preset whose policy is a local checkpoint of one architecture (``model_type``)."""
+
+    model_type: str = ""
+
+    def check(self, config) -> None:
+        import json
+
+        super().check(config)
+        found = json.loads((check_local_path(config.model_path) / "config.json").read_text()).get("model_type")
+        if self.model_type and found != self.model_type:
+            raise ValueError(f"preset {self.name!r} loads a {self.model_type!r} checkpoint; {config.model_path} holds "
+                             f"model_type {found!r}")
+        if config.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"preset {self.name!r} runs on a GPU (device {config.device!r}) and torch sees no CUDA "
+                             f"device; pass --device cpu to run it on the CPU (slowly)")
+
+
+register_preset(CheckpointPreset(
+    "qwen3-0.6b", None, needs_model_path=True, model_type="qwen3",
+    defaults={"dtype": "bfloat16", "device": "cuda", "task": "gsm8k", "gsm8k_prompt": QWEN3_CHAT_PROMPT,
+              "warm_start_steps": 0, "lr": 1e-6, "group_size": 8, "prompts_per_step": 16, "eval_batch_size": 64},
+    doc="Qwen3-0.6B (596M parameters) from a local folder: from_pretrained(local_files_only), bfloat16, one GPU",
 ))

@@ -2,7 +2,7 @@
 
 A task is a training pool and a held-out split of :class:`Problem` (prompt text, answer
 text) plus a reward on the decoded completion. Tasks are registered by name
-(:func:`register_task`); issue 6 adds GSM8K beside ``arithmetic``.
+(:func:`register_task`): ``arithmetic`` and ``gsm8k``.
 
 >>> t = ArithmeticTask(digits=1, terms=2, heldout_size=20, seed=0)
 >>> len(t.train), len(t.heldout), t.reward(t.train[0], t.train[0].answer, finished=True)
@@ -10,7 +10,9 @@ text) plus a reward on the decoded completion. Tasks are registered by name
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -116,3 +118,83 @@ def build_task(config) -> Task:
 @register_task("arithmetic")
 def _arithmetic(config) -> ArithmeticTask:
     return ArithmeticTask(config.digits, config.terms, config.heldout_size, config.train_size, config.task_seed)
+
+
+# --------------------------------------------------------------------------- GSM8K
+
+
+class GSM8KTask:
+    """Grade-school math word problems (GSM8K format) with a math-verify reward.
+
+    The training pool is the ``train`` split of ``path`` (:func:`llm_runs.data.gsm8k.load`).
+    The held-out split is ``heldout_size`` problems of the ``test`` split when ``path`` is a
+    folder that has one (``test.jsonl`` or a saved ``DatasetDict`` with a ``test`` split),
+    otherwise ``heldout_size`` problems taken out of the pool before training; either way a
+    permutation seeded by ``seed`` picks them. ``prompt`` is a template in which
+    ``{question}`` is replaced by the problem text. A problem's ``answer`` is the gold final
+    number, so the evaluation's ``pc`` is the probability of the bare answer then EOS (a lower
+    bound on P(correct), not a useful score for a model that reasons first).
+    """
+
+    name = "gsm8k"
+    alphabet = None
+    max_answer_tokens = 255  # completion budget in tokens (EOS excluded): worked solutions, not bare numbers
+
+    def __init__(self, path, prompt: str = "Question: {question}\nAnswer:", heldout_size: int = 200,
+                 train_size: int | None = None, seed: int = 0):
+        from .data import gsm8k
+
+        if "{question}" not in prompt:
+            raise ValueError(f"gsm8k prompt template must contain '{{question}}', got {prompt!r}")
+        if heldout_size < 1:
+            raise ValueError(f"heldout_size must be >= 1, got {heldout_size}")
+        if train_size is not None and train_size < 1:
+            raise ValueError(f"train_size must be None or >= 1, got {train_size}")
+        self.path, self.prompt = str(path), prompt
+        pool = gsm8k.load(path, "train")
+        rng = np.random.default_rng([seed, 0x65A8])
+        if Path(path).is_dir() and _has_split(Path(path), "test"):
+            test = gsm8k.load(path, "test")
+            if heldout_size > len(test):
+                raise ValueError(f"heldout_size ({heldout_size}) exceeds the {len(test)} problems of {path}'s test split")
+            heldout = [test[i] for i in rng.permutation(len(test))[:heldout_size]]
+        else:
+            if heldout_size >= len(pool):
+                raise ValueError(f"heldout_size ({heldout_size}) leaves no training problem among the {len(pool)} of "
+                                 f"{path} (it has no test split)")
+            order = rng.permutation(len(pool))
+            heldout, pool = [pool[i] for i in order[:heldout_size]], [pool[i] for i in order[heldout_size:]]
+        if train_size is not None:
+            if train_size > len(pool):
+                raise ValueError(f"train_size ({train_size}) exceeds the {len(pool)} training problems of {path}")
+            pool = [pool[i] for i in rng.permutation(len(pool))[:train_size]]
+        self.train = [self._problem(p) for p in pool]
+        self.heldout = [self._problem(p) for p in heldout]
+
+    def _problem(self, p) -> Problem:
+        return Problem(self.prompt.replace("{question}", p.question), p.final)
+
+    def reward(self, problem: Problem, completion: str, finished: bool) -> float:
+        """1 if the completion ended (EOS) and its answer equals the gold number (math-verify);
+        a completion cut off at the token budget scores 0 whatever its last number."""
+        from .data.gsm8k import check_answer
+
+        return float(finished and check_answer(completion, problem.answer))
+
+
+def _has_split(folder: Path, split: str) -> bool:
+    if (folder / f"{split}.jsonl").is_file():
+        return True
+    dd = folder / "dataset_dict.json"  # written by datasets.DatasetDict.save_to_disk
+    return dd.is_file() and split in json.loads(dd.read_text()).get("splits", [])
+
+
+@register_task("gsm8k")
+def _gsm8k(config) -> GSM8KTask:
+    if not config.gsm8k_path:
+        raise ValueError("task 'gsm8k' needs --gsm8k-path: a local GSM8K JSONL file, a folder of <split>.jsonl files "
+                         "or a datasets save_to_disk folder (nothing is downloaded)")
+    if config.warm_start_steps:
+        raise ValueError(f"task 'gsm8k' has no supervised warm start (warm_start_steps = {config.warm_start_steps}): "
+                         "set --warm-start-steps 0 and start from a checkpoint (--preset qwen3-0.6b --model-path DIR)")
+    return GSM8KTask(config.gsm8k_path, config.gsm8k_prompt, config.heldout_size, config.train_size, config.task_seed)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,13 +52,16 @@ def check_answer(completion: str, gold: str) -> bool:
         from math_verify import parse, verify
     except ImportError as exc:  # pragma: no cover - math-verify is in the [gsm8k] extra
         raise ImportError("GSM8K checking needs math-verify: pip install 'gmc-grpo-toolkit[gsm8k]'") from exc
+    # math-verify's timeouts use signal.alarm, which only the main thread may call: elsewhere
+    # (a rollout thread) parse and verify run without a timeout rather than raise.
+    limit = 5 if threading.current_thread() is threading.main_thread() else None
     m = _FINAL_RE.search(completion)
     text = m.group(1).replace(",", "") if m else completion
-    pred = parse(text)
+    pred = parse(text, parsing_timeout=limit)
     if not pred:
         nums = _NUMBER_RE.findall(completion.replace(",", ""))
-        pred = parse(nums[-1]) if nums else []
-    return bool(pred) and bool(verify(parse(gold), pred))
+        pred = parse(nums[-1], parsing_timeout=limit) if nums else []
+    return bool(pred) and bool(verify(parse(gold, parsing_timeout=limit), pred, timeout_seconds=limit))
 
 
 def _rows_to_problems(rows, source: str) -> list[Problem]:

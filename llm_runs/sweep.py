@@ -1,0 +1,407 @@
+"""``make llm-sweep``: every estimator x delay x seed on ``tiny-cpu``, resumable, two runs at a time.
+
+    python -m llm_runs.sweep                  # the full sweep -> results/llm/sweep/
+    python -m llm_runs.sweep --quick          # a < 2 minute taste -> results/llm/sweep_quick/
+    python -m llm_runs.sweep --resume         # continue interrupted runs (finished ones are skipped)
+    python -m llm_runs.sweep --dry-run        # print the plan and what is already done
+
+The settings are data (:data:`SWEEPS`): a base configuration shared by every run, the
+estimators, delays and seeds of the controlled-delay cells, and the estimators run in
+``mode = async`` with ``max_staleness`` = the delay. Async cells run last; while the async
+mode is not registered they are skipped with a message and picked up by the next
+invocation.
+
+Each run is ``python -m llm_runs.train`` in its own subprocess with one torch thread, at most
+``--jobs`` (2) at once, in ``<out>/<estimator>-<mode>-d<delay>-s<seed>/`` (log in
+``<out>/logs/``). The warm start is computed once, before any run starts. A finished run
+(``summary.json``) is skipped; an interrupted one is continued with ``--resume``; a run
+folder whose stored configuration differs from the plan is refused, never overwritten.
+Ctrl-C or SIGTERM stops every running run at its next update with a checkpoint.
+
+Results: ``<out>/sweep.json`` (the settings), ``<out>/summary.csv`` (one row per run:
+estimator, mode, delay, seed, steps, held-out and training-pool accuracy / pc at the start
+and end, max log-ratio, mean staleness, the ``stable`` flag of :mod:`figures.data`, wall time)
+and the run folders the figures read.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# --------------------------------------------------------------------------- settings (data)
+
+BASE = {"preset": "tiny-cpu", "task": "arithmetic", "digits": 1, "terms": 3, "heldout_size": 200,
+        "eval_train_size": 200, "warm_start_steps": 50, "prompts_per_step": 32, "group_size": 8, "lr": 1e-4,
+        "eps": 0.2, "advantage": "loo", "steps": 200, "eval_every": 10, "checkpoint_every": 50,
+        "keep_checkpoints": 1, "threads": 1}
+"""Every run of the full sweep: ``tiny-cpu`` (986k parameters) on sums of three one-digit
+numbers (1000 problems, 200 held out), warm start 50 supervised steps, B = 32 prompts x G = 8,
+Adam lr 1e-4, eps 0.2, leave-one-out advantages."""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep as data: ``base`` settings, the controlled cells estimators x delays x seeds, and
+    ``async_estimators`` x delays x seeds in ``mode = async`` (``max_staleness`` = delay)."""
+
+    name: str
+    out: str
+    base: dict
+    estimators: tuple[str, ...]
+    delays: tuple[int, ...]
+    seeds: tuple[int, ...]
+    async_estimators: tuple[str, ...] = ()
+    doc: str = ""
+
+    def settings(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()
+                if k not in ("out", "doc")}
+
+
+SWEEPS = {
+    "full": Sweep("full", "results/llm/sweep", BASE,
+                  estimators=("token_clip", "tic_mask", "tic_trunc", "gmc", "is", "stale", "gspo"),
+                  delays=(0, 2, 8, 32), seeds=(0, 1, 2), async_estimators=("gmc", "tic_mask"),
+                  doc="7 estimators x 4 delays x 3 seeds controlled (84 runs) + 2 x 4 x 3 async (24 runs)"),
+    "quick": Sweep("quick", "results/llm/sweep_quick", {**BASE, "steps": 30, "eval_every": 10, "checkpoint_every": 0},
+                   estimators=("gmc", "tic_mask"), delays=(0, 8), seeds=(0,), async_estimators=("gmc",),
+                   doc="2 estimators x 2 delays x 1 seed controlled + gmc async at max staleness 0 and 8, "
+                       "30 updates (figures on a fresh clone)"),
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of a sweep."""
+
+    estimator: str
+    mode: str
+    delay: int  # controlled: d; async: max_staleness
+    seed: int
+    overrides: dict = field(compare=False)  # TrainConfig values on top of the sweep's base
+
+    @property
+    def name(self) -> str:
+        return f"{self.estimator}-{self.mode}-d{self.delay}-s{self.seed}"
+
+
+def async_overrides(delay: int) -> dict:
+    """How an async cell of ``delay`` is configured (the async mode bounds staleness itself)."""
+    return {"mode": "async", "max_staleness": delay}
+
+
+def plan(sweep: Sweep) -> list[Cell]:
+    """Every cell, controlled first then async; within each, seed-major so that a partial
+    sweep holds complete seeds."""
+    cells = [Cell(e, "controlled", d, s, {**sweep.base, "estimator": e, "delay": d, "seed": s})
+             for s in sweep.seeds for d in sweep.delays for e in sweep.estimators]
+    cells += [Cell(e, "async", d, s, {**sweep.base, "estimator": e, "seed": s, **async_overrides(d)})
+              for s in sweep.seeds for d in sweep.delays for e in sweep.async_estimators]
+    names = [c.name for c in cells]
+    if len(set(names)) != len(names):
+        raise ValueError(f"sweep {sweep.name!r} plans duplicate runs: {sorted(n for n in names if names.count(n) > 1)}")
+    return cells
+
+
+def async_available() -> bool:
+    """True once ``mode = async`` is registered and the config has ``max_staleness``."""
+    from .config import config_fields
+    from .delay import ROLLOUT_SOURCES
+
+    return "async" in ROLLOUT_SOURCES and "max_staleness" in {f.name for f in config_fields()}
+
+
+# --------------------------------------------------------------------------- state of a run folder
+
+
+def run_state(run: Path, planned: dict) -> str:
+    """``new`` | ``complete`` | ``interrupted``; a folder that is not this planned run is a ValueError."""
+    if not run.exists() or (run.is_dir() and not any(run.iterdir())):
+        return "new"
+    stored_file = run / "config.json"
+    if not stored_file.is_file():
+        raise ValueError(f"{run} exists but holds no run (no config.json): move it away; it is never overwritten")
+    from .config import TrainConfig
+
+    stored = json.loads(stored_file.read_text())["config"]
+    defaults = TrainConfig().to_dict()  # a field added after the run was made counts at its default
+    diff = sorted(k for k in set(stored) | set(planned) if stored.get(k, defaults.get(k)) != planned.get(k))
+    if diff:
+        changes = ", ".join(f"{k}: {stored.get(k)!r} vs planned {planned.get(k)!r}" for k in diff)
+        raise ValueError(f"{run} was run with other settings ({changes}): use another --out or move it away")
+    return "complete" if (run / "summary.json").is_file() else "interrupted"
+
+
+def cli_flags(overrides: dict) -> list[str]:
+    """``python -m llm_runs.train`` flags for config values."""
+    flags = []
+    for k, v in overrides.items():
+        text = "None" if v is None else json.dumps(v) if isinstance(v, dict) else repr(v) if isinstance(v, float) else str(v)
+        flags.append(f"--{k.replace('_', '-')}={text}")
+    return flags
+
+
+# --------------------------------------------------------------------------- summary
+
+
+SUMMARY_COLUMNS = ["run", "estimator", "mode", "delay", "seed", "steps", "steps_planned", "complete",
+                   "heldout_acc_init", "heldout_acc_final", "heldout_pc_init", "heldout_pc_final",
+                   "train_acc_init", "train_acc_final", "train_pc_init", "train_pc_final", "train_reward_last10",
+                   "max_log_ratio", "mean_abs_log_ratio", "mean_staleness", "max_staleness", "dropped", "stable",
+                   "nonfinite", "collapsed", "wall_s"]
+
+
+def summarize_run(run: Path, cell: Cell, steps_planned: int) -> dict | None:
+    """One summary row for a run folder (None: no metrics yet). ``stable`` is
+    :func:`figures.data.run_summary`'s rule, so the table and the figures agree."""
+    import pandas as pd
+
+    from figures.data import run_summary
+
+    path = run / "metrics.csv"
+    if not path.is_file():
+        return None
+    m = pd.read_csv(path)
+    if m.empty:
+        return None
+    complete = (run / "summary.json").is_file()
+    stored = json.loads((run / "config.json").read_text())["config"]
+    meta = {**{k: v for k, v in stored.items() if v is None or isinstance(v, (str, int, float))},
+            "run": cell.name, "mode": cell.mode, "delay": cell.delay, "steps": steps_planned, "complete": complete}
+    verdict = run_summary(m.assign(**meta)).iloc[0]
+    upd = m[m["step"] < steps_planned]
+    ev = m.dropna(subset=["eval/heldout_acc"])
+
+    def ends(col):
+        return (float(ev[col].iloc[0]), float(ev[col].iloc[-1])) if len(ev) else (math.nan, math.nan)
+
+    def col(name, how):
+        return float(getattr(upd[name], how)()) if name in upd and upd[name].notna().any() else math.nan
+
+    row = {"run": cell.name, "estimator": cell.estimator, "mode": cell.mode, "delay": cell.delay, "seed": cell.seed,
+           "steps": len(upd), "steps_planned": steps_planned, "complete": complete}
+    for key, c in (("heldout_acc", "eval/heldout_acc"), ("heldout_pc", "eval/heldout_pc"),
+                   ("train_acc", "eval/train_acc"), ("train_pc", "eval/train_pc")):
+        row[f"{key}_init"], row[f"{key}_final"] = ends(c)
+    tail = upd["train/reward_mean"].tail(max(1, len(upd) // 10))
+    row.update({"train_reward_last10": float(tail.mean()), "max_log_ratio": col("stale/log_ratio_max", "max"),
+                "mean_abs_log_ratio": col("stale/log_ratio_abs_mean", "mean"),
+                "mean_staleness": col("stale/staleness_mean", "mean"), "max_staleness": col("stale/staleness_max", "max"),
+                "dropped": col("stale/dropped", "sum"), "stable": bool(verdict["stable"]),
+                "nonfinite": bool(verdict["nonfinite"]), "collapsed": bool(verdict["collapsed"])})
+    wall = math.nan
+    if complete:
+        wall = float(json.loads((run / "summary.json").read_text()).get("wall_s", math.nan))
+    row["wall_s"] = wall
+    return row
+
+
+def write_summary(out: Path, sweep: Sweep, cells: list[Cell]) -> Path:
+    import pandas as pd
+
+    rows = [r for c in cells if (r := summarize_run(out / c.name, c, int(c.overrides["steps"]))) is not None]
+    df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    path = out / "summary.csv"
+    tmp = path.with_suffix(".tmp")
+    df.to_csv(tmp, index=False, float_format="%.6g")
+    os.replace(tmp, path)
+    return path
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class Outcome:
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # already complete
+    failed: list[str] = field(default_factory=list)
+    interrupted: list[str] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)  # async cells while the async mode is missing
+    summary: Path | None = None
+    wall_s: float = 0.0
+
+
+def _child_env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+
+
+def _prepare(sweep: Sweep, out: Path, resume: bool, log) -> tuple[list[Cell], list[tuple[Cell, str]], list[Cell]]:
+    """(all cells, [(cell, state)] to run, async cells set aside). Refuses before any work."""
+    from .config import resolve_config
+
+    cells = plan(sweep)
+    have_async = async_available()
+    waiting = [] if have_async else [c for c in cells if c.mode == "async"]
+    if waiting:
+        log(f"async mode is not available yet (llm_runs.async_rollout not registered): {len(waiting)} async runs are "
+            f"skipped this time; run the same command again once it is, and they will be picked up")
+    todo, stale = [], []
+    for cell in cells:
+        if cell in waiting:
+            continue
+        planned = resolve_config(cell.overrides).to_dict()
+        state = run_state(out / cell.name, planned)
+        if state == "interrupted" and not resume:
+            stale.append(cell.name)
+        todo.append((cell, state))
+    if stale:
+        raise ValueError(f"{len(stale)} run(s) of {out} were interrupted ({', '.join(stale[:4])}"
+                         f"{', ...' if len(stale) > 4 else ''}): continue them with --resume")
+    return cells, todo, waiting
+
+
+def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = False, jobs: int = 2,
+              progress: bool = True, log=None) -> Outcome:
+    """Run (or continue) ``sweep`` in ``out`` (default ``sweep.out``); returns an :class:`Outcome`."""
+    from tqdm.auto import tqdm
+
+    from .config import resolve_config
+    from .tasks import build_task
+    from .warmstart import get_warm_start
+
+    log = log or (lambda msg: print(msg, flush=True))
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    out = Path(out or sweep.out).absolute()  # runs start in this working directory: cache_dir is relative to it
+    settings_file = out / "sweep.json"
+    if settings_file.is_file():
+        stored = json.loads(settings_file.read_text())["settings"]
+        if stored != json.loads(json.dumps(sweep.settings())):
+            raise ValueError(f"{settings_file} holds other sweep settings: use another --out (results are never "
+                             f"overwritten)")
+    cells, todo, waiting = _prepare(sweep, out, resume, log)
+    outcome = Outcome(not_run=[c.name for c in waiting])
+    outcome.skipped = [c.name for c, s in todo if s == "complete"]
+    pending = [(c, s) for c, s in todo if s != "complete"]
+    out.mkdir(parents=True, exist_ok=True)
+    if not settings_file.is_file():
+        settings_file.write_text(json.dumps({"settings": sweep.settings(), "doc": sweep.doc,
+                                             "runs": [c.name for c in cells]}, indent=2))
+    t0 = time.perf_counter()
+    if pending:
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:  # the shared warm start, once (runs would otherwise race to compute it)
+            base = resolve_config(pending[0][0].overrides)
+            get_warm_start(base, build_task(base), log)
+        finally:
+            torch.set_num_threads(threads)
+    log(f"sweep {sweep.name}: {len(cells)} runs planned, {len(outcome.skipped)} complete, {len(pending)} to run "
+        f"({sum(s == 'interrupted' for _, s in pending)} resumed), {jobs} at a time -> {out}")
+    (out / "logs").mkdir(exist_ok=True)
+    stopping: list[int] = []
+
+    def on_signal(signum, frame):
+        if not stopping:
+            stopping.append(signum)
+
+    handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    running: dict[str, tuple[subprocess.Popen, Cell, object]] = {}
+    queue, shown = list(pending), []
+    bar = tqdm(total=len(pending), desc=f"llm sweep ({sweep.name})", unit="run", disable=not progress,
+               dynamic_ncols=True, file=sys.stderr)
+    try:
+        while queue or running:
+            if stopping and queue is not None:
+                for proc, _, _ in running.values():
+                    proc.send_signal(signal.SIGTERM)  # each run checkpoints after its current update
+                queue = None  # start nothing more
+            while queue and len(running) < jobs:
+                cell, state = queue.pop(0)
+                cmd = [sys.executable, "-m", "llm_runs.train", "--out", str(out / cell.name), "--no-progress"]
+                cmd += ["--resume"] if state == "interrupted" else cli_flags(cell.overrides)
+                fh = open(out / "logs" / f"{cell.name}.log", "a")  # noqa: SIM115 (closed when the run ends)
+                fh.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(cmd)}\n")
+                fh.flush()
+                proc = subprocess.Popen(cmd, env=_child_env(), stdout=fh, stderr=subprocess.STDOUT,
+                                        start_new_session=True)  # Ctrl-C reaches the sweep, which stops runs cleanly
+                running[cell.name] = (proc, cell, fh)
+            if list(running) != shown:
+                shown = list(running)
+                bar.set_postfix_str("running: " + ", ".join(shown), refresh=True)
+            time.sleep(0.2)
+            for name in [n for n, (p, _, _) in running.items() if p.poll() is not None]:
+                proc, cell, fh = running.pop(name)
+                fh.close()
+                rc = proc.returncode
+                if rc == 0 and not (out / name / "summary.json").is_file():
+                    outcome.failed.append(name)
+                    bar.write(f"FAILED {name}: it exited without a summary.json; see {out / 'logs' / (name + '.log')}")
+                elif rc == 0:
+                    outcome.ran.append(name)
+                    s = json.loads((out / name / "summary.json").read_text())
+                    bar.write(f"done {name}: held-out acc {s['heldout_acc_start']:.3f} -> {s['heldout_acc_end']:.3f}, "
+                              f"pc {s['heldout_pc_start']:.3f} -> {s['heldout_pc_end']:.3f}, {s['wall_s']:.0f} s")
+                elif rc == 128 + signal.SIGTERM and stopping:
+                    outcome.interrupted.append(name)
+                else:
+                    outcome.failed.append(name)
+                    bar.write(f"FAILED {name} (exit status {rc}); see {out / 'logs' / (name + '.log')}")
+                bar.update(1)
+                write_summary(out, sweep, cells)
+    finally:
+        for proc, _, fh in running.values():  # only after an exception: stop what we started
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
+            fh.close()
+        bar.close()
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    outcome.wall_s = time.perf_counter() - t0
+    outcome.summary = write_summary(out, sweep, cells)
+    return outcome
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m llm_runs.sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help=f"the quick sweep ({SWEEPS['quick'].doc})")
+    p.add_argument("--resume", action="store_true", help="continue interrupted runs (finished runs are always skipped)")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
+    p.add_argument("--out", default=None, help="sweep folder (default: results/llm/sweep or results/llm/sweep_quick)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and the state of each run, run nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    sweep = SWEEPS["quick" if args.quick else "full"]
+    out = Path(args.out or sweep.out)
+    try:
+        if args.dry_run:
+            cells, todo, _ = _prepare(sweep, out, True, print)
+            states = {c.name: s for c, s in todo}
+            for c in cells:
+                print(f"{c.name:32s} {states.get(c.name, 'waiting for the async mode')}")
+            return 0
+        o = run_sweep(sweep, out, resume=args.resume, jobs=args.jobs, progress=not args.no_progress)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"sweep {sweep.name}: {len(o.ran)} runs done, {len(o.skipped)} already complete, {len(o.failed)} failed, "
+          f"{len(o.interrupted)} interrupted, {len(o.not_run)} waiting for the async mode; {o.wall_s / 60:.1f} min; "
+          f"summary {o.summary}")
+    if o.interrupted:
+        again = ["--quick"] * args.quick + (["--out", args.out] if args.out else []) + ["--resume"]
+        print(f"interrupted: continue with python -m llm_runs.sweep {' '.join(again)}")
+        return 130
+    return 1 if o.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
