@@ -1,0 +1,291 @@
+"""Where the results live, how to read them, and which command makes each of them.
+
+Figures read results files only. The results root is ``results/`` of the repository, or
+the folder in the environment variable ``GMC_RESULTS`` (tests use a temporary one).
+
+Sources (each knows the quick command that produces it):
+
+* ``Sim(NAME)``: ``results/sim/NAME/results.parquet`` (full sweep) or, if that is absent,
+  ``results/sim/NAME-quick/results.parquet``; made by ``python -m simulators.sweep NAME``.
+* ``TUNED``: ``results/sim/tuned_delay/results.parquet``; made by ``python -m bounds.tuned_sweep``.
+* ``LLM``: run folders ``results/llm/sweep/<run>/`` (full) or ``results/llm/sweep_quick/<run>/``,
+  each with ``config.json`` and ``metrics.parquet`` or ``metrics.csv``; made by
+  ``python -m llm_runs.sweep``.
+* ``VERIFY``: ``results/verify/claims.json``; made by ``python -m bounds.verify``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def results_root() -> Path:
+    return Path(os.environ.get("GMC_RESULTS", ROOT / "results"))
+
+
+class MissingResults(FileNotFoundError):
+    """A figure's results are not there; the message names them and the command that makes them."""
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    candidates: tuple[str, ...]  # paths relative to the results root, preferred first
+    command: str  # the quick command that makes the last candidate
+
+    def find(self) -> Path | None:
+        for rel in self.candidates:
+            p = results_root() / rel
+            if p.exists():
+                return p
+        return None
+
+    def require(self) -> Path:
+        p = self.find()
+        if p is None:
+            raise MissingResults(
+                f"missing results {self.name}: none of "
+                + ", ".join(str(results_root() / c) for c in self.candidates)
+                + f" exists; make them with `{self.command}` (or `make figures`, which runs it)")
+        return p
+
+    def is_quick(self) -> bool:
+        p = self.find()
+        return p is not None and "quick" in str(p.relative_to(results_root()))
+
+
+def Sim(name: str) -> Source:
+    return Source(f"sim/{name}", (f"sim/{name}/results.parquet", f"sim/{name}-quick/results.parquet"),
+                  f"python -m simulators.sweep {name} --quick")
+
+
+TUNED = Source("sim/tuned_delay", ("sim/tuned_delay/results.parquet",), "python -m bounds.tuned_sweep")
+VERIFY = Source("verify/claims.json", ("verify/claims.json",), "python -m bounds.verify --quick")
+
+
+class _LLMSource(Source):
+    """The LLM sweep: a folder of run folders; the full sweep counts only once it holds a finished run."""
+
+    def find(self) -> Path | None:
+        for rel in self.candidates:
+            p = results_root() / rel
+            if any(r["complete"] for r in _run_index(p)):
+                return p
+        for rel in self.candidates:  # no finished run anywhere: take any run folder
+            p = results_root() / rel
+            if _run_index(p):
+                return p
+        return None
+
+
+LLM = _LLMSource("llm sweep", ("llm/sweep", "llm/sweep_quick"), "python -m llm_runs.sweep --quick")
+
+
+def read_sim(source: Source, steps: bool = False) -> pd.DataFrame:
+    """The tidy table of a simulator sweep (``steps=True``: its ``steps.parquet``)."""
+    path = source.require()
+    if steps:
+        path = path.with_name("steps.parquet")
+        if not path.exists():
+            raise MissingResults(f"missing results {path} (per-step records); make them with `{source.command}`")
+    df = pd.read_parquet(path)
+    df.attrs["source"] = str(path)
+    df.attrs["quick"] = source.is_quick()
+    return df
+
+
+def read_claims() -> list[dict]:
+    path = VERIFY.require()
+    rows = json.loads(path.read_text())
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and {"id", "status"} <= set(r) for r in rows):
+        raise ValueError(f"{path} is not a list of claim objects with 'id' and 'status'")
+    return rows
+
+
+def verify_was_quick() -> bool | None:
+    """Whether claims.json came from ``--quick`` (read from claims.md beside it; None if unknown)."""
+    md = VERIFY.require().with_suffix(".md")
+    return ("bounds.verify` --quick" in md.read_text()) if md.exists() else None
+
+
+# ----------------------------------------------------------------------------------- LLM runs
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _run_config(run: Path) -> dict:
+    """The settings of a run: ``config.json``'s ``config`` block (or the file itself)."""
+    j = _read_json(run / "config.json")
+    cfg = dict(j.get("config", j)) if isinstance(j, dict) else {}
+    mode = cfg.get("mode") or "controlled"
+    delay = cfg.get("delay")
+    if mode != "controlled" and cfg.get("max_staleness") is not None:
+        delay = cfg["max_staleness"]  # async runs are placed at their staleness bound
+    return {"estimator": cfg.get("estimator"), "delay": delay, "seed": cfg.get("seed"), "mode": mode,
+            "eps": cfg.get("eps"), "steps": cfg.get("steps"), "group_size": cfg.get("group_size"),
+            "heldout_size": cfg.get("heldout_size")}
+
+
+def _metrics_path(run: Path) -> Path | None:
+    for name in ("metrics.parquet", "metrics.csv"):
+        if (run / name).exists():
+            return run / name
+    return None
+
+
+def _run_index(root: Path) -> list[dict]:
+    """Run folders under ``root`` that have a config.json and a metrics file."""
+    if not root.is_dir():
+        return []
+    out = []
+    for run in sorted(p for p in root.iterdir() if p.is_dir()):
+        m = _metrics_path(run)
+        if m is None or not (run / "config.json").exists():
+            continue
+        cfg = _run_config(run)
+        if cfg["estimator"] is None or cfg["delay"] is None:
+            continue
+        done = (run / "summary.json").exists()
+        out.append({"run": run.name, "path": run, "metrics": m, "complete": done, **cfg})
+    return out
+
+
+def read_metrics_file(path: Path) -> pd.DataFrame:
+    return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+
+
+def read_llm_runs() -> pd.DataFrame:
+    """Every run's metrics, long: one row per (run, step), the run's settings as columns.
+
+    Columns: run, estimator, mode, delay, seed, eps, steps, complete, step and every metric
+    column (``train/...``, ``eval/...``, ``stale/...``, ``perf/...``). A run is complete when
+    its metrics reach step = steps (the final evaluation row) or it wrote ``summary.json``.
+    """
+    root = LLM.require()
+    frames = []
+    for r in _run_index(root):
+        m = read_metrics_file(r["metrics"])
+        if m.empty:
+            continue
+        complete = r["complete"] or (r["steps"] is not None and m["step"].max() >= r["steps"])
+        meta = {k: r[k] for k in ("run", "estimator", "mode", "delay", "seed", "eps", "steps", "heldout_size")}
+        frames.append(m.assign(**meta, complete=bool(complete)))
+    if not frames:
+        raise MissingResults(f"no run under {root} has a non-empty metrics file; make them with `{LLM.command}`")
+    df = pd.concat(frames, ignore_index=True)
+    df.attrs["source"] = str(root)
+    df.attrs["quick"] = LLM.is_quick()
+    return df
+
+
+UNSTABLE_DROP = 0.10
+UNSTABLE_SE = 3.0
+"""A run is *unstable* if its loss or gradient norm is ever non-finite, an update was skipped
+for a non-finite gradient, or its final held-out accuracy is below its own warm-start accuracy
+(the evaluation at step 0) by more than max(UNSTABLE_DROP, UNSTABLE_SE binomial standard errors
+of that accuracy on the held-out split), so that evaluation noise alone does not mark a run."""
+
+UNSTABLE_RULE = (f"unstable = a non-finite loss or gradient norm (or a skipped update) at any step, or final "
+                 f"held-out accuracy below the run's own step-0 (warm-start) accuracy p0 by more than "
+                 f"max({UNSTABLE_DROP:.2f}, {UNSTABLE_SE:g} sqrt(p0 (1 - p0) / n_heldout))")
+
+
+def drop_threshold(acc0: float, n_heldout) -> float:
+    """The accuracy drop beyond which a run counts as collapsed (see :data:`UNSTABLE_RULE`)."""
+    n = pd.to_numeric(n_heldout, errors="coerce")
+    if not (np.isfinite(acc0) and np.isfinite(n) and n > 0):
+        return UNSTABLE_DROP
+    return max(UNSTABLE_DROP, UNSTABLE_SE * math.sqrt(max(acc0 * (1 - acc0), 0.0) / float(n)))
+
+
+DIAGNOSTICS = {
+    "stale/ess": r"ESS$/G$",
+    "stale/mass_cap_frac": r"groups capped ($\bar W>1+\epsilon$)",
+    "stale/clip_frac": r"trajectories clipped ($w>1+\epsilon$)",
+    "stale/log_ratio_abs_mean": r"raw $|\log w|$ (mean)",
+}
+"""F8's diagnostics: metric column -> axis label."""
+
+
+def _finite_all(s: pd.Series) -> bool:
+    x = pd.to_numeric(s, errors="coerce").to_numpy(dtype=float)
+    return bool(np.isfinite(x).all())
+
+
+def run_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: warm-start and final held-out accuracy, stability, mean diagnostics."""
+    rows = []
+    for run, g in df.groupby("run", sort=True):
+        g = g.sort_values("step")
+        ev = g.dropna(subset=["eval/heldout_acc"])
+        upd = g[g["step"] < g["steps"].iloc[0]] if g["steps"].notna().all() else g.iloc[:-1]
+        upd = upd if len(upd) else g
+        nonfinite = not (_finite_all(upd.get("train/loss", pd.Series(dtype=float)))
+                         and _finite_all(upd.get("train/grad_norm", pd.Series(dtype=float))))
+        skipped = float(pd.to_numeric(upd.get("train/update_skipped", pd.Series([0.0])), errors="coerce").fillna(0).sum())
+        acc0 = float(ev["eval/heldout_acc"].iloc[0]) if len(ev) else math.nan
+        acc_end = float(ev["eval/heldout_acc"].iloc[-1]) if len(ev) else math.nan
+        collapsed = bool(acc_end < acc0 - drop_threshold(acc0, g["heldout_size"].iloc[0] if "heldout_size" in g else None)) if len(ev) else False
+        row = {k: g[k].iloc[0] for k in ("estimator", "mode", "delay", "seed", "eps", "steps", "complete")}
+        row.update(run=run, acc0=acc0, acc_final=acc_end, last_step=int(g["step"].max()),
+                   nonfinite=nonfinite or skipped > 0, collapsed=collapsed,
+                   stable=not (nonfinite or skipped > 0 or collapsed))
+        for col in DIAGNOSTICS:
+            row[col] = float(pd.to_numeric(upd[col], errors="coerce").mean()) if col in upd else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def mean_se(x) -> tuple[float, float, int]:
+    """Mean, standard error (std / sqrt n, 0 for n = 1) and n of the finite values of ``x``."""
+    x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan, 0
+    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0, n
+
+
+def combine_seeds(df: pd.DataFrame, by: list[str], value: str, se: str) -> pd.DataFrame:
+    """Average Monte Carlo estimates over seeds: mean of ``value``, se = sqrt(sum se^2) / n."""
+    g = df.groupby(by, sort=True)
+    out = g[value].mean().to_frame(value)
+    out[se] = g[se].apply(lambda s: float(np.sqrt(np.nansum(np.asarray(s, float) ** 2)) / max(len(s), 1)))
+    out["n_seeds"] = g[value].size()
+    return out.reset_index()
+
+
+def loglog_slope(x, y) -> float:
+    """Least-squares slope of log y against log x over the positive finite points."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 2:
+        return math.nan
+    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
+
+
+def source_note(df: pd.DataFrame) -> str:
+    """'Source: `file`' (several files: ``attrs["source"]`` may be a list) and '(quick sweep)', for captions."""
+    src = df.attrs.get("source")
+    if not src:
+        return ""
+    rels = []
+    for p in ([src] if isinstance(src, str) else list(src)):
+        try:
+            rels.append(str(Path(p).relative_to(results_root().parent)))
+        except ValueError:
+            rels.append(str(p))
+    return "Source: " + ", ".join(f"`{r}`" for r in rels) + (" (quick sweep)." if df.attrs.get("quick") else ".")

@@ -1,0 +1,310 @@
+"""figures/: each figure's plot on a small synthetic table draws the expected number of series;
+load() names the missing results and the command that makes them; the report renders from
+synthetic inputs; no figure module imports torch or a simulator."""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from figures import data, style
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
+           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics"]
+
+
+def mod(name):
+    return importlib.import_module(f"figures.{name}")
+
+
+# ----------------------------------------------------------------------------------- synthetic results
+
+
+def moment_table(key: str, values, schemes, env="bandit", instance="mild", seeds=(0, 1)) -> pd.DataFrame:
+    """A bias_vs_G / second_moment_vs_delay-like table: key in ("G", "Delta")."""
+    rows = []
+    for v in values:
+        for s in schemes:
+            bias = {"is": 0.0, "tic_mask": 0.15, "tic_trunc": 0.03}.get(s, 0.01 / v if key == "G" else 0.01 * v)
+            for seed in seeds:
+                rows.append({"env": env, "instance": instance, key: v, "G": v if key == "G" else 8, "eps": 0.2,
+                             "Delta": v if key == "Delta" else 0.5, "seed": seed, "scheme": s,
+                             "bias_norm_exact": bias, "bias_proj_mc": np.nan if bias == 0 else bias + 1e-4 * seed,
+                             "bias_proj_mc_se": np.nan if bias == 0 else 1e-3, "bias_norm_mc": 1e-3,
+                             "bias_norm_mc_se": 1e-3, "gmc_rate_bound": 0.05 / (v if key == "G" else 8),
+                             "second_moment_exact": 0.1 * (1 + v) ** (2 if s == "is" else 0),
+                             "second_moment_mc": 0.1, "second_moment_mc_se": 0.01, "class_second_moment_bound": 1.44})
+    return pd.DataFrame(rows)
+
+
+def sqbias_table() -> pd.DataFrame:
+    rows = []
+    law_of = {"tic_mask": "two_point_mask", "tic_trunc": "scarf", "gmc": "rare_jump"}
+    for eps in np.geomspace(0.02, 1.0, 8):
+        for law in law_of.values():
+            for s, slope in (("tic_mask", -4), ("tic_trunc", -2), ("gmc", -2)):
+                rows.append({"law": law, "sigma2": 1e-3, "G": 8, "eps": eps, "seed": 0, "scheme": s,
+                             "worst_case_law": law_of[s] == law, "sq_bias_exact": 1e-6 * eps ** slope,
+                             "bound_sq": 2e-6 * eps ** slope, "law_sigma2": 1e-3})
+    return pd.DataFrame(rows)
+
+
+def tuned_table() -> pd.DataFrame:
+    rows = []
+    for s, kG, ke in (("gmc", -0.4, -0.4), ("tic_mask", 0.0, -0.8), ("tic_trunc", 0.0, -0.4)):
+        for G in (2, 4, 8, 16, 64):
+            for eps in (0.001, 0.01, 0.2):
+                v = G ** kG * eps ** ke
+                rows.append({"scheme": s, "G": G, "eps": eps, "a": 2.0, "T": 1000.0, "d": 4.0,
+                             "tuned_delay_term": v, "closed_form": v})
+    return pd.DataFrame(rows)
+
+
+def async_table(schemes=("gmc", "tic_mask", "is"), delays=(0, 4, 16), T=5, seeds=(0, 1)) -> pd.DataFrame:
+    runs, steps = [], []
+    for s in schemes:
+        for d in delays:
+            for seed in seeds:
+                runs.append({"kind": "run", "env": "bandit", "eps": 0.2, "scheme": s, "d": d, "seed": seed, "G": 8,
+                             "avg_grad_sq": 0.02, "final_J": 0.9, "avg_bias_sq": 0.0 if s == "is" else 1e-3 * (d + 1),
+                             "D_bound": 0.0 if s == "is" else 1.0 * (d + 1), "bias_le_D": True,
+                             "step_bound_violations": 0, "max_ghat_norm": 0.5, "mean_ghat_norm": 0.1})
+            for t in range(T):
+                steps.append({"kind": "step", "env": "bandit", "eps": 0.2, "scheme": s, "d": d, "step": t,
+                              "grad_sq": 0.01 + 0.001 * t, "grad_sq_se": 0.001})
+    return pd.DataFrame(runs + steps)
+
+
+LLM_COLUMNS = ["step", "train/reward_mean", "train/loss", "train/grad_norm", "train/update_skipped", "stale/ess",
+               "stale/mass_cap_frac", "stale/clip_frac", "stale/log_ratio_abs_mean", "eval/heldout_acc"]
+
+
+def write_llm_runs(root: Path, estimators=("gmc", "tic_mask", "token_clip"), delays=(0, 8), seeds=(0, 1), steps=20,
+                   async_run=True, unstable=("tic_mask", 8, 1)):
+    """Synthetic run folders ``root/<run>/{config.json, metrics.csv|parquet}`` shaped like llm_runs.train's."""
+    specs = [(e, d, s, "controlled") for e in estimators for d in delays for s in seeds]
+    if async_run:
+        specs.append(("gmc", max(delays), 0, "async"))
+    for k, (est, d, seed, mode) in enumerate(specs):
+        run = root / f"{est}-{mode}-d{d}-s{seed}"
+        run.mkdir(parents=True)
+        cfg = {"estimator": est, "delay": d, "seed": seed, "mode": mode, "eps": 0.2, "steps": steps, "group_size": 8,
+               "heldout_size": 200}
+        (run / "config.json").write_text(json.dumps({"config": cfg, "created": "synthetic"}))
+        rng = np.random.default_rng(k)
+        rows = []
+        for t in range(steps + 1):
+            bad = (est, d, seed) == tuple(unstable) and t >= steps // 2
+            acc = 0.3 + 0.02 * t / (1 + d / 8) + 0.01 * rng.standard_normal()
+            rows.append({"step": t, "train/reward_mean": acc, "train/loss": math.nan if bad else -0.1,
+                         "train/grad_norm": math.nan if bad else 1.0, "train/update_skipped": 0,
+                         "stale/ess": 1 - 0.01 * d, "stale/mass_cap_frac": 0.01 * d, "stale/clip_frac": 0.02 * d,
+                         "stale/log_ratio_abs_mean": 0.05 * d, "eval/heldout_acc": acc if t % 5 == 0 else math.nan})
+        m = pd.DataFrame(rows, columns=LLM_COLUMNS)
+        if k % 2:
+            m.to_parquet(run / "metrics.parquet", index=False)
+        else:
+            m.to_csv(run / "metrics.csv", index=False)
+        if k % 3 == 0:
+            (run / "summary.json").write_text("{}")
+    return specs
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def llm_df(results):
+    write_llm_runs(results / "llm" / "sweep_quick")
+    return data.read_llm_runs()
+
+
+# ----------------------------------------------------------------------------------- plots
+
+
+def n_series(fig) -> int:
+    return len(style.series_lines(fig))
+
+
+def test_f1_lines():
+    df = pd.concat([moment_table("G", [2, 4, 8], ["gmc", "tic_mask", "tic_trunc", "is", "snis"], instance=i)
+                    for i in ("mild", "rare_arm")])
+    fig = mod("f1_bias_vs_G").plot(df)
+    # per instance panel: 4 drawn schemes (exact line + MC points, IS has no MC points) + the GMC bound
+    assert len(fig.axes) == 2
+    assert n_series(fig) == 2 * (4 + 3 + 1)
+
+
+def test_f2_lines():
+    fig = mod("f2_sqbias_vs_eps").plot(sqbias_table())
+    assert n_series(fig) == 3 * 2  # exact + theory slope per scheme
+    f2 = mod("f2_sqbias_vs_eps")
+    sl = f2.slopes(sqbias_table())
+    assert abs(sl["tic_mask"]["slope"] + 4) < 1e-9 and abs(sl["gmc"]["slope"] + 2) < 1e-9
+
+
+def test_f3_lines():
+    f3 = mod("f3_tuned_delay_vs_G")
+    fig = f3.plot(tuned_table())
+    assert n_series(fig) == 2 * 3 * 2  # 2 panels x 3 schemes x (theory, tuned)
+    sl = f3.slopes(tuned_table())
+    assert abs(sl["G"]["gmc"]["tuned"] + 0.4) < 1e-9 and abs(sl["G"]["tic_mask"]["tuned"]) < 1e-9
+    assert abs(sl["eps"]["tic_mask"]["tuned"] + 0.8) < 1e-9
+
+
+def test_f4_lines():
+    schemes = ["gmc", "tic_mask", "is"]
+    df = pd.concat([moment_table("Delta", [0.0, 1.0, 2.0], schemes, env=e) for e in ("bandit", "token_mdp")])
+    f4 = mod("f4_second_moment_vs_delay")
+    fig = f4.plot(df)
+    assert n_series(fig) == 2 * (3 + 3 + 1)  # per env: 3 exact lines, 3 Monte Carlo point sets, class bound
+    s = f4.summary(df)["bandit"]
+    assert s["is_last"] == pytest.approx(0.1 * 9) and s["class_max_ratio"] == pytest.approx(0.1 / 1.44)
+
+
+def test_f5_lines():
+    f5 = mod("f5_async_sgd")
+    df = async_table()
+    fig = f5.plot(df)
+    # 3 delay panels x 3 schemes; bias panel: realised (gmc, tic_mask; IS bias is 0) + D (gmc, tic_mask)
+    assert len(fig.axes) == 4
+    assert n_series(fig) == 3 * 3 + 2 + 2
+    bt = f5.bias_table(df)
+    assert bt.loc[(bt.scheme == "gmc") & (bt.d == 16), "bias_sq"].item() == pytest.approx(0.017)
+
+
+def test_f6_lines(llm_df):
+    fig = mod("f6_llm_accuracy").plot(llm_df)
+    assert len(fig.axes) == 2
+    assert n_series(fig) == 3 + 4  # d=0: 3 controlled; d=8: 3 controlled + async GMC
+
+
+def test_f7_lines_and_stability(llm_df):
+    f7 = mod("f7_llm_final_vs_delay")
+    fig = f7.plot(llm_df)
+    assert n_series(fig) == 4  # gmc, tic_mask, token_clip controlled + gmc async
+    sm = data.run_summary(llm_df)
+    bad = sm[~sm["stable"]]
+    assert list(zip(bad["estimator"], bad["delay"], bad["seed"])) == [("tic_mask", 8, 1)]
+    v = f7.verdict_at(f7.table(llm_df), 8)
+    assert ("tic_mask", "controlled", 1, 2) in v["unstable"]
+    assert "tic_mask" not in [e for e, *_ in v["ranking"]]
+
+
+def test_f8_lines(llm_df):
+    fig = mod("f8_llm_diagnostics").plot(llm_df)
+    assert len(fig.axes) == 4
+    assert n_series(fig) == 4 * 4  # 4 diagnostics x (3 controlled + async GMC)
+
+
+def test_unstable_by_accuracy_drop(results):
+    root = results / "llm" / "sweep"
+    write_llm_runs(root, estimators=("gmc",), delays=(0,), seeds=(0,), async_run=False, unstable=("none", 0, 0))
+    run = next(root.iterdir())
+    path = next(p for p in run.iterdir() if p.name.startswith("metrics"))
+    m = data.read_metrics_file(path)
+    acc0 = m.loc[0, "eval/heldout_acc"]
+    drop = data.drop_threshold(acc0, 200)
+    assert drop == max(data.UNSTABLE_DROP, 3 * math.sqrt(acc0 * (1 - acc0) / 200))
+    for delta, stable in ((drop + 0.01, False), (drop - 0.01, True)):
+        m.loc[m["step"] == 20, "eval/heldout_acc"] = acc0 - delta
+        m.to_csv(path, index=False) if path.suffix == ".csv" else m.to_parquet(path, index=False)
+        sm = data.run_summary(data.read_llm_runs())
+        assert sm["stable"].item() is stable and sm["collapsed"].item() is not stable and not sm["nonfinite"].item()
+    # a small held-out split widens the threshold: 3 binomial standard errors
+    assert data.drop_threshold(0.3, 20) == pytest.approx(3 * math.sqrt(0.21 / 20))
+
+
+# ----------------------------------------------------------------------------------- load() errors
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_load_names_missing_results_and_command(name, results):
+    m = mod(name)
+    with pytest.raises(data.MissingResults) as e:
+        m.load()
+    msg = str(e.value)
+    assert str(results) in msg
+    assert any(s.command in msg for s in m.SOURCES)
+    assert "python -m" in msg
+
+
+def test_full_results_preferred_over_quick(results):
+    for sub, v in (("bias_vs_G-quick", 1.0), ("bias_vs_G", 2.0)):
+        (results / "sim" / sub).mkdir(parents=True)
+        pd.DataFrame({"x": [v]}).to_parquet(results / "sim" / sub / "results.parquet")
+    df = data.read_sim(data.Sim("bias_vs_G"))
+    assert df["x"].item() == 2.0 and not df.attrs["quick"]
+
+
+def test_llm_full_sweep_needs_a_finished_run(results):
+    write_llm_runs(results / "llm" / "sweep_quick", estimators=("gmc",), delays=(0,), seeds=(0,), async_run=False)
+    (results / "llm" / "sweep" / "partial").mkdir(parents=True)  # no metrics: not a run
+    assert data.LLM.find() == results / "llm" / "sweep_quick"
+
+
+# ----------------------------------------------------------------------------------- report
+
+
+def test_report_renders_from_synthetic_inputs(results, tmp_path):
+    from figures import report
+
+    (results / "verify").mkdir()
+    claims = [{"id": i, "title": f"claim {i}", "theory_ref": "§5", "kind": "numeric", "expected": 1.0,
+               "measured": 1.0, "tolerance": 0.1, "status": "FAIL" if i == 8 else "PASS", "seconds": 0.1,
+               "evidence": "synthetic"} for i in range(1, 19)]
+    (results / "verify" / "claims.json").write_text(json.dumps(claims))
+    write_llm_runs(results / "llm" / "sweep_quick")
+    for sub, df in (("bias_vs_G-quick", moment_table("G", [2, 4, 8], ["gmc", "tic_mask", "tic_trunc", "is"])),
+                    ("sqbias_vs_eps-quick", sqbias_table()), ("tuned_delay", tuned_table())):
+        (results / "sim" / sub).mkdir(parents=True)
+        df.to_parquet(results / "sim" / sub / "results.parquet")
+    out = tmp_path / "figs"
+    md_path, html_path = report.write_report(figures_out=out, draw_missing=True)
+    md, html = md_path.read_text(), html_path.read_text()
+    assert md_path == results / "REPORT.md" and html_path == results / "REPORT.html"
+    for i in (1, 8, 18):
+        assert f"| {i} | claim {i} |" in md
+    assert "FAIL" in md and "<table>" in html and "<img" in html
+    # figures with results are drawn and shown; those without are named with their command
+    assert (out / "f1_bias_vs_G.png").exists() and "f1_bias_vs_G.png" in md
+    assert "python -m simulators.sweep async_sgd --quick" in md
+    # a verdict per abstract claim; claim 8 failed, so the G-claim is not confirmed
+    assert md.count("**Verdict") == 7
+    g_claim = md.split("bias introduced by group rescaling")[1].split("**Verdict")[1].split("\n")[0]
+    assert "not confirmed" in g_claim.lower() and "claim 8" in g_claim.lower()
+    assert "GMC" in md and "unstable" in md
+
+
+def test_markdown_converter():
+    from figures.mdhtml import to_html
+
+    html = to_html("# T\n\nsome *x* and **y** `z` [a](b.md)\n\n| a | b |\n|---|--:|\n| 1 | 2 |\n\n- one\n- two\n\n"
+                   "![alt](p.png)\n")
+    assert "<h1" in html and "<em>x</em>" in html and "<strong>y</strong>" in html and "<code>z</code>" in html
+    assert "<td>1</td>" in html and "<li>one</li>" in html and '<img src="p.png" alt="alt"' in html
+    assert '<a href="b.md">a</a>' in html
+    assert "<strong>" not in to_html(r"sigma2\*\*2\*(3\*G - 3))/G\*\*3") and "&#42;" in to_html(r"a\*b")
+
+
+def test_no_torch_and_no_simulator_imported():
+    code = ("import sys; import figures.__main__, figures.report\n"
+            + "".join(f"import figures.{m}\n" for m in MODULES)
+            + "bad = [m for m in ('torch', 'simulators', 'llm_runs', 'transformers') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
