@@ -10,14 +10,22 @@
   training pass (``llm_runs.rollout.completion_logprobs(..., group_size=G)``); sampling costs
   about the same in both.
 
-Each benchmark is a function returning ``{name: value}`` appended to :data:`BENCHES`
-(issue 6 adds ``async_vs_controlled_throughput``).
+* ``async_vs_controlled_throughput``: samples per second used by updates (B*G per update over
+  the summed ``perf/step_s``: rollout or wait + update) of the asynchronous mode (GMC,
+  ``max_staleness`` 2, queue 1, weights synced every update) divided by the controlled mode
+  (GMC at delay 2) on the same work: same model, prompts, B x G and number of updates, one
+  torch thread for the learner and one for the rollout worker. Above 1 means generation
+  overlaps learning; the ideal is (rollout + update) / max(rollout, update) time. The first
+  two updates (worker start-up) are discarded.
+
+Each benchmark is a function returning ``{name: value}`` appended to :data:`BENCHES`.
 
     python -m llm_runs.bench [--steps 6] [--cache-dir results/cache]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -100,6 +108,25 @@ def step_vs_trl(opts) -> dict[str, float]:
         trl = trl_step_seconds(config, opts.steps, tmp)[1:]
     o, t = statistics.median(ours), statistics.median(trl)
     return {"ours_step_s": o, "trl_step_s": t, "step_vs_trl_ratio": o / t}
+
+
+@benchmark
+def async_vs_controlled(opts) -> dict[str, float]:
+    from .metrics import read_metrics
+
+    base = resolve_config(preset="tiny-cpu", estimator="gmc", seed=0, cache_dir=opts.cache_dir, threads=1,
+                          steps=opts.steps + 2, eval_every=0, checkpoint_every=0)
+    runs = {"controlled": {"mode": "controlled", "delay": 2},
+            "async": {"mode": "async", "max_staleness": 2, "queue_size": 1, "sync_every": 1}}
+    rate = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        get_warm_start(base, build_task(base))  # cached before anything is timed
+        for name, kw in runs.items():
+            Trainer(dataclasses.replace(base, **kw).validate(), Path(tmp) / name, progress=False, log=lambda m: None).run()
+            df = read_metrics(Path(tmp) / name).dropna(subset=["perf/step_s"]).iloc[2:]
+            rate[name] = base.prompts_per_step * base.group_size * len(df) / df["perf/step_s"].sum()
+    return {"controlled_samples_per_s": rate["controlled"], "async_samples_per_s": rate["async"],
+            "async_vs_controlled_throughput": rate["async"] / rate["controlled"]}
 
 
 def main(argv: list[str] | None = None) -> int:

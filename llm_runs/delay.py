@@ -7,9 +7,11 @@
   sample all the same, so a source that mixes versions (issue 6's async worker) fits the
   same trainer.
 
-A rollout source has ``batch(step, policy) -> RolloutBatch``, ``state_dict()`` and
-``load_state_dict()`` and ``close()``; :func:`register_rollout_source` maps a ``mode`` to its
-class (issue 6 registers ``async``).
+A rollout source has ``batch(step, policy) -> RolloutBatch``, ``step_metrics() -> dict``
+(extra metric columns of the last batch), ``state_dict()``, ``load_state_dict()`` and
+``close()``; :func:`register_rollout_source` maps a ``mode`` to its class
+(``llm_runs.async_rollout`` registers ``async``). A source that cannot deliver (a dead or
+hung worker) raises :class:`RolloutSourceError`: the trainer checkpoints and stops.
 """
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ import torch
 
 from .registry import Registry
 from .rollout import RolloutBatch, sample_groups, sample_keys
+
+
+class RolloutSourceError(RuntimeError):
+    """A rollout source cannot deliver the batch of an update (its worker died, failed or hung)."""
 
 
 class SnapshotRing:
@@ -101,6 +107,9 @@ class ControlledDelay:
         return sample_groups(model, self.tokenizer, self.task, [self.task.train[i] for i in idx], idx, cfg.group_size,
                              keys, version, self.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p)
 
+    def step_metrics(self) -> dict:
+        return {"stale/dropped": 0, "stale/dropped_total": 0}  # every sample is used
+
     def state_dict(self) -> dict:
         return {"ring": self.ring.state_dict() if self.ring is not None else None}
 
@@ -121,3 +130,5 @@ def register_rollout_source(name: str, cls: type) -> type:
 
 
 register_rollout_source("controlled", ControlledDelay)
+
+from . import async_rollout  # noqa: F401  (registers mode "async"; imports the names above)

@@ -47,6 +47,8 @@ COLUMNS = [
     "stale/log_ratio_min",
     "stale/staleness_mean",  # t - version of the behaviour policy, in policy versions
     "stale/staleness_max",
+    "stale/dropped",  # samples dropped as too stale (t - version > max_staleness) while fetching this batch (async)
+    "stale/dropped_total",  # the same, cumulative over the run
     # eval/: theta_t before this row's update (every eval_every steps)
     "eval/heldout_acc",  # greedy accuracy on the held-out split
     "eval/heldout_pc",  # mean exact probability of sampling the correct answer (teacher forcing)

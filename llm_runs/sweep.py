@@ -97,8 +97,11 @@ class Cell:
 
 
 def async_overrides(delay: int) -> dict:
-    """How an async cell of ``delay`` is configured (the async mode bounds staleness itself)."""
-    return {"mode": "async", "max_staleness": delay}
+    """How an async cell of ``delay`` is configured: maximum staleness d, and a queue of
+    max(1, d) batches so that the worker can actually run up to d versions ahead (with a
+    shorter queue the realised staleness stays near the queue length whatever d is). The
+    async mode drops (and counts) any batch older than d; realised staleness is recorded."""
+    return {"mode": "async", "max_staleness": delay, "queue_size": max(1, delay)}
 
 
 def plan(sweep: Sweep) -> list[Cell]:
