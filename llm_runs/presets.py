@@ -11,8 +11,8 @@ any work and never a hub download.
   alphabet. ``model_kwargs`` overrides any ``Qwen3Config`` field.
 
 * ``qwen3-0.6b``: a local Qwen3 checkpoint (``--model-path``, e.g. a copy of
-  ``Qwen/Qwen3-0.6B``) loaded with ``from_pretrained(local_files_only=True)`` in bfloat16 on a
-  GPU; no build and no warm start (``build=None``, :func:`initial_policy` loads ``model_path``),
+  ``Qwen/Qwen3-0.6B``) loaded with ``from_pretrained(local_files_only=True)`` on a GPU in bf16
+  mixed precision (float32 master weights and Adam state, forward passes under bf16 autocast); no build and no warm start (``build=None``, :func:`initial_policy` loads ``model_path``),
   GSM8K by default. A missing folder, a folder without ``config.json``, a checkpoint that is
   not a Qwen3 causal LM or a CUDA device on a machine without one is a ``ValueError`` before
   any work.
@@ -217,7 +217,7 @@ class CheckpointPreset(Preset):
 
 register_preset(CheckpointPreset(
     "qwen3-0.6b", None, needs_model_path=True, model_type="qwen3",
-    defaults={"dtype": "bfloat16", "device": "cuda", "task": "gsm8k", "gsm8k_prompt": QWEN3_CHAT_PROMPT,
+    defaults={"dtype": "float32", "amp": "bfloat16", "device": "cuda", "task": "gsm8k", "gsm8k_prompt": QWEN3_CHAT_PROMPT,
               "warm_start_steps": 0, "lr": 1e-6, "group_size": 8, "prompts_per_step": 16, "eval_batch_size": 64},
-    doc="Qwen3-0.6B (596M parameters) from a local folder: from_pretrained(local_files_only), bfloat16, one GPU",
+    doc="Qwen3-0.6B (596M parameters) from a local folder: from_pretrained(local_files_only), bf16 mixed precision, one GPU",
 ))

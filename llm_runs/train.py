@@ -219,7 +219,17 @@ class Trainer:
         return start
 
     # ------------------------------------------------------------------ pieces
+    def autocast(self):
+        """bf16 autocast around every forward pass when ``amp = bfloat16`` (master weights stay float32)."""
+        cfg = self.config
+        return torch.autocast(device_type=torch.device(cfg.device).type, dtype=torch.bfloat16,
+                              enabled=cfg.amp == "bfloat16")
+
     def evaluate(self) -> dict:
+        with self.autocast():
+            return self._evaluate()
+
+    def _evaluate(self) -> dict:
         cfg, t0 = self.config, time.perf_counter()
         held = evaluate(self.policy, self.tokenizer, self.task, self.task.heldout, self.max_new_tokens,
                         cfg.eval_batch_size)
@@ -236,11 +246,12 @@ class Trainer:
         """Rollouts for update ``step`` and the update; the metrics row (eval columns excluded)."""
         cfg = self.config
         t0 = time.perf_counter()
-        batch = self.source.batch(step, self.policy)
-        t1 = time.perf_counter()
-        row = policy_update(self.policy, self.optimizer, batch, estimator=cfg.estimator, eps=cfg.eps,
-                            advantage=cfg.advantage, eps_high=cfg.eps_high, temperature=cfg.temperature,
-                            max_grad_norm=cfg.max_grad_norm, micro_batch_groups=cfg.micro_batch_groups)
+        with self.autocast():
+            batch = self.source.batch(step, self.policy)
+            t1 = time.perf_counter()
+            row = policy_update(self.policy, self.optimizer, batch, estimator=cfg.estimator, eps=cfg.eps,
+                                advantage=cfg.advantage, eps_high=cfg.eps_high, temperature=cfg.temperature,
+                                max_grad_norm=cfg.max_grad_norm, micro_batch_groups=cfg.micro_batch_groups)
         t2 = time.perf_counter()
         row.update(staleness_metrics(batch, step))
         row.update(self.source.step_metrics())
