@@ -28,7 +28,22 @@ def __getattr__(name):  # torch-only parts load lazily so numpy users need not i
 
 
 __all__ = [
-    "ADVANTAGE_KINDS", "SCHEMES", "Scheme", "advantages", "diagnostics", "get_scheme", "gmc_lambda",
-    "log_weights", "register_scheme", "scheme_names", "weights", "policy_loss", "trajectory_loss",
-    "token_clip_loss", "gspo_loss", "loss_names", "trajectory_log_ratio", "LossOutput",
+    "ADVANTAGE_KINDS",
+    "SCHEMES",
+    "LossOutput",
+    "Scheme",
+    "advantages",
+    "diagnostics",
+    "get_scheme",
+    "gmc_lambda",
+    "gspo_loss",
+    "log_weights",
+    "loss_names",
+    "policy_loss",
+    "register_scheme",
+    "scheme_names",
+    "token_clip_loss",
+    "trajectory_log_ratio",
+    "trajectory_loss",
+    "weights",
 ]

@@ -35,14 +35,6 @@ class NumpyOps:
             return np.log(x)
 
     @staticmethod
-    def amax(x, axis=-1):
-        return np.max(x, axis=axis, keepdims=True)
-
-    @staticmethod
-    def sum(x, axis=-1):
-        return np.sum(x, axis=axis, keepdims=True)
-
-    @staticmethod
     def clamp_max(x, hi):
         return np.minimum(x, hi)
 
@@ -80,8 +72,6 @@ class TorchOps:
 
     exp = staticmethod(lambda x: torch.exp(x))
     log = staticmethod(lambda x: torch.log(x))
-    amax = staticmethod(lambda x, axis=-1: torch.amax(x, dim=axis, keepdim=True))
-    sum = staticmethod(lambda x, axis=-1: torch.sum(x, dim=axis, keepdim=True))
     clamp_max = staticmethod(lambda x, hi: torch.clamp(x, max=hi))
     where = staticmethod(lambda cond, a, b: torch.where(cond, a, b))
     full_like = staticmethod(lambda x, value: torch.full_like(x, value))

@@ -24,11 +24,18 @@ snis       w_i / mean_j w_j                                     yes
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from ._backend import log1p_scalar, ops_for, is_torch, torch
-from ._validate import check_eps, check_groups, check_same_shape, match_like, _HALF_DTYPES
+from ._backend import is_torch, log1p_scalar, ops_for
+from ._validate import (
+    _HALF_DTYPES,
+    check_eps,
+    check_finite,
+    check_groups,
+    check_same_shape,
+    match_like,
+)
 
 
 @dataclass(frozen=True)
@@ -158,27 +165,28 @@ def _prepare(scheme: str, log_ratio, eps, advantages):
     lr = check_groups(log_ratio, "log_ratio")
     eps = check_eps(eps)
     adv = None
-    if spec.needs_advantages:
-        if advantages is None:
-            raise ValueError(f"scheme {scheme!r} needs `advantages` (shape (num_groups, G)), got None")
+    if spec.needs_advantages and advantages is None:
+        raise ValueError(f"scheme {scheme!r} needs `advantages` (shape (num_groups, G)), got None")
     if advantages is not None:
         adv = match_like(lr, advantages, "advantages")
         check_same_shape(lr, adv, "log_ratio", "advantages")
-        from ._validate import check_finite
-
         check_finite(adv, "advantages")
     return spec, lr, eps, adv
 
 
+def _apply(fn, scheme: str, log_ratio, eps, advantages):
+    """Validate, then ``fn(spec, lr, eps, adv, ops)``; half-precision torch input is computed in
+    float32 and returned in its own dtype."""
+    spec, lr, eps, adv = _prepare(scheme, log_ratio, eps, advantages)
+    if is_torch(lr) and lr.dtype in _HALF_DTYPES:
+        adv = adv.float() if adv is not None else None
+        return fn(spec, lr.float(), eps, adv, ops_for(lr)).to(lr.dtype)
+    return fn(spec, lr, eps, adv, ops_for(lr))
+
+
 def log_weights(scheme: str, log_ratio, eps: float, advantages=None):
     """log c for ``scheme`` (``-inf`` where c = 0); same shape and array type as ``log_ratio``."""
-    spec, lr, eps, adv = _prepare(scheme, log_ratio, eps, advantages)
-    orig_dtype = None
-    if is_torch(lr) and lr.dtype in _HALF_DTYPES:
-        orig_dtype, lr = lr.dtype, lr.float()
-        adv = adv.float() if adv is not None else None
-    out = spec.log_weights(lr, eps, adv, ops_for(lr))
-    return out.to(orig_dtype) if orig_dtype is not None else out
+    return _apply(lambda spec, lr, e, adv, ops: spec.log_weights(lr, e, adv, ops), scheme, log_ratio, eps, advantages)
 
 
 def weights(scheme: str, log_ratio, eps: float, advantages=None):
@@ -201,14 +209,12 @@ def weights(scheme: str, log_ratio, eps: float, advantages=None):
     >>> weights("gmc", np.log([[3.0, 1.0, 1.0, 1.0]]), 0.2).round(12).tolist()
     [[2.4, 0.8, 0.8, 0.8]]
     """
-    spec = get_scheme(scheme)
-    if spec.weights_fn is None:
-        lw = log_weights(scheme, log_ratio, eps, advantages)
-        return ops_for(lw).exp(lw)
-    spec, lr, eps, adv = _prepare(scheme, log_ratio, eps, advantages)
-    if is_torch(lr) and lr.dtype in _HALF_DTYPES:
-        return spec.weights_fn(lr.float(), eps, adv, ops_for(lr)).to(lr.dtype)
-    return spec.weights_fn(lr, eps, adv, ops_for(lr))
+    def direct(spec, lr, e, adv, ops):
+        if spec.weights_fn is not None:
+            return spec.weights_fn(lr, e, adv, ops)
+        return ops.exp(spec.log_weights(lr, e, adv, ops))
+
+    return _apply(direct, scheme, log_ratio, eps, advantages)
 
 
 def gmc_lambda(log_ratio, eps: float):
