@@ -21,11 +21,13 @@ _NONNEG = (">= 0", lambda x: x >= 0, lambda v: v.is_nonnegative)
 _ATLEAST1 = (">= 1", lambda x: x >= 1, lambda v: (v - 1).is_nonnegative)
 _PROB = ("in (0, 1)", lambda x: (x > 0) & (x < 1), lambda v: False if v.is_positive is False else None)
 _REAL = ("real", lambda x: np.isfinite(x), lambda v: v.is_real)
+_COUNT1 = ("an integer >= 1", lambda x: (x >= 1) & (x == np.round(x)), lambda v: (v - 1).is_nonnegative)
+_COUNT0 = ("an integer >= 0", lambda x: (x >= 0) & (x == np.round(x)), lambda v: v.is_nonnegative)
 
 DOMAIN: dict[str, tuple] = {
     "eps": _POS, "eta": _POS, "a": _POS, "Delta": _POS, "D": _POS,
-    "G": _ATLEAST1, "T": _ATLEAST1,
-    "d": _NONNEG, "sigma2": _NONNEG, "mu4": _NONNEG, "s2": _NONNEG, "y": _NONNEG, "delta": _NONNEG,
+    "G": _COUNT1, "T": _ATLEAST1,
+    "d": _COUNT0, "w": _NONNEG, "wbar": _NONNEG, "wmax": _NONNEG, "sigma2": _NONNEG, "mu4": _NONNEG, "s2": _NONNEG, "y": _NONNEG, "delta": _NONNEG,
     "M": _NONNEG, "L": _NONNEG, "C2": _NONNEG, "C4": _NONNEG, "r0": _NONNEG, "R": _NONNEG,
     "S": _NONNEG, "B": _NONNEG, "bias2": _NONNEG, "DeltaJ": _NONNEG,
     "R_max": _NONNEG, "L_pi": _NONNEG, "H_pi": _NONNEG,
@@ -35,9 +37,15 @@ DOMAIN: dict[str, tuple] = {
 
 def _check_numeric(name: str, value, rule: str, test) -> None:
     try:
+        raw = np.asarray(value)
+        if raw.dtype.kind not in "iuf":  # a string, bool, complex or object is never silently converted
+            raise TypeError
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a real number or array, got {name} = {value!r}") from None
+    if not np.isfinite(arr).all():
+        bad = arr[~np.isfinite(arr)] if arr.ndim else arr
+        raise ValueError(f"{name} must be finite, got {name} = {float(bad.flat[0])!r}")
     ok = np.asarray(test(arr), dtype=bool)
     if not ok.all():
         bad = arr[~ok] if arr.ndim else arr

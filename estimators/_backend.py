@@ -51,6 +51,15 @@ class NumpyOps:
         return float(x.max())
 
     @staticmethod
+    def rowmax(x):
+        return np.max(x, axis=-1, keepdims=True)
+
+    @staticmethod
+    def log_max(x) -> float:
+        """log of the largest finite value of x's dtype (exp overflows above it)."""
+        return math.log(float(np.finfo(x.dtype).max))
+
+    @staticmethod
     def rowsum(x):
         # a matrix-vector product: one BLAS pass, much faster than a reduction over a short last axis
         return (x @ np.ones(x.shape[-1], dtype=x.dtype))[:, None]
@@ -77,6 +86,8 @@ class TorchOps:
     full_like = staticmethod(lambda x, value: torch.full_like(x, value))
     logsumexp = staticmethod(lambda x, axis=-1: torch.logsumexp(x, dim=axis, keepdim=True))
     global_max = staticmethod(lambda x: float(x.max()))
+    rowmax = staticmethod(lambda x: x.amax(-1, keepdim=True))
+    log_max = staticmethod(lambda x: math.log(torch.finfo(x.dtype).max))
     rowsum = staticmethod(lambda x: x.sum(-1, keepdim=True))
     scale_ = staticmethod(lambda x, s: x.mul_(s))
 
@@ -84,6 +95,31 @@ class TorchOps:
 
 def ops_for(x: Any):
     return TorchOps if is_torch(x) else NumpyOps
+
+
+def widen(x: Any):
+    """``(x in the compute dtype, cast-back function)``.
+
+    Weights are computed in float64 whatever the input dtype (float32 on a torch device without
+    float64, e.g. MPS) and cast back once, so a float32 / bfloat16 / float16 result is the
+    float64 answer rounded to its dtype, and no intermediate (w = exp(log w), a group sum) can
+    overflow the narrow dtype. Trajectory log-ratios are one number per sequence, so the
+    upcast is cheap; float64 input is passed through untouched (the fast path).
+    """
+    if is_torch(x):
+        if x.dtype == torch.float64:
+            return x, _identity
+        wide = torch.float32 if x.device.type == "mps" else torch.float64
+        if x.dtype == wide:
+            return x, _identity
+        return x.to(wide), lambda y, dt=x.dtype: y.to(dt)
+    if x.dtype == np.float64 or np.finfo(x.dtype).bits > 64:
+        return x, _identity
+    return x.astype(np.float64), lambda y, dt=x.dtype: y.astype(dt, copy=False)
+
+
+def _identity(y):
+    return y
 
 
 def log1p_scalar(eps: float) -> float:

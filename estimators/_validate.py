@@ -14,23 +14,31 @@ import numpy as np
 
 from ._backend import is_torch, torch
 
-_HALF_DTYPES = ()
-if torch is not None:
-    _HALF_DTYPES = (torch.float16, torch.bfloat16)
-
 
 def as_array(x: Any, name: str):
-    """numpy arrays and torch tensors pass through; lists/scalars become float64 numpy."""
+    """numpy arrays and torch tensors pass through; lists/scalars become float64 numpy.
+
+    Complex input is refused (a log-ratio is real; dropping the imaginary part would hide a bug)."""
     if is_torch(x):
+        if torch.is_complex(x):
+            raise ValueError(f"{name} must be real, got a complex tensor (dtype {x.dtype})")
         if not torch.is_floating_point(x):
             x = x.to(torch.float64)
         return x
     if isinstance(x, np.ndarray):
+        if np.iscomplexobj(x):
+            raise ValueError(f"{name} must be real, got a complex array (dtype {x.dtype})")
         if not np.issubdtype(x.dtype, np.floating):
             if x.dtype == object or not np.issubdtype(x.dtype, np.number):
                 raise ValueError(f"{name} must be a numeric array, got dtype {x.dtype}")
             x = x.astype(np.float64)
         return x
+    try:
+        is_complex = np.iscomplexobj(np.asarray(x))
+    except (TypeError, ValueError):
+        is_complex = False
+    if is_complex:
+        raise ValueError(f"{name} must be real, got complex values")
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -86,8 +94,8 @@ def check_eps(eps: Any) -> float:
         else:
             raise ValueError(f"eps must be a positive real number, got {eps!r}")
     eps = float(eps)
-    if not math.isfinite(eps) and eps != math.inf:
-        raise ValueError(f"eps must be a positive real number, got {eps!r}")
+    if not math.isfinite(eps):
+        raise ValueError(f"eps must be a finite positive real number (the cap is 1+eps), got eps = {eps!r}")
     if not eps > 0:
         raise ValueError(f"eps must be > 0 (the cap is 1+eps), got eps = {eps!r}")
     return eps

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import math
 
-from ._backend import is_torch, ops_for
+import numpy as np
+
+from ._backend import is_torch, ops_for, torch
 from ._validate import check_eps, check_groups
 from .schemes import gmc_log_lambda
 
@@ -32,8 +34,9 @@ def diagnostics(log_ratio, eps: float) -> dict[str, float]:
     """
     lr = check_groups(log_ratio, "log_ratio")
     eps = check_eps(eps)
-    if is_torch(lr):
-        lr = lr.detach().double()
+    # float64 on the CPU whatever the input dtype: (sum w)^2 and sum w^2 of a float16 / float32
+    # group overflow long before the ratios do (a handful of floats per group; cheap)
+    lr = lr.detach().to("cpu", torch.float64) if is_torch(lr) else lr.astype(np.float64, copy=False)
     ops = ops_for(lr)
     G = lr.shape[-1]
     lse = ops.logsumexp(lr)

@@ -27,9 +27,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ._backend import is_torch, log1p_scalar, ops_for
+from ._backend import log1p_scalar, ops_for, widen
 from ._validate import (
-    _HALF_DTYPES,
     check_eps,
     check_finite,
     check_groups,
@@ -119,25 +118,34 @@ def _gmc_log_lambda_from_lse(lse, G: int, eps: float, ops):
     return ops.clamp_max(log1p_scalar(eps) + math.log(G) - lse, 0.0)
 
 
+def _shifted_lse(log_ratio, ops):
+    """``(m, s)`` per group with m = max_j log w_j and s = log sum_j exp(log w_j - m) in [0, log G]:
+    log sum_j w_j = m + s without overflow, and l - m is formed before any large number is added."""
+    m = ops.rowmax(log_ratio)
+    return m, ops.log(ops.rowsum(ops.exp(log_ratio - m)))
+
+
 def gmc_log_lambda(log_ratio, eps, ops):
     """log of GMC's group scale (THEORY §2 (d)), lambda = min(1, G(1+eps) / sum_j w_j); shape (num_groups, 1)."""
-    return _gmc_log_lambda_from_lse(ops.logsumexp(log_ratio), log_ratio.shape[-1], eps, ops)
+    m, s = _shifted_lse(log_ratio, ops)
+    return ops.clamp_max((log1p_scalar(eps) + math.log(log_ratio.shape[-1]) - s) - m, 0.0)
 
 
-# Direct path: while max log w + log G < _DIRECT_MAX, no sum of exponentials can overflow, so the
-# group log-sum-exp needs no shift (shift 0) and w = exp(log w) is exact. Terms that underflow
-# only occur in groups whose mass is far below 1+eps, where lambda = 1 anyway.
-_DIRECT_MAX = 700.0
+# Direct path: while max log w + log G stays _DIRECT_MARGIN below log(largest float of the dtype),
+# no sum of exponentials can overflow, so the group log-sum-exp needs no shift (shift 0) and
+# w = exp(log w) is exact. Terms that underflow only occur in groups whose mass is far below
+# 1+eps, where lambda = 1 anyway. (float64: 699.8; float32, where float64 is unavailable: 78.7.)
+_DIRECT_MARGIN = 10.0
 
 
 def _gmc_weights(log_ratio, eps, advantages, ops):
     """GMC weights in about four elementwise passes: w = exp(l), BLAS row sums, one in-place
     per-row rescale by lambda (exactly 1 for uncapped groups, so c = w bit for bit there).
     Falls back to the per-group shifted log-sum-exp of :func:`gmc_log_weights` when a sum of
-    exponentials could overflow."""
+    exponentials could overflow the dtype."""
     hi = ops.global_max(log_ratio)
     G = log_ratio.shape[-1]
-    if not hi + math.log(G) < _DIRECT_MAX:
+    if not hi + math.log(G) < ops.log_max(log_ratio) - _DIRECT_MARGIN:
         return ops.exp(gmc_log_weights(log_ratio, eps, advantages, ops))
     w = ops.exp(log_ratio)
     log_lam = _gmc_log_lambda_from_lse(ops.log(ops.rowsum(w)), G, eps, ops)
@@ -147,14 +155,18 @@ def _gmc_weights(log_ratio, eps, advantages, ops):
 @register_scheme("gmc", in_class=True, weights_fn=_gmc_weights)
 def gmc_log_weights(log_ratio, eps, advantages, ops):
     """(d) GMC, c_i = lambda w_i with lambda = min(1, (1+eps)/mean_j w_j); group mass min(mean w, 1+eps)."""
-    return log_ratio + gmc_log_lambda(log_ratio, eps, ops)
+    m, s = _shifted_lse(log_ratio, ops)
+    log_cap = log1p_scalar(eps) + math.log(log_ratio.shape[-1])  # log(G(1+eps))
+    capped = (log_cap - s) - m < 0
+    # capped groups: log c = (l - m) + (log(G(1+eps)) - s), free of the cancellation in l - lse
+    return ops.where(capped, (log_ratio - m) + (log_cap - s), log_ratio)
 
 
 @register_scheme("snis", in_class=True)
 def snis_log_weights(log_ratio, eps, advantages, ops):
     """(e) self-normalised IS, c_i = w_i / mean_j w_j (group mass exactly 1)."""
-    G = log_ratio.shape[-1]
-    return log_ratio - ops.logsumexp(log_ratio) + math.log(G)
+    m, s = _shifted_lse(log_ratio, ops)
+    return (log_ratio - m) + (math.log(log_ratio.shape[-1]) - s)
 
 
 # --------------------------------------------------------------------------- public API
@@ -175,13 +187,13 @@ def _prepare(scheme: str, log_ratio, eps, advantages):
 
 
 def _apply(fn, scheme: str, log_ratio, eps, advantages):
-    """Validate, then ``fn(spec, lr, eps, adv, ops)``; half-precision torch input is computed in
-    float32 and returned in its own dtype."""
+    """Validate, then ``fn(spec, lr, eps, adv, ops)`` in float64 (see :func:`estimators._backend.widen`);
+    the result has the input's dtype: the float64 answer rounded once."""
     spec, lr, eps, adv = _prepare(scheme, log_ratio, eps, advantages)
-    if is_torch(lr) and lr.dtype in _HALF_DTYPES:
-        adv = adv.float() if adv is not None else None
-        return fn(spec, lr.float(), eps, adv, ops_for(lr)).to(lr.dtype)
-    return fn(spec, lr, eps, adv, ops_for(lr))
+    wide, back = widen(lr)
+    if adv is not None:
+        adv = adv.to(wide.dtype) if hasattr(adv, "to") else adv.astype(wide.dtype)
+    return back(fn(spec, wide, eps, adv, ops_for(lr)))
 
 
 def log_weights(scheme: str, log_ratio, eps: float, advantages=None):
@@ -222,4 +234,5 @@ def gmc_lambda(log_ratio, eps: float):
     lr = check_groups(log_ratio, "log_ratio")
     eps = check_eps(eps)
     ops = ops_for(lr)
-    return ops.exp(gmc_log_lambda(lr, eps, ops))
+    wide, back = widen(lr)
+    return back(ops.exp(gmc_log_lambda(wide, eps, ops)))

@@ -61,8 +61,17 @@ def delay_term(scheme: str, eta, d, G, eps, C2, C4, r0, M):
     return float(f(**{k: kw[k] for k in f.params}))
 
 
+LOG_FLOAT_MAX = float(np.log(np.finfo(np.float64).max))  # 709.78: exp overflows above it
+
+
 def lognormal_closed_forms(delta: float, eps: float) -> dict:
-    """Claim 15's closed forms (sigma^2, mu_4, m_mask, m_trunc) for E3, from bounds' twins."""
+    """Claim 15's closed forms (sigma^2, mu_4, m_mask, m_trunc) for E3, from bounds' twins.
+
+    Refused (``ValueError``) when mu_4 ~ e^{6 Delta^2} exceeds the float64 range (Delta > 10.87):
+    its closed form would be inf - inf = NaN."""
+    if 6 * float(delta) ** 2 >= LOG_FLOAT_MAX:
+        raise ValueError(f"Delta = {delta!r} is too large for the E3 closed forms: mu_4 = e^(6 Delta^2) - ... "
+                         f"exceeds the float64 range (needs Delta < {np.sqrt(LOG_FLOAT_MAX / 6):.4g})")
     return {
         "sigma2": float(_twin("lognormal_sigma2")(Delta=delta)),
         "mu4": float(_twin("lognormal_mu4")(Delta=delta)),

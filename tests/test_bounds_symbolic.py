@@ -111,7 +111,9 @@ def test_twin_matches_symbolic(name):
     twin = numeric.twin(name)
     rng = np.random.default_rng(7)
     for _ in range(5):
-        vals = {p: float(rng.uniform(1.0, 3.0)) for p in fn.signature.parameters}
+        # group sizes and delays are counts: integers in their domain
+        vals = {p: float(rng.integers(1, 4)) if p in ("G", "d") else float(rng.uniform(1.0, 3.0))
+                for p in fn.signature.parameters}
         exact = float(sp.N(fn(**{k: sp.Float(v, 30) for k, v in vals.items()}), 20))
         assert twin(**vals) == pytest.approx(exact, rel=1e-12)
 

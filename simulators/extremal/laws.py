@@ -115,7 +115,17 @@ def rare_jump(G: int, eps: float, p: float | None = 1e-6, sigma2: float | None =
     if sigma2 is not None:
         s2 = _pos(sigma2, "sigma2")
         p = s2 / (s2 + 4 * G**2 * eps**2)
-    return _two_point(1 + 2 * G * eps, float(p), "rare_jump")
+    elif p is None:
+        raise ValueError("rare_jump: give p (the probability of the jump, in (0, 1)) or sigma2 (its variance); "
+                         "got p = None and sigma2 = None")
+    return _two_point(1 + 2 * G * eps, _prob(p, "p"), "rare_jump")
+
+
+def _prob(x, name):
+    x = float(finite_array(x, name))
+    if not 0 < x < 1:
+        raise ValueError(f"{name} must lie in (0, 1), got {name} = {x!r}")
+    return x
 
 
 def _pos(x, name):
