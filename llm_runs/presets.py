@@ -19,6 +19,8 @@ any work and never a hub download.
 """
 from __future__ import annotations
 
+import functools
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,7 +51,7 @@ class Preset:
     defaults: dict = field(default_factory=dict)
     doc: str = ""
     model_kwargs_keys: Callable | None = None  # () -> the architecture keys model_kwargs may set
-
+    probe_model_kwargs: Callable | None = None  # (model_kwargs) -> None, ValueError if the model rejects them
 
     def check(self, config) -> None:
         """Refuse a configuration this preset cannot run (no file is read or written)."""
@@ -63,6 +65,23 @@ class Preset:
             unknown = sorted(set(config.model_kwargs) - set(self.model_kwargs_keys()))
             if unknown:
                 raise ValueError(f"unknown model_kwargs {unknown} for preset {self.name!r}")
+        if config.model_kwargs and self.probe_model_kwargs is not None:
+            self.probe_model_kwargs(config.model_kwargs)
+        check_device(config.device)
+
+
+def check_device(device: str) -> None:
+    """Refuse a device torch cannot see (before any folder is made), in one line."""
+    kind = str(device).split(":")[0]
+    available = {"cpu": lambda: True, "cuda": torch.cuda.is_available,
+                 "mps": lambda: getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available(),
+                 "xpu": lambda: hasattr(torch, "xpu") and torch.xpu.is_available()}
+    if kind in available and not available[kind]():
+        raise ValueError(f"device {device!r}: torch sees no {kind.upper()} device on this machine; pass --device cpu")
+    if kind == "cuda" and ":" in str(device):
+        index = str(device).split(":", 1)[1]
+        if not index.isdigit() or int(index) >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
 
 
 PRESETS = Registry("preset")
@@ -151,20 +170,50 @@ def char_tokenizer(alphabet: str):
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, padding_side="left")
 
 
+def _tiny_cpu_model_config(model_kwargs: dict, vocab_size: int, pad_id: int, eos_id: int):
+    from transformers import Qwen3Config
+
+    shape = {**TINY_CPU_SHAPE, **model_kwargs}
+    if "num_attention_heads" in model_kwargs and "head_dim" not in model_kwargs:
+        shape["head_dim"] = shape["hidden_size"] // max(1, int(shape["num_attention_heads"]))
+    try:
+        return Qwen3Config(vocab_size=vocab_size, pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=None, **shape)
+    except Exception as exc:  # transformers raises TypeError, ValueError or its own validation errors
+        raise ValueError(f"model_kwargs {model_kwargs} rejected by Qwen3Config: {_one_line(exc)}") from None
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def _probe_tiny_cpu(model_kwargs: dict) -> None:
+    """Build the model on the meta device and run one forward pass (no memory, milliseconds): a shape
+    the architecture rejects (heads not dividing, an odd head_dim, a negative size) is a ValueError
+    now, not a traceback after the run folder is made."""
+    _probe_tiny_cpu_cached(json.dumps(model_kwargs, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _probe_tiny_cpu_cached(kwargs_json: str) -> None:
+    from transformers import Qwen3ForCausalLM
+
+    model_kwargs = json.loads(kwargs_json)
+    model_config = _tiny_cpu_model_config(model_kwargs, 16, 0, 1)
+    try:
+        with torch.device("meta"):
+            Qwen3ForCausalLM(model_config)(input_ids=torch.zeros(1, 3, dtype=torch.long))
+    except Exception as exc:
+        raise ValueError(f"model_kwargs {model_kwargs} rejected by the Qwen3 model: {_one_line(exc)}") from None
+
+
 def _build_tiny_cpu(config, task):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     if task.alphabet is None:
         raise ValueError(f"preset 'tiny-cpu' needs a task with a character alphabet; task {task.name!r} has none")
     tokenizer = char_tokenizer(task.alphabet)
-    shape = {**TINY_CPU_SHAPE, **config.model_kwargs}
-    if "num_attention_heads" in config.model_kwargs and "head_dim" not in config.model_kwargs:
-        shape["head_dim"] = shape["hidden_size"] // shape["num_attention_heads"]
-    try:
-        model_config = Qwen3Config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                                   eos_token_id=tokenizer.eos_token_id, bos_token_id=None, **shape)
-    except TypeError as exc:
-        raise ValueError(f"model_kwargs {config.model_kwargs}: {exc}") from None
+    model_config = _tiny_cpu_model_config(config.model_kwargs, len(tokenizer), tokenizer.pad_token_id,
+                                          tokenizer.eos_token_id)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.warm_start_seed)
         model = Qwen3ForCausalLM(model_config)
@@ -185,7 +234,7 @@ def _qwen3_config_keys() -> set[str]:
 register_preset(Preset(
     "tiny-cpu", _build_tiny_cpu,
     doc="Qwen3 architecture, ~1M parameters, character tokenizer of the task alphabet; CPU, float32",
-    model_kwargs_keys=_qwen3_config_keys,
+    model_kwargs_keys=_qwen3_config_keys, probe_model_kwargs=_probe_tiny_cpu,
 ))
 
 

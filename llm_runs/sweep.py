@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -129,8 +130,13 @@ def async_available() -> bool:
 
 
 def run_state(run: Path, planned: dict) -> str:
-    """``new`` | ``complete`` | ``interrupted``; a folder that is not this planned run is a ValueError."""
-    if not run.exists() or (run.is_dir() and not any(run.iterdir())):
+    """``new`` | ``complete`` | ``interrupted``; a folder that is not this planned run is a ValueError,
+    and so is one a live trainer holds (:mod:`llm_runs.runlock`): never two trainers on one folder."""
+    from .runlock import check_free, entries
+
+    if run.is_dir():
+        check_free(run)
+    if not run.exists() or (run.is_dir() and not entries(run)):
         return "new"
     stored_file = run / "config.json"
     if not stored_file.is_file():
@@ -236,9 +242,26 @@ class Outcome:
     wall_s: float = 0.0
 
 
+def _die_with_parent(parent: int) -> None:
+    """``preexec_fn`` of every trainer: on Linux the kernel sends it SIGTERM when the sweep dies,
+    however it dies (SIGKILL included), so no trainer outlives its sweep; SIGTERM makes the trainer
+    checkpoint after its current update, so ``--resume`` continues it. Elsewhere the trainer's own
+    watchdog (``GMC_PARENT_PID``, see :func:`llm_runs.train.main`) does the same."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the sweep died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _child_env() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+            "GMC_PARENT_PID": str(os.getpid()),
             "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
 
 
@@ -333,7 +356,8 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
                 fh.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(cmd)}\n")
                 fh.flush()
                 proc = subprocess.Popen(cmd, env=_child_env(), stdout=fh, stderr=subprocess.STDOUT,
-                                        start_new_session=True)  # Ctrl-C reaches the sweep, which stops runs cleanly
+                                        start_new_session=True,  # Ctrl-C reaches the sweep, which stops runs cleanly
+                                        preexec_fn=functools.partial(_die_with_parent, os.getpid()))  # ... and a killed sweep takes its runs along
                 running[cell.name] = (proc, cell, fh)
             if list(running) != shown:
                 shown = list(running)

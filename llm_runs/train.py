@@ -68,6 +68,7 @@ from .delay import ROLLOUT_SOURCES, RolloutSourceError
 from .metrics import COLUMNS, MetricsWriter
 from .presets import load_pretrained, save_pretrained
 from .rollout import evaluate, warn_truncation
+from .runlock import LOCK_NAME, RunLock, check_free, entries
 from .tasks import build_task
 from .update import policy_update, staleness_metrics
 from .warmstart import default_max_new_tokens, get_warm_start
@@ -134,6 +135,63 @@ def latest_checkpoint(out: Path) -> Path | None:
     return dirs[-1] if dirs else None
 
 
+class CheckpointError(ValueError):
+    """A checkpoint file that does not load (truncated, corrupt, wrong format)."""
+
+
+def load_checkpoint(ckpt: Path, dtype: str = "float32", device: str = "cpu"):
+    """``(trainer state, (policy, tokenizer))`` of one checkpoint folder; :class:`CheckpointError`
+    naming the file that does not load."""
+    path = ckpt / "trainer_state.pt"
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # EOFError, UnpicklingError, RuntimeError ... from a truncated file
+        raise CheckpointError(f"checkpoint file {path} is unreadable ({type(exc).__name__}: {exc})") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"checkpoint file {path}: format {found!r} is not {CHECKPOINT_FORMAT}")
+    try:
+        loaded = load_pretrained(ckpt, dtype, device)
+    except Exception as exc:  # SafetensorError, OSError, ValueError from a truncated model file
+        names = ", ".join(sorted(p.name for p in ckpt.glob("*.safetensors"))) or "model weights"
+        raise CheckpointError(f"checkpoint {ckpt} ({names}) is unreadable ({type(exc).__name__}: "
+                              f"{' '.join(str(exc).split())[:300]})") from None
+    return state, loaded
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file of ``folder`` and the folder itself to disk (before it is renamed into place)."""
+    for p in [*folder.rglob("*"), folder]:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------- the run folder
+
+
+def check_new_run_folder(out: Path) -> None:
+    """Refuse, before anything is created, an ``out`` that is a file, a non-empty folder, or that cannot be
+    created (no writable ancestor)."""
+    if out.exists():
+        if not out.is_dir():
+            raise ValueError(f"output folder {out} is a file, not a folder: choose another --out")
+        if entries(out):
+            check_free(out)  # a live trainer in it: name its pid
+            raise ValueError(f"output folder {out} already exists and is not empty: refusing to overwrite it "
+                             f"(use --resume to continue that run, or choose another --out)")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise ValueError(f"output folder {out} is not writable")
+        return
+    parent = next(p for p in out.absolute().parents if p.exists())
+    if not parent.is_dir():
+        raise ValueError(f"cannot create the output folder {out}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot create the output folder {out}: {parent} is not writable")
+
+
 # --------------------------------------------------------------------------- the trainer
 
 
@@ -154,6 +212,8 @@ class Trainer:
         self._stop_signal: int | None = None
         if resume:
             stored = self.out / "config.json"
+            if self.out.is_dir():
+                check_free(self.out)  # a live trainer in it: name its pid
             if not stored.is_file():
                 raise ValueError(f"--resume: {self.out} holds no run (no config.json)")
             old = json.loads(stored.read_text())["config"]
@@ -161,14 +221,73 @@ class Trainer:
             if diff:
                 raise ValueError(f"--resume: settings differ from {stored}: "
                                  + ", ".join(f"{k}: stored {a!r} vs given {b!r}" for k, (a, b) in diff.items()))
-        elif self.out.exists() and (not self.out.is_dir() or any(self.out.iterdir())):
-            raise ValueError(f"output folder {self.out} already exists and is not empty: refusing to overwrite it "
-                             f"(use --resume to continue that run, or choose another --out)")
+        else:
+            check_new_run_folder(self.out)
+        self._lock: RunLock | None = None
+        self._created: list[Path] = []  # what a fresh run made, removed again if it fails before step 0
+        self._owns = False  # a fresh run that locked an empty folder
+        self._started = False  # a metrics row or a checkpoint exists: from here on a failure keeps the folder
 
     # ------------------------------------------------------------------ setup
+    def _open_folder(self) -> None:
+        """Create ``out`` (a fresh run) and take its lock: one process per run folder, for the life of the run."""
+        if not self.resume:
+            missing = [p for p in (self.out, *self.out.parents) if not p.exists()]
+            try:
+                self.out.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ValueError(f"cannot create the output folder {self.out}: {exc.strerror or exc}") from None
+            self._created = missing[::-1]
+        self._lock = RunLock(self.out).acquire()  # RunLocked (a ValueError) names the holder's pid
+        if not self.resume and entries(self.out):  # another process made a run here between the check and now
+            raise ValueError(f"output folder {self.out} already exists and is not empty: refusing to overwrite it "
+                             f"(use --resume to continue that run, or choose another --out)")
+        self._owns = not self.resume  # everything in the folder from here on is this fresh run's
+
+    def _close_folder(self, failed: bool) -> None:
+        """Release the lock; a fresh run that failed before step 0 leaves nothing behind."""
+        if failed and self._owns and not self._started:
+            for name in ("config.json", "config.tmp", "metrics.csv", "checkpoints", LOCK_NAME):
+                target = self.out / name
+                if target.is_dir():
+                    shutil.rmtree(target, ignore_errors=True)
+                elif target.exists():
+                    target.unlink()
+            for folder in reversed(self._created):  # only folders this run created, and only if now empty
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _intact_checkpoint(self):
+        """``(folder, trainer state, (policy, tokenizer))`` of the newest checkpoint that loads, or
+        ``(None, None, None)`` if the run has none. A checkpoint that does not load (a truncated
+        ``model.safetensors`` or ``trainer_state.pt``) is moved aside to ``<name>.corrupt-<time>``
+        (never deleted), saying so, and the next older one is tried; if none loads, ValueError naming
+        the files."""
+        cfg, bad = self.config, []
+        for ckpt in reversed(checkpoint_dirs(self.out)):
+            try:
+                state, loaded = load_checkpoint(ckpt, cfg.dtype, cfg.device)
+            except CheckpointError as exc:
+                bad.append(exc)
+                aside = ckpt.with_name(f"{ckpt.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+                os.replace(ckpt, aside)
+                self.log(f"warning: {exc}; moved it to {aside.name} and trying the previous checkpoint")
+                continue
+            if bad:
+                self.log(f"resuming from {ckpt.name}, the newest intact checkpoint (updates after it are redone)")
+            return ckpt, state, loaded
+        if bad:
+            raise ValueError(f"--resume: no intact checkpoint in {self.out / 'checkpoints'}: "
+                             + "; ".join(str(e) for e in bad) + " (the unreadable ones were moved aside, not deleted)")
+        return None, None, None
+
     def _setup(self) -> int:
         cfg = self.config
-        self.out.mkdir(parents=True, exist_ok=True)
         self.info = {"config": cfg.to_dict(), "out": str(self.out), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                      "command": sys.argv, **git_commit(), "versions": package_versions(),
                      "symbols": {f.name: f.metadata["symbol"] for f in config_fields()},
@@ -181,22 +300,21 @@ class Trainer:
             warn_truncation(cfg.top_k, cfg.top_p)
         self.task = build_task(cfg)
         self.max_new_tokens = default_max_new_tokens(cfg, self.task)
-        ckpt = latest_checkpoint(self.out) if self.resume else None
+        ckpt, state = None, None
+        if self.resume:
+            ckpt, state, loaded = self._intact_checkpoint()
         if ckpt is None:
             ws = get_warm_start(cfg, self.task, self.log)
             self.info["warm_start"] = {"path": str(ws.path), **ws.info}
             self.policy, self.tokenizer = load_pretrained(ws.path, cfg.dtype, cfg.device)
         else:
-            self.policy, self.tokenizer = load_pretrained(ckpt, cfg.dtype, cfg.device)
+            self.policy, self.tokenizer = loaded
         self.policy.train()
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr)
         self.source = ROLLOUT_SOURCES[cfg.mode](cfg, self.task, self.tokenizer, self.max_new_tokens)
         self.writer = MetricsWriter(self.out / "metrics.csv")
         start, self.complete = 0, False
         if ckpt is not None:
-            state = torch.load(ckpt / "trainer_state.pt", map_location="cpu", weights_only=False)
-            if state["format"] != CHECKPOINT_FORMAT:
-                raise ValueError(f"{ckpt}: checkpoint format {state['format']} is not {CHECKPOINT_FORMAT}")
             start, self.complete = state["step"], state["complete"]
             if not self.complete:  # a final checkpoint keeps only the weights
                 self.optimizer.load_state_dict(state["optimizer"])
@@ -262,6 +380,7 @@ class Trainer:
         return row
 
     def save_checkpoint(self, step: int, complete: bool = False) -> Path:
+        self._started = True
         self.writer.sync()
         root = self.out / "checkpoints"
         final = root / f"step-{step:06d}"
@@ -276,6 +395,7 @@ class Trainer:
                           "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                                   "python": random.getstate()}})
         torch.save(state, tmp / "trainer_state.pt")
+        _fsync_tree(tmp)  # complete on disk before it gets the name that says "complete"
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -291,13 +411,16 @@ class Trainer:
         prev_threads = torch.get_num_threads()
         torch.set_num_threads(cfg.threads)
         handlers = self._install_signal_handlers()
+        failed = True
         try:
+            self._open_folder()
             start = self._setup()
             if self.complete:
                 self.log(f"{self.out}: already complete ({cfg.steps} updates)")
                 summary = self._summary()
                 if not (self.out / "summary.json").exists():  # killed between final checkpoint and summary
                     _write_json(self.out / "summary.json", summary)
+                failed = False
                 return RunResult(self.out, "complete", cfg.steps, summary)
             bar = tqdm(total=cfg.steps, initial=start, desc=self.out.name, disable=not self.progress,
                        dynamic_ncols=True, file=sys.stderr)
@@ -315,6 +438,7 @@ class Trainer:
                     raise RolloutSourceError(f"{exc}\ncheckpoint saved at update {step} ({ckpt}); continue with "
                                              f"--resume") from exc
                 self.writer.write(row)
+                self._started = True
                 self.elapsed = time.perf_counter() - t_start
                 post = {"r": f"{row['train/reward_mean']:.3f}", "stale": int(row["stale/staleness_max"])}
                 if "eval/heldout_acc" in row:
@@ -327,6 +451,7 @@ class Trainer:
                     bar.close()
                     name = signal.Signals(self._stop_signal).name
                     self.log(f"{name}: checkpoint saved after update {done}; continue with --resume")
+                    failed = False
                     return RunResult(self.out, "interrupted", done, {"signal": name})
                 if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < cfg.steps:
                     self.save_checkpoint(done)
@@ -337,12 +462,14 @@ class Trainer:
             self.save_checkpoint(cfg.steps, complete=True)
             summary = self._summary()
             _write_json(self.out / "summary.json", summary)
+            failed = False
             return RunResult(self.out, "complete", cfg.steps, summary)
         finally:
             if hasattr(self, "writer"):
                 self.writer.close()
             if hasattr(self, "source"):
                 self.source.close()
+            self._close_folder(failed)
             self._restore_signal_handlers(handlers)
             torch.set_num_threads(prev_threads)
 
@@ -445,7 +572,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parent_watchdog() -> None:
+    """Started by a sweep (``GMC_PARENT_PID``) on a system without PR_SET_PDEATHSIG: SIGTERM ourselves
+    (checkpoint after the current update) once the sweep is gone, so no trainer outlives its sweep."""
+    parent = os.environ.get("GMC_PARENT_PID", "")
+    if sys.platform.startswith("linux") or not parent.isdigit():
+        return  # Linux: the sweep set PR_SET_PDEATHSIG (a second SIGTERM would stop without a checkpoint)
+
+    def watch():
+        while os.getppid() == int(parent):
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
+    _parent_watchdog()
     args = vars(build_parser().parse_args(argv))
     out, resume, progress = args.pop("out"), args.pop("resume"), not args.pop("no_progress")
     try:
@@ -456,6 +599,9 @@ def main(argv: list[str] | None = None) -> int:
     except RolloutSourceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except OSError as exc:  # a disk or permission fault mid-run: one line, never a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if result.status == "interrupted":
         return 128 + int(signal.Signals[result.summary["signal"]])
     s = result.summary

@@ -59,14 +59,16 @@ def n_count_vectors(G: int, K: int) -> int:
     return math.comb(G + K - 1, K - 1)
 
 
-def check_enumeration_size(G: int, K: int, max_entries: int = MAX_ENTRIES) -> int:
-    """Raise ``ValueError`` (suggesting Monte Carlo) when enumeration would be too large."""
+def check_enumeration_size(G: int, K: int, max_entries: int = MAX_ENTRIES, B: int = 1) -> int:
+    """Raise ``ValueError`` (suggesting Monte Carlo) when enumerating B instances at once would be too
+    large: B x count vectors x G weight entries (the pmf alone is B x count vectors floats)."""
     N = n_count_vectors(G, K)
-    if N * G > max_entries:
+    if B * N * G > max_entries:
+        per = f" for each of B = {B} instances (prompts), {B * N * G:,} in all," if B > 1 else ""
         raise ValueError(
             f"exact enumeration with G = {G} and K = {K} outcomes needs C(G+K-1, K-1) = {N:,} count "
-            f"vectors, i.e. {N * G:,} weight entries per scheme, over the limit of {max_entries:,}; "
-            f"use mc_moments (Monte Carlo) instead, or a smaller G or K"
+            f"vectors, i.e. {N * G:,} weight entries per scheme{per} over the limit of {max_entries:,}; "
+            f"use mc_moments (Monte Carlo) instead, or a smaller G, K or number of prompts"
         )
     return N
 
@@ -215,7 +217,7 @@ def exact_batch(log_ratio, log_p_b, rewards, scores, G, eps, schemes, advantage=
     eps = check_eps(eps)
     lr, lpb, rew, S = _as_batch(log_ratio, log_p_b, rewards, scores)
     B, K = lr.shape
-    check_enumeration_size(G, K, max_entries)
+    check_enumeration_size(G, K, max_entries, B)
     counts, tuples, log_coef = configurations(G, K)
     N = len(counts)
     pmf = np.exp(log_coef[None, :] + lpb @ counts.T.astype(np.float64))  # (B, N)
@@ -555,7 +557,7 @@ def exact_mass_batch(log_ratio, log_p_b, G, eps, schemes, wbar_powers=(), max_en
     lr = np.atleast_2d(np.asarray(log_ratio, dtype=np.float64))
     lpb = np.atleast_2d(np.asarray(log_p_b, dtype=np.float64))
     B, K = lr.shape
-    check_enumeration_size(G, K, max_entries)
+    check_enumeration_size(G, K, max_entries, B)
     counts, tuples, log_coef = configurations(G, K)
     pmf = np.exp(log_coef[None, :] + lpb @ counts.T.astype(np.float64))
     out = {s: np.zeros(B) for s in schemes}

@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from llm_runs.runlock import LOCK_NAME, RunLock
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results" / "sim"
 
@@ -128,34 +130,54 @@ def _tidy(df: pd.DataFrame, setting: dict, key: str) -> pd.DataFrame:
 def run_sweep(name: str, quick: bool = False, out: Path | None = None, force: bool = False,
               progress: bool = True) -> Path:
     """Run (or resume) sweep ``name``; returns the directory holding ``results.parquet``."""
-    from tqdm import tqdm
-
     sweeps = registry()
     if name not in sweeps:
         raise ValueError(f"unknown sweep {name!r}; valid: {', '.join(sweeps)}, all")
     sweep = sweeps[name]
     out = Path(out) if out is not None else results_dir(name, quick)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder: choose another --out")
     cfg = _config(sweep, quick)
     cfg_path = out / "config.json"
+    if out.is_dir() and not cfg_path.exists() and [p for p in out.iterdir() if p.name != LOCK_NAME]:
+        raise ValueError(f"{out} is not empty and holds no simulator sweep (no config.json): it is never written "
+                         f"into; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    with RunLock(out) as lock:  # one process per results folder (RunLocked names the other one's pid)
+        return _run_locked(sweep, name, quick, out, cfg, cfg_path, force, progress, lock)
+
+
+def _run_locked(sweep: Sweep, name: str, quick: bool, out: Path, cfg: dict, cfg_path: Path, force: bool,
+                progress: bool, lock: RunLock) -> Path:
+    from tqdm import tqdm
+
     if cfg_path.exists():
-        old = json.loads(cfg_path.read_text())
+        try:
+            old = json.loads(cfg_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{cfg_path} is unreadable ({exc}): move that folder away or choose another --out") from None
         same = all(json.dumps(old.get(k), sort_keys=True, default=str) == json.dumps(cfg[k], sort_keys=True, default=str)
                    for k in ("sweep", "quick", "settings", "seeds"))
         if not same:
             if not force:
                 raise ValueError(
-                    f"{out} holds results of a different settings table (see its config.json); "
-                    f"rerun with --force to move it aside, or choose another --out"
+                    f"{out} holds results of a different settings table (sweep {old.get('sweep')!r}, quick "
+                    f"{old.get('quick')!r}; see its config.json); rerun with --force to move it aside, or choose "
+                    f"another --out"
                 )
             aside = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
             out.rename(aside)
+            out.mkdir(parents=True)
+            lock.release()  # its lock file moved along with the old results: lock the new folder
+            lock.folder = out
+            lock.acquire()
             print(f"moved the old results to {aside}", file=sys.stderr)
     parts = out / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     cfg_path.write_text(json.dumps({**cfg, "versions": _versions()}, indent=1, default=str))
     table = sweep.table(quick)
     seeds = sweep.seeds(quick)
-    todo = [(s, setting_key(s)) for s in table if not (parts / f"{setting_key(s)}.parquet").exists()]
+    todo = [(s, setting_key(s)) for s in table if not _intact_part(parts, setting_key(s))]
     if len(todo) < len(table):
         print(f"{name}: {len(table) - len(todo)} of {len(table)} settings already done, resuming", file=sys.stderr)
     for setting, key in tqdm(todo, desc=name, disable=not progress, unit="setting"):
@@ -171,6 +193,29 @@ def run_sweep(name: str, quick: bool = False, out: Path | None = None, force: bo
     if step_files:
         _atomic_parquet(pd.concat([pd.read_parquet(f) for f in step_files], ignore_index=True), out / "steps.parquet")
     return out
+
+
+def _intact_part(parts: Path, key: str) -> bool:
+    """True if the setting's part files exist and read; an unreadable one is moved aside to
+    ``*.corrupt-<time>`` (never deleted), saying so, and the setting is computed again."""
+    main = parts / f"{key}.parquet"
+    if not main.exists():
+        return False
+    for path in (main, parts / f"{key}.steps.parquet"):
+        if not path.exists():
+            continue
+        try:
+            pd.read_parquet(path)
+        except Exception as exc:  # ArrowInvalid, OSError ... from a truncated or foreign file
+            aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+            os.replace(path, aside)
+            print(f"warning: part file {path} is unreadable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+                  f"moved it to {aside.name}, computing that setting again", file=sys.stderr)
+            if path == main:
+                return False
+            main.rename(main.with_name(f"{main.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}"))
+            return False
+    return True
 
 
 def _atomic_parquet(df: pd.DataFrame, path: Path):
@@ -191,11 +236,18 @@ def main(argv=None):
     names = sweeps_names if a.name == "all" else [a.name]
     if a.out is not None and len(names) > 1:
         p.error("--out needs a single sweep name")
+    if a.name != "all" and a.name not in sweeps_names:
+        p.error(f"unknown sweep {a.name!r}; valid: {', '.join(sweeps_names)}, all")
     for n in names:
         t0 = time.time()
-        d = run_sweep(n, quick=a.quick, out=a.out, force=a.force, progress=not a.no_progress)
+        try:
+            d = run_sweep(n, quick=a.quick, out=a.out, force=a.force, progress=not a.no_progress)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         print(f"{n}: {d / 'results.parquet'} ({time.time() - t0:.1f} s)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
