@@ -178,7 +178,7 @@ def _tiny_cpu_model_config(model_kwargs: dict, vocab_size: int, pad_id: int, eos
         shape["head_dim"] = shape["hidden_size"] // max(1, int(shape["num_attention_heads"]))
     try:
         return Qwen3Config(vocab_size=vocab_size, pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=None, **shape)
-    except Exception as exc:  # transformers raises TypeError, ValueError or its own validation errors
+    except Exception as exc:  # noqa: BLE001 (transformers raises TypeError, ValueError or its own validation errors)
         raise ValueError(f"model_kwargs {model_kwargs} rejected by Qwen3Config: {_one_line(exc)}") from None
 
 
@@ -202,7 +202,7 @@ def _probe_tiny_cpu_cached(kwargs_json: str) -> None:
     try:
         with torch.device("meta"):
             Qwen3ForCausalLM(model_config)(input_ids=torch.zeros(1, 3, dtype=torch.long))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (any failure of the model code is the kwargs' fault here)
         raise ValueError(f"model_kwargs {model_kwargs} rejected by the Qwen3 model: {_one_line(exc)}") from None
 
 

@@ -89,7 +89,7 @@ class RunLock:
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
-    def __enter__(self) -> RunLock:
+    def __enter__(self) -> RunLock:  # noqa: PYI034
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

@@ -242,20 +242,26 @@ class Outcome:
     wall_s: float = 0.0
 
 
-def _die_with_parent(parent: int) -> None:
+def _die_with_parent(parent: int, prctl) -> None:
     """``preexec_fn`` of every trainer: on Linux the kernel sends it SIGTERM when the sweep dies,
     however it dies (SIGKILL included), so no trainer outlives its sweep; SIGTERM makes the trainer
     checkpoint after its current update, so ``--resume`` continues it. Elsewhere the trainer's own
-    watchdog (``GMC_PARENT_PID``, see :func:`llm_runs.train.main`) does the same."""
-    if not sys.platform.startswith("linux"):
+    watchdog (``GMC_PARENT_PID``, see :func:`llm_runs.train.main`) does the same. Runs in the forked
+    child before exec: it only calls the already-loaded ``prctl`` (no import, no allocation-heavy work)."""
+    if prctl is None:
         return
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
     if os.getppid() != parent:  # the sweep died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _prctl():
+    """libc's ``prctl`` on Linux (loaded in the sweep, never in a forked child), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).prctl
 
 
 def _child_env() -> dict:
@@ -339,6 +345,7 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
 
     handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     running: dict[str, tuple[subprocess.Popen, Cell, object]] = {}
+    die_with_parent = functools.partial(_die_with_parent, os.getpid(), _prctl())
     queue, shown = list(pending), []
     bar = tqdm(total=len(pending), desc=f"llm sweep ({sweep.name})", unit="run", disable=not progress,
                dynamic_ncols=True, file=sys.stderr)
@@ -357,7 +364,7 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
                 fh.flush()
                 proc = subprocess.Popen(cmd, env=_child_env(), stdout=fh, stderr=subprocess.STDOUT,
                                         start_new_session=True,  # Ctrl-C reaches the sweep, which stops runs cleanly
-                                        preexec_fn=functools.partial(_die_with_parent, os.getpid()))  # ... and a killed sweep takes its runs along
+                                        preexec_fn=die_with_parent)  # noqa: PLW1509 (see _die_with_parent)  # ... and a killed sweep takes its runs along
                 running[cell.name] = (proc, cell, fh)
             if list(running) != shown:
                 shown = list(running)

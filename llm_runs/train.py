@@ -145,14 +145,14 @@ def load_checkpoint(ckpt: Path, dtype: str = "float32", device: str = "cpu"):
     path = ckpt / "trainer_state.pt"
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # EOFError, UnpicklingError, RuntimeError ... from a truncated file
+    except Exception as exc:  # noqa: BLE001 (EOFError, UnpicklingError, RuntimeError ... from a truncated file)
         raise CheckpointError(f"checkpoint file {path} is unreadable ({type(exc).__name__}: {exc})") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(f"checkpoint file {path}: format {found!r} is not {CHECKPOINT_FORMAT}")
     try:
         loaded = load_pretrained(ckpt, dtype, device)
-    except Exception as exc:  # SafetensorError, OSError, ValueError from a truncated model file
+    except Exception as exc:  # noqa: BLE001 (SafetensorError, OSError, ValueError from a truncated model file)
         names = ", ".join(sorted(p.name for p in ckpt.glob("*.safetensors"))) or "model weights"
         raise CheckpointError(f"checkpoint {ckpt} ({names}) is unreadable ({type(exc).__name__}: "
                               f"{' '.join(str(exc).split())[:300]})") from None

@@ -206,7 +206,7 @@ def _intact_part(parts: Path, key: str) -> bool:
             continue
         try:
             pd.read_parquet(path)
-        except Exception as exc:  # ArrowInvalid, OSError ... from a truncated or foreign file
+        except Exception as exc:  # noqa: BLE001 (ArrowInvalid, OSError ... from a truncated or foreign file)
             aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
             os.replace(path, aside)
             print(f"warning: part file {path} is unreadable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "

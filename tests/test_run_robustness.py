@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 import torch
 
+from llm_runs.config import resolve_config
 from llm_runs.runlock import LOCK_NAME, RunLock, RunLocked, read_holder
 from llm_runs.train import Trainer, main
-from llm_runs.config import resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
@@ -342,7 +342,7 @@ def test_failure_before_step_0_leaves_nothing_behind(cache, tmp_path, monkeypatc
 
 def _sim(*args):
     return subprocess.run([sys.executable, "-m", "simulators.sweep", *args, "--no-progress"], cwd=REPO, env=_env(),
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
 
 
 def test_simulator_sweep_errors_are_one_line(tmp_path):
@@ -368,7 +368,7 @@ def test_simulator_sweep_refuses_another_table_and_recomputes_a_corrupt_part(tmp
     ref = pd.read_parquet(out / "results.parquet")
     res = _sim("bias_vs_G", "--quick", "--out", str(out))  # another sweep's table
     assert res.returncode == 2 and "different settings table" in res.stderr and "Traceback" not in res.stderr
-    part = sorted((out / "parts").glob("*.parquet"))[0]
+    part = min((out / "parts").glob("*.parquet"))
     part.write_bytes(part.read_bytes()[:40])
     res = _sim("lognormal_mass_bias", "--quick", "--out", str(out))
     assert res.returncode == 0, res.stderr[-2000:]
