@@ -104,7 +104,7 @@ class TrainConfig:
         from estimators.losses import loss_names
 
         from .delay import ROLLOUT_SOURCES
-        from .presets import get_preset
+        from .presets import check_device, get_preset
         from .tasks import get_task_factory
 
         def need(cond: bool, msg: str):
@@ -170,6 +170,7 @@ class TrainConfig:
         need(self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")), f"unknown device {self.device!r}")
         preset = get_preset(self.preset)  # unknown preset -> ValueError listing the valid ones
         preset.check(self)  # model path exists (never a hub id), kwargs make sense
+        check_device(self.device)  # a device torch cannot see is refused before any folder is made
         get_task_factory(self.task)(self)  # unknown task / bad knobs -> ValueError (cheap: builds the split)
         return self
 

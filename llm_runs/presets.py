@@ -67,7 +67,6 @@ class Preset:
                 raise ValueError(f"unknown model_kwargs {unknown} for preset {self.name!r}")
         if config.model_kwargs and self.probe_model_kwargs is not None:
             self.probe_model_kwargs(config.model_kwargs)
-        check_device(config.device)
 
 
 def check_device(device: str) -> None:

@@ -194,6 +194,25 @@ def test_kill9_of_a_sweep_stops_its_trainer_and_resume_finishes_the_run(cache, t
     assert log.count("--no-progress --resume") == 1  # one resumed trainer
 
 
+def test_a_sweep_never_starts_a_second_trainer_on_a_held_folder(tmp_path):
+    """A run folder still held by a live trainer (say, of an earlier sweep) is refused by name."""
+    from llm_runs.sweep import run_state
+
+    run = tmp_path / "gmc-controlled-d0-s0"
+    run.mkdir()
+    code = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from llm_runs.runlock import RunLock; "
+            f"RunLock({str(run)!r}).acquire(); print('locked', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunLocked, match=rf"pid {holder.pid}"):
+            run_state(run, {})
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run_state(run, {}) == "new"  # only the (free) lock file: nothing of a run
+
+
 # --------------------------------------------------------------------------- corrupt checkpoints
 
 
