@@ -34,7 +34,7 @@ from .data import (
 from .mdhtml import to_html
 
 FIGURES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
-           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics"]
+           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier"]
 Z_LLM = 2.0
 """GMC counts as better than another estimator only if the gap in mean final accuracy exceeds
 Z_LLM combined standard errors over seeds."""

@@ -37,6 +37,12 @@ STYLES: dict[str, EstimatorStyle] = {
     "tic_ppo": EstimatorStyle("TIC-PPO", "#882255", "X"),
     "token_clip": EstimatorStyle("token GRPO (clip)", "#E69F00", "<"),
     "gspo": EstimatorStyle("GSPO", "#009E73", ">"),
+    "topr": EstimatorStyle("TOPR", "#44AA99", "h"),
+    "seq_tis_bn": EstimatorStyle("seq. TIS + batch norm", "#117733", "p"),
+    "seq_mis": EstimatorStyle("seq. MIS", "#999933", "d"),
+    "cispo": EstimatorStyle("CISPO", "#AA4499", "8"),
+    "m2po": EstimatorStyle("M2PO", "#661100", "H"),
+    "opsm": EstimatorStyle("OPSM", "#6699CC", "1"),
 }
 """estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style."""
 
