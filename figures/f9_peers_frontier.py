@@ -57,7 +57,14 @@ def _deltas(df) -> list[float]:
 def plot(df: pd.DataFrame, ax=None):
     envs = [e for e in ENV_TITLE if e in set(df["env"])]
     deltas = _deltas(df)
-    fig, axes = style.panels(len(envs) * len(deltas), ax, width=3.0, height=2.7)
+    if ax is None:  # a grid: one row per environment, one column per delay
+        import matplotlib.pyplot as plt
+
+        plt.rcParams.update(style.RC)
+        fig, grid = plt.subplots(len(envs), len(deltas), figsize=(3.6 * len(deltas), 3.0 * len(envs)), squeeze=False)
+        axes = list(grid.ravel())
+    else:
+        fig, axes = style.panels(len(envs) * len(deltas), ax)
     for j, env in enumerate(envs):
         for k, D in enumerate(deltas):
             a = axes[j * len(deltas) + k]
@@ -75,8 +82,10 @@ def plot(df: pd.DataFrame, ax=None):
             f = frontier(d)
             style.mark(a.plot(f["second_moment"], f["bias_norm"], color="black", linewidth=0.8, alpha=0.6,
                               drawstyle="steps-post", label="frontier"), env, str(D), "frontier")
-            a.set_xscale("log")
+            a.set_xscale("symlog", linthresh=1e-3)  # symlog: an estimator that is always 0 has second moment 0
             a.set_yscale("symlog", linthresh=1e-3)
+            a.set_xlim(left=0)
+            a.set_ylim(bottom=0)
             a.set_title(f"{ENV_TITLE[env]}, $\\Delta={D:g}$, $G={int(d['G'].iloc[0])}$")
             a.set_xlabel(r"$\mathbb{E}\|\hat g\|^2$")
             if k == 0:
