@@ -20,6 +20,13 @@ tic_ppo    w_i 1{w_i <= 1+eps or A_i < 0}                       no (reference on
 gmc        lambda w_i, lambda = min(1, (1+eps) / mean_j w_j)    yes
 snis       w_i / mean_j w_j                                     yes
 =========  ===================================================  =====================
+
+Published peers registered in the same table by :mod:`estimators.peers`: ``topr`` (in the
+class), ``seq_tis_bn`` (batch-normalised; in the class only with one group per batch),
+``seq_mis`` (in the class iff its upper bound hi <= 1+eps). Each scheme carries its exact
+membership rule (:meth:`Scheme.member`), its surrogate kind (:data:`SURROGATES`) and whether
+its weights couple the groups of a batch (``batch_coupled``); knobs live in
+:data:`estimators.params.PARAMS`.
 """
 from __future__ import annotations
 

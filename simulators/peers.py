@@ -121,6 +121,7 @@ def _summary(view, eps, g_mean, cov, second, second_se, max_norm, extra) -> dict
         se = 0.0 if cov is None else (float(np.sqrt(max((b / nb) @ cov @ (b / nb), 0.0))) if nb > 0
                                       else float(np.sqrt(max(np.trace(cov), 0.0))))
         out[f"{key}_norm"], out[f"{key}_norm_se"] = nb, se
+    out["bias_vec"] = (g_mean - view["grad_J"]).tolist()
     out.update(second_moment=float(second), second_moment_se=float(second_se), max_norm=float(max_norm), M=M,
                max_norm_ratio=float(max_norm / ((1 + eps) * M)) if M > 0 else float("nan"),
                grad_J_norm=float(np.linalg.norm(view["grad_J"])),
@@ -243,6 +244,7 @@ COLUMNS = {
     "bias_norm": "||E g_hat - grad J(theta)|| (THEORY §2's bias b(c) for trajectory schemes)",
     "bias_norm_se": "its standard error (delta method; 0 when exact)",
     "bias_b_norm": "||E g_hat - grad J(theta_b)|| (THEORY §6's token-level reference)", "bias_b_norm_se": "s.e.",
+    "bias_vec": "the bias vector E g_hat - grad J(theta), flattened like theta (exact, or its MC estimate)",
     "second_moment": "E ||g_hat||^2 of one group's estimate", "second_moment_se": "s.e. (0 when exact)",
     "max_norm": "max ||g_hat|| over the groups enumerated / drawn", "M": "(max r - min r) max_k ||s_k||",
     "max_norm_ratio": "max ||g_hat|| / ((1+eps) M): <= 1 for every member of C_eps (Lemma 2)",
