@@ -342,3 +342,12 @@ def test_f9_points_frontier_and_summary():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_f9_caption_names_the_other_delays_where_gmc_is_dominated():
+    m = mod("f9_peers_frontier")
+    df = peers_table()
+    df["key"] = df["scheme"].where(df["batch_groups"] == 1, df["scheme"] + " (B=8)")
+    s = m.summary(df)["token_mdp"]
+    assert s["gmc_dominated_at"] == {1.0: ["topr"]}  # the largest delay (4) is reported separately
+    assert "dominated only at Delta = 1 (by topr)" in m.caption(df)
