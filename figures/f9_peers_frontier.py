@@ -103,7 +103,7 @@ def summary(df: pd.DataFrame) -> dict:
         f = frontier(dd)
         cls = dd[(dd["level"] == "trajectory") & dd["in_class"].astype(bool)]
         dominated_at = {float(Dk): dominators(dk, "gmc") for Dk, dk in d.groupby("Delta")
-                        if Dk != D and dominators(dk, "gmc")}
+                        if 0 < Dk != D and dominators(dk, "gmc")}  # on-policy every scheme is IS
         out[env] = {"Delta": D, "frontier": list(f["key"]), "gmc_on_frontier": "gmc" in set(f["key"]),
                     "always_zero": list(f[f["second_moment"] == 0]["key"]), "gmc_dominated_at": dominated_at,
                     "gmc_dominated_by": dominators(dd, "gmc"),
