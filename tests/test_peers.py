@@ -120,12 +120,13 @@ def test_opsm_drops_only_negative_and_far_sequences():
 
 
 def test_gspo_uses_its_own_clip_range_not_eps():
-    # s = exp(mean_t log r) = e^0.001 > 1 + 4e-4 with A > 0: clipped by GSPO's default range
-    # whatever eps is; with eps_high = 0.01 it is not
-    logp, old, m, A = _tokens([[0.001, 0.001], [0.0, 0.0]], [1.0, -1.0])
+    # s = exp(mean_t log r): e^0.001 > 1 + 4e-4 with A > 0 and e^-0.001 < 1 - 3e-4 with A < 0: both
+    # clipped by GSPO's default range whatever eps is (the trainer's eps = 0.2 once leaked in as
+    # the lower clip); with eps_high = 0.01 only the second is
+    logp, old, m, A = _tokens([[0.001, 0.001], [-0.001, -0.001]], [1.0, -1.0])
     for eps in (0.2, 3e-4):
-        assert policy_loss("gspo", logp, old, m, A, 2, eps).metrics["seq_clip_frac"] == 0.5
-    assert policy_loss("gspo", logp, old, m, A, 2, 0.2, eps_high=0.01).metrics["seq_clip_frac"] == 0.0
+        assert policy_loss("gspo", logp, old, m, A, 2, eps).metrics["seq_clip_frac"] == 1.0
+    assert policy_loss("gspo", logp, old, m, A, 2, 0.2, eps_high=0.01).metrics["seq_clip_frac"] == 0.5
 
 
 # ----------------------------------------------------------------- surrogate gradient = closed form
@@ -381,3 +382,12 @@ def test_core_enumeration_refuses_a_batch_coupled_scheme():
 
     with pytest.raises(ValueError, match="normalises over the whole batch"):
         bandit.exact_moments([0.5, 0.0], [0.0, 0.0], [1.0, 0.0], 4, 0.2, "seq_tis_bn")
+
+
+def test_losses_leave_the_ratio_diagnostics_to_the_caller():
+    # the diagnostics are computed once per update from seq_log_ratio (llm_runs.update), never per loss call
+    logp, old, m, A = _tokens([[0.5, -0.1], [0.05, 0.0]], [1.0, -1.0])
+    for name in loss_names():
+        out = policy_loss(name, logp, old, m, A, 2, 0.2)
+        assert not set(out.metrics) & set(estimators.diagnostics(out.seq_log_ratio, 0.2)), name
+        torch.testing.assert_close(out.seq_log_ratio, torch.tensor([[0.4, 0.05]], dtype=torch.float64))
