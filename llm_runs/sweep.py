@@ -20,7 +20,7 @@ Ctrl-C or SIGTERM stops every running run at its next update with a checkpoint.
 
 Results: ``<out>/sweep.json`` (the settings), ``<out>/summary.csv`` (one row per run:
 estimator, mode, delay, seed, steps, held-out and training-pool accuracy / pc at the start
-and end, max log-ratio, mean staleness, the ``stable`` flag of :mod:`figures.data`, wall time)
+and end, max log-ratio, mean staleness, the ``stable`` flag of :mod:`schema.results`, wall time)
 and the run folders the figures read.
 """
 from __future__ import annotations
@@ -167,19 +167,16 @@ SUMMARY_COLUMNS = ["run", "estimator", "mode", "delay", "seed", "steps", "steps_
 
 def summarize_run(run: Path, cell: Cell, steps_planned: int) -> dict | None:
     """One summary row for a run folder (None: no metrics yet). ``stable`` is
-    :func:`figures.data.run_summary`'s rule, so the table and the figures agree."""
-    import pandas as pd
+    :func:`schema.results.run_summary`'s rule, so the table and the figures agree."""
+    from schema.results import read_run, read_run_config, run_summary
 
-    from figures.data import run_summary
-
-    path = run / "metrics.csv"
-    if not path.is_file():
+    if not (run / "metrics.csv").is_file():
         return None
-    m = pd.read_csv(path)
+    stored = read_run_config(run)
+    _, m = read_run(run)
     if m.empty:
         return None
     complete = (run / "summary.json").is_file()
-    stored = json.loads((run / "config.json").read_text())["config"]
     meta = {**{k: v for k, v in stored.items() if v is None or isinstance(v, (str, int, float))},
             "run": cell.name, "mode": cell.mode, "delay": cell.delay, "steps": steps_planned, "complete": complete}
     verdict = run_summary(m.assign(**meta)).iloc[0]

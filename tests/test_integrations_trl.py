@@ -105,7 +105,7 @@ def test_per_step_loss_is_the_core_surrogate(trained):
     stale = trainer.records[1]["ref"].seq_log_ratio
     assert float(stale.abs().max()) > 1e-3
     assert float(trainer.records[0]["ref"].seq_log_ratio.abs().max()) < 1e-5
-    logged = [h for h in trainer.state.log_history if "stale/frac_groups_capped" in h]
+    logged = [h for h in trainer.state.log_history if "stale/mass_cap_frac" in h]
     assert len(logged) == 3
     assert logged[1]["stale/log_ratio_max"] == pytest.approx(float(stale.max()), abs=1e-5)
 

@@ -1,0 +1,79 @@
+"""Atomic writes: a reader never sees a half-written file, a crash never leaves one.
+
+Every results file is written to a temporary file in the same folder and renamed over the
+target (``os.replace`` is atomic on one file system).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def write_text(path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically."""
+    path = Path(path)
+    tmp = _tmp(path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def write_bytes(path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically."""
+    path = Path(path)
+    tmp = _tmp(path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def write_json(path, obj, indent: int = 2) -> Path:
+    """``json.dumps(obj)`` to ``path`` atomically (non-JSON values as ``str``)."""
+    return write_text(path, json.dumps(obj, indent=indent, default=str, ensure_ascii=False) + "\n")
+
+
+def write_parquet(path, df) -> Path:
+    """A pandas DataFrame to ``path`` as parquet, atomically."""
+    path = Path(path)
+    tmp = _tmp(path)
+    try:
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def check_writable(path) -> Path:
+    """Raise ``PermissionError``/``IsADirectoryError`` now if ``path`` could not be written later.
+
+    The nearest existing parent folder must be writable (missing folders are created at
+    write time) and ``path`` itself must not be a folder.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder, not a file")
+    parent = path.parent
+    while not parent.exists():
+        if parent.parent == parent:
+            break
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(f"cannot write {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise PermissionError(f"cannot write {path}: permission denied")
+    return path
