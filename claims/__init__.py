@@ -17,7 +17,8 @@ The bounds checked are THEORY.md's reconstruction ([R]), not the paper's text.
 from .result import STATUSES, Result, combine, jsonable
 
 _REGISTRY = ("BY_ID", "CLAIMS", "KEYS", "KINDS", "Claim", "get_claim", "run_claims")
-__all__ = [*_REGISTRY, "STATUSES", "Result", "combine", "jsonable"]
+__all__ = ["BY_ID", "CLAIMS", "KEYS", "KINDS", "STATUSES", "Claim", "Result", "combine", "get_claim", "jsonable",
+           "run_claims"]
 
 
 def __getattr__(name):

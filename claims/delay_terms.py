@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import sympy as sp
-from scipy.optimize import minimize_scalar
 
 from bounds import delay
 from bounds.exponents import elasticity, exponent, loglog_slope
@@ -20,6 +19,8 @@ from bounds.symbols import (
     eps,
     eta,
 )
+from bounds.tuning import CONSTANTS as TUNING_CONSTANTS
+from bounds.tuning import tune_step_size
 from simulators import theory
 from simulators.bandit.sweeps import instance as e1_instance
 from simulators.delay import AsyncConfig, async_sgd, static_behaviour
@@ -89,7 +90,7 @@ def check_12(quick: bool) -> Result:
               and all(str(measured[s][v]) == expected[s][v] for s in expected for v in expected[s])
               and slopes == measured)
     # numeric: minimise a/(eta T) + D eta^4 (B = 0) for G = 2..2^11 with the lambdified D
-    vals = {"a": 2.0, "T": 1000.0, "d": 4.0, "eps": EPS, "C2": 1.0, "C4": 1.0, "r0": 1.0, "M": 1.0, "eta": 1.0}
+    vals = {**TUNING_CONSTANTS, "eps": EPS, "eta": 1.0}
     Gs = 2.0 ** np.arange(1, 12)
     num_slope, fmin_err = {}, 0.0
     closed = twin("cor3_delay_part")
@@ -99,12 +100,9 @@ def check_12(quick: bool) -> Result:
         for G_ in Gs:
             args = {n_: G_ if n_ == "G" else vals[n_] for n_ in D_fn.params}
             D_val = float(D_fn(**args))  # eta = 1: D_fn returns the eta^4 coefficient
-            def fun(le, D_val=D_val):
-                return vals["a"] / (math.exp(le) * vals["T"]) + D_val * math.exp(4 * le)
-
-            res = minimize_scalar(fun, bounds=(-30.0, 10.0), method="bounded", options={"xatol": 1e-10})
-            mins.append(res.fun)
-            fmin_err = max(fmin_err, abs(res.fun / float(closed(a=vals["a"], D=D_val, T=vals["T"])) - 1))
+            _, fmin = tune_step_size(vals["a"], D_val, vals["T"])
+            mins.append(fmin)
+            fmin_err = max(fmin_err, abs(fmin / float(closed(a=vals["a"], D=D_val, T=vals["T"])) - 1))
         num_slope[scheme] = loglog_slope(Gs, mins)
     # Corollary 3 with B > 0: eta = min(eta_B, eta_D) meets the tuned bound
     obj_n, bound_n = twin("cor3_objective"), twin("cor3_tuned_bound")
@@ -126,7 +124,7 @@ def check_12(quick: bool) -> Result:
         tolerance={"symbolic": 0, "numeric slope": tol, "min value rel": 1e-6},
         evidence=(f"solve(diff(a/(eta T)+D eta^4, eta)) = {sols} = eta_D: {eta_ok}; f* = {fstar} = THEORY's "
                   f"(5/4)4^(1/5)a^(4/5)D^(1/5)T^(-4/5): {fstar_ok}; exponents by limit of log-ratios (GMC / TIC): "
-                  f"{measured}, elasticity limits agree: {slopes == measured}; minimize_scalar over G=2..2^11 "
+                  f"{measured}, elasticity limits agree: {slopes == measured}; bounds.tuning.tune_step_size over G=2..2^11 "
                   f"(B=0): slopes GMC {num_slope['gmc']:.6f}, TIC {num_slope['tic_mask']:.6f}, min vs closed form "
                   f"{fmt(fmin_err)}; with B>0, eta=min(eta_B,eta_D) on {len(P['a'])} random (a,B,D,T): "
                   f"max objective/bound - 1 = {fmt(excess)}"),

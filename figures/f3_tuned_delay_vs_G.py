@@ -3,7 +3,7 @@
 
 Lines: Corollary 3's closed form ``(5/4) 4^{1/5} a^{4/5} D^{1/5} T^{-4/5}`` with D each
 scheme's Theorem 2 term. Points: the numerically tuned values (``minimize_scalar`` of
-``a/(eta T) + D eta^4`` over eta), from ``python -m bounds.tuned_sweep``. Left: against G at
+``a/(eta T) + D eta^4`` over eta), from ``python -m simulators.tuned_sweep``. Left: against G at
 one eps; right: against eps at one G. Both are bounds (no randomness, no error bars).
 """
 from __future__ import annotations

@@ -124,7 +124,8 @@ class MetricsWriter:
 
 
 def read_metrics(run_dir: str | os.PathLike):
-    """``pandas.DataFrame`` of a run's metrics (one row per step; the final row is eval only)."""
-    import pandas as pd
+    """``pandas.DataFrame`` of a run's metrics (one row per step; the final row is eval only), read and
+    checked by :func:`schema.results.read_run`."""
+    from schema.results import read_run
 
-    return pd.read_csv(Path(run_dir) / "metrics.csv")
+    return read_run(run_dir)[1]

@@ -135,13 +135,13 @@ def run_state(run: Path, planned: dict) -> str:
     stored_file = run / "config.json"
     if not stored_file.is_file():
         raise ValueError(f"{run} exists but holds no run (no config.json): move it away; it is never overwritten")
-    from .config import TrainConfig
+    from schema.results import read_run_config
 
-    stored = json.loads(stored_file.read_text())["config"]
-    defaults = TrainConfig().to_dict()  # a field added after the run was made counts at its default
-    diff = sorted(k for k in set(stored) | set(planned) if stored.get(k, defaults.get(k)) != planned.get(k))
+    from .config import config_diff
+
+    diff = config_diff(read_run_config(run), planned)
     if diff:
-        changes = ", ".join(f"{k}: {stored.get(k)!r} vs planned {planned.get(k)!r}" for k in diff)
+        changes = ", ".join(f"{k}: {a!r} vs planned {b!r}" for k, (a, b) in diff.items())
         raise ValueError(f"{run} was run with other settings ({changes}): use another --out or move it away")
     return "complete" if (run / "summary.json").is_file() else "interrupted"
 
@@ -168,7 +168,7 @@ SUMMARY_COLUMNS = ["run", "estimator", "mode", "delay", "seed", "steps", "steps_
 def summarize_run(run: Path, cell: Cell, steps_planned: int) -> dict | None:
     """One summary row for a run folder (None: no metrics yet). ``stable`` is
     :func:`schema.results.run_summary`'s rule, so the table and the figures agree."""
-    from schema.results import read_run, read_run_config, run_summary
+    from schema.results import read_run, read_run_config, run_settings, run_summary
 
     if not (run / "metrics.csv").is_file():
         return None
@@ -178,7 +178,8 @@ def summarize_run(run: Path, cell: Cell, steps_planned: int) -> dict | None:
         return None
     complete = (run / "summary.json").is_file()
     meta = {**{k: v for k, v in stored.items() if v is None or isinstance(v, (str, int, float))},
-            "run": cell.name, "mode": cell.mode, "delay": cell.delay, "steps": steps_planned, "complete": complete}
+            "run": cell.name, **{k: run_settings(stored)[k] for k in ("mode", "delay")}, "steps": steps_planned,
+            "complete": complete}
     verdict = run_summary(m.assign(**meta)).iloc[0]
     upd = m[m["step"] < steps_planned]
     ev = m.dropna(subset=["eval/heldout_acc"])
@@ -212,11 +213,9 @@ def write_summary(out: Path, sweep: Sweep, cells: list[Cell]) -> Path:
 
     rows = [r for c in cells if (r := summarize_run(out / c.name, c, int(c.overrides["steps"]))) is not None]
     df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-    path = out / "summary.csv"
-    tmp = path.with_suffix(".tmp")
-    df.to_csv(tmp, index=False, float_format="%.6g")
-    os.replace(tmp, path)
-    return path
+    from schema.io import write_text
+
+    return write_text(out / "summary.csv", df.to_csv(index=False, float_format="%.6g"))
 
 
 # --------------------------------------------------------------------------- running

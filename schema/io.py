@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 
@@ -77,3 +78,36 @@ def check_writable(path) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise PermissionError(f"cannot write {path}: permission denied")
     return path
+
+
+def same_settings_or_move_aside(out, cfg: dict, keys, force: bool = False) -> bool:
+    """Guard a results folder ``out`` against mixing settings.
+
+    ``True`` if ``out/config.json`` records the same ``cfg[k]`` for every ``k`` in ``keys``
+    (resume or nothing to do), ``False`` if there is no ``config.json``. With other settings:
+    ``ValueError`` naming the folder, or, with ``force``, the folder is renamed to
+    ``<out>.old-<time>`` (never deleted) and ``False`` is returned.
+    """
+    import time
+
+    out = Path(out)
+    path = out / "config.json"
+    if not path.exists():
+        return False
+    try:
+        old = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not valid JSON ({e}); move the folder aside or choose another --out") from None
+
+    def canon(v):
+        return json.dumps(v, sort_keys=True, default=str)
+
+    if all(canon(old.get(k)) == canon(cfg.get(k)) for k in keys):
+        return True
+    if not force:
+        raise ValueError(f"{out} holds results made with other settings (see its config.json); rerun with --force "
+                         "to move it aside, or choose another --out")
+    aside = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.rename(aside)
+    print(f"moved the old results to {aside}", file=sys.stderr)
+    return False

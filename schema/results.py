@@ -9,7 +9,7 @@ Sources:
 
 * ``Sim(NAME)``: ``results/sim/NAME/results.parquet`` (full sweep) or, if that is absent,
   ``results/sim/NAME-quick/results.parquet``; made by ``python -m simulators.sweep NAME``.
-* ``TUNED``: ``results/sim/tuned_delay/results.parquet``; made by ``python -m bounds.tuned_sweep``.
+* ``TUNED``: ``results/sim/tuned_delay/results.parquet``; made by ``python -m simulators.tuned_sweep``.
 * ``LLM``: run folders ``results/llm/sweep/<run>/`` (full) or ``results/llm/sweep_quick/<run>/``,
   each with ``config.json`` and ``metrics.csv``; made by ``python -m llm_runs.sweep``.
 * ``VERIFY``: ``results/verify/claims.json``; made by ``python -m claims`` (``make verify-bounds``).
@@ -73,7 +73,7 @@ def Sim(name: str) -> Source:
                   f"python -m simulators.sweep {name}")
 
 
-TUNED = Source("sim/tuned_delay", ("sim/tuned_delay/results.parquet",), "python -m bounds.tuned_sweep")
+TUNED = Source("sim/tuned_delay", ("sim/tuned_delay/results.parquet",), "python -m simulators.tuned_sweep")
 VERIFY = Source("verify/claims.json", ("verify/claims.json",), "python -m claims")
 ABSTRACT = Source("verify/abstract.json", ("verify/abstract.json",), "python -m claims.abstract")
 
