@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from bounds.delay import DELAY_TERMS  # noqa: F401  scheme -> the bounds/ name of Theorem 2's delay term D
+from bounds.delay import (
+    DELAY_TERMS,  # scheme -> the bounds/ name of Theorem 2's delay term D
+)
 
 FP_SLACK = 1e-9
 """Relative slack when comparing an exact bias with its bound (floating-point rounding of
