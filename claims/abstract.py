@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schema.io import check_writable, write_json
+from schema.metrics import estimator_label as label
 from schema.provenance import provenance
 from schema.results import (
     ABSTRACT as ABSTRACT_SOURCE,
@@ -38,18 +39,10 @@ Z_LLM = 2.0
 """GMC counts as better than another estimator only if the gap in mean final accuracy exceeds
 Z_LLM combined standard errors over seeds."""
 EVIDENCE_CHARS = 600
-_NAMES = {"gmc": "GMC", "tic_mask": "TIC-mask", "tic_trunc": "TIC-trunc", "tic_ppo": "TIC-PPO", "is": "IS",
-          "snis": "SNIS", "stale": "c=1", "token_clip": "token clip", "gspo": "GSPO"}
 
 
 def _fmt(x, spec=".3g") -> str:
     return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x + 0.0, spec)
-
-
-def label(estimator: str, mode: str | None = None) -> str:
-    """A plain display name: ``GMC``, ``TIC-mask (async)``."""
-    name = _NAMES.get(estimator, estimator)
-    return name + (f" ({mode})" if mode and mode != "controlled" else "")
 
 
 # ----------------------------------------------------------------------------------- data checks
@@ -154,7 +147,8 @@ def _llm_verdict() -> tuple[str, str]:
     return word, base + gap + scale
 
 
-def _evidence(row: dict) -> str:
+def evidence_excerpt(row: dict) -> str:
+    """A claim's evidence on one line, cut at EVIDENCE_CHARS."""
     e = " ".join(str(row.get("evidence", "")).split())
     return e if len(e) <= EVIDENCE_CHARS else e[:EVIDENCE_CHARS] + " ... (full evidence in results/verify/claims.md)"
 
@@ -199,7 +193,7 @@ def theory_verdict(ac: AbstractClaim, claims: dict | None) -> tuple[str, str]:
         notes.append("Claims " + ", ".join(f"{i} {claims[i]['status']}" if i in claims else f"{i} absent"
                                            for i in ac.claim_ids) + ".")
         for i in failing:
-            notes.append(f"Failing: claim {i} ({claims[i]['title']}): {_evidence(claims[i])}")
+            notes.append(f"Failing: claim {i} ({claims[i]['title']}): {evidence_excerpt(claims[i])}")
         word = "not checked" if missing else "not confirmed" if failing else "confirmed"
     if ac.check is not None:
         try:

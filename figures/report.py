@@ -15,12 +15,12 @@ import argparse
 import importlib
 import os
 import re
-import subprocess
 import time
 from pathlib import Path
 
+from claims.abstract import evidence_excerpt
+from schema.provenance import git_commit
 from schema.results import (
-    ROOT,
     UNSTABLE_RULE,
     MissingResults,
     read_abstract,
@@ -51,14 +51,6 @@ def plain(text: str) -> str:
         return t
 
     return re.sub(r"\$([^$]*)\$", convert, text)
-
-
-EVIDENCE_CHARS = 600
-
-
-def _evidence(row: dict) -> str:
-    e = " ".join(str(row.get("evidence", "")).split())
-    return e if len(e) <= EVIDENCE_CHARS else e[:EVIDENCE_CHARS] + " ... (full evidence in results/verify/claims.md)"
 
 
 # ----------------------------------------------------------------------------------- sections
@@ -118,11 +110,8 @@ def figure_section(name: str, report_dir: Path, figures_out: Path, draw_missing:
 
 
 def _git_commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True,
-                              timeout=5).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    commit = git_commit()["git_commit"]
+    return commit[:7] if commit else "unknown"
 
 
 def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str:
@@ -164,7 +153,7 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
         for r in sorted(rows, key=lambda r: r["id"]):
             if r["status"] != "PASS":
                 where = "" if r["id"] in linked else " (a supporting claim, not one of the abstract's)"
-                disagreements.append(f"- Claim {r['id']} {r['status']}{where}: {r['title']}. Evidence: {_evidence(r)}")
+                disagreements.append(f"- Claim {r['id']} {r['status']}{where}: {r['title']}. Evidence: {evidence_excerpt(r)}")
 
     md += ["## Figures", ""]
     missing = []

@@ -24,3 +24,16 @@ def stale_metrics(diagnostics: dict, prefix: str = "") -> dict[str, float]:
     """``{prefix + name: value}`` for every diagnostic, named by :data:`STALE` (a key not in it is
     logged as ``stale/<key>``); verl passes ``prefix="actor/"``."""
     return {prefix + STALE.get(k, f"stale/{k}"): float(v) for k, v in diagnostics.items()}
+
+
+ESTIMATOR_LABELS = {
+    "gmc": "GMC", "tic_mask": "TIC-mask", "tic_trunc": "TIC-trunc", "is": "IS", "stale": "stale ($c=1$)",
+    "snis": "SNIS", "tic_ppo": "TIC-PPO", "token_clip": "token GRPO (clip)", "gspo": "GSPO",
+}
+"""estimator name (``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> display name."""
+
+
+def estimator_label(name: str, mode: str | None = None) -> str:
+    """``GMC``, ``TIC-mask (async)``: the display name of an estimator run in ``mode``."""
+    base = ESTIMATOR_LABELS.get(name, name)
+    return base if mode in (None, "", "controlled") else f"{base} ({mode})"

@@ -26,11 +26,12 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def tiny_qwen3(vocab_size: int, seed: int = 0) -> Qwen3ForCausalLM:
-    torch.manual_seed(seed)
     cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
                       tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, bos_token_id=None)
-    return Qwen3ForCausalLM(cfg)
+    with torch.random.fork_rng(devices=[]):  # the initialisation draws from a seeded copy; the global RNG is untouched
+        torch.manual_seed(seed)
+        return Qwen3ForCausalLM(cfg)
 
 
 def reward(completions, **kwargs):

@@ -184,7 +184,7 @@ def test_sweep_is_tidy_resumable_and_never_overwrites(tmp_path, monkeypatch):
     assert calls == [2]
     sw2 = _tiny_sweep([1, 3])
     monkeypatch.setattr(sweep, "registry", lambda: {"tiny": sw2})
-    with pytest.raises(ValueError, match="different settings"):
+    with pytest.raises(ValueError, match="other settings"):
         sweep.run_sweep("tiny", out=out, progress=False)
     sweep.run_sweep("tiny", out=out, force=True, progress=False)
     assert sorted(pd.read_parquet(out / "results.parquet")["x"].unique()) == [1, 3]
