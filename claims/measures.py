@@ -26,11 +26,16 @@ ASYNC_SOURCE = Sim("async_sgd")
 ENV_TITLE = {"bandit": "E1 softmax bandit", "token_mdp": "E2 token tree MDP"}
 
 
-def _claim_measured(cid: int) -> dict:
+def claim_row(cid: int) -> dict:
+    """Claim ``cid``'s row of ``results/verify/claims.json``."""
     rows = {r["id"]: r for r in read_claims()}
     if cid not in rows:
         raise MissingResults(f"claim {cid} is not in results/verify/claims.json; make it with `python -m claims`")
-    return rows[cid]["measured"]
+    return rows[cid]
+
+
+def _claim_measured(cid: int) -> dict:
+    return claim_row(cid)["measured"]
 
 
 def _num(x) -> float:

@@ -33,12 +33,11 @@ class Claim:
     title: str
     theory_ref: str
     kind: str
-    check_name: str  # the check, looked up in ``module`` at run time (a test may replace it)
-    module: object
+    module: object  # the family module holding ``check_<id>`` (looked up at run time: a test may replace it)
 
     @property
     def check(self) -> Callable[[bool], Result]:
-        return getattr(self.module, self.check_name)
+        return getattr(self.module, f"check_{self.id}")
 
     def result(self, quick: bool = False) -> Result:
         """Run the check; an exception or a malformed answer becomes an ERROR result."""
@@ -62,37 +61,26 @@ class Claim:
 
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim(1, "GMC mass = min(Wbar,1+eps); c <= w; g_GMC = lambda g_IS", "§2 (d); §5 #1", "symbolic+numeric",
-          "check_1", co),
-    Claim(2, "Class C_eps: mask, trunc, GMC, c=1, SNIS in; IS, TIC-PPO out", "§2 Lemma 2; §5 #2", "numeric",
-          "check_2", co),
-    Claim(3, "Thm 1: min beta_inf = min beta_1 = (Wbar-1-eps)_+; argmin GMC", "§2 Theorem 1; §5 #3", "numeric",
-          "check_3", co),
-    Claim(4, "Pointwise beta_1: GMC <= trunc <= mask", "§2 table; §5 #4", "numeric", "check_4", co),
-    Claim(5, "(y-eps)_+ <= y^2/(4 eps), equality at y = 2 eps", "§3 key inequalities; §5 #5", "symbolic+numeric",
-          "check_5", cf),
-    Claim(6, "E(Wbar-1)^4 = (mu4 + 3(G-1) sigma^4)/G^3", "§3; §5 #6", "symbolic+exact", "check_6", cf),
-    Claim(7, "TIC bias is G-invariant (leave-one-out)", "§3 table; §5 #7", "exact", "check_7", en),
-    Claim(8, "GMC mass bias non-increasing in G, <= sigma^2/(4 G eps), -> 0", "§3; §5 #8; §7", "exact+monte-carlo",
-          "check_8", en),
-    Claim(9, "GMC rate worst-case tight (rare jump)", "§3 tightness; §5 #9", "exact", "check_9", en),
+    Claim(1, "GMC mass = min(Wbar,1+eps); c <= w; g_GMC = lambda g_IS", "§2 (d); §5 #1", "symbolic+numeric", co),
+    Claim(2, "Class C_eps: mask, trunc, GMC, c=1, SNIS in; IS, TIC-PPO out", "§2 Lemma 2; §5 #2", "numeric", co),
+    Claim(3, "Thm 1: min beta_inf = min beta_1 = (Wbar-1-eps)_+; argmin GMC", "§2 Theorem 1; §5 #3", "numeric", co),
+    Claim(4, "Pointwise beta_1: GMC <= trunc <= mask", "§2 table; §5 #4", "numeric", co),
+    Claim(5, "(y-eps)_+ <= y^2/(4 eps), equality at y = 2 eps", "§3 key inequalities; §5 #5", "symbolic+numeric", cf),
+    Claim(6, "E(Wbar-1)^4 = (mu4 + 3(G-1) sigma^4)/G^3", "§3; §5 #6", "symbolic+exact", cf),
+    Claim(7, "TIC bias is G-invariant (leave-one-out)", "§3 table; §5 #7", "exact", en),
+    Claim(8, "GMC mass bias non-increasing in G, <= sigma^2/(4 G eps), -> 0", "§3; §5 #8; §7", "exact+monte-carlo", en),
+    Claim(9, "GMC rate worst-case tight (rare jump)", "§3 tightness; §5 #9", "exact", en),
     Claim(10, "TIC-mask worst case (1+eps)s2/(s2+eps^2); slopes -2 vs -1", "§3 tightness; §6 E4; §5 #10",
-          "symbolic+numeric", "check_10", cf),
-    Claim(11, "eps-exponent of 4th-order delay term: GMC -2, TIC-mask -4", "§4 Theorem 2; §5 #11", "symbolic",
-          "check_11", dt),
+          "symbolic+numeric", cf),
+    Claim(11, "eps-exponent of 4th-order delay term: GMC -2, TIC-mask -4", "§4 Theorem 2; §5 #11", "symbolic", dt),
     Claim(12, "Tuned bound: G^-2/5 (GMC), G^0 (TIC); eps, d, T exponents", "§4 Corollary 3; §5 #12",
-          "symbolic+numeric", "check_12", dt),
-    Claim(13, "Delay orders under overlap: sigma^2~D^2, mu4~D^4, b_c=1~D", "§1 A5; §5 #13", "symbolic+exact",
-          "check_13", dt),
-    Claim(14, "Zero-bias regime and activation thresholds", "§3; §5 #14; §7", "exact", "check_14", en),
-    Claim(15, "Lognormal closed forms: sigma^2, mu4, m_mask, m_trunc", "§5 #15; §6 E3", "symbolic+monte-carlo",
-          "check_15", cf),
-    Claim(16, "GMC 2nd moment <= min(E||g_IS||^2, (1+eps)^2 M^2)", "§3 second moments; §5 #16", "exact",
-          "check_16", en),
-    Claim(17, "Async SGD: realised bias <= Thm 2 term; GMC <= TIC-mask", "§4; §5 #17", "monte-carlo",
-          "check_17", dt),
-    Claim(18, "Trajectory-ratio variance exponential in horizon H", "§5 #18; §6 E2", "symbolic+exact",
-          "check_18", en),
+          "symbolic+numeric", dt),
+    Claim(13, "Delay orders under overlap: sigma^2~D^2, mu4~D^4, b_c=1~D", "§1 A5; §5 #13", "symbolic+exact", dt),
+    Claim(14, "Zero-bias regime and activation thresholds", "§3; §5 #14; §7", "exact", en),
+    Claim(15, "Lognormal closed forms: sigma^2, mu4, m_mask, m_trunc", "§5 #15; §6 E3", "symbolic+monte-carlo", cf),
+    Claim(16, "GMC 2nd moment <= min(E||g_IS||^2, (1+eps)^2 M^2)", "§3 second moments; §5 #16", "exact", en),
+    Claim(17, "Async SGD: realised bias <= Thm 2 term; GMC <= TIC-mask", "§4; §5 #17", "monte-carlo", dt),
+    Claim(18, "Trajectory-ratio variance exponential in horizon H", "§5 #18; §6 E2", "symbolic+exact", en),
 )
 
 BY_ID: dict[int, Claim] = {c.id: c for c in CLAIMS}

@@ -68,6 +68,12 @@ class Sweep:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()
                 if k not in ("out", "doc")}
 
+    def default_out(self) -> Path:
+        """``out`` under the results root (``GMC_RESULTS`` or ``results/``)."""
+        from schema.results import results_root
+
+        return results_root() / Path(self.out).relative_to("results")
+
 
 SWEEPS = {
     "full": Sweep("full", "results/llm/sweep", BASE,
@@ -265,7 +271,7 @@ def _prepare(sweep: Sweep, out: Path, resume: bool, log) -> tuple[list[Cell], li
 
 def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = False, jobs: int = 2,
               progress: bool = True, log=None) -> Outcome:
-    """Run (or continue) ``sweep`` in ``out`` (default ``sweep.out``); returns an :class:`Outcome`."""
+    """Run (or continue) ``sweep`` in ``out`` (default ``sweep.out`` under the results root); returns an :class:`Outcome`."""
     from tqdm.auto import tqdm
 
     from .config import resolve_config
@@ -275,7 +281,7 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
     log = log or (lambda msg: print(msg, flush=True))
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    out = Path(out or sweep.out).absolute()  # runs start in this working directory: cache_dir is relative to it
+    out = (Path(out) if out else sweep.default_out()).absolute()  # runs start in this working directory: cache_dir is relative to it
     settings_file = out / "sweep.json"
     if settings_file.is_file():
         stored = json.loads(settings_file.read_text())["settings"]
@@ -380,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     sweep = SWEEPS["quick" if args.quick else "full"]
-    out = Path(args.out or sweep.out)
+    out = Path(args.out) if args.out else sweep.default_out()
     try:
         if args.dry_run:
             cells, todo, _ = _prepare(sweep, out, True, print)

@@ -15,30 +15,27 @@ def _tmp(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
-def write_text(path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically."""
+def atomic(path, write) -> Path:
+    """``write(tmp)`` to a temporary file beside ``path``, then rename it over ``path``."""
     path = Path(path)
     tmp = _tmp(path)
     try:
-        tmp.write_text(text)
+        write(tmp)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
     return path
+
+
+def write_text(path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically."""
+    return atomic(path, lambda tmp: tmp.write_text(text))
 
 
 def write_bytes(path, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically."""
-    path = Path(path)
-    tmp = _tmp(path)
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return atomic(path, lambda tmp: tmp.write_bytes(data))
 
 
 def write_json(path, obj, indent: int = 2) -> Path:
@@ -48,15 +45,7 @@ def write_json(path, obj, indent: int = 2) -> Path:
 
 def write_parquet(path, df) -> Path:
     """A pandas DataFrame to ``path`` as parquet, atomically."""
-    path = Path(path)
-    tmp = _tmp(path)
-    try:
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
 def check_writable(path) -> Path:

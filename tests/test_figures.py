@@ -127,6 +127,7 @@ def write_claims(root: Path, failing=()):
              "evidence": "synthetic"} for i in range(1, 19)]
     rows[9]["measured"] = {"slope": {"mask": "-2", "trunc": "-1", "gmc": "-1"}, "squared": {"mask": "-4", "trunc": "-2"}}
     rows[11]["measured"] = {"G": {"gmc": "-2/5", "tic_mask": "0"}, "epsilon": {"gmc": "-2/5", "tic_mask": "-4/5"}}
+    rows[11]["tolerance"] = {"symbolic": 0, "numeric slope": 1e-3, "min value rel": 1e-6}
     (root / "verify").mkdir(parents=True, exist_ok=True)
     (root / "verify" / "claims.json").write_text(json.dumps({"format": "gmc-grpo-claims/1", "complete": True,
                                                              "quick": False, "claims": rows}))
