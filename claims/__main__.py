@@ -23,7 +23,15 @@ from schema.provenance import provenance
 from schema.results import results_root
 
 from .registry import BY_ID, KEYS, run_claims
-from .table import FORMAT, MD_MARKER, format_row, header, markdown, summary
+from .table import (
+    ABSTRACT_FORMAT,
+    FORMAT,
+    MD_MARKER,
+    format_row,
+    header,
+    markdown,
+    summary,
+)
 
 
 def default_paths() -> tuple[Path, Path, Path]:
@@ -66,6 +74,8 @@ def _existing_kind(path: Path) -> str:
         return "foreign"
     if isinstance(obj, list) and obj and all(isinstance(r, dict) and set(KEYS) <= set(r) for r in obj):
         return "full" if sorted(r["id"] for r in obj) == sorted(BY_ID) else "partial"  # the list-only format
+    if isinstance(obj, dict) and obj.get("format") == ABSTRACT_FORMAT:
+        return "full"  # the abstract's verdicts: written after a full run only
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         return "foreign"
     return "full" if obj.get("complete") and not obj.get("quick") else "partial"

@@ -32,8 +32,8 @@ from schema.results import (
 
 from . import measures as M
 from .common import REL_EXACT
+from .table import ABSTRACT_FORMAT
 
-FORMAT = "gmc-grpo-abstract/1"
 Z_LLM = 2.0
 """GMC counts as better than another estimator only if the gap in mean final accuracy exceeds
 Z_LLM combined standard errors over seeds."""
@@ -228,7 +228,7 @@ def write_abstract(path: Path | None = None) -> Path:
     """Compute :func:`verdicts` and write them to ``path`` (default ``results/verify/abstract.json``)."""
     path = Path(path) if path is not None else ABSTRACT_SOURCE_PATH()
     check_writable(path)
-    doc = {"format": FORMAT, "provenance": provenance(), "claims": verdicts()}
+    doc = {"format": ABSTRACT_FORMAT, "provenance": provenance(), "claims": verdicts()}
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_json(path, doc)
 

@@ -10,6 +10,8 @@ import json
 
 FORMAT = "gmc-grpo-claims/1"
 """``format`` of a claims.json written by the toolkit; a file without it is never replaced."""
+ABSTRACT_FORMAT = "gmc-grpo-abstract/1"
+"""``format`` of the abstract's verdicts, ``abstract.json`` (:mod:`claims.abstract`)."""
 MD_MARKER = "<!-- gmc-grpo-claims: written by python -m claims -->"
 """First line of a claims.md written by the toolkit; a file without it is never replaced."""
 COLUMNS = (("id", 3), ("claim", 44), ("expected", 40), ("measured", 40), ("status", 7), ("seconds", 7))

@@ -13,7 +13,7 @@ import estimators
 from bounds import bias, delay
 from bounds.symbols import C2, G, M, d, eps, eta
 from claims import __main__ as cli
-from claims import closed_forms, enumeration
+from claims import closed_forms, enumeration, table
 from claims.result import Result, combine
 
 QUICK_CHEAP = [1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 18]
@@ -256,3 +256,21 @@ def test_cli_rejects_bad_only(bad, tmp_path):
     with pytest.raises(SystemExit) as exc:
         cli.main(["--only", bad, "--json", str(tmp_path / "c.json")])
     assert exc.value.code == 2
+
+
+def test_cli_full_run_may_replace_its_own_files(tmp_path, monkeypatch):
+    """The default outputs of a full run (claims.json, claims.md, abstract.json as the toolkit wrote
+    them) are accepted for replacement by the next full run, and refused to a partial one."""
+    from claims.abstract import write_abstract
+
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+    js, md, ab = cli.default_paths()
+    rows = [{**dict.fromkeys(claims.KEYS), "id": i, "status": "PASS"} for i in range(1, 19)]
+    js.parent.mkdir(parents=True)
+    js.write_text(json.dumps({"format": "gmc-grpo-claims/1", "complete": True, "quick": False, "claims": rows}))
+    md.write_text(table.markdown([{**r, "title": "t", "theory_ref": "§5", "kind": "exact", "seconds": 0.0,
+                                   "evidence": "e"} for r in rows], 1.0, False, True))
+    write_abstract(ab)
+    cli.check_outputs([js, md, ab], full=True)  # no error
+    with pytest.raises(ValueError, match="full claims table"):
+        cli.check_outputs([ab], full=False)
