@@ -7,45 +7,25 @@ Carlo with +-1 standard error where a batch statistic couples groups: ``seq_tis_
 outside the class (IS, ``seq_mis``, batch-normalised ``seq_tis_bn`` with B > 1) and the
 token-level losses (not in the family). The step line joins the non-dominated points (the
 frontier: no other estimator has both a smaller bias and a smaller second moment).
-Reads ``results/sim/peers/`` only.
+Reads ``results/sim/peers/`` only (through :func:`claims.measures.load_peers`; the frontier
+and the caption's numbers are :func:`claims.measures.peers_summary`).
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
+from claims.measures import PEERS_SOURCE, frontier
+from claims.measures import load_peers as load
+from claims.measures import peers_summary as summary
+from schema.results import source_note
+
 from . import style
-from .data import Sim, read_sim, source_note
 
 NAME = "f9_peers_frontier"
 TITLE = r"F9. Bias against second moment: GMC among the published peers (E1, E2, static delay $\Delta$)"
-SOURCES = [Sim("peers")]
+SOURCES = [PEERS_SOURCE]
 ENV_TITLE = {"bandit": "E1", "token_mdp": "E2"}
 PANEL_DELTAS = (1.0, 2.0, 4.0)
-
-
-def load() -> pd.DataFrame:
-    df = read_sim(SOURCES[0])
-    df = df.copy()
-    df["key"] = np.where(df["batch_groups"] > 1, df["scheme"] + " (B=" + df["batch_groups"].astype(str) + ")",
-                         df["scheme"])
-    return df
-
-
-def frontier(d: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``d`` not dominated in (second_moment, bias_norm); sorted by second moment."""
-    x, y = d["second_moment"].to_numpy(), d["bias_norm"].to_numpy()
-    keep = [not np.any((x <= x[i]) & (y <= y[i]) & ((x < x[i]) | (y < y[i]))) for i in range(len(d))]
-    return d[np.array(keep, bool)].sort_values("second_moment")
-
-
-def dominators(d: pd.DataFrame, key: str) -> list[str]:
-    """Estimators with both a smaller-or-equal bias and second moment than ``key`` (one strictly)."""
-    r = d[d["key"] == key].iloc[0]
-    x, y = d["second_moment"], d["bias_norm"]
-    dom = d[(x <= r["second_moment"]) & (y <= r["bias_norm"])
-            & ((x < r["second_moment"]) | (y < r["bias_norm"]))]
-    return list(dom["key"])
 
 
 def _deltas(df) -> list[float]:
@@ -92,25 +72,6 @@ def plot(df: pd.DataFrame, ax=None):
                 a.set_ylabel(r"$\|\mathbb{E}\hat g-\nabla J(\theta)\|$")
     style.legend(fig, axes, ncol=6)
     return fig
-
-
-def summary(df: pd.DataFrame) -> dict:
-    """Per environment at the largest delay: the frontier, whether GMC is on it, who dominates GMC."""
-    out = {}
-    for env, d in df.groupby("env"):
-        D = float(d["Delta"].max())
-        dd = d[d["Delta"] == D]
-        f = frontier(dd)
-        cls = dd[(dd["level"] == "trajectory") & dd["in_class"].astype(bool)]
-        dominated_at = {float(Dk): dominators(dk, "gmc") for Dk, dk in d.groupby("Delta")
-                        if 0 < Dk != D and dominators(dk, "gmc")}  # on-policy every scheme is IS
-        out[env] = {"Delta": D, "frontier": list(f["key"]), "gmc_on_frontier": "gmc" in set(f["key"]),
-                    "always_zero": list(f[f["second_moment"] == 0]["key"]), "gmc_dominated_at": dominated_at,
-                    "gmc_dominated_by": dominators(dd, "gmc"),
-                    "class_frontier": list(frontier(cls)["key"]),
-                    "gmc_on_class_frontier": "gmc" in set(frontier(cls)["key"]),
-                    "gmc": dd[dd["key"] == "gmc"][["bias_norm", "second_moment"]].iloc[0].to_dict()}
-    return out
 
 
 def caption(df: pd.DataFrame) -> str:

@@ -271,7 +271,7 @@ def test_verl_plugin_registers_every_trajectory_scheme():
         loss, metrics = registry[name](old, new, adv, mask, "token-mean", cfg)
         ref = policy_loss(name, new, old, mask, adv[:, 0], G, 0.2)
         assert float(loss) == pytest.approx(float(ref.loss), rel=1e-12)
-        assert "actor/stale/frac_groups_capped" in metrics
+        assert "actor/stale/mass_cap_frac" in metrics  # schema.metrics names
 
 
 def test_trl_adapter_accepts_every_loss_with_its_options():
