@@ -137,8 +137,8 @@ def async_available() -> bool:
 
 def run_state(run: Path, planned: dict) -> str:
     """``new`` | ``complete`` | ``interrupted``; a folder that is not this planned run is a ValueError,
-    and so is one a live trainer holds (:mod:`llm_runs.runlock`): never two trainers on one folder."""
-    from .runlock import check_free, entries
+    and so is one a live trainer holds (:mod:`schema.runlock`): never two trainers on one folder."""
+    from schema.runlock import check_free, entries
 
     if run.is_dir():
         check_free(run)

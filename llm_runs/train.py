@@ -64,13 +64,13 @@ import torch
 from schema.io import write_json
 from schema.provenance import git_commit, package_versions
 from schema.results import read_run, read_run_config
+from schema.runlock import LOCK_NAME, RunLock, check_free, entries
 
 from .config import TrainConfig, config_diff, config_fields, resolve_config
 from .delay import ROLLOUT_SOURCES, RolloutSourceError
 from .metrics import COLUMNS, MetricsWriter
 from .presets import load_pretrained, save_pretrained
 from .rollout import evaluate, warn_truncation
-from .runlock import LOCK_NAME, RunLock, check_free, entries
 from .tasks import build_task
 from .update import policy_update, staleness_metrics
 from .warmstart import default_max_new_tokens, get_warm_start

@@ -6,6 +6,7 @@
   ``stale/``, ``perf/``): the trainer, the verl plugin and the TRL adapter share them
 * :mod:`schema.io`         atomic writes (temporary file + rename), the toolkit's own-file marker
 * :mod:`schema.provenance` git commit and package versions, captured once per result
+* :mod:`schema.runlock`    one process per run folder: an exclusive OS file lock (``<folder>/.lock``)
 
 Producers (``simulators``, ``llm_runs``, ``claims``) write through it; ``figures`` reads
 through it. It imports neither torch nor any producer.

@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from llm_runs.runlock import LOCK_NAME, RunLock
 from schema.io import same_settings_or_move_aside, write_json, write_parquet
 from schema.provenance import git_commit, package_versions
 from schema.results import results_root
+from schema.runlock import LOCK_NAME, RunLock
 
 ROOT = Path(__file__).resolve().parent.parent
 

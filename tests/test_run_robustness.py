@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from llm_runs.config import resolve_config
-from llm_runs.runlock import LOCK_NAME, RunLock, RunLocked, read_holder
 from llm_runs.train import Trainer, main
+from schema.runlock import LOCK_NAME, RunLock, RunLocked, read_holder
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
@@ -93,7 +93,7 @@ def test_lock_is_exclusive_names_the_holder_and_is_released(tmp_path):
 
 
 def test_lock_of_a_sigkilled_holder_is_released_by_the_os(tmp_path):
-    code = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from llm_runs.runlock import RunLock; "
+    code = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from schema.runlock import RunLock; "
             f"RunLock({str(tmp_path)!r}).acquire(); print('locked', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "locked"
@@ -200,7 +200,7 @@ def test_a_sweep_never_starts_a_second_trainer_on_a_held_folder(tmp_path):
 
     run = tmp_path / "gmc-controlled-d0-s0"
     run.mkdir()
-    code = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from llm_runs.runlock import RunLock; "
+    code = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from schema.runlock import RunLock; "
             f"RunLock({str(run)!r}).acquire(); print('locked', flush=True); time.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:

@@ -6,7 +6,7 @@
 The lock is ``fcntl.flock`` on ``<folder>/.lock``: the kernel releases it when the holding
 process exits, however it exits (SIGKILL included), so a crash never leaves a stale lock and
 there is nothing to clean up. The file keeps the holder's pid and command line, which the
-refusal names. Torch-free, so sweeps and readers can use it cheaply.
+refusal names. Used by the trainer, the LLM sweep and the simulator sweeps.
 """
 from __future__ import annotations
 
