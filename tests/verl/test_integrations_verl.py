@@ -22,7 +22,7 @@ import estimators
 from estimators.losses import trajectory_loss
 from llm_runs.integrations import verl_plugin
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SNIPPET = REPO / "README.md"  # the README's own verl snippet is what these tests exercise
 VERL_DEFAULTS = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
 _ABSENT = object()
@@ -41,12 +41,16 @@ def snippet_overrides() -> list[str]:
 
 
 def verl_config(overrides: list[str]) -> DictConfig:
-    """verl's generated default PPO config with ``overrides`` applied (every key must exist)."""
+    """verl's generated default PPO config with ``overrides`` applied, as Hydra applies them:
+    ``key=value`` must name an existing setting, ``+key=value`` adds one."""
     base = OmegaConf.load(VERL_DEFAULTS)
     for item in overrides:
         key = item.partition("=")[0]
-        assert OmegaConf.select(base, key, default=_ABSENT) is not _ABSENT, f"{key} is not a verl setting"
-    return OmegaConf.merge(base, OmegaConf.from_dotlist(overrides))
+        if key.startswith("+"):
+            assert OmegaConf.select(base, key[1:], default=_ABSENT) is _ABSENT, f"{key[1:]} exists: drop the +"
+        else:
+            assert OmegaConf.select(base, key, default=_ABSENT) is not _ABSENT, f"{key} is not a verl setting"
+    return OmegaConf.merge(base, OmegaConf.from_dotlist([item.removeprefix("+") for item in overrides]))
 
 
 def instantiate(node):
