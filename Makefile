@@ -63,7 +63,7 @@ test-main: $(STAMP)
 	$(PY) -m pytest -q -x --timeout=900 tests
 
 test-verl: $(VERL_STAMP)
-	$(VPY) -m pytest -q -x --timeout=900 tests/verl
+	$(VPY) -m pytest -q -x --timeout=900 tests/verl_suite
 
 figures: $(STAMP)
 	$(PY) -m figures
@@ -87,7 +87,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PIP) install -q ruff
-	$(VENV)/bin/ruff check estimators bounds simulators llm_runs figures tests
+	$(VENV)/bin/ruff check estimators bounds simulators llm_runs figures execution tests
 
 clean-venv:
 	rm -rf $(VENV) $(VERL_VENV)

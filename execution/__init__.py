@@ -42,8 +42,10 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """SIGTERM this process when its parent dies (Linux): a run started by a Ray worker that
-    is killed stops at its next update with a checkpoint instead of running on orphaned."""
+    """SIGTERM this process when its parent dies (Linux), so that a run whose Ray worker dies
+    never runs on orphaned. Ray 2.60 itself kills a dead worker's child processes (SIGKILL,
+    through the raylet's subreaper) and usually comes first; this covers clusters where that is
+    switched off. Either way the run folder is left resumable."""
     os.setsid()
     if sys.platform.startswith("linux"):
         import ctypes
@@ -168,7 +170,7 @@ class LocalExecutor(Executor):
         if self.jobs == 1:  # in this process, as a plain call
             try:
                 future.set_result(fn(*args))
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
+            except BaseException as exc:
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                     raise
                 future.set_exception(exc)

@@ -8,13 +8,13 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from hypothesis import settings  # noqa: E402
+from hypothesis import settings
 
 settings.register_profile("ci", deadline=None, derandomize=False, print_blob=True)
 settings.load_profile("ci")
 
 try:
-    import torch  # noqa: E402
+    import torch
 
     torch.set_num_threads(1)
 except ImportError:  # pragma: no cover
@@ -22,9 +22,9 @@ except ImportError:  # pragma: no cover
 
 
 # Two environments (see the Makefile): the main suite runs in .venv (TRL, no verl), the verl
-# suite (tests/verl/) in .venv-verl (verl, no TRL). Each environment collects only its own.
+# suite (tests/verl_suite/) in .venv-verl (verl, no TRL). Each environment collects only its own.
 HERE = Path(__file__).resolve().parent
-VERL_SUITE = HERE / "verl"
+VERL_SUITE = HERE / "verl_suite"  # not "verl": on sys.path a folder named verl would shadow the package
 HAS_VERL = importlib.util.find_spec("verl") is not None
 
 
@@ -38,5 +38,5 @@ def pytest_ignore_collect(collection_path, config):
 
 def pytest_report_header(config):
     if HAS_VERL:
-        return "verl is installed: collecting the verl suite (tests/verl/) only; the main suite runs in .venv"
-    return "verl is not installed: the verl suite (tests/verl/) is not collected; it runs in .venv-verl"
+        return "verl is installed: collecting the verl suite (tests/verl_suite/) only; the main suite runs in .venv"
+    return "verl is not installed: the verl suite (tests/verl_suite/) is not collected; it runs in .venv-verl"

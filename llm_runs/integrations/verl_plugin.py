@@ -73,6 +73,7 @@ Older configs without ``rollout_n`` may give G as ``+actor_rollout_ref.actor.pol
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import inspect
 import os
@@ -88,8 +89,8 @@ METRICS_STYLE = "metrics"  # (loss, {name: value})
 TUPLE4_STYLE = "tuple4"  # (pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)
 
 INSTALL_HINT = (
-    "verl is not installed; on CPU install it as the toolkit does: "
-    "pip install --no-deps verl==0.9.1 && pip install ray tensordict omegaconf codetiming orjson"
+    "verl is not installed; install it with its own dependencies, in an environment without TRL: "
+    "pip install torch==2.13.0 -e '.[verl]' (verl 0.9.1, uvicorn, fastapi; `make setup-verl` builds .venv-verl)"
 )
 
 
@@ -405,9 +406,20 @@ _ESTIMATOR_FNS = {"gmc_loo": _gmc_loo, "gmc_grpo": _gmc_grpo, "gmc_drgrpo": _gmc
 # --------------------------------------------------------------------------- verl's engine path
 
 
+@contextlib.contextmanager
+def group_ids(ids):
+    """Within this block the plugin's policy losses take the groups from ``ids`` (the prompt
+    uid of every row of the micro-batch), in any row order (:class:`EngineLoss` uses it)."""
+    token = _GROUP_IDS.set(None if ids is None else list(ids))
+    try:
+        yield
+    finally:
+        _GROUP_IDS.reset(token)
+
+
 def _uids(data) -> list | None:
     """The prompt uid of every row of a verl TensorDict (None: the data carries none)."""
-    if data is None or "uid" not in data.keys():
+    if data is None or "uid" not in data.keys():  # noqa: SIM118 (TensorDict wants keys())
         return None
     from verl.utils import tensordict_utils as tu
 
@@ -436,11 +448,8 @@ class EngineLoss:
         self.keywords = getattr(inner, "keywords", {})  # still looks like the partial verl built
 
     def __call__(self, model_output, data, dp_group=None):
-        token = _GROUP_IDS.set(_uids(data))
-        try:  # by keyword, as verl's engines call it (config is already bound by keyword)
+        with group_ids(_uids(data)):  # by keyword, as verl's engines call it (config is bound by keyword)
             return self.inner(model_output=model_output, data=data, dp_group=dp_group)
-        finally:
-            _GROUP_IDS.reset(token)
 
     def __repr__(self):
         return f"EngineLoss({self.scheme!r}, {self.inner!r})"
