@@ -14,7 +14,10 @@ worker). Importing this module registers, if verl is importable:
 * advantage estimators (``algorithm.adv_estimator=<name>``) ``gmc_loo``, ``gmc_grpo``,
   ``gmc_drgrpo``: :func:`estimators.advantages` of kind loo / grpo / drgrpo on the summed
   token rewards, after checking with ``index`` (the prompt uid of each row) that the rows
-  form whole, contiguous groups.
+  form whole, contiguous groups;
+* the engine-path patch (:func:`patch_engine_path`) that hands each micro-batch's prompt uids
+  to these losses, and a CPU platform for verl (:func:`cpu_platform`, chosen with
+  ``VERL_PLATFORM=cpu``; tests and laptops).
 
 Without verl the import does nothing (``REGISTERED == []``); :func:`register` then raises
 an ``ImportError`` saying how to install verl.
@@ -24,25 +27,29 @@ How the group reaches the loss
 
 verl's policy loss sees ``(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
 config, rollout_is_weights)`` for one micro-batch and never the group ids; extra fields under
-``policy_loss`` are refused by verl's ``PolicyLossConfig``. The plugin therefore relies on
-the layout and checks it at both ends:
+``policy_loss`` are refused by verl's ``PolicyLossConfig``. But on verl's engine path (verl
+0.8+: ``ActorRolloutRefWorker`` -> ``TrainingWorker`` -> FSDP/Megatron engine -> ``ppo_loss``)
+every micro-batch TensorDict carries the prompt ``uid`` of each row, so the plugin takes the
+groups from the data (:func:`patch_engine_path`):
 
-1. **Where the ids are visible** (the ``gmc_*`` advantage estimator, which receives
-   ``index``): rows must be whole groups of equal size G, each group contiguous. verl's
-   trainer repeats each prompt ``rollout.n`` times interleaved, so this holds unless
-   something reorders the batch before the advantages: ``trainer.balance_batch=True``
-   sorts rows by length across data-parallel ranks, and the v1 trainer
-   (``trainer.use_v1=True``, verl 0.9's default) always balances. The estimator raises a
-   ``ValueError`` in both cases; use ``trainer.use_v1=False trainer.balance_batch=False``.
-2. **Where the loss runs**, from the actor ``config`` verl passes in: G = ``config.rollout_n``
-   (verl fills it from ``actor_rollout_ref.rollout.n``); ``shuffle`` and
-   ``use_dynamic_bsz`` must be off (both reorder rows between the estimator and the loss);
-   ``ppo_micro_batch_size_per_gpu``, the micro-batch and each rank's share of the
-   mini-batch (``global_batch_info``) must be multiples of G. After the estimator's check
-   the only later reorderings are those switches, so with them off every micro-batch is
-   whole, aligned groups. As a tripwire the loss also checks that each block of G rows has
-   group-relative advantages summing to 0 (true for loo, grpo and drgrpo): a necessary
-   condition only, which catches most misaligned blocks but not all.
+1. **Before verl cuts the batch** into mini- and micro-batches (``TrainingWorker.train_mini_batch``
+   and ``train_batch``), the rows of each uid are made contiguous (:func:`regroup_by_uid`); a
+   batch that ``balance_batch`` or a dispatcher scattered is regrouped, not refused.
+2. **Where the loss runs**, :class:`EngineLoss` hands the micro-batch's uids to the policy loss,
+   which orders the rows by group (any order within the micro-batch) and refuses a micro-batch
+   holding part of a group (``ValueError`` naming the uid). G = ``config.rollout_n`` (verl fills
+   it from ``actor_rollout_ref.rollout.n``); ``shuffle`` and ``use_dynamic_bsz`` must be off
+   (both reorder rows after the regrouping); ``ppo_micro_batch_size_per_gpu`` and each rank's
+   share of the mini-batch (``global_batch_info``) must be multiples of G.
+
+Without the uids (the policy loss called directly, an older actor) the loss relies on the
+layout and checks it at both ends: the ``gmc_*`` advantage estimator, which receives
+``index``, requires whole contiguous groups of equal size G (verl's trainer repeats each prompt
+``rollout.n`` times interleaved; ``trainer.balance_batch=True`` and the v1 trainer
+(``trainer.use_v1=True``, verl 0.9's default), which always balances, reorder rows across
+data-parallel ranks before the advantages, and the estimator raises then); and the loss checks,
+as a tripwire, that each block of G rows has group-relative advantages summing to 0 (true for
+loo, grpo and drgrpo): a necessary condition only.
 
 Other rules the loss enforces: one advantage per response (outcome rewards; a token-varying
 advantage such as GAE is refused); ``rollout_is_weights`` only at sequence level (multiplied
@@ -726,7 +733,10 @@ def register(core_algos=None) -> list[str]:
 def _install() -> list[str]:
     names = register()
     patch_engine_path()
-    cpu_platform()
+    try:
+        cpu_platform()
+    except ImportError:  # verl before 0.9 has no verl.plugin.platform: no CPU platform to add
+        return names
     if os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM:
         register_cpu_engines()
     return names
