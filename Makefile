@@ -15,6 +15,7 @@ VERL_VENV := .venv-verl
 VPY := $(VERL_VENV)/bin/python
 VPIP := $(VERL_VENV)/bin/pip
 VERL_STAMP := $(VERL_VENV)/.installed-stamp
+COMMA := ,
 # torch is pinned everywhere: an unpinned torch pulls a multi-GB CUDA build.
 TORCH := torch==2.13.0
 export OMP_NUM_THREADS ?= 1
@@ -31,24 +32,23 @@ help:
 	@echo "make setup | setup-verl   build .venv | .venv-verl"
 	@echo "make figures | report | llm-smoke | llm-sweep | sim-sweeps | bench | lint"
 
-$(STAMP): pyproject.toml Makefile
+# $(call venv,DIR,EXTRAS,ABSENT): DIR with torch, the toolkit and EXTRAS, the package ABSENT
+# removed if an older set-up left it there, `pip check` clean, then the stamp.
+define venv
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "$(TORCH)" -e ".[test,trl,gsm8k,ray]"
-	# verl lives in .venv-verl only (a verl here would leave pip check broken)
-	if $(PIP) show -q verl 2>/dev/null; then $(PIP) uninstall -q -y verl; fi
-	$(PIP) check
-	touch $(STAMP)
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/pip install -q --upgrade pip
+	$(1)/bin/pip install -q "$(TORCH)" -e ".[$(2)]"
+	if $(1)/bin/pip show -q $(3) 2>/dev/null; then $(1)/bin/pip uninstall -q -y $(3); fi
+	$(1)/bin/pip check
+	touch $(1)/.installed-stamp
+endef
+
+$(STAMP): pyproject.toml Makefile
+	$(call venv,$(VENV),test$(COMMA)trl$(COMMA)gsm8k$(COMMA)ray,verl)
 
 $(VERL_STAMP): pyproject.toml Makefile
-	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
-	test -x $(VPY) || $(PYTHON) -m venv $(VERL_VENV)
-	$(VPIP) install -q --upgrade pip
-	$(VPIP) install -q "$(TORCH)" -e ".[test,verl]"
-	if $(VPIP) show -q trl 2>/dev/null; then $(VPIP) uninstall -q -y trl; fi
-	$(VPIP) check
-	touch $(VERL_STAMP)
+	$(call venv,$(VERL_VENV),test$(COMMA)verl,trl)
 
 setup: $(STAMP)
 
