@@ -24,13 +24,14 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-verl verify-bounds test test-main test-verl figures report llm-smoke llm-sweep sim-sweeps bench lint clean-venv help
+.PHONY: all setup setup-verl verify-bounds abstract tuned-sweep test test-main test-verl figures report llm-smoke llm-sweep sim-sweeps bench lint clean-venv help
 
 help:
 	@echo "make verify-bounds   check every claim of THEORY.md, print the table"
 	@echo "make test            run the whole test suite (main suite in .venv, verl suite in .venv-verl)"
 	@echo "make setup | setup-verl   build .venv | .venv-verl"
-	@echo "make figures | report | llm-smoke | llm-sweep | sim-sweeps | bench | lint"
+	@echo "make figures | report | llm-smoke | llm-sweep | sim-sweeps | tuned-sweep | bench | lint"
+	@echo "make all             every producer, then the figures and the report"
 
 # $(call venv,DIR,EXTRAS,ABSENT): DIR with torch, the toolkit and EXTRAS, the package ABSENT
 # removed if an older set-up left it there, `pip check` clean, then the stamp.
@@ -55,7 +56,7 @@ setup: $(STAMP)
 setup-verl: $(VERL_STAMP)
 
 verify-bounds: $(STAMP)
-	$(PY) -m bounds.verify
+	$(PY) -m claims
 
 test: test-main test-verl
 
@@ -65,10 +66,20 @@ test-main: $(STAMP)
 test-verl: $(VERL_STAMP)
 	$(VPY) -m pytest -q -x --timeout=900 tests/verl_suite
 
+# Producers come before readers: `make all` makes every result, then draws and reports;
+# `make figures` and `make report` only read results (a missing one is named with its command).
+all: sim-sweeps tuned-sweep llm-sweep verify-bounds figures report
+
+tuned-sweep: $(STAMP)
+	$(PY) -m simulators.tuned_sweep
+
+abstract: $(STAMP)
+	$(PY) -m claims.abstract
+
 figures: $(STAMP)
 	$(PY) -m figures
 
-report: $(STAMP)
+report: abstract figures
 	$(PY) -m figures.report
 
 llm-smoke: $(STAMP)
@@ -87,7 +98,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PIP) install -q ruff
-	$(VENV)/bin/ruff check estimators bounds simulators llm_runs figures execution tests
+	$(VENV)/bin/ruff check estimators bounds schema simulators llm_runs claims figures execution tests
 
 clean-venv:
 	rm -rf $(VENV) $(VERL_VENV)

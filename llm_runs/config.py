@@ -215,8 +215,18 @@ def resolve_config(explicit: dict[str, Any] | None = None, **kw) -> TrainConfig:
 
 
 def load_run_config(out_dir: str | Path) -> TrainConfig:
-    """The configuration stored in ``<out>/config.json``."""
+    """The configuration stored in ``<out>/config.json`` (a bad file is a ValueError naming it)."""
+    from schema.results import read_run_config
+
     path = Path(out_dir) / "config.json"
     if not path.is_file():
         raise ValueError(f"{path} does not exist: {out_dir} is not a run directory")
-    return TrainConfig.from_dict(json.loads(path.read_text())["config"])
+    return TrainConfig.from_dict(read_run_config(out_dir))
+
+
+def config_diff(stored: dict[str, Any], given: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{field: (stored, given)}`` where a run's stored config and the given one differ; a field
+    added after the run was made counts at its default. The one rule for resuming a run."""
+    defaults = TrainConfig().to_dict()
+    return {k: (stored.get(k, defaults.get(k)), given.get(k, defaults.get(k)))
+            for k in sorted(set(stored) | set(given)) if stored.get(k, defaults.get(k)) != given.get(k, defaults.get(k))}

@@ -417,6 +417,10 @@ class OutcomeEnv:
     theta_shape: tuple
     rng: np.random.Generator
 
+    def reseed(self, seed) -> None:
+        """Start the environment's own generator afresh from ``seed`` (Monte Carlo draws use only it)."""
+        self.rng = np.random.default_rng(seed)
+
     def arrays(self, theta, theta_b):  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -10,7 +10,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from hypothesis import settings
 
-settings.register_profile("ci", deadline=None, derandomize=False, print_blob=True)
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)  # reproducible runs
 settings.load_profile("ci")
 
 try:

@@ -20,8 +20,8 @@ How it differs from TRL's ``GRPOTrainer`` (trl 1.16):
    is whole, contiguous groups (``ValueError`` otherwise). ``per_device_train_batch_size``
    must be a multiple of ``num_generations``.
 4. **Diagnostics.** :func:`estimators.diagnostics` on the raw trajectory log-ratios, logged in
-   TRL's metrics as ``stale/<key>`` (``stale/frac_groups_capped``, ``stale/frac_clipped``,
-   ``stale/ess_frac_mean``, ``stale/log_ratio_max``, ...; see
+   TRL's metrics as ``stale/<key>`` (``stale/mass_cap_frac``, ``stale/clip_frac``,
+   ``stale/ess``, ``stale/log_ratio_max``, ...; see
    :mod:`llm_runs.integrations._common`), plus TRL's ``entropy``.
 5. **Refused settings** (``ValueError`` at construction): ``beta != 0`` (no KL term),
    ``top_entropy_quantile < 1``, ``off_policy_mask_threshold``, an entropy bonus, vLLM

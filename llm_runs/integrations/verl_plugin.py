@@ -61,8 +61,8 @@ data-parallel ranks is the mini-batch mean, as verl's ``agg_loss`` does.
 
 Metrics (verl naming, averaged over micro-batches by verl): ``actor/stale/<key>`` for every
 key of :func:`estimators.diagnostics`, computed on the raw ratios (see
-:mod:`llm_runs.integrations._common`), e.g. ``actor/stale/frac_groups_capped`` (capped-group
-fraction), ``actor/stale/frac_clipped``, ``actor/stale/ess_frac_mean``,
+:mod:`llm_runs.integrations._common`), e.g. ``actor/stale/mass_cap_frac`` (capped-group
+fraction), ``actor/stale/clip_frac``, ``actor/stale/ess``,
 ``actor/stale/log_ratio_max``.
 
 verl versions

@@ -184,10 +184,10 @@ def test_snippet_loss_equals_core_surrogate_and_closed_form_gradient(snippet_cfg
     expected = -(c * A).reshape(-1, 1) * batch.mask / batch.B
     assert torch.allclose(grad, expected, atol=1e-12)
 
-    capped = np.mean([m["actor/stale/frac_groups_capped"] for m in metrics])
+    capped = np.mean([m["actor/stale/mass_cap_frac"] for m in metrics])
     assert 0 < capped < 1, "test data must cap some groups and leave others"
     assert all(k.startswith("actor/stale/") for m in metrics for k in m)
-    assert {"actor/stale/frac_clipped", "actor/stale/ess_frac_mean", "actor/stale/log_ratio_max"} <= set(metrics[0])
+    assert {"actor/stale/clip_frac", "actor/stale/ess", "actor/stale/log_ratio_max"} <= set(metrics[0])
 
 
 def test_tic_trunc_without_capping_is_plain_is_and_not_vanilla(snippet_cfg):
