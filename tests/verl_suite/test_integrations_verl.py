@@ -232,10 +232,11 @@ def test_engine_path_groups_rows_by_uid_in_any_order(snippet_cfg):
     want_adv = (adv * batch.mask).sum(-1) / batch.mask.sum(-1)
     want = trajectory_loss("gmc", batch.new, batch.old, batch.mask, want_adv, G, actor.clip_ratio_high)
     assert float(loss) == pytest.approx(float(want.loss), abs=1e-12)
-    expected = verl_plugin.metric_names(want.metrics, prefix="actor/")
+    diag = {**estimators.diagnostics(want.seq_log_ratio, actor.clip_ratio_high), **want.metrics}
+    expected = verl_plugin.metric_names(diag, prefix="actor/")
     assert metrics.keys() == expected.keys()
     assert all(metrics[k] == pytest.approx(v, rel=1e-12, abs=1e-12) for k, v in expected.items())
-    assert max(want.metrics.values()) > 0 and bool((want.weights < want.seq_log_ratio.exp() - 1e-12).any())
+    assert max(diag.values()) > 0 and bool((want.weights < want.seq_log_ratio.exp() - 1e-12).any())
     with pytest.raises(ValueError, match="are not one group"):
         loss_fn(**call)
     half = perm[: 2 * G]  # a multiple of G rows, but scattered rows hold parts of groups
