@@ -89,8 +89,7 @@ def async_table(schemes=("gmc", "tic_mask", "is"), delays=(0, 4, 16), T=5, seeds
     return pd.DataFrame(runs + steps)
 
 
-LLM_COLUMNS = ["step", "train/reward_mean", "train/loss", "train/grad_norm", "train/update_skipped", "stale/ess",
-               "stale/mass_cap_frac", "stale/clip_frac", "stale/log_ratio_abs_mean", "eval/heldout_acc"]
+from llm_runs.metrics import COLUMNS as LLM_COLUMNS
 
 
 def write_llm_runs(root: Path, estimators=("gmc", "tic_mask", "token_clip"), delays=(0, 8), seeds=(0, 1), steps=20,
