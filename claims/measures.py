@@ -171,6 +171,55 @@ def second_moment_summary(df: pd.DataFrame) -> dict:
     return out
 
 
+# ------------------------------------------------------------------ published peers: the bias-variance frontier (F9)
+
+PEERS_SOURCE = Sim("peers")
+
+
+def load_peers() -> pd.DataFrame:
+    """The peers table with a ``key`` per point: the scheme, or ``"scheme (B=8)"`` for a batch of B groups."""
+    df = read_sim(PEERS_SOURCE)
+    df = df.copy()
+    df["key"] = np.where(df["batch_groups"] > 1, df["scheme"] + " (B=" + df["batch_groups"].astype(str) + ")",
+                         df["scheme"])
+    return df
+
+
+def frontier(d: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``d`` not dominated in (second_moment, bias_norm); sorted by second moment."""
+    x, y = d["second_moment"].to_numpy(), d["bias_norm"].to_numpy()
+    keep = [not np.any((x <= x[i]) & (y <= y[i]) & ((x < x[i]) | (y < y[i]))) for i in range(len(d))]
+    return d[np.array(keep, bool)].sort_values("second_moment")
+
+
+def dominators(d: pd.DataFrame, key: str) -> list[str]:
+    """Estimators with both a smaller-or-equal bias and second moment than ``key`` (one strictly)."""
+    r = d[d["key"] == key].iloc[0]
+    x, y = d["second_moment"], d["bias_norm"]
+    dom = d[(x <= r["second_moment"]) & (y <= r["bias_norm"])
+            & ((x < r["second_moment"]) | (y < r["bias_norm"]))]
+    return list(dom["key"])
+
+
+def peers_summary(df: pd.DataFrame) -> dict:
+    """Per environment at the largest delay: the frontier, whether GMC is on it, who dominates GMC."""
+    out = {}
+    for env, d in df.groupby("env"):
+        D = float(d["Delta"].max())
+        dd = d[d["Delta"] == D]
+        f = frontier(dd)
+        cls = dd[(dd["level"] == "trajectory") & dd["in_class"].astype(bool)]
+        dominated_at = {float(Dk): dominators(dk, "gmc") for Dk, dk in d.groupby("Delta")
+                        if 0 < Dk != D and dominators(dk, "gmc")}  # on-policy every scheme is IS
+        out[env] = {"Delta": D, "frontier": list(f["key"]), "gmc_on_frontier": "gmc" in set(f["key"]),
+                    "always_zero": list(f[f["second_moment"] == 0]["key"]), "gmc_dominated_at": dominated_at,
+                    "gmc_dominated_by": dominators(dd, "gmc"),
+                    "class_frontier": list(frontier(cls)["key"]),
+                    "gmc_on_class_frontier": "gmc" in set(frontier(cls)["key"]),
+                    "gmc": dd[dd["key"] == "gmc"][["bias_norm", "second_moment"]].iloc[0].to_dict()}
+    return out
+
+
 # ------------------------------------------------------------------ asynchronous SGD (F5; claim 17)
 
 

@@ -33,7 +33,7 @@ from . import style
 from .mdhtml import to_html
 
 FIGURES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
-           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics"]
+           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier"]
 def fig_module(name: str):
     return importlib.import_module(f"figures.{name}")
 

@@ -40,6 +40,12 @@ STYLES: dict[str, EstimatorStyle] = {
     "tic_ppo": EstimatorStyle(_L["tic_ppo"], "#882255", "X"),
     "token_clip": EstimatorStyle(_L["token_clip"], "#E69F00", "<"),
     "gspo": EstimatorStyle(_L["gspo"], "#009E73", ">"),
+    "topr": EstimatorStyle(_L["topr"], "#44AA99", "h"),
+    "seq_tis_bn": EstimatorStyle(_L["seq_tis_bn"], "#117733", "p"),
+    "seq_mis": EstimatorStyle(_L["seq_mis"], "#999933", "d"),
+    "cispo": EstimatorStyle(_L["cispo"], "#AA4499", "8"),
+    "m2po": EstimatorStyle(_L["m2po"], "#661100", "H"),
+    "opsm": EstimatorStyle(_L["opsm"], "#6699CC", "1"),
 }
 """estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style."""
 

@@ -225,7 +225,7 @@ class Trainer:
             batch = self.source.batch(step, self.policy)
             t1 = time.perf_counter()
             row = policy_update(self.policy, self.optimizer, batch, estimator=cfg.estimator, eps=cfg.eps,
-                                advantage=cfg.advantage, eps_high=cfg.eps_high, temperature=cfg.temperature,
+                                advantage=cfg.advantage, loss_options=cfg.loss_options(), temperature=cfg.temperature,
                                 max_grad_norm=cfg.max_grad_norm, micro_batch_groups=cfg.micro_batch_groups)
         t2 = time.perf_counter()
         row.update(staleness_metrics(batch, step))

@@ -77,9 +77,10 @@ def registry() -> dict[str, Sweep]:
     from .delay_sweeps import SWEEPS as delay
     from .extremal.sweeps import SWEEPS as e4
     from .lognormal.sweeps import SWEEPS as e3
+    from .peers import SWEEPS as peers
 
     out = {}
-    for group in (e1, e4, e3, delay):
+    for group in (e1, e4, e3, delay, peers):
         out.update({s.name: s for s in group})
     return out
 

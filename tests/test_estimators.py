@@ -36,7 +36,7 @@ def test_gmc_weights_worked_example():
 
 def test_schemes_registered():
     assert set(ALL) >= {"is", "stale", "tic_mask", "tic_trunc", "tic_ppo", "gmc", "snis"}
-    assert set(IN_CLASS) == {"stale", "tic_mask", "tic_trunc", "gmc", "snis"}
+    assert set(IN_CLASS) == {"stale", "tic_mask", "tic_trunc", "gmc", "snis", "topr"}
 
 
 # ----------------------------------------------------------------- the class C_eps (Lemma 2)
@@ -200,7 +200,7 @@ def test_extreme_log_ratios(name):
     lr = np.array([[1000.0, -1000.0, 0.0, 3.0], [-1000.0, -1000.0, -999.0, -1000.0], [1000.0, 999.0, 1000.0, 0.0]])
     adv = np.array([[-1.0, 1.0, 1.0, -1.0]] * 3)
     for x in (lr, torch.from_numpy(lr)):
-        c = np.asarray(weights(name, x, 0.2, adv if name == "tic_ppo" else None))
+        c = np.asarray(weights(name, x, 0.2, adv if SCHEMES[name].needs_advantages else None))
         assert not np.isnan(c).any()
         if SCHEMES[name].bounded:
             assert np.isfinite(c).all()
@@ -249,7 +249,7 @@ def test_missing_advantages_and_unknown_scheme_and_duplicates():
     with pytest.raises(ValueError, match=r"unknown scheme 'gmcc'.*gmc.*is.*snis"):
         weights("gmcc", np.zeros((1, 4)), 0.2)
     with pytest.raises(ValueError, match="already registered"):
-        estimators.register_scheme("gmc", in_class=True)(lambda lr, eps, adv, ops: lr)
+        estimators.register_scheme("gmc", in_class=True, sup_mass=lambda eps, B: 1.0)(lambda lr, eps, adv, ops: lr)
     assert SCHEMES["gmc"].log_weights.__name__ == "gmc_log_weights"
 
 

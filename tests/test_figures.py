@@ -24,7 +24,7 @@ from schema import results as data
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
-           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics"]
+           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier"]
 
 
 def mod(name):
@@ -364,6 +364,49 @@ def test_no_torch_and_no_simulator_imported():
             + "bad = [m for m in ('torch', 'simulators', 'llm_runs', 'transformers') if m in sys.modules]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+def peers_table() -> pd.DataFrame:
+    rows = []
+    # (scheme, level, B, in_class, bias, second moment) at each Delta: gmc dominated by "topr" at Delta = 4
+    spec = [("gmc", "trajectory", 1, True, 0.05, 0.20), ("tic_mask", "trajectory", 1, True, 0.20, 0.02),
+            ("is", "trajectory", 1, False, 0.0, 1.0), ("topr", "trajectory", 1, True, 0.04, 0.10),
+            ("seq_tis_bn", "trajectory", 8, False, 0.06, 0.25), ("cispo", "token", 1, None, 0.10, 0.05)]
+    for env in ("bandit", "token_mdp"):
+        for D in (0.0, 1.0, 4.0):
+            for s, level, B, member, bias, sm in spec:
+                rows.append({"env": env, "Delta": D, "G": 8, "eps": 0.2, "scheme": s, "level": level,
+                             "batch_groups": B, "in_class": member, "bias_norm": bias * D, "second_moment": sm,
+                             "bias_norm_se": 1e-3 if B > 1 else 0.0, "second_moment_se": 0.0, "seed": 0})
+    return pd.DataFrame(rows)
+
+
+def test_f9_points_frontier_and_summary():
+    m = mod("f9_peers_frontier")
+    df = peers_table()
+    df["key"] = np.where(df["batch_groups"] > 1, df["scheme"] + " (B=" + df["batch_groups"].astype(str) + ")",
+                         df["scheme"])
+    fig = m.plot(df)
+    lines = style.series_lines(fig)
+    assert len(lines) == 2 * 2 * (6 + 1)  # 2 envs x 2 delays (1, 4) x (6 points + frontier)
+    gmc = [ln for ln in lines if ln.get_gid() == "series:bandit:4.0:gmc"][0]
+    np.testing.assert_allclose([gmc.get_xdata()[0], gmc.get_ydata()[0]], [0.20, 0.20])  # plotted = the table
+    s = m.summary(df)["bandit"]
+    assert s["Delta"] == 4.0 and not s["gmc_on_frontier"] and s["gmc_dominated_by"] == ["topr"]
+    assert set(s["frontier"]) == {"tic_mask", "is", "topr", "cispo"}
+    assert "dominated by topr" in m.caption(df)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_f9_caption_names_the_other_delays_where_gmc_is_dominated():
+    m = mod("f9_peers_frontier")
+    df = peers_table()
+    df["key"] = df["scheme"].where(df["batch_groups"] == 1, df["scheme"] + " (B=8)")
+    s = m.summary(df)["token_mdp"]
+    assert s["gmc_dominated_at"] == {1.0: ["topr"]}  # the largest delay (4) is reported separately
+    assert "dominated only at Delta = 1 (by topr)" in m.caption(df)
 
 
 # ----------------------------------------------------------------------------------- the run-folder reader

@@ -131,3 +131,22 @@ def test_split_group_is_refused(trained, tmp_path):
     with pytest.raises(ValueError, match="per_device_train_batch_size = 6 is not a multiple of num_generations = 4"):
         TrajectoryGRPOTrainer(model=tiny_qwen3(len(tok)), reward_funcs=reward, processing_class=tok,
                               args=make_args(tmp_path, per_device_train_batch_size=6), train_dataset=ds)
+
+
+def test_every_registered_loss_runs_through_the_adapter(trained):
+    """The adapter takes every name of the registry (trajectory schemes and token-level losses)."""
+    from estimators.losses import check_options, loss_names
+
+    trainer, _, _ = trained
+    inputs = trainer.records[1]["inputs"]
+    saved = trainer.scheme, trainer.scheme_options
+    try:
+        for name in loss_names():
+            trainer.scheme, trainer.scheme_options = name, check_options(name, None)
+            loss = TrajectoryGRPOTrainer._compute_loss(trainer, trainer.model, inputs)
+            assert torch.isfinite(loss), name
+            assert trainer.last_loss_output.seq_log_ratio.shape == (inputs["completion_ids"].shape[0] // G, G)
+    finally:
+        trainer.scheme, trainer.scheme_options = saved
+    assert set(estimators.SCHEMES) <= set(loss_names())
+    assert "stale/mass_cap_frac" in trainer._metrics["train"]

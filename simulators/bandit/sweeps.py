@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimators import SCHEMES
-
 from .._rows import MOMENT_COLUMNS, moment_rows
 from ..sweep import Sweep, derive_seed
 from .env import SoftmaxBandit, rare_arm_instance
@@ -33,7 +31,8 @@ def run_bias_vs_G(setting: dict, seeds: list[int]):
                        setting["n_groups"], lambda s: derive_seed(s, setting))
 
 
-ALL_SCHEMES = list(SCHEMES)
+ALL_SCHEMES = ["is", "stale", "tic_mask", "tic_trunc", "tic_ppo", "gmc", "snis"]
+"""THEORY §2's family (the published peers are measured by the ``peers`` sweep, simulators.peers)."""
 
 SETTINGS = {
     "bias_vs_G": {
