@@ -4,6 +4,7 @@
     python -m llm_runs.sweep --quick          # a < 2 minute taste -> results/llm/sweep_quick/
     python -m llm_runs.sweep --resume         # continue interrupted runs (finished ones are skipped)
     python -m llm_runs.sweep --dry-run        # print the plan and what is already done
+    python -m llm_runs.sweep --executor ray --ray-address auto   # one Ray task per run on a cluster
 
 The settings are data (:data:`SWEEPS`): a base configuration shared by every run, the
 estimators, delays and seeds of the controlled-delay cells, and the estimators run in
@@ -12,7 +13,8 @@ mode is not registered they are skipped with a message and picked up by the next
 invocation.
 
 Each run is ``python -m llm_runs.train`` in its own subprocess with one torch thread, at most
-``--jobs`` (2) at once, in ``<out>/<estimator>-<mode>-d<delay>-s<seed>/`` (log in
+``--jobs`` (2) at once (``--executor ray``: one Ray task per run, as many at once as the cluster
+has room for, ``--cpus-per-run`` / ``--gpus-per-run`` each; see :mod:`execution`), in ``<out>/<estimator>-<mode>-d<delay>-s<seed>/`` (log in
 ``<out>/logs/``). The warm start is computed once, before any run starts. A finished run
 (``summary.json``) is skipped; an interrupted one is continued with ``--resume``; a run
 folder whose stored configuration differs from the plan is refused, never overwritten.
@@ -27,16 +29,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import execution
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -180,7 +182,13 @@ SUMMARY_COLUMNS = ["run", "estimator", "mode", "delay", "seed", "steps", "steps_
 def summarize_run(run: Path, cell: Cell, steps_planned: int) -> dict | None:
     """One summary row for a run folder (None: no metrics yet). ``stable`` is
     :func:`schema.results.run_summary`'s rule, so the table and the figures agree."""
-    from schema.results import read_run, read_run_config, run_settings, run_summary
+    from schema.results import (
+        read_json,
+        read_run,
+        read_run_config,
+        run_settings,
+        run_summary,
+    )
 
     if not (run / "metrics.csv").is_file():
         return None
@@ -215,7 +223,7 @@ def summarize_run(run: Path, cell: Cell, steps_planned: int) -> dict | None:
                 "nonfinite": bool(verdict["nonfinite"]), "collapsed": bool(verdict["collapsed"])})
     wall = math.nan
     if complete:
-        wall = float(json.loads((run / "summary.json").read_text()).get("wall_s", math.nan))
+        wall = float(read_json(run / "summary.json").get("wall_s", math.nan))
     row["wall_s"] = wall
     return row
 
@@ -242,28 +250,6 @@ class Outcome:
     not_run: list[str] = field(default_factory=list)  # async cells while the async mode is missing
     summary: Path | None = None
     wall_s: float = 0.0
-
-
-def _die_with_parent(parent: int, prctl) -> None:
-    """``preexec_fn`` of every trainer: on Linux the kernel sends it SIGTERM when the sweep dies,
-    however it dies (SIGKILL included), so no trainer outlives its sweep; SIGTERM makes the trainer
-    checkpoint after its current update, so ``--resume`` continues it. Elsewhere the trainer's own
-    watchdog (``GMC_PARENT_PID``, see :func:`llm_runs.train.main`) does the same. Runs in the forked
-    child before exec: it only calls the already-loaded ``prctl`` (no import, no allocation-heavy work)."""
-    if prctl is None:
-        return
-    prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    if os.getppid() != parent:  # the sweep died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _prctl():
-    """libc's ``prctl`` on Linux (loaded in the sweep, never in a forked child), else None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    return ctypes.CDLL(None, use_errno=True).prctl
 
 
 def _child_env() -> dict:
@@ -299,9 +285,16 @@ def _prepare(sweep: Sweep, out: Path, resume: bool, log) -> tuple[list[Cell], li
 
 
 def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = False, jobs: int = 2,
-              progress: bool = True, log=None) -> Outcome:
-    """Run (or continue) ``sweep`` in ``out`` (default ``sweep.out`` under the results root); returns an :class:`Outcome`."""
+              progress: bool = True, log=None, executor=None) -> Outcome:
+    """Run (or continue) ``sweep`` in ``out`` (default ``sweep.out`` under the results root); returns an
+    :class:`Outcome`.
+
+    ``executor`` (an :class:`execution.Executor`) says where runs execute; default: a local
+    pool of ``jobs`` processes. The caller keeps ownership of an executor it passes in.
+    """
     from tqdm.auto import tqdm
+
+    from execution import LocalExecutor
 
     from .config import resolve_config
     from .tasks import build_task
@@ -336,8 +329,11 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
             get_warm_start(base, build_task(base), log)
         finally:
             torch.set_num_threads(threads)
+    own_executor = executor is None
+    executor = LocalExecutor(jobs) if own_executor else executor
+    slots = executor.capacity
     log(f"sweep {sweep.name}: {len(cells)} runs planned, {len(outcome.skipped)} complete, {len(pending)} to run "
-        f"({sum(s == 'interrupted' for _, s in pending)} resumed), {jobs} at a time -> {out}")
+        f"({sum(s == 'interrupted' for _, s in pending)} resumed), {slots} at a time ({executor.kind}) -> {out}")
     (out / "logs").mkdir(exist_ok=True)
     stopping: list[int] = []
 
@@ -346,36 +342,31 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
             stopping.append(signum)
 
     handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    running: dict[str, tuple[subprocess.Popen, Cell, object]] = {}
-    die_with_parent = functools.partial(_die_with_parent, os.getpid(), _prctl())
+    running: dict[str, tuple[object, Cell]] = {}
     queue, shown = list(pending), []
     bar = tqdm(total=len(pending), desc=f"llm sweep ({sweep.name})", unit="run", disable=not progress,
                dynamic_ncols=True, file=sys.stderr)
     try:
         while queue or running:
             if stopping and queue is not None:
-                for proc, _, _ in running.values():
-                    proc.send_signal(signal.SIGTERM)  # each run checkpoints after its current update
+                for job, _ in running.values():
+                    job.terminate()  # SIGTERM: each run checkpoints after its current update
                 queue = None  # start nothing more
-            while queue and len(running) < jobs:
+            while queue and len(running) < slots:
                 cell, state = queue.pop(0)
                 cmd = [sys.executable, "-m", "llm_runs.train", "--out", str(out / cell.name), "--no-progress"]
                 cmd += ["--resume"] if state == "interrupted" else cli_flags(cell.overrides)
-                fh = open(out / "logs" / f"{cell.name}.log", "a")  # noqa: SIM115 (closed when the run ends)
-                fh.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(cmd)}\n")
-                fh.flush()
-                proc = subprocess.Popen(cmd, env=_child_env(), stdout=fh, stderr=subprocess.STDOUT,
-                                        start_new_session=True,  # Ctrl-C reaches the sweep, which stops runs cleanly
-                                        preexec_fn=die_with_parent)  # noqa: PLW1509 (see _die_with_parent)  # ... and a killed sweep takes its runs along
-                running[cell.name] = (proc, cell, fh)
+                # each run in its own session: Ctrl-C reaches the sweep, which stops runs cleanly
+                job = executor.start_command(cmd, env=_child_env(), log_path=out / "logs" / f"{cell.name}.log",
+                                             cwd=os.getcwd())
+                running[cell.name] = (job, cell)
             if list(running) != shown:
                 shown = list(running)
                 bar.set_postfix_str("running: " + ", ".join(shown), refresh=True)
             time.sleep(0.2)
-            for name in [n for n, (p, _, _) in running.items() if p.poll() is not None]:
-                proc, cell, fh = running.pop(name)
-                fh.close()
-                rc = proc.returncode
+            for name in [n for n, (j, _) in running.items() if j.poll() is not None]:
+                job, cell = running.pop(name)
+                rc = job.poll()
                 if rc == 0 and not (out / name / "summary.json").is_file():
                     outcome.failed.append(name)
                     bar.write(f"FAILED {name}: it exited without a summary.json; see {out / 'logs' / (name + '.log')}")
@@ -392,10 +383,12 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
                 bar.update(1)
                 write_summary(out, sweep, cells)
     finally:
-        for proc, _, fh in running.values():  # only after an exception: stop what we started
-            proc.send_signal(signal.SIGTERM)
-            proc.wait()
-            fh.close()
+        for job, _ in running.values():  # only after an exception: stop what we started
+            job.terminate()
+        for job, _ in running.values():
+            job.result()
+        if own_executor:
+            executor.close()
         bar.close()
         for s, h in handlers.items():
             signal.signal(s, h)
@@ -415,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="sweep folder (default: results/llm/sweep or results/llm/sweep_quick)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the state of each run, run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    execution.add_arguments(p)
     args = p.parse_args(argv)
     sweep = SWEEPS["quick" if args.quick else "full"]
     out = Path(args.out) if args.out else sweep.default_out()
@@ -425,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
             for c in cells:
                 print(f"{c.name:32s} {states.get(c.name, 'waiting for the async mode')}")
             return 0
-        o = run_sweep(sweep, out, resume=args.resume, jobs=args.jobs, progress=not args.no_progress)
+        with execution.from_arguments(args, jobs=args.jobs) as executor:
+            o = run_sweep(sweep, out, resume=args.resume, progress=not args.no_progress, executor=executor)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
