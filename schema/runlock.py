@@ -97,12 +97,25 @@ class RunLock:
 
 
 def live_holder(folder: str | os.PathLike) -> dict | None:
-    """The lock file's record if its pid is a live process, else None: a cheap early answer that takes
-    no lock (the flock in :meth:`RunLock.acquire` is what actually decides)."""
+    """The lock file's record if its pid is a live process (not a zombie, and on Linux still running
+    the recorded command), else None: a cheap early answer that takes no lock (the flock in
+    :meth:`RunLock.acquire` is what actually decides)."""
     holder = read_holder(folder)
     pid = holder.get("pid")
     if not isinstance(pid, int) or pid == os.getpid():
         return None
+    proc = Path(f"/proc/{pid}")
+    if Path("/proc/self").exists():  # Linux: a zombie or a reused pid holds no lock
+        try:
+            if "\nState:\tZ" in (proc / "status").read_text():
+                return None
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        argv = [a.encode() for a in holder.get("argv") or []]
+        if argv and argv[-1:] != [a for a in cmdline if a][-1:]:
+            return None
+        return holder
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
