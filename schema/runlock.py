@@ -113,7 +113,7 @@ def live_holder(folder: str | os.PathLike) -> dict | None:
         except OSError:
             return None
         argv = [a.encode() for a in holder.get("argv") or []]
-        if argv and argv[-1:] != [a for a in cmdline if a][-1:]:
+        if len(argv) > 1 and argv[-1:] != [a for a in cmdline if a][-1:]:  # its last argument (python -c: none)
             return None
         return holder
     try:
