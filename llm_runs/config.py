@@ -6,9 +6,10 @@ drift apart. :func:`TrainConfig.validate` refuses a bad configuration with a
 ``ValueError`` before any work (no directory, no warm start, no model load, never a hub
 download).
 
-Issue 6 extends this by adding fields (async mode, GSM8K) and registering presets,
-tasks and modes; :func:`resolve_config` layers dataclass defaults < preset defaults <
-explicit values.
+New settings (async mode, GSM8K, ...) are added as fields here, and presets, tasks and
+rollout modes are registered in their own modules; :func:`resolve_config` layers dataclass
+defaults < preset defaults < explicit values. A field added after runs were made also gets
+an entry in :data:`schema.results.LEGACY_FIELDS` (the value those runs actually used).
 """
 from __future__ import annotations
 
@@ -275,7 +276,9 @@ def load_run_config(out_dir: str | Path) -> TrainConfig:
 
 def config_diff(stored: dict[str, Any], given: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """``{field: (stored, given)}`` where a run's stored config and the given one differ; a field
-    added after the run was made counts at its default. The one rule for resuming a run."""
+    missing from either counts at its default. The one rule for resuming a run. Pass the stored
+    config as :func:`schema.results.read_run_config` reads it: a field added after the run was
+    made then holds the value the run used (:data:`schema.results.LEGACY_FIELDS`), not today's default."""
     defaults = TrainConfig().to_dict()
     return {k: (stored.get(k, defaults.get(k)), given.get(k, defaults.get(k)))
             for k in sorted(set(stored) | set(given)) if stored.get(k, defaults.get(k)) != given.get(k, defaults.get(k))}

@@ -18,6 +18,8 @@ Sources:
 A run folder is read by :func:`read_run` only: its ``config.json`` and ``metrics.csv`` are
 parsed strictly (a bad line or a truncated file is an error naming the file and line) and
 its steps must be 0..T once each (a run with a duplicated or missing step is refused).
+A configuration field the run predates reads as the value the run actually used
+(:data:`LEGACY_FIELDS`), never as today's default.
 """
 from __future__ import annotations
 

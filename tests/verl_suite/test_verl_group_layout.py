@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from test_integrations_verl import actor_config, random_batch, snippet_overrides, verl_config
+from test_integrations_verl import actor_config, snippet_overrides, verl_config
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
