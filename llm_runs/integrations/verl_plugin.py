@@ -290,20 +290,31 @@ def rows_by_uid(ids) -> dict[Any, list[int]]:
     return rows
 
 
+def groups_not_of_size(rows: dict[Any, list[int]], G: int) -> dict[Any, int]:
+    """``{uid: row count}`` of the groups of :func:`rows_by_uid` that do not have G rows."""
+    return {uid: len(r) for uid, r in rows.items() if len(r) != G}
+
+
+def whole_groups(ids, G: int, where: str, advice: str) -> dict[Any, list[int]]:
+    """:func:`rows_by_uid` of ``ids`` when every uid has exactly G rows; else ``ValueError``
+    naming the first uid that does not (``where``: "in this micro-batch", ...; then ``advice``)."""
+    rows = rows_by_uid(ids)
+    bad = groups_not_of_size(rows, G)
+    if bad:
+        uid, n = next(iter(bad.items()))
+        raise ValueError(f"prompt uid {uid!r} has {n} rows {where}, not G = {G} (rollout.n) "
+                         f"({len(bad)} of {len(rows)} groups incomplete): {advice}")
+    return rows
+
+
 def group_order(ids, G: int) -> list[int]:
     """Row order that puts the G rows of each group (prompt uid) together, groups in order of
     first appearance; every id must occur exactly G times in ``ids`` (else ``ValueError``)."""
-    rows = rows_by_uid(ids)
-    bad = {uid: len(r) for uid, r in rows.items() if len(r) != G}
-    if bad:
-        uid, n = next(iter(bad.items()))
-        raise ValueError(
-            f"prompt uid {uid!r} has {n} rows in this micro-batch, not G = {G} (rollout.n): a group is split across "
-            f"micro-batches, mini-batches or data-parallel ranks ({len(bad)} of {len(rows)} groups incomplete). Keep "
-            "ppo_micro_batch_size_per_gpu and each rank's share of ppo_mini_batch_size multiples of G, "
-            "actor.shuffle=False, use_dynamic_bsz=False and, with several data-parallel ranks, the batch "
-            "unbalanced (trainer.balance_batch=False)"
-        )
+    rows = whole_groups(
+        ids, G, "in this micro-batch",
+        "a group is split across micro-batches, mini-batches or data-parallel ranks. Keep ppo_micro_batch_size_per_gpu and each rank's share of ppo_mini_batch_size multiples of G, "
+        "actor.shuffle=False, use_dynamic_bsz=False and, with several data-parallel ranks, the batch "
+        "unbalanced (trainer.balance_batch=False)")
     return [i for r in rows.values() for i in r]
 
 
@@ -417,15 +428,14 @@ def grouped_advantages(kind: str, token_level_rewards, response_mask, index=None
     if not ids:
         raise ValueError(f"{where}: no rows")
     rows = rows_by_uid(ids)
-    sizes = {uid: len(r) for uid, r in rows.items()}
-    G = next(iter(sizes.values()))
-    odd = {uid: n for uid, n in sizes.items() if n != G}
+    first = next(iter(rows))
+    G = len(rows[first])
+    odd = groups_not_of_size(rows, G)
     if odd:
         uid, n = next(iter(odd.items()))
-        first = next(iter(sizes))
         raise ValueError(
             f"{where}: prompt uid {uid!r} has {n} rows but uid {first!r} has {G}: every group needs the same "
-            f"number of responses (rollout.n); {len(odd)} of {len(sizes)} groups differ"
+            f"number of responses (rollout.n); {len(odd)} of {len(rows)} groups differ"
         )
     order = torch.tensor([i for r in rows.values() for i in r], device=token_level_rewards.device)
     scores = token_level_rewards.detach().sum(-1).to(torch.float64)
@@ -532,16 +542,9 @@ def check_whole_groups_on_rank(data, G: int) -> None:
     ids = _uids(data)
     if ids is None:
         return
-    sizes = {uid: len(r) for uid, r in rows_by_uid(ids).items()}
-    odd = {uid: n for uid, n in sizes.items() if n != G}
-    if odd:
-        uid, n = next(iter(odd.items()))
-        raise ValueError(
-            f"this rank's training batch holds {n} rows of prompt uid {uid!r}, not G = {G} (rollout.n): the group "
-            f"is split across data-parallel ranks ({len(odd)} of {len(sizes)} groups incomplete). With several "
-            "data-parallel ranks set trainer.balance_batch=False (verl's balancing partitions rows by length, "
-            "ignoring groups) and keep train_batch_size a multiple of the number of ranks"
-        )
+    whole_groups(ids, G, "in this rank's training batch",
+                 "the group is split across data-parallel ranks. With several data-parallel ranks set trainer.balance_batch=False (verl's balancing partitions "
+                 "rows by length, ignoring groups) and keep train_batch_size a multiple of the number of ranks")
 
 
 def _regrouping(method):
