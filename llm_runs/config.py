@@ -47,9 +47,11 @@ class TrainConfig:
     threads: int = _f(1, "-", "torch CPU threads (numerics depend on it: keep it fixed across resume)")
 
     # --- task ----------------------------------------------------------------------------
-    task: str = _f("arithmetic", "q ~ D, r(q,o)", "task: prompt distribution D and verifiable reward r in {0,1} (THEORY §1)")
-    digits: int = _f(1, "-", "arithmetic: digits per operand (operands 0 .. 10^digits - 1)")
-    terms: int = _f(3, "-", "arithmetic: number of operands per problem")
+    task: str = _f("arithmetic", "q ~ D, r(q,o)", "task: prompt distribution D and verifiable reward r in {0,1} (THEORY §1): arithmetic, "
+                 "scratchpad, scratchpad_answer, gsm8k")
+    digits: int = _f(1, "-", "arithmetic, scratchpad: digits per operand (operands 0 .. 10^digits - 1)")
+    terms: int = _f(3, "-", "arithmetic, scratchpad: number of operands per problem (scratchpad: the horizon knob, "
+                    "completions of exactly H = (terms - 1)(W + 1) tokens, W the width of the largest sum)")
     heldout_size: int = _f(200, "-", "problems in the held-out evaluation split (never trained on)")
     train_size: int | None = _f(None, "-", "problems in the training pool (None: every remaining problem, up to 100000)")
     task_seed: int = _f(0, "-", "seed of the problem split (shared across RL seeds)")
