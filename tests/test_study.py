@@ -208,3 +208,139 @@ def test_trainer_logs_theory_columns_zero_at_delay_zero_and_positive_under_delay
     for df in (d0, d2):
         assert math.isnan(df["train/grad_cos"].iloc[0]) and math.isnan(df["train/update_cos"].iloc[0])
         assert df["train/grad_cos"].iloc[1:].between(-1, 1).all() and df["train/update_cos"].iloc[1:].between(-1, 1).all()
+
+
+# --------------------------------------------------------------------------- the study grid
+
+
+def test_primary_grid_is_seed_major_paired_and_runs_delay_zero_once():
+    from llm_runs.study import ESTIMATORS, STUDIES
+    from llm_runs.sweep import plan
+
+    study = STUDIES["primary"]
+    cells = plan(study)
+    per_seed = 2 * (1 + len(ESTIMATORS) * 3 + 1)
+    assert len(cells) == 10 * per_seed == 700
+    assert [c.seed for c in cells] == sorted(c.seed for c in cells)  # seed-major
+    d0 = [c for c in cells if c.delay == 0]
+    assert len(d0) == 20 and {c.estimator for c in d0} == {"gmc"}
+    stale = [c for c in cells if c.estimator == "stale"]
+    assert {c.delay for c in stale} == {64} and len(stale) == 20
+    for c in cells:  # common random numbers: everything but the estimator and delay is shared within a seed
+        o = c.overrides
+        assert o["seed"] == c.seed and o["estimator"] == c.estimator and o["delay"] == c.delay
+        assert o["warm_start_seed"] == 0 and o["task_seed"] if "task_seed" in o else True
+    same_seed = [c.overrides for c in cells if c.seed == 3 and c.horizon == "long"]
+    shared = {k for k in same_seed[0] if k not in ("estimator", "delay")}
+    assert all({k: o[k] for k in shared} == {k: same_seed[0][k] for k in shared} for o in same_seed)
+
+
+def test_dry_run_prices_the_plan_and_names_missing_estimators(capsys):
+    from llm_runs.study import STUDIES, estimate_seconds, main, missing_estimators
+
+    assert main(["--dry-run", "--grid", "pilot", "--out", "/nonexistent/pilot"]) == 0
+    out = capsys.readouterr().out
+    assert "long-gmc-d0-s0" in out and "3 runs (3 long)" in out and "estimated" in out
+    cells = STUDIES["primary"].cells()
+    one = estimate_seconds(cells, 1, {"short": 0.1, "long": 0.2}, {"short": 0.0, "long": 0.0})
+    two = estimate_seconds(cells, 2, {"short": 0.1, "long": 0.2}, {"short": 0.0, "long": 0.0})
+    from llm_runs.study import RUN_OVERHEAD_S
+
+    assert one == pytest.approx(350 * 200 * 0.1 + 350 * 200 * 0.2 + 700 * RUN_OVERHEAD_S) and two == pytest.approx(one / 2)
+    with pytest.raises(ValueError, match="no measured step cost for horizon 'long'"):
+        estimate_seconds(cells, 1, {"short": 0.1})
+    from estimators.losses import loss_names
+
+    assert set(missing_estimators(STUDIES["primary"])) == set(STUDIES["primary"].estimators) - set(loss_names())
+
+
+# --------------------------------------------------------------------------- the pre-registered analysis
+
+
+def _fake_run(root, name, cfg, pcs, chi2=None, acc=None):
+    """A run folder as the trainer writes it: config.json + metrics.csv (evaluation every 20 updates)."""
+    import json
+
+    import pandas as pd
+
+    from llm_runs.metrics import COLUMNS
+
+    run = root / name
+    run.mkdir(parents=True)
+    steps = cfg["steps"]
+    (run / "config.json").write_text(json.dumps({"config": cfg}))
+    rows = []
+    eval_steps = np.linspace(0, steps, len(pcs)).astype(int)
+    for t in range(steps + 1):
+        row = {c: np.nan for c in COLUMNS}
+        row["step"] = t
+        if t < steps:
+            row.update({"train/loss": 0.1, "train/grad_norm": 1.0, "train/update_skipped": 0,
+                        "stale/chi2": chi2[t] if chi2 is not None else 0.1})
+        if t in eval_steps:
+            i = int(np.nonzero(eval_steps == t)[0][0])
+            row.update({"eval/heldout_pc": pcs[i], "eval/heldout_acc": (acc or pcs)[i]})
+        rows.append(row)
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(run / "metrics.csv", index=False)
+
+
+def _fake_study(root, effect_long, effect_short=0.0, n_seeds=10):
+    rng = np.random.default_rng(5)
+    for s in range(n_seeds):
+        seed_level = rng.normal(0, 0.05)  # shared by every estimator of the seed (paired)
+        for h, task, effect in (("long", "scratchpad", effect_long), ("short", "arithmetic", effect_short)):
+            base = {"task": task, "steps": 40, "eps": 0.2, "heldout_size": 200, "seed": s, "mode": "controlled"}
+            final = {"gmc": 0.5 + seed_level, "is": 0.5 + seed_level + rng.normal(0, 0.005),
+                     "tic_mask": 0.5 + seed_level - effect}
+            _fake_run(root, f"{h}-gmc-d0-s{s}", {**base, "estimator": "gmc", "delay": 0}, [0.2, 0.4, 0.6 + seed_level])
+            for e, v in final.items():
+                _fake_run(root, f"{h}-{e}-d64-s{s}", {**base, "estimator": e, "delay": 64}, [0.2, 0.35, v])
+
+
+def test_analysis_confirms_a_planted_effect_and_refutes_a_reversed_one(tmp_path):
+    from figures.study import analyse, differences_table, read_runs
+
+    _fake_study(tmp_path / "up", effect_long=0.1)
+    runs = read_runs(tmp_path / "up")
+    assert len(runs) == 10 * 2 * 4 and runs["complete"].all() and runs["stable"].all()
+    res = analyse(runs)
+    assert res["H1"]["verdict"] == "CONFIRMED" and res["H1"]["gmc_minus_tic_mask"]["n"] == 10
+    assert res["H1"]["gmc_minus_tic_mask"]["mean"] == pytest.approx(0.1, abs=0.01)
+    assert res["H2"]["verdict"] == "CONFIRMED" and set(res["H2"]["baselines"]) == {"is", "tic_mask"}
+    assert res["H3"]["verdict"] == "CONFIRMED"
+    assert res["H4"]["verdict"] == "INCONCLUSIVE" and res["H4"]["collapsed_runs"] == 0
+    table = differences_table(runs)
+    assert set(table["horizon"]) == {"long", "short"} and (table["n"] == 10).all()
+
+    _fake_study(tmp_path / "down", effect_long=-0.1, effect_short=-0.1)
+    res = analyse(read_runs(tmp_path / "down"))
+    assert res["H1"]["verdict"] == "REFUTED" and res["H2"]["verdict"] == "REFUTED"
+    assert res["H2"]["baselines"]["tic_mask"]["worse"] and not res["H2"]["baselines"]["is"]["worse"]
+    assert res["H3"]["verdict"] == "INCONCLUSIVE"  # the same gap at both horizons
+
+
+def test_h4_counts_warnings_that_precede_collapse(tmp_path):
+    from figures.study import analyse, read_runs
+
+    base = {"task": "scratchpad", "steps": 40, "eps": 0.2, "heldout_size": 200, "mode": "controlled", "delay": 64}
+    for s in range(6):  # chi^2 crosses 1 at update 10; pc collapses at step 20
+        chi2 = np.where(np.arange(40) >= 10, 5.0, 0.1)
+        _fake_run(tmp_path, f"long-tic_mask-d64-s{s}", {**base, "estimator": "tic_mask", "seed": s},
+                  [0.3, 0.05, 0.01], chi2=chi2, acc=[0.5, 0.5, 0.5])
+    _fake_run(tmp_path, "long-gmc-d64-s0", {**base, "estimator": "gmc", "seed": 0}, [0.3, 0.4, 0.5])
+    res = analyse(read_runs(tmp_path))["H4"]
+    assert res["collapsed_runs"] == 6 and res["warned_before_collapse"] == 6 and res["false_alarms"] == 0
+    assert res["verdict"] == "CONFIRMED" and res["ci"][0] > 0.5
+
+
+def test_statistics_helpers():
+    from figures.study import bootstrap, holm, p_below, seeds_for_power
+
+    assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == {"a": True, "c": False, "b": False}
+    assert holm({"a": 0.01, "b": 0.02}) == {"a": True, "b": True}
+    assert seeds_for_power(0.03, 0.03) == 10  # effect size 1, two-sided 5%, 80% power: the textbook n
+    assert seeds_for_power(0.06, 0.03) > 30
+    with pytest.raises(ValueError, match="sd_diff must be a finite number > 0, got 0"):
+        seeds_for_power(0)
+    b = bootstrap(np.array([0.1, 0.12, 0.08, 0.11, 0.09]))
+    assert b["low"] < 0.1 < b["high"] and p_below(b, 0.0) == 0.0 and p_below(b, 0.2) == 1.0
