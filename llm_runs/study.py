@@ -115,6 +115,8 @@ STUDIES = {
                          "horizon, x 10 paired seeds (700 runs of 200 updates)"),
     "pilot": Study("pilot", "results/llm/pilot", STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1, 2),
                    floor=(), doc="delay 0, long horizon, 3 seeds: the learning curve, step costs and seed spread"),
+    "pilot_short": Study("pilot_short", "results/llm/pilot_short", STUDY_BASE, {"short": HORIZONS["short"]}, (),
+                         delays=(), seeds=(0, 1, 2), floor=(), doc="the same at the short horizon"),
 }
 
 
