@@ -14,12 +14,13 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup verify-bounds test figures report llm-smoke llm-sweep sim-sweeps bench lint clean-venv help
+.PHONY: all setup verify-bounds abstract tuned-sweep test figures report llm-smoke llm-sweep sim-sweeps bench lint clean-venv help
 
 help:
 	@echo "make verify-bounds   check every claim of THEORY.md, print the table"
 	@echo "make test            run the whole test suite"
-	@echo "make figures | report | llm-smoke | llm-sweep | sim-sweeps | bench | lint"
+	@echo "make figures | report | llm-smoke | llm-sweep | sim-sweeps | tuned-sweep | bench | lint"
+	@echo "make all             every producer, then the figures and the report"
 
 $(STAMP): pyproject.toml Makefile
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
@@ -35,15 +36,25 @@ $(STAMP): pyproject.toml Makefile
 setup: $(STAMP)
 
 verify-bounds: $(STAMP)
-	$(PY) -m bounds.verify
+	$(PY) -m claims
 
 test: $(STAMP)
 	$(PY) -m pytest -q -x --timeout=900
 
+# Producers come before readers: `make all` makes every result, then draws and reports;
+# `make figures` and `make report` only read results (a missing one is named with its command).
+all: sim-sweeps tuned-sweep llm-sweep verify-bounds figures report
+
+tuned-sweep: $(STAMP)
+	$(PY) -m simulators.tuned_sweep
+
+abstract: $(STAMP)
+	$(PY) -m claims.abstract
+
 figures: $(STAMP)
 	$(PY) -m figures
 
-report: $(STAMP)
+report: abstract figures
 	$(PY) -m figures.report
 
 llm-smoke: $(STAMP)
@@ -62,7 +73,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PIP) install -q ruff
-	$(VENV)/bin/ruff check estimators bounds simulators llm_runs figures tests
+	$(VENV)/bin/ruff check estimators bounds schema simulators llm_runs claims figures tests
 
 clean-venv:
 	rm -rf $(VENV)

@@ -61,3 +61,15 @@ def elasticity(expr, var: sp.Symbol, at=None) -> sp.Expr:
 def exponents(expr, at: dict) -> dict[str, sp.Expr]:
     """:func:`exponent` of ``expr`` for each ``{symbol: point}``; keys are the symbol names."""
     return {str(v): exponent(expr, v, pt) for v, pt in at.items()}
+
+
+def loglog_slope(x, y) -> float:
+    """Least-squares slope of log y against log x over the positive finite points: the measured
+    counterpart of :func:`exponent`, the one slope fitter of the toolkit (NaN below two points)."""
+    import numpy as np
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])

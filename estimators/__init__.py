@@ -16,11 +16,14 @@ from .schemes import (
     scheme_names,
     weights,
 )
+from . import peers  # noqa: E402,F401  (registers topr, seq_tis_bn, seq_mis)
+from .params import PARAMS, Param
 
 
 def __getattr__(name):  # torch-only parts load lazily so numpy users need not import torch
     if name in {"policy_loss", "trajectory_loss", "token_clip_loss", "gspo_loss", "loss_names",
-                "trajectory_log_ratio", "LossOutput", "TOKEN_LEVEL"}:
+                "trajectory_log_ratio", "LossOutput", "TOKEN_LEVEL",
+                "TOKEN_LOSSES", "m2po_loss", "cispo_loss", "opsm_loss"}:
         from . import losses
 
         return getattr(losses, name)
@@ -29,6 +32,8 @@ def __getattr__(name):  # torch-only parts load lazily so numpy users need not i
 
 __all__ = [
     "ADVANTAGE_KINDS",
+    "PARAMS",
+    "Param",
     "SCHEMES",
     "LossOutput",
     "Scheme",

@@ -20,6 +20,13 @@ tic_ppo    w_i 1{w_i <= 1+eps or A_i < 0}                       no (reference on
 gmc        lambda w_i, lambda = min(1, (1+eps) / mean_j w_j)    yes
 snis       w_i / mean_j w_j                                     yes
 =========  ===================================================  =====================
+
+Published peers registered in the same table by :mod:`estimators.peers`: ``topr`` (in the
+class), ``seq_tis_bn`` (batch-normalised; in the class only with one group per batch),
+``seq_mis`` (in the class iff its upper bound hi <= 1+eps). Each scheme carries its exact
+membership rule (:meth:`Scheme.member`), its surrogate kind (:data:`SURROGATES`) and whether
+its weights couple the groups of a batch (``batch_coupled``); knobs live in
+:data:`estimators.params.PARAMS`.
 """
 from __future__ import annotations
 
@@ -38,32 +45,62 @@ from ._validate import (
 )
 
 
+SURROGATES = ("detached", "clamp")
+"""How :func:`estimators.losses.trajectory_loss` differentiates a scheme:
+
+* ``detached``: ``sg(c) * exp(l - sg(l)) * A``, value ``c A``, gradient ``c A grad l``;
+* ``clamp``: ``exp(min(l, log(1+eps))) * A``, the clamped surrogate ``min(w, 1+eps) A``, whose
+  gradient is ``w 1{w <= 1+eps} A grad l`` (TIC-mask: clamped trajectories get none)."""
+
+
 @dataclass(frozen=True)
 class Scheme:
     """A registered weighting scheme."""
 
     name: str
-    log_weights: Callable  # (log_ratio, eps, advantages, ops) -> log c
-    in_class: bool  # member of C_eps (THEORY §2): mean weight <= 1+eps for every w
+    log_weights: Callable  # (log_ratio, eps, advantages, ops, **params) -> log c
+    in_class: bool  # member of C_eps (THEORY §2) for every eps > 0 at the default knobs, any batch
     needs_advantages: bool = False
     bounded: bool = True  # weights stay finite for any finite log-ratio
     doc: str = ""
     weights_fn: Callable | None = None  # optional faster direct form; must equal exp(log_weights)
+    surrogate: str = "detached"  # one of SURROGATES: how the torch surrogate differentiates it
+    batch_coupled: bool = False  # a group's weights depend on the other groups of the array passed
+    sup_mass: Callable | None = None  # (eps, num_groups, **params) -> sup_w of a group's mass (1/G) sum_i c_i
+
+    def group_mass_sup(self, eps: float, num_groups: int = 1, **params) -> float:
+        """The exact supremum over all ratios of one group's mass ``(1/G) sum_i c_i`` when the
+        array passed holds ``num_groups`` groups (THEORY §2: member of C_eps iff <= 1+eps)."""
+        from .params import resolve
+
+        return float(self.sup_mass(check_eps(eps), int(num_groups), **resolve(self.name, params)))
+
+    def member(self, eps: float, num_groups: int = 1, **params) -> bool:
+        """Exact membership in C_eps: the mass cap 1+eps holds for every ratio vector."""
+        return self.group_mass_sup(eps, num_groups, **params) <= 1 + check_eps(eps)
 
 
 SCHEMES: dict[str, Scheme] = {}
 
 
-def register_scheme(name: str, *, in_class: bool, needs_advantages: bool = False, bounded: bool = True,
-                    weights_fn: Callable | None = None):
-    """Decorator registering ``fn`` under ``name``; a taken name is refused."""
+def register_scheme(name: str, *, in_class: bool, sup_mass: Callable, needs_advantages: bool = False,
+                    bounded: bool = True, weights_fn: Callable | None = None, surrogate: str = "detached",
+                    batch_coupled: bool = False):
+    """Decorator registering ``fn`` under ``name``; a taken name is refused.
+
+    ``sup_mass(eps, num_groups, **params)`` is the exact supremum of a group's mass (the
+    membership rule of THEORY §2); the knobs of ``fn`` are :data:`estimators.params.PARAMS`'s
+    entry for ``name``."""
 
     def deco(fn):
         if not isinstance(name, str) or not name:
             raise ValueError(f"scheme name must be a non-empty string, got {name!r}")
         if name in SCHEMES:
             raise ValueError(f"a scheme named {name!r} is already registered ({SCHEMES[name].log_weights.__qualname__})")
-        SCHEMES[name] = Scheme(name, fn, in_class, needs_advantages, bounded, (fn.__doc__ or "").strip(), weights_fn)
+        if surrogate not in SURROGATES:
+            raise ValueError(f"unknown surrogate {surrogate!r}; valid: {', '.join(SURROGATES)}")
+        SCHEMES[name] = Scheme(name, fn, in_class, needs_advantages, bounded, (fn.__doc__ or "").strip(), weights_fn,
+                               surrogate, batch_coupled, sup_mass)
         return fn
 
     return deco
@@ -83,31 +120,31 @@ def scheme_names() -> list[str]:
 # --------------------------------------------------------------------------- schemes
 
 
-@register_scheme("is", in_class=False, bounded=False)
+@register_scheme("is", in_class=False, bounded=False, sup_mass=lambda eps, B: math.inf)
 def is_log_weights(log_ratio, eps, advantages, ops):
     """(a) plain trajectory IS, c_i = w_i (THEORY §2). Unbiased (Lemma 1); mean weight unbounded."""
     return log_ratio
 
 
-@register_scheme("stale", in_class=True)
+@register_scheme("stale", in_class=True, sup_mass=lambda eps, B: 1.0)
 def stale_log_weights(log_ratio, eps, advantages, ops):
     """(b) stale on-policy, c_i = 1: ignore the policy gap."""
     return ops.full_like(log_ratio, 0.0)
 
 
-@register_scheme("tic_mask", in_class=True)
+@register_scheme("tic_mask", in_class=True, surrogate="clamp", sup_mass=lambda eps, B: 1.0 + eps)
 def tic_mask_log_weights(log_ratio, eps, advantages, ops):
     """(c1) TIC-mask, c_i = w_i 1{w_i <= 1+eps}: the gradient of the clamped surrogate min(w, 1+eps) A."""
     return ops.where(log_ratio <= log1p_scalar(eps), log_ratio, ops.full_like(log_ratio, -math.inf))
 
 
-@register_scheme("tic_trunc", in_class=True)
+@register_scheme("tic_trunc", in_class=True, sup_mass=lambda eps, B: 1.0 + eps)
 def tic_trunc_log_weights(log_ratio, eps, advantages, ops):
     """(c2) TIC-trunc (truncated IS), c_i = min(w_i, 1+eps)."""
     return ops.clamp_max(log_ratio, log1p_scalar(eps))
 
 
-@register_scheme("tic_ppo", in_class=False, needs_advantages=True, bounded=False)
+@register_scheme("tic_ppo", in_class=False, needs_advantages=True, bounded=False, sup_mass=lambda eps, B: math.inf)
 def tic_ppo_log_weights(log_ratio, eps, advantages, ops):
     """(c3) TIC-PPO, c_i = w_i 1{w_i <= 1+eps or A_i < 0}: literal PPO-min, upper-only clip (reference)."""
     keep = (log_ratio <= log1p_scalar(eps)) | (advantages < 0)
@@ -144,13 +181,13 @@ def _gmc_weights(log_ratio, eps, advantages, ops):
     return ops.scale_(w, ops.exp(log_lam))  # lambda * w
 
 
-@register_scheme("gmc", in_class=True, weights_fn=_gmc_weights)
+@register_scheme("gmc", in_class=True, weights_fn=_gmc_weights, sup_mass=lambda eps, B: 1.0 + eps)
 def gmc_log_weights(log_ratio, eps, advantages, ops):
     """(d) GMC, c_i = lambda w_i with lambda = min(1, (1+eps)/mean_j w_j); group mass min(mean w, 1+eps)."""
     return log_ratio + gmc_log_lambda(log_ratio, eps, ops)
 
 
-@register_scheme("snis", in_class=True)
+@register_scheme("snis", in_class=True, sup_mass=lambda eps, B: 1.0)
 def snis_log_weights(log_ratio, eps, advantages, ops):
     """(e) self-normalised IS, c_i = w_i / mean_j w_j (group mass exactly 1)."""
     G = log_ratio.shape[-1]
@@ -174,22 +211,29 @@ def _prepare(scheme: str, log_ratio, eps, advantages):
     return spec, lr, eps, adv
 
 
-def _apply(fn, scheme: str, log_ratio, eps, advantages):
-    """Validate, then ``fn(spec, lr, eps, adv, ops)``; half-precision torch input is computed in
+def _apply(fn, scheme: str, log_ratio, eps, advantages, params=None):
+    """Validate, then ``fn(spec, lr, eps, adv, ops, params)``; half-precision torch input is computed in
     float32 and returned in its own dtype."""
+    from .params import resolve
+
     spec, lr, eps, adv = _prepare(scheme, log_ratio, eps, advantages)
+    p = resolve(scheme, params)
     if is_torch(lr) and lr.dtype in _HALF_DTYPES:
         adv = adv.float() if adv is not None else None
-        return fn(spec, lr.float(), eps, adv, ops_for(lr)).to(lr.dtype)
-    return fn(spec, lr, eps, adv, ops_for(lr))
+        return fn(spec, lr.float(), eps, adv, ops_for(lr), p).to(lr.dtype)
+    return fn(spec, lr, eps, adv, ops_for(lr), p)
 
 
-def log_weights(scheme: str, log_ratio, eps: float, advantages=None):
+def _call(spec, lr, eps, adv, ops, p):
+    return spec.log_weights(lr, eps, adv, ops, **p) if p else spec.log_weights(lr, eps, adv, ops)
+
+
+def log_weights(scheme: str, log_ratio, eps: float, advantages=None, **params):
     """log c for ``scheme`` (``-inf`` where c = 0); same shape and array type as ``log_ratio``."""
-    return _apply(lambda spec, lr, e, adv, ops: spec.log_weights(lr, e, adv, ops), scheme, log_ratio, eps, advantages)
+    return _apply(_call, scheme, log_ratio, eps, advantages, params)
 
 
-def weights(scheme: str, log_ratio, eps: float, advantages=None):
+def weights(scheme: str, log_ratio, eps: float, advantages=None, **params):
     """Weights c of THEORY §2 for trajectory log-ratios.
 
     Args:
@@ -198,7 +242,9 @@ def weights(scheme: str, log_ratio, eps: float, advantages=None):
         log_ratio: ``(num_groups, G)`` array of log pi_theta(o|q) - log pi_b(o|q),
             numpy or torch; must be finite.
         eps: the threshold eps > 0 of the cap 1+eps.
-        advantages: ``(num_groups, G)``, required by ``tic_ppo`` only.
+        advantages: ``(num_groups, G)``, required by ``tic_ppo`` and ``topr``.
+        **params: the scheme's knobs (:data:`estimators.params.PARAMS`; defaults otherwise),
+            e.g. ``C`` of ``seq_tis_bn``, ``lo``/``hi`` of ``seq_mis``.
 
     Returns:
         ``c`` with the shape, array type, dtype and device of ``log_ratio``. Finite for
@@ -209,12 +255,12 @@ def weights(scheme: str, log_ratio, eps: float, advantages=None):
     >>> weights("gmc", np.log([[3.0, 1.0, 1.0, 1.0]]), 0.2).round(12).tolist()
     [[2.4, 0.8, 0.8, 0.8]]
     """
-    def direct(spec, lr, e, adv, ops):
-        if spec.weights_fn is not None:
+    def direct(spec, lr, e, adv, ops, p):
+        if spec.weights_fn is not None and not p:
             return spec.weights_fn(lr, e, adv, ops)
-        return ops.exp(spec.log_weights(lr, e, adv, ops))
+        return ops.exp(_call(spec, lr, e, adv, ops, p))
 
-    return _apply(direct, scheme, log_ratio, eps, advantages)
+    return _apply(direct, scheme, log_ratio, eps, advantages, params)
 
 
 def gmc_lambda(log_ratio, eps: float):

@@ -1,4 +1,4 @@
-# ruff: noqa: N999  (the module names follow the figure names F1-F8 of issue 7)
+# ruff: noqa: N999  (module names follow the figure names F1-F8)
 """F1: bias of each estimator against the group size G (E1 softmax bandit; claims 7, 8).
 
 Lines: the exact bias ``||E g_hat(c) - grad J||`` by enumeration of count vectors. Points:
@@ -8,11 +8,12 @@ One panel per E1 instance.
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
+from claims.measures import bias_vs_G_summary as summary
+from schema.results import Sim, combine_seeds, read_sim, source_note
+
 from . import style
-from .data import Sim, combine_seeds, read_sim, source_note
 
 NAME = "f1_bias_vs_G"
 TITLE = "F1. Bias against the group size $G$ (E1, exact and Monte Carlo)"
@@ -63,28 +64,6 @@ def plot(df: pd.DataFrame, ax=None):
     axes[0].set_ylabel(r"bias $\|\mathbb{E}\,\hat g(c)-\nabla J\|$")
     style.legend(fig, axes)
     return fig
-
-
-def summary(df: pd.DataFrame) -> dict:
-    """Per instance: GMC's exact bias at the smallest and largest G, TIC's relative spread."""
-    out = {}
-    for inst, d in df.groupby("instance"):
-        ex = d.groupby(["scheme", "G"])["bias_norm_exact"].first()
-        Gs = sorted(d["G"].unique())
-        gmc = ex.loc["gmc"] if "gmc" in ex.index.get_level_values(0) else None
-        row = {"G_min": int(Gs[0]), "G_max": int(Gs[-1])}
-        if gmc is not None:
-            row.update(gmc_first=float(gmc.loc[Gs[0]]), gmc_last=float(gmc.loc[Gs[-1]]),
-                       gmc_monotone=bool(np.all(np.diff(gmc.loc[Gs].to_numpy()) <= 1e-15)))
-        for s in ("tic_mask", "tic_trunc"):
-            if s in ex.index.get_level_values(0):
-                v = ex.loc[s].to_numpy()
-                row[s] = float(v.mean())
-                row[s + "_spread"] = float((v.max() - v.min()) / v.mean()) if v.mean() > 0 else 0.0
-        if "is" in ex.index.get_level_values(0):
-            row["is_max"] = float(ex.loc["is"].abs().max())
-        out[inst] = row
-    return out
 
 
 def caption(df: pd.DataFrame) -> str:

@@ -10,44 +10,26 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from claims.measures import (
+    FIT_MAX_EPS,
+    FIT_SIGMAS,
+    fit_range,
+    sq_bias_exponents,
+    worst_case,
+)
+from claims.measures import sqbias_slopes as slopes
+from schema.results import Sim, read_sim, source_note
+
 from . import style
-from .data import Sim, loglog_slope, read_sim, source_note
 
 NAME = "f2_sqbias_vs_eps"
 TITLE = r"F2. Squared bias against $\epsilon$ on the extremal laws (E4)"
 SOURCES = [Sim("sqbias_vs_eps")]
 SCHEMES = ["gmc", "tic_mask", "tic_trunc"]
-THEORY_SLOPE = {"tic_mask": -4.0, "tic_trunc": -2.0, "gmc": -2.0}
-"""Exponent of eps in the squared bias as eps -> 0 (THEORY §3 / §5 #10)."""
-FIT_SIGMAS = 3.0
-FIT_MAX_EPS = 0.5
-"""The slopes are asymptotic (sigma << eps << 1): fitted over FIT_SIGMAS sigma <= eps <= FIT_MAX_EPS."""
 
 
 def load() -> pd.DataFrame:
     return read_sim(SOURCES[0])
-
-
-def worst_case(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["worst_case_law"].astype(bool) & df["scheme"].isin(SCHEMES)].groupby(
-        ["scheme", "law", "eps"], sort=True)[["sq_bias_exact", "bound_sq", "law_sigma2"]].first().reset_index()
-
-
-def fit_range(d: pd.DataFrame) -> np.ndarray:
-    sigma = float(np.sqrt(d["law_sigma2"].max()))
-    return (d["eps"] >= FIT_SIGMAS * sigma) & (d["eps"] <= FIT_MAX_EPS)
-
-
-def slopes(df: pd.DataFrame) -> dict:
-    """Measured log-log slope of the squared bias on each scheme's extremal law, over the fit range."""
-    out = {}
-    for s, d in worst_case(df).groupby("scheme"):
-        r = fit_range(d)
-        out[s] = {"slope": loglog_slope(d.loc[r, "eps"], d.loc[r, "sq_bias_exact"]), "theory": THEORY_SLOPE[s],
-                  "eps_lo": float(d.loc[r, "eps"].min()) if r.any() else np.nan,
-                  "eps_hi": float(d.loc[r, "eps"].max()) if r.any() else np.nan, "n": int(r.sum()),
-                  "law": d["law"].iloc[0]}
-    return out
 
 
 def plot(df: pd.DataFrame, ax=None):
@@ -63,7 +45,7 @@ def plot(df: pd.DataFrame, ax=None):
             y = d.loc[r, "sq_bias_exact"].to_numpy()
             i = len(x) // 2
             xs = np.geomspace(d["eps"].min(), d["eps"].max(), 50)
-            k = THEORY_SLOPE[s]
+            k = sq_bias_exponents()[s]
             style.mark(a.plot(xs, y[i] * (xs / x[i]) ** k, color=style.style(s).color,
                               label=f"slope ${k:g}$ (theory)" if s != "tic_trunc" else "_", **style.THEORY_KW),
                        s, "theory")

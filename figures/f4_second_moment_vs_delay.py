@@ -8,27 +8,19 @@ environment.
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
+from claims.measures import ENV_TITLE, SECOND_MOMENT_SOURCES
+from claims.measures import load_second_moment as load
+from claims.measures import second_moment_summary as summary
+from schema.results import combine_seeds, source_note
+
 from . import style
-from .data import Sim, combine_seeds, read_sim, source_note
 
 NAME = "f4_second_moment_vs_delay"
 TITLE = r"F4. Second moment against the static delay $\Delta$ (E1, E2)"
-SOURCES = [Sim("second_moment_vs_delay"), Sim("second_moment_vs_delay_e2")]
 SCHEMES = ["gmc", "tic_mask", "tic_trunc", "stale", "snis", "is"]
-CLASS = ["gmc", "tic_mask", "tic_trunc", "stale", "snis"]
-"""Members of C_eps (THEORY §2) among the schemes drawn."""
-ENV_TITLE = {"bandit": "E1 softmax bandit", "token_mdp": "E2 token tree MDP"}
-
-
-def load() -> pd.DataFrame:
-    frames = [read_sim(s) for s in SOURCES]
-    df = pd.concat(frames, ignore_index=True)
-    df.attrs["source"] = [f.attrs["source"] for f in frames]
-    df.attrs["quick"] = any(f.attrs["quick"] for f in frames)
-    return df
+SOURCES = SECOND_MOMENT_SOURCES
 
 
 def plot(df: pd.DataFrame, ax=None):
@@ -51,23 +43,6 @@ def plot(df: pd.DataFrame, ax=None):
     axes[0].set_ylabel(r"second moment $\mathbb{E}\|\hat g\|^2$")
     style.legend(fig, axes, ncol=4)
     return fig
-
-
-def summary(df: pd.DataFrame) -> dict:
-    """Per env: the largest ratio of a class member's exact second moment to the class bound, and IS's growth."""
-    out = {}
-    for env, d in df.groupby("env"):
-        c = d[d["scheme"].isin(CLASS)]
-        ratio = c["second_moment_exact"] / c["class_second_moment_bound"]
-        i = ratio.idxmax()
-        isd = d[d["scheme"] == "is"].groupby("Delta", sort=True)["second_moment_exact"].first()
-        bound = float(d["class_second_moment_bound"].max())
-        out[env] = {"class_max_ratio": float(ratio.max()), "class_argmax": (c.loc[i, "scheme"], float(c.loc[i, "Delta"])),
-                    "is_first": float(isd.iloc[0]) if len(isd) else np.nan,
-                    "is_last": float(isd.iloc[-1]) if len(isd) else np.nan,
-                    "Delta_max": float(d["Delta"].max()), "bound": bound,
-                    "is_over_bound": float(isd.iloc[-1] / bound) if len(isd) else np.nan}
-    return out
 
 
 def caption(df: pd.DataFrame) -> str:

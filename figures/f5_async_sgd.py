@@ -11,12 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from claims.measures import ASYNC_SOURCE, theorem_check
+from claims.measures import load_async as load
+from schema.results import mean_se, source_note
+
 from . import style
-from .data import Sim, mean_se, read_sim, source_note
 
 NAME = "f5_async_sgd"
 TITLE = r"F5. Asynchronous SGD against the delay $d$ (E1)"
-SOURCES = [Sim("async_sgd")]
+SOURCES = [ASYNC_SOURCE]
 DELAYS = [0, 4, 16]
 ENV = "bandit"
 EPS = 0.2
@@ -25,33 +28,12 @@ ROUNDOFF = 1e-20
 """A mean squared bias below this is floating-point rounding of an exact 0 (not drawn on the log axis)."""
 
 
-def load() -> pd.DataFrame:
-    """Per-run rows (``kind = "run"``, results.parquet) and per-step rows (``kind = "step"``) in one table."""
-    runs = read_sim(SOURCES[0])
-    steps = read_sim(SOURCES[0], steps=True)
-    df = pd.concat([runs.assign(kind="run"), steps.assign(kind="step")], ignore_index=True)
-    df.attrs.update(runs.attrs)
-    return df
-
-
 def select(df: pd.DataFrame) -> pd.DataFrame:
     """The rows of ENV and EPS (or the first env / nearest eps present)."""
     env = ENV if ENV in set(df["env"]) else min(df["env"].unique())
     d = df[df["env"] == env]
     eps = min(d["eps"].unique(), key=lambda e: abs(e - EPS))
     return d[np.isclose(d["eps"], eps)]
-
-
-def theorem_check(df: pd.DataFrame) -> dict:
-    """Over every setting of the file: runs whose mean squared bias is <= D (where D is defined),
-    and runs with a step whose bias exceeds THEORY §3's bound at that step (``step_bound_violations``
-    is -1 for schemes without a §3 bound, e.g. SNIS: counted apart as ``n_no_bound``)."""
-    runs = df[df["kind"] == "run"]
-    ok = runs["bias_le_D"].dropna().astype(bool)
-    return {"n_le_D": int(ok.sum()), "n_checked": len(ok), "n_runs": len(runs),
-            "n_step_violations": int((runs["step_bound_violations"].fillna(0) > 0).sum()),
-            "n_no_bound": int((runs["step_bound_violations"].fillna(0) < 0).sum()),
-            "settings": int(runs.groupby(["env", "eps"]).ngroups)}
 
 
 def bias_table(df: pd.DataFrame) -> pd.DataFrame:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from schema.results import LLM, mean_se, read_llm_runs, run_summary, source_note
+
 from . import style
-from .data import LLM, mean_se, read_llm_runs, run_summary, source_note
 
 NAME = "f6_llm_accuracy"
 TITLE = "F6. LLM track: held-out accuracy during training"

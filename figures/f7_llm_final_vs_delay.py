@@ -2,7 +2,7 @@
 robustness claim), with every run marked stable (filled dot) or unstable (cross).
 
 Lines with error bars: the mean over seeds of the final held-out accuracy and +-1 standard
-error over seeds (complete runs only). The unstable rule is :data:`figures.data.UNSTABLE_RULE`.
+error over seeds (complete runs only). The unstable rule is :data:`schema.results.UNSTABLE_RULE`.
 Dotted grey: the mean warm-start (step 0) accuracy.
 """
 from __future__ import annotations
@@ -10,8 +10,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from claims.measures import llm_table as table
+from claims.measures import verdict_at
+from schema.results import (
+    LLM,
+    UNSTABLE_RULE,
+    read_llm_runs,
+    run_summary,
+    source_note,
+)
+
 from . import style
-from .data import LLM, UNSTABLE_RULE, mean_se, read_llm_runs, run_summary, source_note
 from .f6_llm_accuracy import series
 
 NAME = "f7_llm_final_vs_delay"
@@ -22,41 +31,6 @@ DODGE = 0.06  # horizontal offset between estimators, in axis positions
 
 def load() -> pd.DataFrame:
     return read_llm_runs()
-
-
-def table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (estimator, mode, delay): mean, se, n of the final accuracy (complete runs), stable count."""
-    sm = run_summary(df)
-    sm = sm[sm["complete"]]
-    rows = []
-    for (e, m, d), g in sm.groupby(["estimator", "mode", "delay"], sort=True):
-        mean, se, n = mean_se(g["acc_final"])
-        rows.append({"estimator": e, "mode": m, "delay": d, "acc": mean, "se": se, "n": n,
-                     "n_stable": int(g["stable"].sum()), "acc0": float(g["acc0"].mean())})
-    return pd.DataFrame(rows)
-
-
-def verdict_at(tab: pd.DataFrame, delay, mode: str = "controlled") -> dict:
-    """At ``delay``, among the runs of ``mode``: the estimators whose every run was stable, ranked by
-    mean final accuracy, and GMC's gap to the best other stable estimator in units of the combined
-    standard error (``min_n``: the fewest seeds of the two; with one seed there is no error)."""
-    t = tab[(tab["delay"] == delay) & (tab["n"] > 0) & (tab["mode"] == mode)].copy()
-    t["all_stable"] = t["n_stable"] == t["n"]
-    stable = t[t["all_stable"]].sort_values("acc", ascending=False)
-    out = {"delay": delay, "ranking": [(r.estimator, r.mode, r.acc, r.se, r.n) for r in stable.itertuples()],
-           "unstable": [(r.estimator, r.mode, r.n - r.n_stable, r.n) for r in t[~t["all_stable"]].itertuples()]}
-    g = stable[stable["estimator"] == "gmc"]
-    others = stable[stable["estimator"] != "gmc"]
-    out["gmc_stable"] = bool(len(g))
-    out["gmc_present"] = bool(len(t[t["estimator"] == "gmc"]))
-    if len(g) and len(others):
-        b = others.iloc[0]
-        gap = float(g["acc"].iloc[0] - b["acc"])
-        se = float(np.hypot(g["se"].iloc[0], b["se"]))
-        out.update(gmc_rank=int(list(stable.index).index(g.index[0]) + 1), n_stable=len(stable),
-                   best_other=(b["estimator"], b["mode"]), gap=gap, gap_se=se, min_n=int(min(g["n"].iloc[0], b["n"])),
-                   gap_z=gap / se if se > 0 else (np.inf if gap > 0 else -np.inf if gap < 0 else 0.0))
-    return out
 
 
 def plot(df: pd.DataFrame, ax=None):

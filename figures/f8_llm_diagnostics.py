@@ -9,8 +9,16 @@ from __future__ import annotations
 
 import pandas as pd
 
+from schema.results import (
+    DIAGNOSTICS,
+    LLM,
+    mean_se,
+    read_llm_runs,
+    run_summary,
+    source_note,
+)
+
 from . import style
-from .data import DIAGNOSTICS, LLM, mean_se, read_llm_runs, run_summary, source_note
 from .f6_llm_accuracy import series
 
 NAME = "f8_llm_diagnostics"

@@ -13,39 +13,29 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import re
-import subprocess
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from . import style
-from .data import (
-    ROOT,
+from claims.abstract import evidence_excerpt
+from schema.provenance import git_commit
+from schema.results import (
     UNSTABLE_RULE,
     MissingResults,
+    read_abstract,
     read_claims,
     results_root,
     verify_was_quick,
 )
+
+from . import style
 from .mdhtml import to_html
 
 FIGURES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
-           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics"]
-Z_LLM = 2.0
-"""GMC counts as better than another estimator only if the gap in mean final accuracy exceeds
-Z_LLM combined standard errors over seeds."""
-
-
+           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier"]
 def fig_module(name: str):
     return importlib.import_module(f"figures.{name}")
-
-
-def _fmt(x, spec=".3g") -> str:
-    return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x + 0.0, spec)
 
 
 _PLAIN = {r"\epsilon": "ε", r"\Delta": "Δ", r"\sigma": "σ", r"\eta": "η", r"\theta": "θ", r"\to": "→",
@@ -63,178 +53,11 @@ def plain(text: str) -> str:
     return re.sub(r"\$([^$]*)\$", convert, text)
 
 
-EVIDENCE_CHARS = 600
-
-
-# ----------------------------------------------------------------------------------- data checks
-# Each returns (ok, text): ok True/False from the data, None when the data say nothing decisive.
-
-
-def _check_async() -> tuple[bool | None, str]:
-    tc = fig_module("f5_async_sgd").theorem_check(fig_module("f5_async_sgd").load())
-    return (tc["n_le_D"] == tc["n_checked"] and tc["n_step_violations"] == 0,
-            (f"Async SGD (F5, {tc['settings']} (env, eps) settings): realised mean squared bias <= Theorem 2's D in "
-            f"{tc['n_le_D']} of {tc['n_checked']} runs where D is defined; runs with a step whose bias exceeds the §3 "
-            f"bound: {tc['n_step_violations']} of {tc['n_runs'] - tc['n_no_bound']} (runs of schemes without a §3 bound, "
-             f"e.g. SNIS: {tc['n_no_bound']})."))
-
-
-def _check_second_moment() -> tuple[bool | None, str]:
-    f4 = fig_module("f4_second_moment_vs_delay")
-    s = f4.summary(f4.load())
-    ok = all(r["class_max_ratio"] <= 1 for r in s.values())
-    txt = "; ".join(f"{f4.ENV_TITLE.get(e, e)}: class members reach at most {r['class_max_ratio']:.3f} x "
-                    f"(1+eps)^2 M^2 over Delta in [0, {r['Delta_max']:g}], while IS's second moment grows "
-                    f"{r['is_last'] / r['is_first']:.3g}-fold to {r['is_over_bound']:.2f} x that bound"
-                    for e, r in s.items())
-    return ok, f"Static delay (F4): {txt}."
-
-
-def _check_eps() -> tuple[bool | None, str]:
-    f2 = fig_module("f2_sqbias_vs_eps")
-    sl = f2.slopes(f2.load())
-    if not {"gmc", "tic_mask"} <= set(sl):
-        return None, "F2 lacks GMC or TIC-mask."
-    ok = sl["tic_mask"]["slope"] < sl["gmc"]["slope"]
-    return ok, (f"Extremal laws (F2): squared-bias slope in eps {sl['tic_mask']['slope']:.2f} for TIC-mask (theory -4) "
-                f"and {sl['gmc']['slope']:.2f} for GMC (theory -2)"
-                + (f", {sl['tic_trunc']['slope']:.2f} for TIC-trunc (theory -2)" if "tic_trunc" in sl else "")
-                + f", fitted over eps in [{sl['gmc']['eps_lo']:.3g}, {sl['gmc']['eps_hi']:.3g}] (the -4 is an eps -> 0 "
-                "limit; finite-eps factors flatten it). Data check: TIC-mask's slope is steeper than GMC's: "
-                + ("yes." if ok else "NO."))
-
-
-def _check_tuned() -> tuple[bool | None, str]:
-    f3 = fig_module("f3_tuned_delay_vs_G")
-    sl = f3.slopes(f3.load())["G"]
-    tol = 1e-3
-    ok = abs(sl["gmc"]["tuned"] + 0.4) <= tol and all(abs(sl[s]["tuned"]) <= tol for s in sl if s != "gmc")
-    return ok, ("Numerically tuned step size (F3): slope of the tuned delay term in G "
-                + ", ".join(f"{style.label(s)} {round(v['tuned'], 4) + 0.0:.4f}" for s, v in sl.items())
-                + f" (theory GMC -0.4, TIC 0; tolerance {tol:g}).")
-
-
-def _check_bias_G() -> tuple[bool | None, str]:
-    f1 = fig_module("f1_bias_vs_G")
-    s = f1.summary(f1.load())
-    tol = 1e-10  # claim 7's tolerance on TIC's relative change in G
-    ok = all(r.get("gmc_monotone", False) and r.get("tic_mask_spread", 0) <= tol and r.get("tic_trunc_spread", 0) <= tol
-             for r in s.values())
-    txt = "; ".join(f"'{i}': GMC {_fmt(r.get('gmc_first'))} at G = {r['G_min']} -> {_fmt(r.get('gmc_last'))} at "
-                    f"G = {r['G_max']}, TIC-mask constant at {_fmt(r.get('tic_mask'))} (relative spread "
-                    f"{_fmt(r.get('tic_mask_spread'), '.1e')}), TIC-trunc at {_fmt(r.get('tic_trunc'))}"
-                    for i, r in s.items())
-    return ok, f"E1 exact bias (F1): {txt}."
-
-
-def _llm_verdict() -> tuple[str, str]:
-    """(verdict word, text) for the LLM claim, from the final accuracies of the sweep."""
-    f7 = fig_module("f7_llm_final_vs_delay")
-    df = f7.load()
-    tab = f7.table(df)
-    if not len(tab):
-        return "not checked", "No complete LLM run."
-    dmax = tab["delay"].max()
-    v = f7.verdict_at(tab, dmax)
-    quick = df.attrs.get("quick")
-    n_seeds = int(tab[tab["delay"] == dmax]["n"].max())
-    steps = int(df["steps"].max()) if df["steps"].notna().any() else None
-    scale = (f"Setting: tiny-cpu Qwen3-architecture model on the arithmetic task, {steps} updates, {n_seeds} seed(s) "
-             f"per cell{', quick sweep' if quick else ''}; the paper's setting (Qwen3 models, reasoning benchmarks) "
-             "is not reproduced here.")
-    rank = "; ".join(f"{style.label(e, m)} {a:.3f} +- {s:.3f} (n={n})" for e, m, a, s, n in v["ranking"])
-    uns = "; ".join(f"{style.label(e, m)} ({k}/{n} runs unstable)" for e, m, k, n in v["unstable"]) or "none"
-    base = f"At the largest delay d = {dmax:g}, controlled-delay runs, stable estimators by mean final held-out " \
-           f"accuracy (+- standard error over seeds): {rank or 'none'}. Estimators with an unstable run there: {uns}. "
-    va = f7.verdict_at(tab, dmax, "async")
-    if va["ranking"] or va["unstable"]:
-        base += ("Async-mode runs at maximum staleness d (a separate experiment, not ranked with the above): "
-                 + "; ".join(f"{style.label(e, m)} {a:.3f} (n={n})" for e, m, a, s, n in va["ranking"])
-                 + "".join(f"; {style.label(e, m)} {k}/{n} unstable" for e, m, k, n in va["unstable"]) + ". ")
-    if not v["gmc_present"]:
-        return "not checked", base + "No GMC run at this delay. " + scale
-    if not v["gmc_stable"]:
-        return "not confirmed", base + "GMC itself had an unstable run at this delay. " + scale
-    if "gmc_rank" not in v:
-        return "not checked", base + "No other stable estimator to compare with. " + scale
-    be, bm = v["best_other"]
-    gap = (f"GMC ranks {v['gmc_rank']} of {v['n_stable']} stable estimators; gap to the best other, "
-           f"{style.label(be, bm)}: {v['gap']:+.3f}")
-    if v["min_n"] < 2:
-        return "inconclusive", base + gap + " with one seed per cell, so no standard error and no test. " + scale
-    gap += f" ({v['gap_z']:+.1f} combined standard errors; the threshold is {Z_LLM:g}). "
-    if v["gmc_rank"] == 1 and v["gap_z"] >= Z_LLM:
-        word = "confirmed in this setting"
-    elif v["gmc_rank"] == 1 or v["gap_z"] > -Z_LLM:
-        word = "not distinguishable"
-    else:
-        word = "not confirmed"
-    return word, base + gap + scale
-
-
-def _evidence(row: dict) -> str:
-    e = " ".join(str(row.get("evidence", "")).split())
-    return e if len(e) <= EVIDENCE_CHARS else e[:EVIDENCE_CHARS] + " ... (full evidence in results/verify/claims.md)"
-
-
-@dataclass(frozen=True)
-class AbstractClaim:
-    text: str
-    claim_ids: tuple[int, ...]
-    check: Callable[[], tuple[bool | None, str]] | None
-
-
-ABSTRACT = [
-    AbstractClaim("A convergence bound for GRPO-style algorithms trades the gradient estimator's second moment "
-                  "against its bias.", (16, 17), _check_async),
-    AbstractClaim("For trajectory-level importance-weighted estimators, once the second moment is uniformly "
-                  "controlled, delay enters the bound only through the bias introduced by clipping or rescaling.",
-                  (2, 13, 16), _check_second_moment),
-    AbstractClaim("GMC-GRPO minimises a ratio-based bias bound within a class of weighted estimators that share "
-                  "one second-moment guarantee.", (1, 3, 4), None),
-    AbstractClaim("The fourth-order delay term improves from O(eps^-4) (TIC-GRPO) to O(eps^-2) (GMC-GRPO), where "
-                  "1+eps is the ratio threshold.", (5, 10, 11), _check_eps),
-    AbstractClaim("Under local policy overlap, the delay-dependent term decreases as G^-2/5 after tuning the step "
-                  "size.", (12,), _check_tuned),
-    AbstractClaim("For fixed behaviour and current policies, the bias introduced by group rescaling vanishes as "
-                  "G -> infinity, whereas the bias from trajectory-wise clipping can persist.", (7, 8, 9), _check_bias_G),
-    AbstractClaim("Experiments on Qwen3 models and reasoning benchmarks: GMC-GRPO is the best of the stable "
-                  "baselines under large rollout delays.", (), None),
-]
-"""THEORY §0's seven claims of the abstract, the §5 claims that test each, and the data check."""
-
-
-def theory_verdict(ac: AbstractClaim, claims: dict | None) -> tuple[str, str]:
-    """(verdict word, text) from the linked claims' statuses and the data check."""
-    notes = []
-    if claims is None:
-        word = "not checked"
-        notes.append("results/verify/claims.json is missing.")
-        failing = []
-    else:
-        missing = [i for i in ac.claim_ids if i not in claims]
-        failing = [i for i in ac.claim_ids if i in claims and claims[i]["status"] != "PASS"]
-        notes.append("Claims " + ", ".join(f"{i} {claims[i]['status']}" if i in claims else f"{i} absent"
-                                           for i in ac.claim_ids) + ".")
-        for i in failing:
-            notes.append(f"Failing: claim {i} ({claims[i]['title']}): {_evidence(claims[i])}")
-        word = "not checked" if missing else "not confirmed" if failing else "confirmed"
-    if ac.check is not None:
-        try:
-            ok, txt = ac.check()
-            notes.append(txt)
-            if ok is False and word == "confirmed":
-                word = "not confirmed by the simulations"
-        except MissingResults as e:
-            notes.append(f"Simulation data missing: {e}")
-    return word, " ".join(notes)
-
-
 # ----------------------------------------------------------------------------------- sections
 
 
 def claims_table(rows: list[dict]) -> list[str]:
-    from bounds.verify import brief
+    from claims.table import brief
 
     esc = lambda s: " ".join(str(s).split()).replace("|", "\\|").replace("*", "\\*")
     out = ["| id | claim | THEORY | expected | measured | status | s |", "|---:|---|---|---|---|---|---:|"]
@@ -287,11 +110,8 @@ def figure_section(name: str, report_dir: Path, figures_out: Path, draw_missing:
 
 
 def _git_commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True,
-                              timeout=5).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    commit = git_commit()["git_commit"]
+    return commit[:7] if commit else "unknown"
 
 
 def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str:
@@ -308,17 +128,17 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
 
     md += ["## Verdicts on the abstract's claims", ""]
     disagreements = []
-    for k, ac in enumerate(ABSTRACT, 1):
-        if ac.claim_ids:
-            word, text = theory_verdict(ac, claims)
-        else:
-            try:
-                word, text = _llm_verdict()
-            except MissingResults as e:
-                word, text = "not checked", f"LLM results missing: {e}"
-        md += [f"{k}. *{ac.text}*", "", f"**Verdict: {word}.** {plain(text)}", ""]
-        if word != "confirmed" and not word.startswith("confirmed"):
-            disagreements.append(f"- Abstract claim {k} ({word}): {ac.text}")
+    try:
+        verdicts = read_abstract()["claims"]
+        md += ["From `results/verify/abstract.json` (made by `python -m claims.abstract`).", ""]
+    except MissingResults as e:
+        verdicts = []
+        md += [f"*{e}*", ""]
+    for v in verdicts:
+        word = v["verdict"]
+        md += [f"{v['k']}. *{v['text']}*", "", f"**Verdict: {word}.** {plain(v['evidence'])}", ""]
+        if not word.startswith("confirmed"):
+            disagreements.append(f"- Abstract claim {v['k']} ({word}): {v['text']}")
 
     md += ["## Claims of THEORY.md §5 (`make verify-bounds`)", ""]
     if claims is None:
@@ -329,11 +149,11 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
                + ", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(rows)} claims. Evidence for each "
                "claim is in `results/verify/claims.md`.", ""]
         md += claims_table(rows) + [""]
-        linked = {i for ac in ABSTRACT for i in ac.claim_ids}
+        linked = {i for v in verdicts for i in v["claim_ids"]}
         for r in sorted(rows, key=lambda r: r["id"]):
             if r["status"] != "PASS":
                 where = "" if r["id"] in linked else " (a supporting claim, not one of the abstract's)"
-                disagreements.append(f"- Claim {r['id']} {r['status']}{where}: {r['title']}. Evidence: {_evidence(r)}")
+                disagreements.append(f"- Claim {r['id']} {r['status']}{where}: {r['title']}. Evidence: {evidence_excerpt(r)}")
 
     md += ["## Figures", ""]
     missing = []

@@ -19,6 +19,9 @@ matplotlib.use("Agg")  # figures are files; never open a window
 import matplotlib.pyplot as plt
 import numpy as np
 
+from schema.metrics import ESTIMATOR_LABELS as _L
+from schema.metrics import estimator_label
+
 
 @dataclass(frozen=True)
 class EstimatorStyle:
@@ -28,15 +31,21 @@ class EstimatorStyle:
 
 
 STYLES: dict[str, EstimatorStyle] = {
-    "gmc": EstimatorStyle("GMC", "#D55E00", "o"),
-    "tic_mask": EstimatorStyle("TIC-mask", "#0072B2", "s"),
-    "tic_trunc": EstimatorStyle("TIC-trunc", "#56B4E9", "D"),
-    "is": EstimatorStyle("IS", "#000000", "^"),
-    "stale": EstimatorStyle("stale ($c=1$)", "#999999", "v"),
-    "snis": EstimatorStyle("SNIS", "#CC79A7", "P"),
-    "tic_ppo": EstimatorStyle("TIC-PPO", "#882255", "X"),
-    "token_clip": EstimatorStyle("token GRPO (clip)", "#E69F00", "<"),
-    "gspo": EstimatorStyle("GSPO", "#009E73", ">"),
+    "gmc": EstimatorStyle(_L["gmc"], "#D55E00", "o"),
+    "tic_mask": EstimatorStyle(_L["tic_mask"], "#0072B2", "s"),
+    "tic_trunc": EstimatorStyle(_L["tic_trunc"], "#56B4E9", "D"),
+    "is": EstimatorStyle(_L["is"], "#000000", "^"),
+    "stale": EstimatorStyle(_L["stale"], "#999999", "v"),
+    "snis": EstimatorStyle(_L["snis"], "#CC79A7", "P"),
+    "tic_ppo": EstimatorStyle(_L["tic_ppo"], "#882255", "X"),
+    "token_clip": EstimatorStyle(_L["token_clip"], "#E69F00", "<"),
+    "gspo": EstimatorStyle(_L["gspo"], "#009E73", ">"),
+    "topr": EstimatorStyle(_L["topr"], "#44AA99", "h"),
+    "seq_tis_bn": EstimatorStyle(_L["seq_tis_bn"], "#117733", "p"),
+    "seq_mis": EstimatorStyle(_L["seq_mis"], "#999933", "d"),
+    "cispo": EstimatorStyle(_L["cispo"], "#AA4499", "8"),
+    "m2po": EstimatorStyle(_L["m2po"], "#661100", "H"),
+    "opsm": EstimatorStyle(_L["opsm"], "#6699CC", "1"),
 }
 """estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style."""
 
@@ -53,8 +62,7 @@ def style(name: str) -> EstimatorStyle:
 
 
 def label(name: str, mode: str | None = None) -> str:
-    base = style(name).label
-    return base if mode in (None, "", "controlled") else f"{base} ({mode})"
+    return estimator_label(name, mode)
 
 
 def line_kw(name: str, mode: str | None = None) -> dict:

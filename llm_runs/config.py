@@ -27,6 +27,15 @@ def _f(default, symbol: str, help: str, **kw):
     return field(default=default, metadata={"symbol": symbol, "help": help, **kw})
 
 
+def _knob(estimator: str, param: str):
+    """A field for knob ``param`` of ``estimator``: default, symbol and meaning from
+    :data:`estimators.params.PARAMS` (the one definition), tagged ``knob = (estimator, param)``."""
+    from estimators.params import params_of
+
+    p = next(q for q in params_of(estimator) if q.name == param)
+    return _f(p.default, p.symbol, f"{estimator} only: {p.doc}", knob=(estimator, param))
+
+
 @dataclass
 class TrainConfig:
     """Every setting of one training run (written to ``config.json`` before step 0).
@@ -66,9 +75,20 @@ class TrainConfig:
     cache_dir: str = _f("results/cache", "-", "where warm-start checkpoints are cached (keyed by a hash of their settings)")
 
     # --- GRPO ----------------------------------------------------------------------------
-    estimator: str = _f("gmc", "c_i", "weighting scheme (THEORY §2): is, stale, tic_mask, tic_trunc, tic_ppo, gmc, snis; or token_clip (f), gspo")
-    eps: float = _f(0.2, "epsilon", "ratio threshold 1+epsilon (GMC mass cap, TIC clip; token_clip/gspo: lower clip)")
-    eps_high: float | None = _f(None, "epsilon_high", "token_clip/gspo upper clip (None: = eps); ignored by trajectory schemes")
+    estimator: str = _f("gmc", "c_i", "weighting scheme (THEORY §2): is, stale, tic_mask, tic_trunc, tic_ppo, gmc, snis, "
+                        "topr, seq_tis_bn, seq_mis; or a token-level loss: token_clip (f), gspo, cispo, m2po, opsm")
+    eps: float = _f(0.2, "epsilon", "ratio threshold 1+epsilon (GMC mass cap, TIC clip; token_clip/opsm: lower clip)")
+    eps_high: float | None = _f(None, "epsilon_high", "token_clip/opsm upper clip (None: = eps); ignored by the others",
+                                knob_for=("token_clip", "opsm"))
+    gspo_eps_low: float = _knob("gspo", "eps_low")
+    gspo_eps_high: float = _knob("gspo", "eps_high")
+    cispo_eps_low: float = _knob("cispo", "eps_low")
+    cispo_eps_high: float = _knob("cispo", "eps_high")
+    m2po_tau: float = _knob("m2po", "tau")
+    opsm_delta: float = _knob("opsm", "delta")
+    tis_cap: float = _knob("seq_tis_bn", "C")
+    mis_low: float = _knob("seq_mis", "lo")
+    mis_high: float = _knob("seq_mis", "hi")
     advantage: str = _f("loo", "A_i", "advantage (THEORY §1): loo (canonical), grpo, drgrpo")
     group_size: int = _f(8, "G", "completions per prompt (one group)")
     prompts_per_step: int = _f(32, "-", "groups (prompts) per update; batch = prompts_per_step * G completions")
@@ -103,7 +123,7 @@ class TrainConfig:
         """Refuse a bad configuration (ValueError naming the value). Touches no file except
         the existence check of ``model_path``; never downloads."""
         from estimators import ADVANTAGE_KINDS
-        from estimators.losses import loss_names
+        from estimators.losses import is_batch_coupled, loss_names
 
         from .delay import ROLLOUT_SOURCES
         from .presets import get_preset
@@ -129,6 +149,24 @@ class TrainConfig:
         need(self.delay >= 0, f"delay d must be >= 0 policy versions, got d = {self.delay}")
         need(self.delay_mode in DELAY_MODES, f"unknown delay_mode {self.delay_mode!r}; valid: {', '.join(DELAY_MODES)}")
         need(self.estimator in loss_names(), f"unknown estimator {self.estimator!r}; valid: {', '.join(loss_names())}")
+        from estimators.params import resolve
+
+        knobs: dict[str, dict] = {}
+        for f in dataclasses.fields(self):
+            if "knob" in f.metadata:
+                est, param = f.metadata["knob"]
+                knobs.setdefault(est, {})[param] = getattr(self, f.name)
+        for est, given in knobs.items():  # every knob checked, not only the chosen estimator's
+            try:
+                resolve(est, given)
+            except ValueError as exc:
+                names = {f.metadata["knob"][1]: f.name for f in dataclasses.fields(self)
+                         if f.metadata.get("knob", ("",))[0] == est}
+                raise ValueError(f"{exc} (config fields {', '.join(names.values())})") from None
+        if is_batch_coupled(self.estimator):
+            need(self.micro_batch_groups == 0 or self.micro_batch_groups >= self.prompts_per_step,
+                 f"estimator {self.estimator!r} uses a statistic of the whole batch (not separable by group): "
+                 f"micro_batch_groups must be 0 (one chunk), got {self.micro_batch_groups}")
         need(self.advantage in ADVANTAGE_KINDS, f"unknown advantage {self.advantage!r}; valid: {', '.join(ADVANTAGE_KINDS)}")
         ROLLOUT_SOURCES.lookup(self.mode)  # unknown mode -> ValueError listing the valid ones
         need(self.dtype in ("float32", "bfloat16", "float16"), f"unknown dtype {self.dtype!r}; valid: float32, bfloat16, float16")
@@ -174,6 +212,17 @@ class TrainConfig:
         preset.check(self)  # model path exists (never a hub id), kwargs make sense
         _check_task(self, get_task_factory)  # unknown task / bad knobs -> ValueError (builds the split once)
         return self
+
+    # ------------------------------------------------------------------------------------------
+    def loss_options(self) -> dict[str, Any]:
+        """The knobs of :attr:`estimator` as :func:`estimators.losses.policy_loss` options."""
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.metadata.get("knob", ("",))[0] == self.estimator:
+                out[f.metadata["knob"][1]] = getattr(self, f.name)
+            if self.estimator in f.metadata.get("knob_for", ()) and getattr(self, f.name) is not None:
+                out[f.name] = getattr(self, f.name)
+        return out
 
     # ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -232,8 +281,18 @@ def resolve_config(explicit: dict[str, Any] | None = None, **kw) -> TrainConfig:
 
 
 def load_run_config(out_dir: str | Path) -> TrainConfig:
-    """The configuration stored in ``<out>/config.json``."""
+    """The configuration stored in ``<out>/config.json`` (a bad file is a ValueError naming it)."""
+    from schema.results import read_run_config
+
     path = Path(out_dir) / "config.json"
     if not path.is_file():
         raise ValueError(f"{path} does not exist: {out_dir} is not a run directory")
-    return TrainConfig.from_dict(json.loads(path.read_text())["config"])
+    return TrainConfig.from_dict(read_run_config(out_dir))
+
+
+def config_diff(stored: dict[str, Any], given: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{field: (stored, given)}`` where a run's stored config and the given one differ; a field
+    added after the run was made counts at its default. The one rule for resuming a run."""
+    defaults = TrainConfig().to_dict()
+    return {k: (stored.get(k, defaults.get(k)), given.get(k, defaults.get(k)))
+            for k in sorted(set(stored) | set(given)) if stored.get(k, defaults.get(k)) != given.get(k, defaults.get(k))}

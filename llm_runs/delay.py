@@ -4,7 +4,7 @@
 * ``fixed``: d_t = min(d, t); ``uniform``: d_t ~ U{0, .., d}, then capped at t. Before the
   ring is full (t < d) the oldest policy is theta_0, so staleness is at most t.
 * One behaviour policy per update (THEORY's model); staleness t - version is recorded per
-  sample all the same, so a source that mixes versions (issue 6's async worker) fits the
+  sample all the same, so a source that mixes versions (the asynchronous worker) fits the
   same trainer.
 
 A rollout source has ``batch(step, policy) -> RolloutBatch``, ``step_metrics() -> dict``

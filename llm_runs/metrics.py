@@ -18,6 +18,8 @@ import math
 import os
 from pathlib import Path
 
+from schema.metrics import STALE
+
 COLUMNS = [
     "step",
     # train/: the update of this row
@@ -70,13 +72,7 @@ COLUMNS = [
     "perf/samples_per_s",
 ]
 
-DIAGNOSTIC_COLUMNS = {  # estimators.diagnostics key -> column
-    "ess_frac_mean": "stale/ess", "ess_frac_min": "stale/ess_min", "mass_mean": "stale/mass_mean",
-    "mass_max": "stale/mass_max", "frac_groups_capped": "stale/mass_cap_frac",
-    "gmc_lambda_mean": "stale/gmc_lambda_mean", "frac_clipped": "stale/clip_frac",
-    "log_ratio_mean": "stale/log_ratio_mean", "log_ratio_abs_mean": "stale/log_ratio_abs_mean",
-    "log_ratio_max": "stale/log_ratio_max", "log_ratio_min": "stale/log_ratio_min",
-}
+DIAGNOSTIC_COLUMNS = STALE  # estimators.diagnostics key -> column (schema.metrics)
 
 
 def _fmt(v) -> str:
@@ -135,7 +131,8 @@ class MetricsWriter:
 
 
 def read_metrics(run_dir: str | os.PathLike):
-    """``pandas.DataFrame`` of a run's metrics (one row per step; the final row is eval only)."""
-    import pandas as pd
+    """``pandas.DataFrame`` of a run's metrics (one row per step; the final row is eval only), read and
+    checked by :func:`schema.results.read_run`."""
+    from schema.results import read_run
 
-    return pd.read_csv(Path(run_dir) / "metrics.csv")
+    return read_run(run_dir)[1]

@@ -319,6 +319,15 @@ def _grouped_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperatur
 # --------------------------------------------------------------------------- evaluation
 
 
+def encode_answers(tokenizer, answers: list[str], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Answer tokens + EOS, right-padded: ``(ids (N, A) long, mask (N, A) float)``, mask 1 on real tokens."""
+    toks = [tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for a in answers]
+    width = max(map(len, toks))
+    ids = torch.tensor([t + [tokenizer.pad_token_id] * (width - len(t)) for t in toks], device=device)
+    mask = torch.tensor([[1.0] * len(t) + [0.0] * (width - len(t)) for t in toks], device=device)
+    return ids, mask
+
+
 @torch.no_grad()
 def evaluate(model, tokenizer, task, problems: list[Problem], max_new_tokens: int, batch_size: int = 256) -> dict:
     """Greedy accuracy and ``pc``: the mean exact probability of sampling the correct answer
@@ -338,10 +347,7 @@ def evaluate(model, tokenizer, task, problems: list[Problem], max_new_tokens: in
             mask, finished = completion_mask_of(out, eos)
             texts = decode_completions(tokenizer, out, mask, finished)
             correct += [task.reward(p, t, bool(f)) for p, t, f in zip(chunk, texts, finished)]
-            answers = [tokenizer(p.answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for p in chunk]
-            width = max(map(len, answers))
-            ans = torch.tensor([a_ + [tokenizer.pad_token_id] * (width - len(a_)) for a_ in answers], device=device)
-            amask = torch.tensor([[1.0] * len(a_) + [0.0] * (width - len(a_)) for a_ in answers], device=device)
+            ans, amask = encode_answers(tokenizer, [p.answer for p in chunk], device)
             logp = completion_logprobs(model, ids, attn, ans)
             pcs += torch.exp((logp * amask).sum(-1)).tolist()
     finally:

@@ -20,7 +20,7 @@ Ctrl-C or SIGTERM stops every running run at its next update with a checkpoint.
 
 Results: ``<out>/sweep.json`` (the settings), ``<out>/summary.csv`` (one row per run:
 estimator, mode, delay, seed, steps, held-out and training-pool accuracy / pc at the start
-and end, max log-ratio, mean staleness, the ``stable`` flag of :mod:`figures.data`, wall time)
+and end, max log-ratio, mean staleness, the ``stable`` flag of :mod:`schema.results`, wall time)
 and the run folders the figures read.
 """
 from __future__ import annotations
@@ -67,6 +67,12 @@ class Sweep:
     def settings(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()
                 if k not in ("out", "doc")}
+
+    def default_out(self) -> Path:
+        """``out`` under the results root (``GMC_RESULTS`` or ``results/``)."""
+        from schema.results import results_root
+
+        return results_root() / Path(self.out).relative_to("results")
 
 
 SWEEPS = {
@@ -144,13 +150,13 @@ def run_state(run: Path, planned: dict) -> str:
     stored_file = run / "config.json"
     if not stored_file.is_file():
         raise ValueError(f"{run} exists but holds no run (no config.json): move it away; it is never overwritten")
-    from .config import TrainConfig
+    from schema.results import read_run_config
 
-    stored = json.loads(stored_file.read_text())["config"]
-    defaults = TrainConfig().to_dict()  # a field added after the run was made counts at its default
-    diff = sorted(k for k in set(stored) | set(planned) if stored.get(k, defaults.get(k)) != planned.get(k))
+    from .config import config_diff
+
+    diff = config_diff(read_run_config(run), planned)
     if diff:
-        changes = ", ".join(f"{k}: {stored.get(k)!r} vs planned {planned.get(k)!r}" for k in diff)
+        changes = ", ".join(f"{k}: {a!r} vs planned {b!r}" for k, (a, b) in diff.items())
         raise ValueError(f"{run} was run with other settings ({changes}): use another --out or move it away")
     return "complete" if (run / "summary.json").is_file() else "interrupted"
 
@@ -176,21 +182,19 @@ SUMMARY_COLUMNS = ["run", "estimator", "mode", "delay", "seed", "steps", "steps_
 
 def summarize_run(run: Path, cell: Cell, steps_planned: int) -> dict | None:
     """One summary row for a run folder (None: no metrics yet). ``stable`` is
-    :func:`figures.data.run_summary`'s rule, so the table and the figures agree."""
-    import pandas as pd
+    :func:`schema.results.run_summary`'s rule, so the table and the figures agree."""
+    from schema.results import read_run, read_run_config, run_settings, run_summary
 
-    from figures.data import run_summary
-
-    path = run / "metrics.csv"
-    if not path.is_file():
+    if not (run / "metrics.csv").is_file():
         return None
-    m = pd.read_csv(path)
+    stored = read_run_config(run)
+    _, m = read_run(run)
     if m.empty:
         return None
     complete = (run / "summary.json").is_file()
-    stored = json.loads((run / "config.json").read_text())["config"]
     meta = {**{k: v for k, v in stored.items() if v is None or isinstance(v, (str, int, float))},
-            "run": cell.name, "mode": cell.mode, "delay": cell.delay, "steps": steps_planned, "complete": complete}
+            "run": cell.name, **{k: run_settings(stored)[k] for k in ("mode", "delay")}, "steps": steps_planned,
+            "complete": complete}
     verdict = run_summary(m.assign(**meta)).iloc[0]
     upd = m[m["step"] < steps_planned]
     ev = m.dropna(subset=["eval/heldout_acc"])
@@ -224,11 +228,9 @@ def write_summary(out: Path, sweep: Sweep, cells: list[Cell]) -> Path:
 
     rows = [r for c in cells if (r := summarize_run(out / c.name, c, int(c.overrides["steps"]))) is not None]
     df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-    path = out / "summary.csv"
-    tmp = path.with_suffix(".tmp")
-    df.to_csv(tmp, index=False, float_format="%.6g")
-    os.replace(tmp, path)
-    return path
+    from schema.io import write_text
+
+    return write_text(out / "summary.csv", df.to_csv(index=False, float_format="%.6g"))
 
 
 # --------------------------------------------------------------------------- running
@@ -278,7 +280,7 @@ def _prepare(sweep: Sweep, out: Path, resume: bool, log) -> tuple[list[Cell], li
 
 def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = False, jobs: int = 2,
               progress: bool = True, log=None) -> Outcome:
-    """Run (or continue) ``sweep`` in ``out`` (default ``sweep.out``); returns an :class:`Outcome`."""
+    """Run (or continue) ``sweep`` in ``out`` (default ``sweep.out`` under the results root); returns an :class:`Outcome`."""
     from tqdm.auto import tqdm
 
     from .config import resolve_config
@@ -288,7 +290,7 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
     log = log or (lambda msg: print(msg, flush=True))
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    out = Path(out or sweep.out).absolute()  # runs start in this working directory: cache_dir is relative to it
+    out = (Path(out) if out else sweep.default_out()).absolute()  # runs start in this working directory: cache_dir is relative to it
     settings_file = out / "sweep.json"
     if settings_file.is_file():
         stored = json.loads(settings_file.read_text())["settings"]
@@ -393,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     sweep = SWEEPS["quick" if args.quick else "full"]
-    out = Path(args.out or sweep.out)
+    out = Path(args.out) if args.out else sweep.default_out()
     try:
         if args.dry_run:
             cells, todo, _ = _prepare(sweep, out, True, print)

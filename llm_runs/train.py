@@ -49,11 +49,9 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -63,7 +61,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import TrainConfig, config_fields, resolve_config
+from schema.io import write_json
+from schema.provenance import git_commit, package_versions
+from schema.results import read_run, read_run_config
+
+from .config import TrainConfig, config_diff, config_fields, resolve_config
 from .delay import ROLLOUT_SOURCES, RolloutSourceError
 from .metrics import COLUMNS, MetricsWriter
 from .presets import load_pretrained, save_pretrained
@@ -88,34 +90,8 @@ class RunResult:
 # --------------------------------------------------------------------------- provenance
 
 
-def git_commit() -> dict:
-    def git(*args):
-        try:
-            return subprocess.run(["git", "--no-optional-locks", "-C", str(REPO), *args], check=False,
-                                  capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    commit = git("rev-parse", "HEAD")
-    return {"git_commit": commit or None, "git_dirty": bool(git("status", "--porcelain")) if commit else None}
-
-
-def package_versions() -> dict:
-    from importlib import metadata
-
-    out = {"python": platform.python_version(), "platform": platform.platform()}
-    for name in ("torch", "transformers", "tokenizers", "numpy", "pandas", "safetensors", "trl", "gmc-grpo-toolkit"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
 def _write_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str))
-    os.replace(tmp, path)
+    write_json(path, obj)
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -157,8 +133,7 @@ class Trainer:
             stored = self.out / "config.json"
             if not stored.is_file():
                 raise ValueError(f"--resume: {self.out} holds no run (no config.json)")
-            old = json.loads(stored.read_text())["config"]
-            diff = {k: (old.get(k), v) for k, v in config.to_dict().items() if old.get(k) != v}
+            diff = config_diff(read_run_config(self.out), config.to_dict())
             if diff:
                 raise ValueError(f"--resume: settings differ from {stored}: "
                                  + ", ".join(f"{k}: stored {a!r} vs given {b!r}" for k, (a, b) in diff.items()))
@@ -255,7 +230,7 @@ class Trainer:
             t1 = time.perf_counter()
             self.directions.before(self.policy)
             row = policy_update(self.policy, self.optimizer, batch, estimator=cfg.estimator, eps=cfg.eps,
-                                advantage=cfg.advantage, eps_high=cfg.eps_high, temperature=cfg.temperature,
+                                advantage=cfg.advantage, loss_options=cfg.loss_options(), temperature=cfg.temperature,
                                 max_grad_norm=cfg.max_grad_norm, micro_batch_groups=cfg.micro_batch_groups)
         t2 = time.perf_counter()
         row.update(self.directions.after(self.policy, bool(row["train/update_skipped"])))
@@ -354,9 +329,7 @@ class Trainer:
             torch.set_num_threads(prev_threads)
 
     def _summary(self) -> dict:
-        import pandas as pd
-
-        df = pd.read_csv(self.out / "metrics.csv")
+        _, df = read_run(self.out)
         ev = df.dropna(subset=["eval/heldout_acc"])
         first, last = ev.iloc[0], ev.iloc[-1]
         return {"steps": int(self.config.steps), "wall_s": self.elapsed,

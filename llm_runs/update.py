@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 import estimators
-from estimators.losses import TOKEN_LEVEL, policy_loss
+from estimators.losses import is_batch_coupled, policy_loss
 
 from .metrics import DIAGNOSTIC_COLUMNS
 from .rollout import RolloutBatch, completion_logprobs
@@ -27,18 +27,23 @@ def group_advantages(batch: RolloutBatch, kind: str) -> torch.Tensor:
 
 
 def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps: float, advantage: str = "loo",
-                  eps_high: float | None = None, temperature: float = 1.0, max_grad_norm: float | None = None,
+                  loss_options: dict | None = None, temperature: float = 1.0, max_grad_norm: float | None = None,
                   micro_batch_groups: int = 0) -> dict:
     """Compute the surrogate, backpropagate, step the optimiser; return ``train/`` and ``stale/`` metrics.
 
+    ``loss_options`` are the estimator's knobs (``TrainConfig.loss_options()``). The ratio
+    diagnostics are computed once, on the whole batch's log-ratios, after the backward passes.
     A non-finite gradient is not applied (``train/update_skipped = 1``) rather than written
     into the weights.
     """
     model.train()
     G, n_groups = batch.group_size, batch.num_groups
     adv = group_advantages(batch, advantage)
-    kw = {"eps_high": eps_high} if estimator in TOKEN_LEVEL and eps_high is not None else {}
+    kw = dict(loss_options or {})
     chunk = micro_batch_groups or n_groups
+    if chunk < n_groups and is_batch_coupled(estimator):
+        raise ValueError(f"estimator {estimator!r} uses a statistic of the whole batch: it cannot be split into "
+                         f"micro-batches of {chunk} groups (set micro_batch_groups = 0)")
     optimizer.zero_grad(set_to_none=True)
     loss_total, seq_lr, weights, extra, extra_w, tok_lr = 0.0, [], [], {}, {}, []
     for g0 in range(0, n_groups, chunk):

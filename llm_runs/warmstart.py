@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .presets import initial_policy, save_pretrained
-from .rollout import completion_logprobs, encode_prompts, evaluate
+from .rollout import completion_logprobs, encode_answers, encode_prompts, evaluate
 
 WARM_START_KEYS = ["preset", "model_path", "model_kwargs", "dtype", "task", "digits", "terms", "heldout_size",
                    "train_size", "task_seed", "warm_start_steps", "warm_start_lr", "warm_start_batch",
@@ -47,10 +47,7 @@ def warm_start_key(config) -> str:
 def supervised_loss(model, tokenizer, problems, device) -> torch.Tensor:
     """Mean cross-entropy of answer tokens + EOS given the prompt."""
     ids, attn = encode_prompts(tokenizer, [p.prompt for p in problems], device)
-    answers = [tokenizer(p.answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for p in problems]
-    width = max(map(len, answers))
-    ans = torch.tensor([a + [tokenizer.pad_token_id] * (width - len(a)) for a in answers], device=device)
-    mask = torch.tensor([[1.0] * len(a) + [0.0] * (width - len(a)) for a in answers], device=device)
+    ans, mask = encode_answers(tokenizer, [p.answer for p in problems], device)
     logp = completion_logprobs(model, ids, attn, ans)
     return -(logp * mask).sum() / mask.sum()
 

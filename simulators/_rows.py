@@ -49,7 +49,7 @@ def moment_rows(env, theta, theta_b, G, eps, schemes, seeds, n_groups, seed_of) 
         }
         u = e["bias"].ravel() / e["bias_norm"] if e["bias_norm"] > 0 else None
         for seed in seeds:
-            env.rng = np.random.default_rng(seed_of(seed))
+            env.reseed(seed_of(seed))
             m = env.mc_moments(theta, theta_b, G, eps, scheme, n_groups)
             b, cov = m["bias"].ravel(), m["mean_grad_cov"]
             rows.append({

@@ -145,6 +145,10 @@ def group_terms(tuples, log_ratio, rewards, eps, schemes, advantage="loo", with_
     """
     B, K = log_ratio.shape
     n, G = tuples.shape[1], tuples.shape[2]
+    for s in schemes:  # rows here are independent groups; a batch statistic would couple them
+        if get_scheme(s).batch_coupled:
+            raise ValueError(f"scheme {s!r} normalises over the whole batch: its groups are not independent; "
+                             "use simulators.peers (one batch at a time)")
     bi = np.arange(B)[:, None, None]
     lr = log_ratio[bi, tuples].reshape(B * n, G)
     if tuples.shape[0] == 1 and B > 1 and np.all(rewards == rewards[:1]):
@@ -416,6 +420,10 @@ class OutcomeEnv:
 
     theta_shape: tuple
     rng: np.random.Generator
+
+    def reseed(self, seed) -> None:
+        """Start the environment's own generator afresh from ``seed`` (Monte Carlo draws use only it)."""
+        self.rng = np.random.default_rng(seed)
 
     def arrays(self, theta, theta_b):  # pragma: no cover - abstract
         raise NotImplementedError

@@ -22,8 +22,6 @@ import argparse
 import hashlib
 import itertools
 import json
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -33,8 +31,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from schema.io import same_settings_or_move_aside, write_json, write_parquet
+from schema.provenance import git_commit, package_versions
+from schema.results import results_root
+
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "results" / "sim"
 
 
 @dataclass(frozen=True)
@@ -76,29 +77,23 @@ def registry() -> dict[str, Sweep]:
     from .delay_sweeps import SWEEPS as delay
     from .extremal.sweeps import SWEEPS as e4
     from .lognormal.sweeps import SWEEPS as e3
+    from .peers import SWEEPS as peers
 
     out = {}
-    for group in (e1, e4, e3, delay):
+    for group in (e1, e4, e3, delay, peers):
         out.update({s.name: s for s in group})
     return out
 
 
 def results_dir(name: str, quick: bool = False) -> Path:
-    return RESULTS / (f"{name}-quick" if quick else name)
+    """``sim/NAME[-quick]`` under the results root (``GMC_RESULTS`` or ``results/``)."""
+    return results_root() / "sim" / (f"{name}-quick" if quick else name)
 
 
 def _versions() -> dict:
-    import scipy
-
-    import estimators  # noqa: F401
-
-    try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=5, check=False).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return {"python": sys.version.split()[0], "numpy": np.__version__, "scipy": scipy.__version__,
-            "pandas": pd.__version__, "git_commit": commit}
+    v = package_versions(("numpy", "scipy", "pandas"))
+    return {"python": v["python"], "numpy": v["numpy"], "scipy": v["scipy"], "pandas": v["pandas"],
+            "git_commit": git_commit()["git_commit"] or ""}
 
 
 def _config(sweep: Sweep, quick: bool) -> dict:
@@ -137,22 +132,10 @@ def run_sweep(name: str, quick: bool = False, out: Path | None = None, force: bo
     out = Path(out) if out is not None else results_dir(name, quick)
     cfg = _config(sweep, quick)
     cfg_path = out / "config.json"
-    if cfg_path.exists():
-        old = json.loads(cfg_path.read_text())
-        same = all(json.dumps(old.get(k), sort_keys=True, default=str) == json.dumps(cfg[k], sort_keys=True, default=str)
-                   for k in ("sweep", "quick", "settings", "seeds"))
-        if not same:
-            if not force:
-                raise ValueError(
-                    f"{out} holds results of a different settings table (see its config.json); "
-                    f"rerun with --force to move it aside, or choose another --out"
-                )
-            aside = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-            out.rename(aside)
-            print(f"moved the old results to {aside}", file=sys.stderr)
+    same_settings_or_move_aside(out, cfg, ("sweep", "quick", "settings", "seeds"), force)
     parts = out / "parts"
     parts.mkdir(parents=True, exist_ok=True)
-    cfg_path.write_text(json.dumps({**cfg, "versions": _versions()}, indent=1, default=str))
+    write_json(cfg_path, {**cfg, "versions": _versions()}, indent=1)
     table = sweep.table(quick)
     seeds = sweep.seeds(quick)
     todo = [(s, setting_key(s)) for s in table if not (parts / f"{setting_key(s)}.parquet").exists()]
@@ -174,9 +157,7 @@ def run_sweep(name: str, quick: bool = False, out: Path | None = None, force: bo
 
 
 def _atomic_parquet(df: pd.DataFrame, path: Path):
-    tmp = path.with_name(path.name + ".tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    write_parquet(path, df)
 
 
 def main(argv=None):

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from bounds.delay import (
+    DELAY_TERMS,  # scheme -> the bounds/ name of Theorem 2's delay term D
+)
+
 FP_SLACK = 1e-9
 """Relative slack when comparing an exact bias with its bound (floating-point rounding of
 the bound's ``sqrt(a) - b`` forms and of sums over up to 1e6 configurations)."""
@@ -20,8 +24,6 @@ MASS_BOUNDS = {
 }
 """scheme -> the bounds/ name of its mass-bias bound m (THEORY §3), with ||b|| <= M m."""
 
-DELAY_TERMS = {"gmc": "D_gmc", "tic_trunc": "D_tic_trunc", "tic_mask": "D_tic_mask", "stale": "D_stale"}
-"""scheme -> the bounds/ name of Theorem 2's delay term D (a bound on ||b||^2)."""
 
 
 def _twin(name):

@@ -8,7 +8,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from hypothesis import settings  # noqa: E402
 
-settings.register_profile("ci", deadline=None, derandomize=False, print_blob=True)
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)  # reproducible runs
 settings.load_profile("ci")
 
 try:

@@ -1,4 +1,4 @@
-"""The exponent extractor (issue 3): known expressions, and refusal where there is no power law."""
+"""The exponent extractor: known expressions, and refusal where there is no power law."""
 import pytest
 import sympy as sp
 

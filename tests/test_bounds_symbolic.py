@@ -1,4 +1,4 @@
-"""bounds/ symbolic modules (issue 3): hand-derived values, numeric twins, domain errors, doctests."""
+"""bounds/ symbolic modules: hand-derived values, numeric twins, domain errors, doctests."""
 import doctest
 import importlib
 import math

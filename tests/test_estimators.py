@@ -1,4 +1,4 @@
-"""Estimators core (issue 2): the class C_eps, Theorem 1, numerics, bad input, surrogate gradients."""
+"""Estimators core: the class C_eps, Theorem 1, numerics, bad input, surrogate gradients."""
 import math
 
 import numpy as np
@@ -30,13 +30,13 @@ scales = st.sampled_from([0.01, 0.3, 1.0, 3.0, 30.0])
 epss = st.sampled_from([1e-3, 0.05, 0.2, 1.0, 5.0])
 
 
-def test_issue_example():
+def test_gmc_weights_worked_example():
     assert np.allclose(weights("gmc", np.log([[3.0, 1.0, 1.0, 1.0]]), 0.2), [[2.4, 0.8, 0.8, 0.8]], atol=1e-12)
 
 
 def test_schemes_registered():
     assert set(ALL) >= {"is", "stale", "tic_mask", "tic_trunc", "tic_ppo", "gmc", "snis"}
-    assert set(IN_CLASS) == {"stale", "tic_mask", "tic_trunc", "gmc", "snis"}
+    assert set(IN_CLASS) == {"stale", "tic_mask", "tic_trunc", "gmc", "snis", "topr"}
 
 
 # ----------------------------------------------------------------- the class C_eps (Lemma 2)
@@ -200,7 +200,7 @@ def test_extreme_log_ratios(name):
     lr = np.array([[1000.0, -1000.0, 0.0, 3.0], [-1000.0, -1000.0, -999.0, -1000.0], [1000.0, 999.0, 1000.0, 0.0]])
     adv = np.array([[-1.0, 1.0, 1.0, -1.0]] * 3)
     for x in (lr, torch.from_numpy(lr)):
-        c = np.asarray(weights(name, x, 0.2, adv if name == "tic_ppo" else None))
+        c = np.asarray(weights(name, x, 0.2, adv if SCHEMES[name].needs_advantages else None))
         assert not np.isnan(c).any()
         if SCHEMES[name].bounded:
             assert np.isfinite(c).all()
@@ -249,7 +249,7 @@ def test_missing_advantages_and_unknown_scheme_and_duplicates():
     with pytest.raises(ValueError, match=r"unknown scheme 'gmcc'.*gmc.*is.*snis"):
         weights("gmcc", np.zeros((1, 4)), 0.2)
     with pytest.raises(ValueError, match="already registered"):
-        estimators.register_scheme("gmc", in_class=True)(lambda lr, eps, adv, ops: lr)
+        estimators.register_scheme("gmc", in_class=True, sup_mass=lambda eps, B: 1.0)(lambda lr, eps, adv, ops: lr)
     assert SCHEMES["gmc"].log_weights.__name__ == "gmc_log_weights"
 
 
@@ -324,14 +324,24 @@ def test_surrogate_gradient_equals_closed_form(name, scale):
         torch.testing.assert_close(out.loss, -(c.reshape(n_groups, G) * A).mean())
 
 
-def test_surrogate_finite_for_huge_log_ratios():
-    logp = torch.tensor([[0.0, -900.0], [-1.0, -2.0]], dtype=torch.float64, requires_grad=True)
+def test_surrogate_finite_and_exact_for_huge_log_ratios():
+    # one group of G = 2: trajectory log-ratios 900 (token ratios e^900) and -3
+    logp = torch.tensor([[0.0, 0.0], [-1.0, -5.0]], dtype=torch.float64, requires_grad=True)
     old = torch.tensor([[-900.0, 0.0], [-1.0, -2.0]], dtype=torch.float64)
     mask = torch.ones(2, 2, dtype=torch.float64)
+    A = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    lr = np.array([[900.0, -3.0]])
     for name in ("gmc", "tic_mask", "tic_trunc", "snis", "stale"):
-        out = policy_loss(name, logp, old, mask, torch.tensor([1.0, -1.0]), 2, 0.2)
+        out = policy_loss(name, logp, old, mask, A, 2, 0.2)
         (g,) = torch.autograd.grad(out.loss, logp)
-        assert torch.isfinite(out.loss) and torch.isfinite(g).all(), name
+        assert torch.isfinite(g).all(), name
+        c = weights(name, lr, 0.2)[0]  # float64 reference weights
+        want = -(np.minimum(np.exp(np.minimum(lr[0], 50.0)), 1.2) * A.numpy()).mean() if name == "tic_mask" \
+            else -(c * A.numpy()).mean()
+        assert float(out.loss.detach()) == pytest.approx(want, rel=1e-12, abs=1e-12), name
+    # TIC-mask drops the trajectory above the cap: no gradient reaches it
+    (g,) = torch.autograd.grad(policy_loss("tic_mask", logp, old, mask, A, 2, 0.2).loss, logp)
+    assert torch.all(g[0] == 0) and torch.any(g[1] != 0)
 
 
 def test_token_level_baselines():

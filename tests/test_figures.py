@@ -1,6 +1,7 @@
-"""figures/: each figure's plot on a small synthetic table draws the expected number of series;
-load() names the missing results and the command that makes them; the report renders from
-synthetic inputs; no figure module imports torch or a simulator."""
+"""figures/: each figure's plot on a small synthetic table draws the expected series with the values
+of the table; load() names the missing results and the command that makes them; the run-folder
+reader refuses corrupted runs; the report renders from synthetic inputs; no figure module
+imports torch or a simulator."""
 from __future__ import annotations
 
 import importlib
@@ -18,11 +19,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from figures import data, style
+from figures import style
+from schema import results as data
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
-           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics"]
+           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier"]
 
 
 def mod(name):
@@ -93,7 +95,7 @@ LLM_COLUMNS = ["step", "train/reward_mean", "train/loss", "train/grad_norm", "tr
 
 def write_llm_runs(root: Path, estimators=("gmc", "tic_mask", "token_clip"), delays=(0, 8), seeds=(0, 1), steps=20,
                    async_run=True, unstable=("tic_mask", 8, 1)):
-    """Synthetic run folders ``root/<run>/{config.json, metrics.csv|parquet}`` shaped like llm_runs.train's."""
+    """Synthetic run folders ``root/<run>/{config.json, metrics.csv}`` shaped like llm_runs.train's."""
     specs = [(e, d, s, "controlled") for e in estimators for d in delays for s in seeds]
     if async_run:
         specs.append(("gmc", max(delays), 0, "async"))
@@ -112,20 +114,38 @@ def write_llm_runs(root: Path, estimators=("gmc", "tic_mask", "token_clip"), del
                          "train/grad_norm": math.nan if bad else 1.0, "train/update_skipped": 0,
                          "stale/ess": 1 - 0.01 * d, "stale/mass_cap_frac": 0.01 * d, "stale/clip_frac": 0.02 * d,
                          "stale/log_ratio_abs_mean": 0.05 * d, "eval/heldout_acc": acc if t % 5 == 0 else math.nan})
-        m = pd.DataFrame(rows, columns=LLM_COLUMNS)
-        if k % 2:
-            m.to_parquet(run / "metrics.parquet", index=False)
-        else:
-            m.to_csv(run / "metrics.csv", index=False)
+        pd.DataFrame(rows, columns=LLM_COLUMNS).to_csv(run / "metrics.csv", index=False)
         if k % 3 == 0:
             (run / "summary.json").write_text("{}")
     return specs
 
 
+def write_claims(root: Path, failing=()):
+    """A synthetic claims.json; claims 10 and 12 carry the exponents the figures read."""
+    rows = [{"id": i, "title": f"claim {i}", "theory_ref": "§5", "kind": "numeric", "expected": 1.0,
+             "measured": 1.0, "tolerance": 0.1, "status": "FAIL" if i in failing else "PASS", "seconds": 0.1,
+             "evidence": "synthetic"} for i in range(1, 19)]
+    rows[9]["measured"] = {"slope": {"mask": "-2", "trunc": "-1", "gmc": "-1"}, "squared": {"mask": "-4", "trunc": "-2"}}
+    rows[11]["measured"] = {"G": {"gmc": "-2/5", "tic_mask": "0"}, "epsilon": {"gmc": "-2/5", "tic_mask": "-4/5"}}
+    rows[11]["tolerance"] = {"symbolic": 0, "numeric slope": 1e-3, "min value rel": 1e-6}
+    (root / "verify").mkdir(parents=True, exist_ok=True)
+    (root / "verify" / "claims.json").write_text(json.dumps({"format": "gmc-grpo-claims/1", "complete": True,
+                                                             "quick": False, "claims": rows}))
+
+
 @pytest.fixture
 def results(tmp_path, monkeypatch):
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+    write_claims(tmp_path)
     return tmp_path
+
+
+def line(fig, *parts):
+    """The one series tagged ``series:<parts>``, as (x, y) arrays."""
+    gid = ":".join(("series",) + parts)
+    found = [ln for ln in style.series_lines(fig) if ln.get_gid() == gid]
+    assert len(found) == 1, (gid, [ln.get_gid() for ln in style.series_lines(fig)])
+    return np.asarray(found[0].get_xdata(), float), np.asarray(found[0].get_ydata(), float)
 
 
 @pytest.fixture
@@ -141,30 +161,51 @@ def n_series(fig) -> int:
     return len(style.series_lines(fig))
 
 
-def test_f1_lines():
+def test_f1_lines(results):
     df = pd.concat([moment_table("G", [2, 4, 8], ["gmc", "tic_mask", "tic_trunc", "is", "snis"], instance=i)
                     for i in ("mild", "rare_arm")])
     fig = mod("f1_bias_vs_G").plot(df)
     # per instance panel: 4 drawn schemes (exact line + MC points, IS has no MC points) + the GMC bound
     assert len(fig.axes) == 2
     assert n_series(fig) == 2 * (4 + 3 + 1)
+    x, y = line(fig, "rare_arm", "gmc", "exact")
+    exact = df[(df.instance == "rare_arm") & (df.scheme == "gmc")].groupby("G")["bias_norm_exact"].first()
+    np.testing.assert_allclose(x, exact.index) and np.testing.assert_allclose(y, exact.values)
+    x, y = line(fig, "mild", "tic_mask", "mc")  # seed mean of the MC points
+    mc = df[(df.instance == "mild") & (df.scheme == "tic_mask")].groupby("G")["bias_proj_mc"].mean()
+    np.testing.assert_allclose(x, mc.index) and np.testing.assert_allclose(y, mc.values)
 
 
-def test_f2_lines():
+def test_f2_lines(results):
     fig = mod("f2_sqbias_vs_eps").plot(sqbias_table())
     assert n_series(fig) == 3 * 2  # exact + theory slope per scheme
+    t = sqbias_table()
+    t = t[t.worst_case_law & (t.scheme == "tic_mask")].sort_values("eps")
+    x, y = line(fig, "tic_mask", "exact")
+    np.testing.assert_allclose(x, t["eps"]) and np.testing.assert_allclose(y, t["sq_bias_exact"])
+    x, y = line(fig, "tic_mask", "theory")  # slope read from claim 10's row: -4
+    assert np.polyfit(np.log(x), np.log(y), 1)[0] == pytest.approx(-4)
     f2 = mod("f2_sqbias_vs_eps")
     sl = f2.slopes(sqbias_table())
     assert abs(sl["tic_mask"]["slope"] + 4) < 1e-9 and abs(sl["gmc"]["slope"] + 2) < 1e-9
 
 
-def test_f3_lines():
+def test_f3_lines(results):
     f3 = mod("f3_tuned_delay_vs_G")
     fig = f3.plot(tuned_table())
     assert n_series(fig) == 2 * 3 * 2  # 2 panels x 3 schemes x (theory, tuned)
+    t = tuned_table()
+    t = t[(t.scheme == "gmc") & (t.eps == 0.2)].sort_values("G")
+    x, y = line(fig, "gmc", "G", "tuned")
+    np.testing.assert_allclose(x, t["G"]) and np.testing.assert_allclose(y, t["tuned_delay_term"])
+    assert sl_theory(f3) == {"gmc": -0.4, "tic_mask": 0.0, "tic_trunc": 0.0}
     sl = f3.slopes(tuned_table())
     assert abs(sl["G"]["gmc"]["tuned"] + 0.4) < 1e-9 and abs(sl["G"]["tic_mask"]["tuned"]) < 1e-9
     assert abs(sl["eps"]["tic_mask"]["tuned"] + 0.8) < 1e-9
+
+
+def sl_theory(f3):
+    return {s: v["theory"] for s, v in f3.slopes(tuned_table())["G"].items()}
 
 
 def test_f4_lines():
@@ -173,6 +214,9 @@ def test_f4_lines():
     f4 = mod("f4_second_moment_vs_delay")
     fig = f4.plot(df)
     assert n_series(fig) == 2 * (3 + 3 + 1)  # per env: 3 exact lines, 3 Monte Carlo point sets, class bound
+    x, y = line(fig, "token_mdp", "is", "exact")
+    e = df[(df.env == "token_mdp") & (df.scheme == "is")].groupby("Delta")["second_moment_exact"].first()
+    np.testing.assert_allclose(x, e.index) and np.testing.assert_allclose(y, e.values)
     s = f4.summary(df)["bandit"]
     assert s["is_last"] == pytest.approx(0.1 * 9) and s["class_max_ratio"] == pytest.approx(0.1 / 1.44)
 
@@ -184,6 +228,9 @@ def test_f5_lines():
     # 3 delay panels x 3 schemes; bias panel: realised (gmc, tic_mask; IS bias is 0) + D (gmc, tic_mask)
     assert len(fig.axes) == 4
     assert n_series(fig) == 3 * 3 + 2 + 2
+    x, y = line(fig, "d4", "tic_mask")
+    st = df[(df.kind == "step") & (df.scheme == "tic_mask") & (df.d == 4)].sort_values("step")
+    np.testing.assert_allclose(x, st["step"]) and np.testing.assert_allclose(y, st["grad_sq"])
     bt = f5.bias_table(df)
     assert bt.loc[(bt.scheme == "gmc") & (bt.d == 16), "bias_sq"].item() == pytest.approx(0.017)
 
@@ -198,6 +245,10 @@ def test_f7_lines_and_stability(llm_df):
     f7 = mod("f7_llm_final_vs_delay")
     fig = f7.plot(llm_df)
     assert n_series(fig) == 4  # gmc, tic_mask, token_clip controlled + gmc async
+    _, y = line(fig, "gmc", "controlled")  # mean final accuracy per delay, complete runs
+    sm0 = data.run_summary(llm_df)
+    want = sm0[sm0.complete & (sm0.estimator == "gmc") & (sm0["mode"] == "controlled")].groupby("delay")["acc_final"].mean()
+    np.testing.assert_allclose(y, want.values)
     sm = data.run_summary(llm_df)
     bad = sm[~sm["stable"]]
     assert list(zip(bad["estimator"], bad["delay"], bad["seed"])) == [("tic_mask", 8, 1)]
@@ -217,13 +268,13 @@ def test_unstable_by_accuracy_drop(results):
     write_llm_runs(root, estimators=("gmc",), delays=(0,), seeds=(0,), async_run=False, unstable=("none", 0, 0))
     run = next(root.iterdir())
     path = next(p for p in run.iterdir() if p.name.startswith("metrics"))
-    m = data.read_metrics_file(path)
+    m = data.read_metrics_csv(path)
     acc0 = m.loc[0, "eval/heldout_acc"]
     drop = data.drop_threshold(acc0, 200)
     assert drop == max(data.UNSTABLE_DROP, 3 * math.sqrt(acc0 * (1 - acc0) / 200))
     for delta, stable in ((drop + 0.01, False), (drop - 0.01, True)):
         m.loc[m["step"] == 20, "eval/heldout_acc"] = acc0 - delta
-        m.to_csv(path, index=False) if path.suffix == ".csv" else m.to_parquet(path, index=False)
+        m.to_csv(path, index=False)
         sm = data.run_summary(data.read_llm_runs())
         assert sm["stable"].item() is stable and sm["collapsed"].item() is not stable and not sm["nonfinite"].item()
     # a small held-out split widens the threshold: 3 binomial standard errors
@@ -262,18 +313,16 @@ def test_llm_full_sweep_needs_a_finished_run(results):
 
 
 def test_report_renders_from_synthetic_inputs(results, tmp_path):
+    from claims.abstract import write_abstract
     from figures import report
 
-    (results / "verify").mkdir()
-    claims = [{"id": i, "title": f"claim {i}", "theory_ref": "§5", "kind": "numeric", "expected": 1.0,
-               "measured": 1.0, "tolerance": 0.1, "status": "FAIL" if i == 8 else "PASS", "seconds": 0.1,
-               "evidence": "synthetic"} for i in range(1, 19)]
-    (results / "verify" / "claims.json").write_text(json.dumps(claims))
+    write_claims(results, failing=(8,))
     write_llm_runs(results / "llm" / "sweep_quick")
     for sub, df in (("bias_vs_G-quick", moment_table("G", [2, 4, 8], ["gmc", "tic_mask", "tic_trunc", "is"])),
                     ("sqbias_vs_eps-quick", sqbias_table()), ("tuned_delay", tuned_table())):
         (results / "sim" / sub).mkdir(parents=True)
         df.to_parquet(results / "sim" / sub / "results.parquet")
+    write_abstract()  # the verdicts are computed by claims; the report only renders them
     out = tmp_path / "figs"
     md_path, html_path = report.write_report(figures_out=out, draw_missing=True)
     md, html = md_path.read_text(), html_path.read_text()
@@ -283,7 +332,7 @@ def test_report_renders_from_synthetic_inputs(results, tmp_path):
     assert "FAIL" in md and "<table>" in html and "<img" in html
     # figures with results are drawn and shown; those without are named with their command
     assert (out / "f1_bias_vs_G.png").exists() and "f1_bias_vs_G.png" in md
-    assert "python -m simulators.sweep async_sgd --quick" in md
+    assert "python -m simulators.sweep async_sgd" in md
     # a verdict per abstract claim; claim 8 failed, so the G-claim is not confirmed
     assert md.count("**Verdict") == 7
     g_claim = md.split("bias introduced by group rescaling")[1].split("**Verdict")[1].split("\n")[0]
@@ -308,3 +357,100 @@ def test_no_torch_and_no_simulator_imported():
             + "bad = [m for m in ('torch', 'simulators', 'llm_runs', 'transformers') if m in sys.modules]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+def peers_table() -> pd.DataFrame:
+    rows = []
+    # (scheme, level, B, in_class, bias, second moment) at each Delta: gmc dominated by "topr" at Delta = 4
+    spec = [("gmc", "trajectory", 1, True, 0.05, 0.20), ("tic_mask", "trajectory", 1, True, 0.20, 0.02),
+            ("is", "trajectory", 1, False, 0.0, 1.0), ("topr", "trajectory", 1, True, 0.04, 0.10),
+            ("seq_tis_bn", "trajectory", 8, False, 0.06, 0.25), ("cispo", "token", 1, None, 0.10, 0.05)]
+    for env in ("bandit", "token_mdp"):
+        for D in (0.0, 1.0, 4.0):
+            for s, level, B, member, bias, sm in spec:
+                rows.append({"env": env, "Delta": D, "G": 8, "eps": 0.2, "scheme": s, "level": level,
+                             "batch_groups": B, "in_class": member, "bias_norm": bias * D, "second_moment": sm,
+                             "bias_norm_se": 1e-3 if B > 1 else 0.0, "second_moment_se": 0.0, "seed": 0})
+    return pd.DataFrame(rows)
+
+
+def test_f9_points_frontier_and_summary():
+    m = mod("f9_peers_frontier")
+    df = peers_table()
+    df["key"] = np.where(df["batch_groups"] > 1, df["scheme"] + " (B=" + df["batch_groups"].astype(str) + ")",
+                         df["scheme"])
+    fig = m.plot(df)
+    lines = style.series_lines(fig)
+    assert len(lines) == 2 * 2 * (6 + 1)  # 2 envs x 2 delays (1, 4) x (6 points + frontier)
+    gmc = [ln for ln in lines if ln.get_gid() == "series:bandit:4.0:gmc"][0]
+    np.testing.assert_allclose([gmc.get_xdata()[0], gmc.get_ydata()[0]], [0.20, 0.20])  # plotted = the table
+    s = m.summary(df)["bandit"]
+    assert s["Delta"] == 4.0 and not s["gmc_on_frontier"] and s["gmc_dominated_by"] == ["topr"]
+    assert set(s["frontier"]) == {"tic_mask", "is", "topr", "cispo"}
+    assert "dominated by topr" in m.caption(df)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_f9_caption_names_the_other_delays_where_gmc_is_dominated():
+    m = mod("f9_peers_frontier")
+    df = peers_table()
+    df["key"] = df["scheme"].where(df["batch_groups"] == 1, df["scheme"] + " (B=8)")
+    s = m.summary(df)["token_mdp"]
+    assert s["gmc_dominated_at"] == {1.0: ["topr"]}  # the largest delay (4) is reported separately
+    assert "dominated only at Delta = 1 (by topr)" in m.caption(df)
+
+
+# ----------------------------------------------------------------------------------- the run-folder reader
+
+
+def _one_run(results):
+    write_llm_runs(results / "llm" / "sweep", estimators=("gmc",), delays=(0,), seeds=(0,), async_run=False,
+                   unstable=("none", 0, 0))
+    return next((results / "llm" / "sweep").iterdir())
+
+
+def test_reader_refuses_duplicated_steps(results):
+    run = _one_run(results)
+    path = run / "metrics.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines + lines[3:6]))  # steps 2..4 twice, as two trainers on one folder write
+    with pytest.raises(ValueError, match=r"metrics.csv: step\(s\) \[2, 3, 4\] appear more than once"):
+        data.read_llm_runs()
+
+
+def test_reader_refuses_missing_steps(results):
+    run = _one_run(results)
+    path = run / "metrics.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:4] + lines[5:]))
+    with pytest.raises(ValueError, match="missing \\[3\\]"):
+        data.read_run(run)
+
+
+def test_reader_names_file_and_line_of_a_garbage_line(results):
+    run = _one_run(results)
+    path = run / "metrics.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[4] = "3,abc" + lines[4][lines[4].index(",", 2):]
+    path.write_text("".join(lines))
+    with pytest.raises(ValueError, match=f"{path}, line 5: not a number"):
+        data.read_run(run)
+    path.write_text("".join(lines[:4]) + "garbage\n")
+    with pytest.raises(ValueError, match=f"{path}, line 5: 1 fields"):
+        data.read_run(run)
+
+
+def test_reader_names_a_truncated_config(results):
+    run = _one_run(results)
+    cfg = run / "config.json"
+    cfg.write_text(cfg.read_text()[:25])
+    with pytest.raises(ValueError, match=f"{cfg}: not valid JSON \\(line 1"):
+        data.read_llm_runs()
+
+
+def test_async_run_placed_at_its_staleness_bound():
+    s = data.run_settings({"estimator": "gmc", "mode": "async", "delay": 0, "max_staleness": 8})
+    assert s["delay"] == 8 and s["mode"] == "async"
+    assert data.run_settings({"estimator": "gmc", "delay": 4, "max_staleness": 8})["delay"] == 4

@@ -1,4 +1,4 @@
-"""GSM8K loader and checker on a file the project writes itself (issue 6, item 4)."""
+"""GSM8K loader and checker on a file the project writes itself."""
 import json
 
 import pytest

@@ -54,9 +54,11 @@ def tiny_checkpoint(folder: Path, alphabet: str) -> Path:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     tok = char_tokenizer(alphabet)
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                                         bos_token_id=None, max_position_embeddings=512, **TINY_MODEL))
+    with torch.random.fork_rng(devices=[]):  # seeded initialisation; the global RNG is untouched
+        torch.manual_seed(0)
+        model = Qwen3ForCausalLM(Qwen3Config(vocab_size=len(tok), pad_token_id=tok.pad_token_id,
+                                             eos_token_id=tok.eos_token_id, bos_token_id=None,
+                                             max_position_embeddings=512, **TINY_MODEL))
     model.generation_config.pad_token_id, model.generation_config.eos_token_id = tok.pad_token_id, tok.eos_token_id
     save_pretrained(model, tok, folder)
     return folder

@@ -10,7 +10,7 @@ from simulators.bandit import SoftmaxBandit
 from simulators.core import n_count_vectors
 from simulators.token_mdp import TokenTreeMDP, reward_vector
 
-SCHEMES = list(estimators.SCHEMES)
+SCHEMES = [s for s, spec in estimators.SCHEMES.items() if not spec.batch_coupled]  # groups independent
 
 
 def random_bandit(seed, K=4, scale=1.0):

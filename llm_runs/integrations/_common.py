@@ -7,16 +7,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from schema.metrics import stale_metrics
+
 # Diagnostics of :func:`estimators.diagnostics` (always on the raw, uncapped ratios) are
-# logged under this namespace: ``stale/frac_groups_capped`` (GMC active: group mass > 1+eps),
-# ``stale/frac_clipped`` (trajectories with w > 1+eps), ``stale/ess_frac_mean|min``,
-# ``stale/mass_mean|max``, ``stale/gmc_lambda_mean``, ``stale/log_ratio_mean|abs_mean|max|min``.
+# logged with the trainer's names (:data:`schema.metrics.STALE`): ``stale/mass_cap_frac`` (GMC
+# active: group mass > 1+eps), ``stale/clip_frac`` (trajectories with w > 1+eps), ``stale/ess``,
+# ``stale/ess_min``, ``stale/mass_mean|max``, ``stale/gmc_lambda_mean``, ``stale/log_ratio_*``.
 METRIC_NAMESPACE = "stale/"
 
 
 def metric_names(diagnostics: dict[str, float], prefix: str = "") -> dict[str, float]:
-    """``{prefix + "stale/" + key: value}`` for every diagnostic (verl passes ``prefix="actor/"``)."""
-    return {f"{prefix}{METRIC_NAMESPACE}{key}": float(value) for key, value in diagnostics.items()}
+    """``{prefix + name: value}`` for every diagnostic, named as the trainer names them (verl passes
+    ``prefix="actor/"``)."""
+    return stale_metrics(diagnostics, prefix)
 
 
 def check_contiguous_groups(ids: Sequence[Any], group_size: int | None = None, where: str = "batch") -> int:

@@ -5,8 +5,9 @@ How it differs from TRL's ``GRPOTrainer`` (trl 1.16):
 
 1. **Loss.** ``_compute_loss`` calls :func:`estimators.losses.policy_loss` (``scheme`` =
    any name of :func:`estimators.losses.loss_names`: ``gmc``, ``tic_mask``, ``tic_trunc``,
-   ``tic_ppo``, ``snis``, ``is``, ``stale``, or the token-level baselines ``token_clip`` and
-   ``gspo``) on the completion log-probs, the behaviour log-probs ``old_per_token_logps``
+   ``tic_ppo``, ``snis``, ``is``, ``stale``, ``topr``, ``seq_tis_bn``, ``seq_mis``, or the
+   token-level losses ``token_clip``, ``gspo``, ``cispo``, ``m2po``, ``opsm``; knobs via
+   ``scheme_options``) on the completion log-probs, the behaviour log-probs ``old_per_token_logps``
    recorded at generation, the advantages and the group size G = ``num_generations``. TRL's
    ``loss_type``, ``epsilon``/``epsilon_high`` and ``importance_sampling_level`` are not used;
    the cap is ``1 + eps`` with this class's ``eps``.
@@ -20,8 +21,8 @@ How it differs from TRL's ``GRPOTrainer`` (trl 1.16):
    is whole, contiguous groups (``ValueError`` otherwise). ``per_device_train_batch_size``
    must be a multiple of ``num_generations``.
 4. **Diagnostics.** :func:`estimators.diagnostics` on the raw trajectory log-ratios, logged in
-   TRL's metrics as ``stale/<key>`` (``stale/frac_groups_capped``, ``stale/frac_clipped``,
-   ``stale/ess_frac_mean``, ``stale/log_ratio_max``, ...; see
+   TRL's metrics as ``stale/<key>`` (``stale/mass_cap_frac``, ``stale/clip_frac``,
+   ``stale/ess``, ``stale/log_ratio_max``, ...; see
    :mod:`llm_runs.integrations._common`), plus TRL's ``entropy``.
 5. **Refused settings** (``ValueError`` at construction): ``beta != 0`` (no KL term),
    ``top_entropy_quantile < 1``, ``off_policy_mask_threshold``, an entropy bonus, vLLM
@@ -54,7 +55,7 @@ from trl.trainer.utils import (
 
 import estimators
 from estimators._validate import check_eps
-from estimators.losses import loss_names, policy_loss
+from estimators.losses import check_options, loss_names, policy_loss
 
 from ._common import check_contiguous_groups, metric_names
 
@@ -88,12 +89,17 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
         scheme: loss name, one of :func:`estimators.losses.loss_names` (default ``gmc``).
         eps: the threshold of the cap ``1 + eps`` (THEORY §2; TIC's public default 1.28 is eps = 0.28).
         advantage: kind of :func:`estimators.advantages`: ``loo`` (default), ``grpo`` or ``drgrpo``.
+        scheme_options: the scheme's knobs (:data:`estimators.params.PARAMS`, e.g. ``{"C": 2.0}`` for
+            ``seq_tis_bn``, ``{"tau": 0.04}`` for ``m2po``); defaults otherwise. A batch-coupled
+            scheme (``seq_tis_bn``, ``m2po``) takes its statistic over each optimisation batch.
         *args, **kwargs: passed to ``trl.GRPOTrainer``.
     """
 
-    def __init__(self, *args, scheme: str = "gmc", eps: float = 0.28, advantage: str = "loo", **kwargs):
+    def __init__(self, *args, scheme: str = "gmc", eps: float = 0.28, advantage: str = "loo",
+                 scheme_options: dict | None = None, **kwargs):
         if scheme not in loss_names():
             raise ValueError(f"unknown scheme {scheme!r}; valid: {', '.join(loss_names())}")
+        self.scheme_options = check_options(scheme, scheme_options)
         if advantage not in estimators.ADVANTAGE_KINDS:
             raise ValueError(f"unknown advantage kind {advantage!r}; valid: {', '.join(estimators.ADVANTAGE_KINDS)}")
         self.scheme = scheme
@@ -184,11 +190,12 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True, **multimodal)
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old  # TRL skips it when every slice is used on-policy
-        out = policy_loss(self.scheme, logps, old, mask, inputs["advantages"], G, self.eps)
+        out = policy_loss(self.scheme, logps, old, mask, inputs["advantages"], G, self.eps, **self.scheme_options)
         self.last_loss_output = out
 
         mode = "train" if self.model.training else "eval"
-        self._log_reduced(mode, metric_names(out.metrics))
+        diag = estimators.diagnostics(out.seq_log_ratio, self.eps)  # once per loss call, on the raw ratios
+        self._log_reduced(mode, metric_names({**diag, **out.metrics}))
         ent = torch.stack([(entropies * mask).sum(), mask.sum().to(entropies.dtype)]).detach()
         ent = self.accelerator.reduce(ent, reduction="sum")
         self._metrics[mode]["entropy"].append((ent[0] / ent[1].clamp(min=1.0)).item())

@@ -7,7 +7,10 @@ worker). Importing this module registers, if verl is importable:
 
 * policy losses (``actor_rollout_ref.actor.policy_loss.loss_mode=<name>``) for every scheme
   of :data:`estimators.SCHEMES`: ``gmc``, ``tic_mask``, ``tic_trunc``, ``tic_ppo``, ``snis``,
-  ``is``, ``stale``. The surrogate is :func:`estimators.losses.trajectory_loss` itself:
+  ``is``, ``stale``, ``topr``, ``seq_tis_bn``, ``seq_mis``. Knobs (``C`` of ``seq_tis_bn``,
+  ``lo``/``hi`` of ``seq_mis``) take their defaults of :data:`estimators.params.PARAMS` (verl's
+  ``PolicyLossConfig`` refuses extra fields); ``seq_tis_bn``'s batch is the micro-batch the
+  loss sees, not verl's whole batch. The surrogate is :func:`estimators.losses.trajectory_loss` itself:
   one trajectory log-ratio ``l_i = sum_t (log_prob - old_log_prob)`` per response, weights
   ``c = estimators.weights(scheme, l, eps)`` per group, loss ``-(1/N) sum_i c_i A_i`` over
   the N responses of the mini-batch, i.e. THEORY §2's ``g_hat(c)`` averaged over groups.
@@ -54,8 +57,8 @@ data-parallel ranks is the mini-batch mean, as verl's ``agg_loss`` does.
 
 Metrics (verl naming, averaged over micro-batches by verl): ``actor/stale/<key>`` for every
 key of :func:`estimators.diagnostics`, computed on the raw ratios (see
-:mod:`llm_runs.integrations._common`), e.g. ``actor/stale/frac_groups_capped`` (capped-group
-fraction), ``actor/stale/frac_clipped``, ``actor/stale/ess_frac_mean``,
+:mod:`llm_runs.integrations._common`), e.g. ``actor/stale/mass_cap_frac`` (capped-group
+fraction), ``actor/stale/clip_frac``, ``actor/stale/ess``,
 ``actor/stale/log_ratio_max``.
 
 verl versions
@@ -275,7 +278,11 @@ def trajectory_policy_loss(scheme: str, old_log_prob, log_prob, advantages, resp
     _check_zero_sum(adv, G)
     if rollout_is_weights is not None:
         adv = adv * _per_response(rollout_is_weights.detach().to(adv.dtype), mask, "rollout_is_weights")
-    out = policy_loss(scheme, log_prob, old_log_prob, mask, adv, G, eps_from(config))
+    import estimators
+
+    eps = eps_from(config)
+    out = policy_loss(scheme, log_prob, old_log_prob, mask, adv, G, eps)
+    out.metrics = {**estimators.diagnostics(out.seq_log_ratio, eps), **out.metrics}  # once per micro-batch call
     loss = out.loss * (B * dp / gbs) if gbs is not None else out.loss
     return loss, out
 

@@ -30,7 +30,7 @@ class SoftmaxBandit(OutcomeEnv):
         self.theta_shape = r.shape
         self.K = r.shape[-1]
         self.n_prompts = 1 if r.ndim == 1 else r.shape[0]
-        self.rng = np.random.default_rng(seed)
+        self.reseed(seed)
 
     # ground truth
     @staticmethod

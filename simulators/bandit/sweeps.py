@@ -33,7 +33,8 @@ def run_bias_vs_G(setting: dict, seeds: list[int]):
                        setting["n_groups"], lambda s: derive_seed(s, setting))
 
 
-ALL_SCHEMES = list(SCHEMES)
+ALL_SCHEMES = ["is", "stale", "tic_mask", "tic_trunc", "tic_ppo", "gmc", "snis"]
+"""THEORY §2's family (the published peers are measured by the ``peers`` sweep, simulators.peers)."""
 
 SETTINGS = {
     "bias_vs_G": {

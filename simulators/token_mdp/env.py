@@ -89,7 +89,7 @@ class TokenTreeMDP(OutcomeEnv):
         self.theta_shape = (n_nodes(self.V, self.H, param), self.V)
         self.nodes = node_index(self.V, self.H, param)
         self.tokens = outcomes(self.V, self.H)
-        self.rng = np.random.default_rng(seed)
+        self.reseed(seed)
 
     @classmethod
     def from_rewards(cls, theta, rewards, param: str, seed: int | None = 0):

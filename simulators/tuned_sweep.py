@@ -1,9 +1,9 @@
-"""``python -m bounds.tuned_sweep [--out DIR] [--force]``: Corollary 3's tuned delay term, numerically.
+"""``python -m simulators.tuned_sweep [--out DIR] [--force]``: Corollary 3's tuned delay term, numerically.
 
 For each scheme with a fourth-order delay term (GMC, TIC-mask, TIC-trunc), each eps and
 each group size G of :data:`SETTINGS`, the step size is tuned numerically:
-``minimize_scalar`` of ``a/(eta T) + D eta^4`` over ``log eta`` (the delay-dominated
-regime, B = 0), where ``D`` is the scheme's Theorem 2 term (``bounds.delay``, lambdified)
+:func:`bounds.tuning.tune_step_size` minimises the twin of ``a/(eta T) + D eta^4`` over
+``log eta`` (the delay-dominated regime, B = 0), where ``D`` is the scheme's Theorem 2 term (``bounds.delay``, lambdified)
 at ``eta = 1``. Beside each tuned value it stores Corollary 3's closed form
 ``(5/4) 4^{1/5} a^{4/5} D^{1/5} T^{-4/5}`` and ``eta_D`` (both numeric twins), so figure F3
 draws the theory line and the numerically tuned points from one file.
@@ -16,9 +16,6 @@ The bounds are THEORY.md's reconstruction ([R]), not the paper's text.
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -26,17 +23,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = ROOT / "results" / "sim" / "tuned_delay"
+from bounds.tuning import CONSTANTS, LOG_ETA_BOUNDS, XATOL
+from schema.io import same_settings_or_move_aside, write_json, write_parquet
+from schema.results import results_root
+
+
+def default_out() -> Path:
+    """``sim/tuned_delay`` under the results root (``GMC_RESULTS`` or ``results/``)."""
+    return results_root() / "sim" / "tuned_delay"
+
 
 SETTINGS = {
     "schemes": ["gmc", "tic_mask", "tic_trunc"],
     "G": [2**k for k in range(1, 12)],
     "eps": [0.001, 0.003, 0.01, 0.03, 0.1, 0.2, 0.4, 1.0],
-    # the constants of claim 12's numeric check: a = 2 DeltaJ, T steps, d delay, A2/A5 constants
-    "fixed": {"a": 2.0, "T": 1000.0, "d": 4.0, "C2": 1.0, "C4": 1.0, "r0": 1.0, "M": 1.0},
-    "log_eta_bounds": [-30.0, 10.0],
-    "xatol": 1e-10,
+    # the constants of claim 12's numeric check (bounds.tuning.CONSTANTS)
+    "fixed": dict(CONSTANTS),
+    "log_eta_bounds": list(LOG_ETA_BOUNDS),
+    "xatol": XATOL,
 }
 
 COLUMNS = {
@@ -53,11 +57,11 @@ COLUMNS = {
 
 
 def run(settings: dict = SETTINGS, progress: bool = True) -> pd.DataFrame:
-    from scipy.optimize import minimize_scalar
     from tqdm import tqdm
 
-    from . import delay
-    from .numeric import lambdify_bound, twin
+    from bounds import delay
+    from bounds.numeric import lambdify_bound, twin
+    from bounds.tuning import tune_step_size
 
     fx = settings["fixed"]
     closed, eta_d = twin("cor3_delay_part"), twin("eta_D")
@@ -68,48 +72,37 @@ def run(settings: dict = SETTINGS, progress: bool = True) -> pd.DataFrame:
         D_fn = terms[scheme]
         vals = {**fx, "eta": 1.0, "G": float(G), "eps": float(eps)}
         D = float(D_fn(**{k: vals[k] for k in D_fn.params}))
-
-        def objective(log_eta, D=D):
-            return fx["a"] / (math.exp(log_eta) * fx["T"]) + D * math.exp(4 * log_eta)
-
-        res = minimize_scalar(objective, bounds=tuple(settings["log_eta_bounds"]), method="bounded",
-                              options={"xatol": settings["xatol"]})
+        eta_t, fmin = tune_step_size(fx["a"], D, fx["T"], log_eta_bounds=settings["log_eta_bounds"],
+                                     xatol=settings["xatol"])
         cf = float(closed(a=fx["a"], D=D, T=fx["T"]))
-        rows.append({"scheme": scheme, "G": G, "eps": eps, **fx, "D": D, "eta_tuned": math.exp(res.x),
-                     "tuned_delay_term": float(res.fun), "closed_form": cf,
-                     "eta_D": float(eta_d(a=fx["a"], D=D, T=fx["T"])), "rel_err": float(res.fun) / cf - 1})
+        rows.append({"scheme": scheme, "G": G, "eps": eps, **fx, "D": D, "eta_tuned": eta_t,
+                     "tuned_delay_term": fmin, "closed_form": cf,
+                     "eta_D": float(eta_d(a=fx["a"], D=D, T=fx["T"])), "rel_err": fmin / cf - 1})
     return pd.DataFrame(rows)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bounds.tuned_sweep", description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default results/sim/tuned_delay)")
+    p = argparse.ArgumentParser(prog="python -m simulators.tuned_sweep", description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, default=None, help="output folder (default results/sim/tuned_delay)")
     p.add_argument("--force", action="store_true", help="move aside a result made with other settings")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
-    out = a.out
+    out = a.out if a.out is not None else default_out()
     cfg = {"sweep": "tuned_delay", "description": __doc__.split("\n\n")[1], "settings": SETTINGS, "columns": COLUMNS}
     cfg_path, res_path = out / "config.json", out / "results.parquet"
-    if cfg_path.exists():
-        old = json.loads(cfg_path.read_text())
-        if old.get("settings") == json.loads(json.dumps(SETTINGS)) and res_path.exists():
-            print(f"tuned_delay: {res_path} is up to date (same settings); nothing to do")
-            return 0
-        if old.get("settings") != json.loads(json.dumps(SETTINGS)):
-            if not a.force:
-                print(f"{out} holds a result made with other settings (see its config.json); rerun with --force "
-                      f"to move it aside, or choose another --out", file=sys.stderr)
-                return 2
-            aside = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-            out.rename(aside)
-            print(f"moved the old result to {aside}", file=sys.stderr)
+    try:
+        same = same_settings_or_move_aside(out, cfg, ("settings",), a.force)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if same and res_path.exists():
+        print(f"tuned_delay: {res_path} is up to date (same settings); nothing to do")
+        return 0
     t0 = time.perf_counter()
     df = run(progress=not a.no_progress)
     out.mkdir(parents=True, exist_ok=True)
-    cfg_path.write_text(json.dumps(cfg, indent=1))
-    tmp = res_path.with_name(res_path.name + ".tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, res_path)
+    write_json(cfg_path, cfg, indent=1)
+    write_parquet(res_path, df)
     worst = float(np.abs(df["rel_err"]).max())
     print(f"tuned_delay: {res_path} ({len(df)} rows, max |tuned/closed - 1| = {worst:.1e}, "
           f"{time.perf_counter() - t0:.1f} s)")

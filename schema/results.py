@@ -1,17 +1,23 @@
 """Where the results live, how to read them, and which command makes each of them.
 
-Figures read results files only. The results root is ``results/`` of the repository, or
-the folder in the environment variable ``GMC_RESULTS`` (tests use a temporary one).
+The results root is ``results/`` of the repository, or the folder in the environment
+variable ``GMC_RESULTS`` (tests use a temporary one); every producer writes and every reader
+reads under it. A missing result raises :class:`MissingResults` naming the command that
+makes it (the Makefile runs producers before ``make figures``).
 
-Sources (each knows the quick command that produces it):
+Sources:
 
 * ``Sim(NAME)``: ``results/sim/NAME/results.parquet`` (full sweep) or, if that is absent,
   ``results/sim/NAME-quick/results.parquet``; made by ``python -m simulators.sweep NAME``.
-* ``TUNED``: ``results/sim/tuned_delay/results.parquet``; made by ``python -m bounds.tuned_sweep``.
+* ``TUNED``: ``results/sim/tuned_delay/results.parquet``; made by ``python -m simulators.tuned_sweep``.
 * ``LLM``: run folders ``results/llm/sweep/<run>/`` (full) or ``results/llm/sweep_quick/<run>/``,
-  each with ``config.json`` and ``metrics.parquet`` or ``metrics.csv``; made by
-  ``python -m llm_runs.sweep``.
-* ``VERIFY``: ``results/verify/claims.json``; made by ``python -m bounds.verify``.
+  each with ``config.json`` and ``metrics.csv``; made by ``python -m llm_runs.sweep``.
+* ``VERIFY``: ``results/verify/claims.json``; made by ``python -m claims`` (``make verify-bounds``).
+* ``ABSTRACT``: ``results/verify/abstract.json``; made by ``python -m claims.abstract``.
+
+A run folder is read by :func:`read_run` only: its ``config.json`` and ``metrics.csv`` are
+parsed strictly (a bad line or a truncated file is an error naming the file and line) and
+its steps must be 0..T once each (a run with a duplicated or missing step is refused).
 """
 from __future__ import annotations
 
@@ -54,7 +60,7 @@ class Source:
             raise MissingResults(
                 f"missing results {self.name}: none of "
                 + ", ".join(str(results_root() / c) for c in self.candidates)
-                + f" exists; make them with `{self.command}` (or `make figures`, which runs it)")
+                + f" exists; make them with `{self.command}`")
         return p
 
     def is_quick(self) -> bool:
@@ -64,11 +70,12 @@ class Source:
 
 def Sim(name: str) -> Source:
     return Source(f"sim/{name}", (f"sim/{name}/results.parquet", f"sim/{name}-quick/results.parquet"),
-                  f"python -m simulators.sweep {name} --quick")
+                  f"python -m simulators.sweep {name}")
 
 
-TUNED = Source("sim/tuned_delay", ("sim/tuned_delay/results.parquet",), "python -m bounds.tuned_sweep")
-VERIFY = Source("verify/claims.json", ("verify/claims.json",), "python -m bounds.verify --quick")
+TUNED = Source("sim/tuned_delay", ("sim/tuned_delay/results.parquet",), "python -m simulators.tuned_sweep")
+VERIFY = Source("verify/claims.json", ("verify/claims.json",), "python -m claims")
+ABSTRACT = Source("verify/abstract.json", ("verify/abstract.json",), "python -m claims.abstract")
 
 
 class _LLMSource(Source):
@@ -86,7 +93,7 @@ class _LLMSource(Source):
         return None
 
 
-LLM = _LLMSource("llm sweep", ("llm/sweep", "llm/sweep_quick"), "python -m llm_runs.sweep --quick")
+LLM = _LLMSource("llm sweep", ("llm/sweep", "llm/sweep_quick"), "python -m llm_runs.sweep")
 
 
 def read_sim(source: Source, steps: bool = False) -> pd.DataFrame:
@@ -102,69 +109,142 @@ def read_sim(source: Source, steps: bool = False) -> pd.DataFrame:
     return df
 
 
-def read_claims() -> list[dict]:
+def read_json(path: Path):
+    """The JSON in ``path``; a truncated or garbled file is a ``ValueError`` naming it and the line."""
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+
+
+def read_claims_doc() -> dict:
+    """``claims.json`` as ``{"complete", "quick", "provenance", "claims": [rows]}`` (a bare list of rows,
+    the older format, is read as such a document with unknown provenance)."""
     path = VERIFY.require()
-    rows = json.loads(path.read_text())
+    doc = read_json(path)
+    if isinstance(doc, list):
+        doc = {"complete": len(doc) == 18, "quick": None, "provenance": None, "claims": doc}
+    rows = doc.get("claims") if isinstance(doc, dict) else None
     if not isinstance(rows, list) or not all(isinstance(r, dict) and {"id", "status"} <= set(r) for r in rows):
-        raise ValueError(f"{path} is not a list of claim objects with 'id' and 'status'")
-    return rows
+        raise ValueError(f"{path} is not a claims table (a list of claim objects with 'id' and 'status')")
+    return doc
+
+
+def read_claims() -> list[dict]:
+    return read_claims_doc()["claims"]
 
 
 def verify_was_quick() -> bool | None:
-    """Whether claims.json came from ``--quick`` (read from claims.md beside it; None if unknown)."""
-    md = VERIFY.require().with_suffix(".md")
-    return ("bounds.verify` --quick" in md.read_text()) if md.exists() else None
+    """Whether claims.json came from ``--quick`` (None if unknown)."""
+    return read_claims_doc().get("quick")
+
+
+def read_abstract() -> dict:
+    """``abstract.json``: ``{"claims": [{"text", "claim_ids", "verdict", "evidence"}], ...}``."""
+    path = ABSTRACT.require()
+    doc = read_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
+        raise ValueError(f"{path} is not the abstract's verdicts (an object with a 'claims' list)")  # noqa: TRY004 (bad file content)
+    return doc
 
 
 # ----------------------------------------------------------------------------------- LLM runs
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+def run_settings(cfg: dict) -> dict:
+    """The settings a run is plotted and ranked by, from its ``config.json`` ``config`` block.
 
-
-def _run_config(run: Path) -> dict:
-    """The settings of a run: ``config.json``'s ``config`` block (or the file itself)."""
-    j = _read_json(run / "config.json")
-    cfg = dict(j.get("config", j)) if isinstance(j, dict) else {}
+    An asynchronous run is placed at its staleness bound: ``delay`` is ``max_staleness``.
+    """
     mode = cfg.get("mode") or "controlled"
     delay = cfg.get("delay")
     if mode != "controlled" and cfg.get("max_staleness") is not None:
-        delay = cfg["max_staleness"]  # async runs are placed at their staleness bound
+        delay = cfg["max_staleness"]
     return {"estimator": cfg.get("estimator"), "delay": delay, "seed": cfg.get("seed"), "mode": mode,
             "eps": cfg.get("eps"), "steps": cfg.get("steps"), "group_size": cfg.get("group_size"),
             "heldout_size": cfg.get("heldout_size")}
 
 
-def _metrics_path(run: Path) -> Path | None:
-    for name in ("metrics.parquet", "metrics.csv"):
-        if (run / name).exists():
-            return run / name
-    return None
+def read_run_config(run: Path) -> dict:
+    """The ``config`` block of ``run/config.json`` (``ValueError`` naming the file if it is bad)."""
+    path = Path(run) / "config.json"
+    j = read_json(path)
+    cfg = j.get("config", j) if isinstance(j, dict) else None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path}: expected an object with a 'config' object")  # noqa: TRY004 (bad file content)
+    return dict(cfg)
+
+
+def read_metrics_csv(path: Path) -> pd.DataFrame:
+    """``metrics.csv`` parsed strictly: every line has the header's fields, ``step`` is an integer
+    and every other field a number or empty; otherwise ``ValueError`` naming the file and line."""
+    import csv
+
+    path = Path(path)
+    with path.open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows:
+        raise ValueError(f"{path}: empty file (no header)")
+    head, body = rows[0], rows[1:]
+    if not head or head[0] != "step":
+        raise ValueError(f"{path}, line 1: the header must start with 'step', got {head[:3]}")
+    data = []
+    for i, r in enumerate(body, start=2):
+        if not r:
+            continue
+        if len(r) != len(head):
+            raise ValueError(f"{path}, line {i}: {len(r)} fields, the header has {len(head)}")
+        try:
+            step = int(r[0])
+            vals = [float(v) if v != "" else math.nan for v in r[1:]]
+        except ValueError:
+            raise ValueError(f"{path}, line {i}: not a number in {','.join(r)[:120]!r}") from None
+        data.append([step, *vals])
+    df = pd.DataFrame(data, columns=head)
+    df["step"] = df["step"].astype(int) if len(df) else df["step"]
+    return df
+
+
+def check_steps(m: pd.DataFrame, path: Path, steps=None) -> None:
+    """Steps must be 0, 1, ..., k once each (k <= T = ``steps`` when known): ``ValueError`` otherwise."""
+    st = m["step"].to_numpy()
+    dup = sorted({int(x) for x in st[pd.Series(st).duplicated().to_numpy()]})
+    if dup:
+        raise ValueError(f"{path}: step(s) {dup[:5]} appear more than once (a corrupted run)")
+    if len(st) and (sorted(st) != list(range(len(st)))):
+        missing = sorted(set(range(int(max(st)) + 1)) - {int(x) for x in st})
+        raise ValueError(f"{path}: steps are not 0..{int(max(st))} once each (missing {missing[:5]})")
+    if steps is not None and len(st) and int(max(st)) > int(steps):
+        raise ValueError(f"{path}: step {int(max(st))} beyond the run's T = {steps}")
+
+
+def read_run(run: Path) -> tuple[dict, pd.DataFrame]:
+    """A run folder: ``(settings, metrics)``, both checked (see the module docstring)."""
+    run = Path(run)
+    cfg = read_run_config(run)
+    path = run / "metrics.csv"
+    if not path.exists():
+        raise MissingResults(f"{run}: no metrics.csv")
+    m = read_metrics_csv(path)
+    settings = run_settings(cfg)
+    check_steps(m, path, settings["steps"])
+    return settings, m
 
 
 def _run_index(root: Path) -> list[dict]:
-    """Run folders under ``root`` that have a config.json and a metrics file."""
+    """Run folders under ``root`` that have a config.json and a metrics.csv."""
     if not root.is_dir():
         return []
     out = []
     for run in sorted(p for p in root.iterdir() if p.is_dir()):
-        m = _metrics_path(run)
-        if m is None or not (run / "config.json").exists():
+        if not (run / "metrics.csv").exists() or not (run / "config.json").exists():
             continue
-        cfg = _run_config(run)
+        cfg = run_settings(read_run_config(run))
         if cfg["estimator"] is None or cfg["delay"] is None:
             continue
         done = (run / "summary.json").exists()
-        out.append({"run": run.name, "path": run, "metrics": m, "complete": done, **cfg})
+        out.append({"run": run.name, "path": run, "metrics": run / "metrics.csv", "complete": done, **cfg})
     return out
-
-
-def read_metrics_file(path: Path) -> pd.DataFrame:
-    return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
 
 
 def read_llm_runs() -> pd.DataFrame:
@@ -173,11 +253,12 @@ def read_llm_runs() -> pd.DataFrame:
     Columns: run, estimator, mode, delay, seed, eps, steps, complete, step and every metric
     column (``train/...``, ``eval/...``, ``stale/...``, ``perf/...``). A run is complete when
     its metrics reach step = steps (the final evaluation row) or it wrote ``summary.json``.
+    A run whose files are corrupt (duplicated steps, a garbage line) raises ``ValueError``.
     """
     root = LLM.require()
     frames = []
     for r in _run_index(root):
-        m = read_metrics_file(r["metrics"])
+        _, m = read_run(r["path"])
         if m.empty:
             continue
         complete = r["complete"] or (r["steps"] is not None and m["step"].max() >= r["steps"])
@@ -266,15 +347,6 @@ def combine_seeds(df: pd.DataFrame, by: list[str], value: str, se: str) -> pd.Da
     out[se] = g[se].apply(lambda s: float(np.sqrt(np.nansum(np.asarray(s, float) ** 2)) / max(len(s), 1)))
     out["n_seeds"] = g[value].size()
     return out.reset_index()
-
-
-def loglog_slope(x, y) -> float:
-    """Least-squares slope of log y against log x over the positive finite points."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 2:
-        return math.nan
-    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
 
 
 def source_note(df: pd.DataFrame) -> str:

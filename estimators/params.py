@@ -1,0 +1,104 @@
+"""The knobs of every estimator with one, each defined once: name, default, symbol, range.
+
+A scheme (:mod:`estimators.schemes`) or a token-level loss (:mod:`estimators.losses`) that
+takes knobs looks its :class:`Param` tuple up in :data:`PARAMS`; the trainer's config builds
+one named field per knob from the same entry (so its default and ``--help`` cannot drift
+from the estimator's). :func:`resolve` fills the defaults and refuses an unknown knob or a
+bad value with a ``ValueError`` naming it.
+
+Sources of the defaults (read from each method's own text or reference code):
+
+=============  ==========  =========  ===============================================================
+estimator      knob        default    source
+=============  ==========  =========  ===============================================================
+m2po           tau         0.04       M2PO (arXiv 2510.01161) tau_M2, "0.04 in every run";
+                                      AReaL ``examples/math/gsm8k_m2po.yaml`` ``m2_threshold: 0.04``
+cispo          eps_low     10.0       MiniMax-M1 (arXiv 2506.13585) eq. (4): eps_low^IS "large" (no
+                                      lower bound); verl ``examples/cispo_trainer`` clip_ratio_low=10
+cispo          eps_high    0.2        eps_high^IS; the paper tunes it without printing a value; verl's
+                                      reference CISPO run uses clip_ratio_high=0.2 (ScaleRL instead
+                                      caps the ratio at 5, i.e. eps_high = 4)
+opsm           delta       0.5        DeepSeek-V3.2 (arXiv 2512.02556) eq. (9) names delta without a
+                                      value; TRL ``off_policy_mask_threshold`` documents 0.5
+gspo           eps_low     3e-4       GSPO (arXiv 2507.18071) §5.1: left clip 3e-4
+gspo           eps_high    4e-4       GSPO §5.1: right clip 4e-4
+seq_tis_bn     C           2.0        verl ``rollout_is_threshold`` default (rollout_corr_helper.py)
+seq_mis        lo          0.5        verl ``decoupled_seq_is_rs`` rs_threshold "0.5_2.0" (seq_sum_k1)
+seq_mis        hi          2.0        same
+=============  ==========  =========  ===============================================================
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Param:
+    """One knob: ``lo``/``hi`` bound the value (``lo_open``/``hi_open``: strict)."""
+
+    name: str
+    default: float
+    symbol: str
+    doc: str
+    lo: float = 0.0
+    hi: float = math.inf
+    lo_open: bool = True
+    hi_open: bool = True
+
+    def check(self, value: Any, owner: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise ValueError(f"{owner}: {self.name} ({self.symbol}) must be a real number, got {value!r}")
+        v = float(value)
+        lo_ok = v > self.lo if self.lo_open else v >= self.lo
+        hi_ok = v < self.hi if self.hi_open else v <= self.hi
+        if not (math.isfinite(v) and lo_ok and hi_ok):
+            lo_b = "(" if self.lo_open else "["
+            hi_b = ")" if self.hi_open else "]"
+            raise ValueError(f"{owner}: {self.name} ({self.symbol}) must be a finite number in "
+                             f"{lo_b}{self.lo:g}, {self.hi:g}{hi_b}, got {value!r}")
+        return v
+
+
+PARAMS: dict[str, tuple[Param, ...]] = {
+    "m2po": (Param("tau", 0.04, "tau_M2", "M2PO: mask the tokens of largest (log r)^2 until the batch mean "
+                   "of (log r)^2 over the rest is <= tau"),),
+    "cispo": (Param("eps_low", 10.0, "epsilon_low^IS", "CISPO: lower clip of the detached token ratio, "
+                    "1 - eps_low (>= 1: no lower bound)"),
+              Param("eps_high", 0.2, "epsilon_high^IS", "CISPO: upper clip of the detached token ratio, 1 + eps_high")),
+    "opsm": (Param("delta", 0.5, "delta", "OPSM: drop a sequence with A < 0 whose mean token log(pi_b / pi_theta) "
+                   "exceeds delta"),),
+    "gspo": (Param("eps_low", 3e-4, "epsilon_low (GSPO)", "GSPO: lower clip of the sequence ratio, 1 - eps_low",
+                   hi=1.0),
+             Param("eps_high", 4e-4, "epsilon_high (GSPO)", "GSPO: upper clip of the sequence ratio, 1 + eps_high")),
+    "seq_tis_bn": (Param("C", 2.0, "C", "seq_tis_bn: truncation level of the sequence ratio before the batch "
+                         "normalisation"),),
+    "seq_mis": (Param("lo", 0.5, "w_lo", "seq_mis: keep a sequence when w_lo <= w <= w_hi", lo_open=False),
+                Param("hi", 2.0, "w_hi", "seq_mis: upper end of the kept ratio interval")),
+}
+"""Knobs per estimator name (trajectory schemes and token-level losses alike)."""
+
+
+def params_of(name: str) -> tuple[Param, ...]:
+    return PARAMS.get(name, ())
+
+
+def defaults(name: str) -> dict[str, float]:
+    return {p.name: p.default for p in params_of(name)}
+
+
+def resolve(name: str, given: dict | None) -> dict[str, float]:
+    """Defaults of ``name``'s knobs updated by ``given``; every value checked."""
+    specs = {p.name: p for p in params_of(name)}
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(specs))
+    if unknown:
+        valid = ", ".join(specs) if specs else "none"
+        raise ValueError(f"{name!r} takes no option(s) {unknown}; its options: {valid}")
+    out = {k: p.check(given.get(k, p.default), repr(name)) for k, p in specs.items()}
+    if name == "seq_mis" and not out["lo"] < out["hi"]:
+        raise ValueError(f"'seq_mis': needs lo < hi (a non-empty kept interval), got lo = {out['lo']!r}, "
+                         f"hi = {out['hi']!r}")
+    return out

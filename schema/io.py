@@ -1,0 +1,102 @@
+"""Atomic writes: a reader never sees a half-written file, a crash never leaves one.
+
+Every results file is written to a temporary file in the same folder and renamed over the
+target (``os.replace`` is atomic on one file system).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def atomic(path, write) -> Path:
+    """``write(tmp)`` to a temporary file beside ``path``, then rename it over ``path``."""
+    path = Path(path)
+    tmp = _tmp(path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def write_text(path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically."""
+    return atomic(path, lambda tmp: tmp.write_text(text))
+
+
+def write_bytes(path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically."""
+    return atomic(path, lambda tmp: tmp.write_bytes(data))
+
+
+def write_json(path, obj, indent: int = 2) -> Path:
+    """``json.dumps(obj)`` to ``path`` atomically (non-JSON values as ``str``)."""
+    return write_text(path, json.dumps(obj, indent=indent, default=str, ensure_ascii=False) + "\n")
+
+
+def write_parquet(path, df) -> Path:
+    """A pandas DataFrame to ``path`` as parquet, atomically."""
+    return atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
+
+
+def check_writable(path) -> Path:
+    """Raise ``PermissionError``/``IsADirectoryError`` now if ``path`` could not be written later.
+
+    The nearest existing parent folder must be writable (missing folders are created at
+    write time) and ``path`` itself must not be a folder.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder, not a file")
+    parent = path.parent
+    while not parent.exists():
+        if parent.parent == parent:
+            break
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(f"cannot write {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise PermissionError(f"cannot write {path}: permission denied")
+    return path
+
+
+def same_settings_or_move_aside(out, cfg: dict, keys, force: bool = False) -> bool:
+    """Guard a results folder ``out`` against mixing settings.
+
+    ``True`` if ``out/config.json`` records the same ``cfg[k]`` for every ``k`` in ``keys``
+    (resume or nothing to do), ``False`` if there is no ``config.json``. With other settings:
+    ``ValueError`` naming the folder, or, with ``force``, the folder is renamed to
+    ``<out>.old-<time>`` (never deleted) and ``False`` is returned.
+    """
+    import time
+
+    out = Path(out)
+    path = out / "config.json"
+    if not path.exists():
+        return False
+    try:
+        old = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not valid JSON ({e}); move the folder aside or choose another --out") from None
+
+    def canon(v):
+        return json.dumps(v, sort_keys=True, default=str)
+
+    if all(canon(old.get(k)) == canon(cfg.get(k)) for k in keys):
+        return True
+    if not force:
+        raise ValueError(f"{out} holds results made with other settings (see its config.json); rerun with --force "
+                         "to move it aside, or choose another --out")
+    aside = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.rename(aside)
+    print(f"moved the old results to {aside}", file=sys.stderr)
+    return False

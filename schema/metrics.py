@@ -1,0 +1,41 @@
+"""Metric names shared by every LLM trainer: the toolkit's trainer, the verl plugin and the TRL adapter.
+
+Importance-ratio diagnostics (:func:`estimators.diagnostics`, always on the raw, uncapped
+trajectory ratios w) are logged under ``stale/`` with these names, everywhere.
+"""
+from __future__ import annotations
+
+STALE = {  # estimators.diagnostics key -> metric name
+    "ess_frac_mean": "stale/ess",  # mean over groups of ESS/G = (sum w)^2 / (G sum w^2)
+    "ess_frac_min": "stale/ess_min",
+    "mass_mean": "stale/mass_mean",  # group mass mean_i w_i, mean over groups
+    "mass_max": "stale/mass_max",
+    "frac_groups_capped": "stale/mass_cap_frac",  # fraction of groups with mass > 1+eps (GMC capping active)
+    "gmc_lambda_mean": "stale/gmc_lambda_mean",  # mean GMC scale lambda
+    "frac_clipped": "stale/clip_frac",  # fraction of trajectories with w > 1+eps (TIC clipped / masked)
+    "log_ratio_mean": "stale/log_ratio_mean",  # mean of log w over the batch
+    "log_ratio_abs_mean": "stale/log_ratio_abs_mean",
+    "log_ratio_max": "stale/log_ratio_max",
+    "log_ratio_min": "stale/log_ratio_min",
+}
+
+
+def stale_metrics(diagnostics: dict, prefix: str = "") -> dict[str, float]:
+    """``{prefix + name: value}`` for every diagnostic, named by :data:`STALE` (a key not in it is
+    logged as ``stale/<key>``); verl passes ``prefix="actor/"``."""
+    return {prefix + STALE.get(k, f"stale/{k}"): float(v) for k, v in diagnostics.items()}
+
+
+ESTIMATOR_LABELS = {
+    "gmc": "GMC", "tic_mask": "TIC-mask", "tic_trunc": "TIC-trunc", "is": "IS", "stale": "stale ($c=1$)",
+    "snis": "SNIS", "tic_ppo": "TIC-PPO", "token_clip": "token GRPO (clip)", "gspo": "GSPO",
+    "topr": "TOPR", "seq_tis_bn": "seq. TIS + batch norm", "seq_mis": "seq. MIS", "cispo": "CISPO", "m2po": "M2PO",
+    "opsm": "OPSM",
+}
+"""estimator name (``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> display name."""
+
+
+def estimator_label(name: str, mode: str | None = None) -> str:
+    """``GMC``, ``TIC-mask (async)``: the display name of an estimator run in ``mode``."""
+    base = ESTIMATOR_LABELS.get(name, name)
+    return base if mode in (None, "", "controlled") else f"{base} ({mode})"

@@ -1,0 +1,122 @@
+"""The import graph of the toolkit's packages points down only and has no cycle.
+
+Every ``import``/``from ... import`` of every module (function-level imports included) and
+every ``importlib.import_module``/``__import__`` call with a literal (or literal-prefixed)
+name counts. Layers, bottom to top::
+
+    estimators, bounds      pure math
+    schema                  the results contract
+    simulators, llm_runs    producers
+    claims                  claim checks and verdicts
+    figures                 readers
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = {"estimators": 0, "bounds": 0, "schema": 1, "simulators": 2, "llm_runs": 2, "claims": 3, "figures": 4}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _resolve(module: str, level: int, current: str, is_pkg: bool) -> str:
+    if level == 0:
+        return module
+    base = current.split(".")
+    base = base if is_pkg else base[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+def imports_of(path: Path) -> list[tuple[str, int]]:
+    """``(imported module, line)`` for every import in ``path``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    current, is_pkg = _module_name(path), path.name == "__init__.py"
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append((_resolve(node.module or "", node.level, current, is_pkg), node.lineno))
+        elif isinstance(node, ast.Call) and node.args:
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name not in ("import_module", "__import__"):
+                continue
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                out.append((arg.value, node.lineno))
+            elif isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+                out.append((str(arg.values[0].value).rstrip("."), node.lineno))
+    return out
+
+
+def package_edges() -> dict[tuple[str, str], list[str]]:
+    edges: dict[tuple[str, str], list[str]] = {}
+    for pkg in LAYERS:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            for mod, line in imports_of(path):
+                top = mod.split(".")[0]
+                if top in LAYERS and top != pkg:
+                    edges.setdefault((pkg, top), []).append(f"{path.relative_to(ROOT)}:{line} imports {mod}")
+    return edges
+
+
+def test_every_package_is_scanned():
+    for pkg in LAYERS:
+        assert (ROOT / pkg / "__init__.py").is_file(), pkg
+
+
+def test_imports_point_down_only():
+    bad = [w for (src, dst), where in package_edges().items() if LAYERS[dst] >= LAYERS[src] for w in where]
+    assert not bad, "upward or sideways imports:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle_between_packages():
+    graph: dict[str, set[str]] = {p: set() for p in LAYERS}
+    for src, dst in package_edges():
+        graph[src].add(dst)
+    state: dict[str, int] = {}
+
+    def visit(n, stack):
+        state[n] = 1
+        for m in graph[n]:
+            if state.get(m) == 1:
+                pytest.fail("import cycle: " + " -> ".join(stack + [n, m]))
+            if m not in state:
+                visit(m, stack + [n])
+        state[n] = 2
+
+    for n in graph:
+        if n not in state:
+            visit(n, [])
+
+
+def test_the_scanner_sees_every_kind_of_import(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("import a.b\nfrom c import d\nimport importlib\n"
+                   "def f():\n    from e import g\n    importlib.import_module('h.i')\n"
+                   "    importlib.import_module(f'j.{x}')\n    __import__('k')\n")
+    global ROOT
+    old, ROOT = ROOT, tmp_path
+    try:
+        found = {m for m, _ in imports_of(src)}
+    finally:
+        ROOT = old
+    assert found == {"a.b", "c", "importlib", "e", "h.i", "j", "k"}
+
+
+def test_figures_start_no_program():
+    for path in (ROOT / "figures").rglob("*.py"):
+        mods = {m.split(".")[0] for m, _ in imports_of(path)}
+        assert "subprocess" not in mods, path
