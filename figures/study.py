@@ -2,9 +2,9 @@
 
     python -m figures.study [--root results/llm/study] [--json results/llm/study/verdicts.json]
 
-Reads every run folder under ``root`` (``config.json``, ``metrics.csv``), computes per run the
-final held-out pc, the area under its pc curve and the stability flag
-(:func:`figures.data.run_summary`, :data:`figures.data.UNSTABLE_RULE`), forms paired differences
+Reads every run folder under ``root`` through :func:`schema.results.read_run`, computes per run
+the final held-out pc, the area under its pc curve and the stability flag
+(:func:`schema.results.run_summary`, :data:`schema.results.UNSTABLE_RULE`), forms paired differences
 across estimators of one seed, and prints a verdict (CONFIRMED / REFUTED / INCONCLUSIVE) for
 each hypothesis with its numbers. Every constant of the rule is a module constant below, so
 the file and the pre-registration cannot drift apart (the pre-registration quotes them).
@@ -35,32 +35,28 @@ MIN_COLLAPSES = 5  # H4 needs at least this many collapsed runs
 # --------------------------------------------------------------------------- reading
 
 
-def horizon_of(cfg: dict) -> str:
-    """``short`` / ``long`` from a run's settings (:data:`llm_runs.study.HORIZONS`), else the task name."""
-    task = cfg.get("task")
-    return {"arithmetic": "short", "scratchpad": "long"}.get(task, str(task))
-
-
 def read_runs(root: str | Path) -> pd.DataFrame:
-    """One row per run under ``root``: settings, final pc, AUC of pc, stability, collapse timing."""
-    from .data import read_metrics_file, run_summary
+    """One row per run under ``root`` (read by :func:`schema.results.read_run`): settings, horizon,
+    final pc, AUC of pc, stability (:func:`schema.results.run_summary`), collapse timing."""
+    from llm_runs.study import horizon_of
+    from schema.results import read_run, read_run_config, run_summary
 
     rows = []
-    for run in sorted(p for p in Path(root).iterdir() if (p / "config.json").is_file() and (p / "metrics.csv").is_file()):
-        cfg = json.loads((run / "config.json").read_text())["config"]
-        m = read_metrics_file(run / "metrics.csv")
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"{root} is not a folder of study runs (make them with `python -m llm_runs.study`)")
+    for run in sorted(p for p in root.iterdir() if (p / "config.json").is_file() and (p / "metrics.csv").is_file()):
+        settings, m = read_run(run)
         if m.empty:
             continue
-        steps = int(cfg["steps"])
+        steps = int(settings["steps"])
         complete = bool(m["step"].max() >= steps)
-        meta = {"run": run.name, "estimator": cfg["estimator"], "mode": cfg.get("mode", "controlled"),
-                "delay": cfg["delay"], "seed": cfg["seed"], "eps": cfg["eps"], "steps": steps,
-                "heldout_size": cfg["heldout_size"], "complete": complete}
+        meta = {**settings, "run": run.name, "steps": steps, "complete": complete}
         verdict = run_summary(m.assign(**meta)).iloc[0]
         ev = m.dropna(subset=["eval/heldout_pc"]).sort_values("step")
         pc, t = ev["eval/heldout_pc"].to_numpy(float), ev["step"].to_numpy(float)
         auc = float(np.trapezoid(pc, t) / (t[-1] - t[0])) if len(t) > 1 and t[-1] > t[0] else math.nan
-        rows.append({**meta, "horizon": horizon_of(cfg), "pc0": float(pc[0]), "pc_final": float(pc[-1]), "auc": auc,
+        rows.append({**meta, "horizon": horizon_of(read_run_config(run)), "pc0": float(pc[0]), "pc_final": float(pc[-1]), "auc": auc,
                      "stable": bool(verdict["stable"]), **collapse_timing(m)})
     if not rows:
         raise ValueError(f"no run folder (config.json + metrics.csv) under {root}")

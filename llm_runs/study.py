@@ -55,13 +55,20 @@ one-digit operands with every partial sum written out, ``08,17,...`` (H = 18 tok
 ESTIMATORS = ("gmc", "is", "tic_mask", "tic_trunc", "token_clip", "gspo", "m2po", "cispo", "topr", "opsm",
               "seq_tis_bn")
 
-STEP_COST_S = {"short": 0.05, "long": 0.20}
-"""Seconds per update (rollout + update, evaluation amortised) of one run with another running
-beside it, from the pilot (``--cost-from results/llm/pilot`` recomputes them)."""
-EVAL_COST_S = {"short": 0.3, "long": 1.0}
-"""Seconds per held-out evaluation (200 problems)."""
+STEP_COST_S = {"short": 0.121, "long": 0.532}
+"""Median seconds per update (rollout + update) measured by the pilots (``--cost-from
+results/llm/pilot`` and ``results/llm/pilot_short`` recompute them), one run at a time on the
+2-core machine while it was shared (load about 5): long 0.23 s rollout + 0.30 s update."""
+EVAL_COST_S = {"short": 0.19, "long": 0.59}
+"""Median seconds per held-out evaluation (200 problems), same pilots."""
 RUN_OVERHEAD_S = 8.0
 """Process start, model load, final checkpoint and summary of one run."""
+
+
+def horizon_of(config: dict) -> str:
+    """The :data:`HORIZONS` label of a run's settings (its task), else the task name itself."""
+    label = {v["task"]: k for k, v in HORIZONS.items()}
+    return label.get(config.get("task"), str(config.get("task")))
 
 
 @dataclass(frozen=True)
@@ -109,10 +116,10 @@ class Study:
 
 
 STUDIES = {
-    "primary": Study("primary", "results/llm/study", STUDY_BASE, HORIZONS, ESTIMATORS, delays=(4, 16, 64),
+    "primary": Study("primary", "results/llm/study", STUDY_BASE, HORIZONS, ESTIMATORS, delays=(16, 64),
                      seeds=tuple(range(10)),
-                     doc="11 estimators x delays 4, 16, 64 + stale at 64 + one delay-0 run, x short and long "
-                         "horizon, x 10 paired seeds (700 runs of 200 updates)"),
+                     doc="11 estimators x delays 16, 64 + stale at 64 + one delay-0 run, x short and long "
+                         "horizon, x 10 paired seeds (480 runs of 200 updates)"),
     "pilot": Study("pilot", "results/llm/pilot", STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1, 2),
                    floor=(), doc="delay 0, long horizon, 3 seeds: the learning curve, step costs and seed spread"),
     "pilot_short": Study("pilot_short", "results/llm/pilot_short", STUDY_BASE, {"short": HORIZONS["short"]}, (),
@@ -128,12 +135,12 @@ def measured_costs(folder: str | Path) -> tuple[dict, dict]:
     median ``perf/step_s`` and ``perf/eval_s`` (the horizon is read from the run's task)."""
     import pandas as pd
 
+    from schema.results import read_run_config
+
     steps, evals = {}, {}
-    label_of = {v["task"]: k for k, v in HORIZONS.items()}
     for run in sorted(Path(folder).glob("*/metrics.csv")):
-        stored = json.loads((run.parent / "config.json").read_text())["config"]
-        h = label_of.get(stored["task"])
-        if h is None:
+        h = horizon_of(read_run_config(run.parent))
+        if h not in HORIZONS:
             continue
         m = pd.read_csv(run)
         steps.setdefault(h, []).extend(m["perf/step_s"].dropna().tolist())

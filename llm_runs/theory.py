@@ -14,7 +14,9 @@ Per update (columns of :data:`llm_runs.metrics.COLUMNS`):
   Empty for losses that have no trajectory weight (token-level baselines).
 * ``stale/mass_bias_bound``: THEORY §3's bound on that m evaluated at the estimated chi^2 (and
   mu_4): :data:`SCHEME_BOUNDS` names the lambdified twin (:func:`bounds.numeric.twin`) per
-  scheme. Empty for schemes without one (IS: m = 0 exactly).
+  scheme. Empty for schemes without one (IS: m = 0 exactly). The plug-in chi^2 of a batch can
+  be negative (a heavy right tail under-sampled); the bound is then evaluated at 0, so such a
+  batch with a positive realised mass bias counts as one where the plug-in bound fails.
 * ``train/grad_cos``: cosine between this update's gradient estimate and the previous one's;
   ``train/update_cos``: cosine between consecutive parameter changes theta_{t+1} - theta_t
   (the optimiser's actual steps). Both are empty on the first update and around a skipped
@@ -41,8 +43,9 @@ def mass_bias_bound(scheme: str, chi2: float, mu4: float, G: int, eps: float) ->
     from bounds.numeric import twin
 
     name = SCHEME_BOUNDS.get(scheme)
-    if name is None or not (math.isfinite(chi2) and chi2 >= 0):
+    if name is None or not math.isfinite(chi2):
         return math.nan
+    chi2 = max(chi2, 0.0)  # a negative estimate (few samples, heavy tail) is clamped: the bound is then 0
     f = twin(name)
     args = {"sigma2": chi2, "mu4": mu4, "G": G, "eps": eps}
     if "mu4" in f.params and not (math.isfinite(mu4) and mu4 >= 0):
