@@ -14,12 +14,12 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all setup verify-bounds abstract tuned-sweep test figures report llm-smoke llm-sweep sim-sweeps bench lint clean-venv help
+.PHONY: all setup verify-bounds abstract tuned-sweep test figures report llm-smoke llm-sweep llm-study sim-sweeps bench lint clean-venv help
 
 help:
 	@echo "make verify-bounds   check every claim of THEORY.md, print the table"
 	@echo "make test            run the whole test suite"
-	@echo "make figures | report | llm-smoke | llm-sweep | sim-sweeps | tuned-sweep | bench | lint"
+	@echo "make figures | report | llm-smoke | llm-sweep | llm-study | sim-sweeps | tuned-sweep | bench | lint"
 	@echo "make all             every producer, then the figures and the report"
 
 $(STAMP): pyproject.toml Makefile
@@ -56,6 +56,9 @@ figures: $(STAMP)
 
 report: abstract figures
 	$(PY) -m figures.report
+
+llm-study: $(STAMP)
+	$(PY) -m llm_runs.study
 
 llm-smoke: $(STAMP)
 	$(PY) -m llm_runs.smoke

@@ -257,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{h}: {r['verdict']}  " + json.dumps({k: v for k, v in r.items() if k != 'verdict'}, default=float))
     print(differences_table(runs).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=2, default=float))
+        from schema.io import write_json
+
+        write_json(args.json, json.loads(json.dumps(res, default=float)))
     return 0
 
 

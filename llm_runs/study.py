@@ -27,9 +27,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .sweep import Cell, run_sweep
@@ -145,7 +144,7 @@ def measured_costs(folder: str | Path) -> tuple[dict, dict]:
         m = pd.read_csv(run)
         steps.setdefault(h, []).extend(m["perf/step_s"].dropna().tolist())
         evals.setdefault(h, []).extend(m["perf/eval_s"].dropna().tolist())
-    med = lambda x: float(pd.Series(x).median())  # noqa: E731
+    med = lambda x: float(pd.Series(x).median())
     if not steps:
         raise ValueError(f"no finished study or pilot run under {folder} to measure step costs from")
     return {h: med(v) for h, v in steps.items()}, {h: med(v) for h, v in evals.items()}
@@ -196,9 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         est = estimate_seconds(cells, args.jobs, step_cost, eval_cost)
         missing = missing_estimators(study)
         if args.dry_run:
-            from .sweep import run_state
-
             from .config import resolve_config
+            from .sweep import run_state
 
             for c in cells:
                 if c.estimator in missing:

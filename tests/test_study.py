@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from llm_runs.tasks import ArithmeticTask, ScratchpadTask, build_task
-from llm_runs.theory import SCHEME_BOUNDS, DirectionTracker, mass_bias_bound, ratio_metrics
+from llm_runs.theory import (
+    SCHEME_BOUNDS,
+    DirectionTracker,
+    mass_bias_bound,
+    ratio_metrics,
+)
 
 # --------------------------------------------------------------------------- task
 
@@ -131,7 +136,7 @@ def test_direction_tracker_cosines_and_state_round_trip():
     assert second["train/update_cos"] == pytest.approx(-1.0)
     clone = DirectionTracker()
     clone.load_state_dict(tr.state_dict())
-    tr2, tr = tr, clone
+    tr = clone  # the closure step() now drives the restored tracker
     third = step([0.0, 2.0], [1.0, 1.0])
     assert third["train/grad_cos"] == pytest.approx(1 / math.sqrt(2)) and third["train/update_cos"] == pytest.approx(-1.0)
     tr.before(model)
@@ -164,7 +169,14 @@ def test_decode_loop_emits_what_generate_emits(cache):
     from transformers import GenerationConfig, LogitsProcessorList
 
     from llm_runs.presets import load_pretrained
-    from llm_runs.rollout import SeededSampler, decode, encode_prompts, eos_ids, key_uniforms, sample_keys
+    from llm_runs.rollout import (
+        SeededSampler,
+        decode,
+        encode_prompts,
+        eos_ids,
+        key_uniforms,
+        sample_keys,
+    )
     from llm_runs.warmstart import get_warm_start
 
     cfg = _tiny(cache)
