@@ -1,4 +1,4 @@
-"""Symbolic bounds of THEORY.md (sympy), their numeric twins, and the claims checker.
+"""Symbolic bounds of THEORY.md (sympy) and their numeric twins.
 
 * :mod:`bounds.symbols`     every symbol, declared once with its assumptions
 * :mod:`bounds.assumptions` §1: A1-A5 constants and the drift lemma
@@ -6,7 +6,9 @@
 * :mod:`bounds.delay`       §4: Lemma 3, Theorem 2's delay terms, Corollary 3
 * :mod:`bounds.exponents`   exponent of a variable in an expression, derived by sympy
 * :mod:`bounds.numeric`     ``twin(name)``: the lambdified numeric twin of a bound
-* :mod:`bounds.claims`      the 18 claims of §5; ``python -m bounds.verify`` prints the table
+* :mod:`bounds.tuning`      Corollary 3's step size, tuned numerically on the twin of its objective
+
+The claims of §5 that these bounds state are checked by :mod:`claims` (``python -m claims``).
 
 The bounds are THEORY.md's reconstruction ([R]), not the paper's text.
 """

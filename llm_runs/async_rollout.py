@@ -58,6 +58,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from schema.io import atomic
+
 from .delay import RolloutSourceError, prompts_at, register_rollout_source
 from .rollout import RolloutBatch, sample_groups, sample_keys
 
@@ -100,9 +102,11 @@ class _WorkerSpec:
 def _save_batch(batch: RolloutBatch, path: str) -> None:
     arrays = {f.name: getattr(batch, f.name).cpu().numpy() for f in fields(batch)
               if isinstance(getattr(batch, f.name), torch.Tensor)}
-    with open(path + ".tmp", "wb") as fh:
-        np.savez(fh, group_size=np.int64(batch.group_size), **arrays)
-    os.replace(path + ".tmp", path)
+    def write(tmp):
+        with open(tmp, "wb") as fh:
+            np.savez(fh, group_size=np.int64(batch.group_size), **arrays)
+
+    atomic(path, write)
 
 
 def _load_batch(path: str, device) -> RolloutBatch:

@@ -18,6 +18,7 @@ import math
 import os
 from pathlib import Path
 
+from schema.io import write_text
 from schema.metrics import STALE
 
 COLUMNS = [
@@ -103,9 +104,7 @@ class MetricsWriter:
         """Keep only rows with ``step < step``; returns how many rows were kept."""
         lines = self.path.read_text().splitlines(keepends=True)
         kept = [ln for ln in lines[1:] if ln.strip() and int(ln.split(",", 1)[0]) < step]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(lines[0] + "".join(kept))
-        os.replace(tmp, self.path)
+        write_text(self.path, lines[0] + "".join(kept))
         return len(kept)
 
     def write(self, row: dict) -> None:

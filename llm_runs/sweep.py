@@ -183,7 +183,13 @@ SUMMARY_COLUMNS = ["run", "estimator", "mode", "delay", "seed", "steps", "steps_
 def summarize_run(run: Path, cell: Cell, steps_planned: int) -> dict | None:
     """One summary row for a run folder (None: no metrics yet). ``stable`` is
     :func:`schema.results.run_summary`'s rule, so the table and the figures agree."""
-    from schema.results import read_run, read_run_config, run_settings, run_summary
+    from schema.results import (
+        read_json,
+        read_run,
+        read_run_config,
+        run_settings,
+        run_summary,
+    )
 
     if not (run / "metrics.csv").is_file():
         return None
@@ -218,7 +224,7 @@ def summarize_run(run: Path, cell: Cell, steps_planned: int) -> dict | None:
                 "nonfinite": bool(verdict["nonfinite"]), "collapsed": bool(verdict["collapsed"])})
     wall = math.nan
     if complete:
-        wall = float(json.loads((run / "summary.json").read_text()).get("wall_s", math.nan))
+        wall = float(read_json(run / "summary.json").get("wall_s", math.nan))
     row["wall_s"] = wall
     return row
 

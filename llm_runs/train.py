@@ -63,7 +63,7 @@ import torch
 
 from schema.io import write_json
 from schema.provenance import git_commit, package_versions
-from schema.results import read_run, read_run_config
+from schema.results import read_json, read_run, read_run_config
 
 from .config import TrainConfig, config_diff, config_fields, resolve_config
 from .delay import ROLLOUT_SOURCES, RolloutSourceError
@@ -152,7 +152,7 @@ class Trainer:
         if not self.resume:
             _write_json(self.out / "config.json", self.info)
         else:
-            self.info = {**json.loads((self.out / "config.json").read_text()), "resumed": self.info["created"]}
+            self.info = {**read_json(self.out / "config.json"), "resumed": self.info["created"]}
         if cfg.top_k or cfg.top_p < 1.0:
             warn_truncation(cfg.top_k, cfg.top_p)
         self.task = build_task(cfg)

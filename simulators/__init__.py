@@ -10,8 +10,9 @@ The empirical half of the verification (THEORY.md §5-§6). One folder per envir
 Shared pieces: :mod:`simulators.core` (enumeration, Monte Carlo, the per-sample closed
 forms), :mod:`simulators.delay` (static delay and asynchronous SGD),
 :mod:`simulators.theory` (bounds/' numeric twins), :mod:`simulators.sweep`
-(``python -m simulators.sweep NAME``), :mod:`simulators.checks` (claims for
-``make verify-bounds``) and :mod:`simulators.bench`. Every weight comes from
+(``python -m simulators.sweep NAME``), :mod:`simulators.tuned_sweep` (Corollary 3's tuned
+delay term) and :mod:`simulators.bench`. The claims of ``make verify-bounds`` that use them
+live in :mod:`claims`. Every weight comes from
 :func:`estimators.weights`.
 
 >>> from simulators import bandit

@@ -99,7 +99,7 @@ def main(argv=None) -> int:
         print(f"tuned_delay: {res_path} is up to date (same settings); nothing to do")
         return 0
     t0 = time.perf_counter()
-    df = run(progress=not a.no_progress)
+    df = run(SETTINGS, progress=not a.no_progress)
     out.mkdir(parents=True, exist_ok=True)
     write_json(cfg_path, cfg, indent=1)
     write_parquet(res_path, df)

@@ -89,8 +89,7 @@ def async_table(schemes=("gmc", "tic_mask", "is"), delays=(0, 4, 16), T=5, seeds
     return pd.DataFrame(runs + steps)
 
 
-LLM_COLUMNS = ["step", "train/reward_mean", "train/loss", "train/grad_norm", "train/update_skipped", "stale/ess",
-               "stale/mass_cap_frac", "stale/clip_frac", "stale/log_ratio_abs_mean", "eval/heldout_acc"]
+from llm_runs.metrics import COLUMNS as LLM_COLUMNS
 
 
 def write_llm_runs(root: Path, estimators=("gmc", "tic_mask", "token_clip"), delays=(0, 8), seeds=(0, 1), steps=20,
@@ -239,6 +238,10 @@ def test_f6_lines(llm_df):
     fig = mod("f6_llm_accuracy").plot(llm_df)
     assert len(fig.axes) == 2
     assert n_series(fig) == 3 + 4  # d=0: 3 controlled; d=8: 3 controlled + async GMC
+    x, y = line(fig, "d8", "gmc", "controlled")  # seed mean of the held-out accuracy at each evaluation
+    ev = llm_df[(llm_df.estimator == "gmc") & (llm_df["mode"] == "controlled") & (llm_df.delay == 8)]
+    want = ev.dropna(subset=["eval/heldout_acc"]).groupby("step")["eval/heldout_acc"].mean()
+    np.testing.assert_allclose(x, want.index) and np.testing.assert_allclose(y, want.values)
 
 
 def test_f7_lines_and_stability(llm_df):
@@ -261,6 +264,10 @@ def test_f8_lines(llm_df):
     fig = mod("f8_llm_diagnostics").plot(llm_df)
     assert len(fig.axes) == 4
     assert n_series(fig) == 4 * 4  # 4 diagnostics x (3 controlled + async GMC)
+    _, y = line(fig, "stale/mass_cap_frac", "gmc", "controlled")  # the synthetic runs log 0.01 d at every step
+    np.testing.assert_allclose(y, [0.0, 0.08])
+    _, y = line(fig, "stale/ess", "tic_mask", "controlled")
+    np.testing.assert_allclose(y, [1.0, 0.92])
 
 
 def test_unstable_by_accuracy_drop(results):

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimators import SCHEMES
-
 from .._rows import MOMENT_COLUMNS, moment_rows
 from ..sweep import Sweep, derive_seed
 from .env import SoftmaxBandit, rare_arm_instance
