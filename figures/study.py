@@ -244,11 +244,13 @@ def differences_table(runs: pd.DataFrame, reference: str = "gmc", metric: str = 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m figures.study", description=__doc__.split("\n\n")[0])
-    p.add_argument("--root", default="results/llm/study", help="the study's run folders")
+    p.add_argument("--root", default=None, help="the study's run folders (default: llm/study under the results root)")
     p.add_argument("--json", default=None, help="also write the verdicts here")
     args = p.parse_args(argv)
+    from schema.results import results_root
+
     try:
-        runs = read_runs(args.root)
+        runs = read_runs(args.root or results_root() / "llm" / "study")
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -100,6 +100,12 @@ class Study:
     def settings(self) -> dict:
         return json.loads(json.dumps({k: v for k, v in dataclasses.asdict(self).items() if k not in ("out", "doc")}))
 
+    def default_out(self) -> Path:
+        """``out`` under the results root (``GMC_RESULTS`` or ``results/``)."""
+        from schema.results import results_root
+
+        return results_root() / Path(self.out).relative_to("results")
+
     def cells(self) -> list[StudyCell]:
         """Seed-major: all runs of seed s (both horizons) before any run of seed s + 1."""
         cells = []
@@ -188,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     study = STUDIES[args.grid]
-    out = Path(args.out or study.out)
+    out = Path(args.out) if args.out else study.default_out()
     try:
         cells = study.cells()
         step_cost, eval_cost = measured_costs(args.cost_from) if args.cost_from else (None, None)

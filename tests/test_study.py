@@ -248,6 +248,14 @@ def test_primary_grid_is_seed_major_paired_and_runs_delay_zero_once():
     assert all({k: o[k] for k in shared} == {k: same_seed[0][k] for k in shared} for o in same_seed)
 
 
+def test_study_folders_honour_the_results_root(tmp_path, monkeypatch):
+    from llm_runs.study import STUDIES
+
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+    assert STUDIES["primary"].default_out() == tmp_path / "llm" / "study"
+    assert STUDIES["pilot"].default_out() == tmp_path / "llm" / "pilot"
+
+
 def test_dry_run_prices_the_plan_and_names_missing_estimators(capsys):
     from llm_runs.study import STUDIES, estimate_seconds, main, missing_estimators
 
