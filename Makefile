@@ -1,11 +1,21 @@
 # GMC-GRPO toolkit. The Makefile owns set-up: every target depends on the venv stamp,
 # so a fresh clone needs only `make verify-bounds` or `make test`.
+# Two environments, each `pip check` clean (asserted when it is built):
+#   .venv       the toolkit, TRL and Ray (no verl)
+#   .venv-verl  the toolkit and verl 0.9.1 with all its dependencies (no TRL: TRL 1.16 breaks
+#               verl's model build, verl/models/transformers/monkey_patch.py imports a class
+#               TRL no longer has)
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed-stamp
+VERL_VENV := .venv-verl
+VPY := $(VERL_VENV)/bin/python
+VPIP := $(VERL_VENV)/bin/pip
+VERL_STAMP := $(VERL_VENV)/.installed-stamp
+COMMA := ,
 # torch is pinned everywhere: an unpinned torch pulls a multi-GB CUDA build.
 TORCH := torch==2.13.0
 export OMP_NUM_THREADS ?= 1
@@ -14,32 +24,47 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all setup verify-bounds abstract tuned-sweep test figures report llm-smoke llm-sweep llm-study sim-sweeps bench lint clean-venv help
+.PHONY: all setup setup-verl verify-bounds abstract tuned-sweep test test-main test-verl figures report llm-smoke llm-sweep llm-study sim-sweeps bench lint clean-venv help
 
 help:
 	@echo "make verify-bounds   check every claim of THEORY.md, print the table"
-	@echo "make test            run the whole test suite"
+	@echo "make test            run the whole test suite (main suite in .venv, verl suite in .venv-verl)"
+	@echo "make setup | setup-verl   build .venv | .venv-verl"
 	@echo "make figures | report | llm-smoke | llm-sweep | llm-study | sim-sweeps | tuned-sweep | bench | lint"
 	@echo "make all             every producer, then the figures and the report"
 
-$(STAMP): pyproject.toml Makefile
+# $(call venv,DIR,EXTRAS,ABSENT): DIR with torch, the toolkit and EXTRAS, the package ABSENT
+# removed if an older set-up left it there, `pip check` clean, then the stamp.
+define venv
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q "$(TORCH)" -e ".[test,trl,gsm8k]"
-	# verl pins an older transformers and CUDA extras: install it the way a CPU user can.
-	$(PIP) install -q --no-deps "verl==0.9.1"
-	$(PIP) install -q "$(TORCH)" ray tensordict omegaconf codetiming orjson
-	touch $(STAMP)
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/pip install -q --upgrade pip
+	$(1)/bin/pip install -q "$(TORCH)" -e ".[$(2)]"
+	if $(1)/bin/pip show -q $(3) 2>/dev/null; then $(1)/bin/pip uninstall -q -y $(3); fi
+	$(1)/bin/pip check
+	touch $(1)/.installed-stamp
+endef
+
+$(STAMP): pyproject.toml Makefile
+	$(call venv,$(VENV),test$(COMMA)trl$(COMMA)gsm8k$(COMMA)ray,verl)
+
+$(VERL_STAMP): pyproject.toml Makefile
+	$(call venv,$(VERL_VENV),test$(COMMA)verl,trl)
 
 setup: $(STAMP)
+
+setup-verl: $(VERL_STAMP)
 
 verify-bounds: $(STAMP)
 	$(PY) -m claims
 
-test: $(STAMP)
-	$(PY) -m pytest -q -x --timeout=900
+test: test-main test-verl
+
+test-main: $(STAMP)
+	$(PY) -m pytest -q -x --timeout=900 tests
+
+test-verl: $(VERL_STAMP)
+	$(VPY) -m pytest -q -x --timeout=900 tests/verl_suite
 
 # Producers come before readers: `make all` makes every result, then draws and reports;
 # `make figures` and `make report` only read results (a missing one is named with its command).
@@ -76,7 +101,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PIP) install -q ruff
-	$(VENV)/bin/ruff check estimators bounds schema simulators llm_runs claims figures tests
+	$(VENV)/bin/ruff check estimators bounds schema simulators llm_runs claims figures execution tests
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VERL_VENV)

@@ -4,6 +4,7 @@
     python -m llm_runs.sweep --quick          # a < 2 minute taste -> results/llm/sweep_quick/
     python -m llm_runs.sweep --resume         # continue interrupted runs (finished ones are skipped)
     python -m llm_runs.sweep --dry-run        # print the plan and what is already done
+    python -m llm_runs.sweep --executor ray --ray-address auto   # one Ray task per run on a cluster
 
 The settings are data (:data:`SWEEPS`): a base configuration shared by every run, the
 estimators, delays and seeds of the controlled-delay cells, and the estimators run in
@@ -12,7 +13,8 @@ mode is not registered they are skipped with a message and picked up by the next
 invocation.
 
 Each run is ``python -m llm_runs.train`` in its own subprocess with one torch thread, at most
-``--jobs`` (2) at once, in ``<out>/<estimator>-<mode>-d<delay>-s<seed>/`` (log in
+``--jobs`` (2) at once (``--executor ray``: one Ray task per run, as many at once as the cluster
+has room for, ``--cpus-per-run`` / ``--gpus-per-run`` each; see :mod:`execution`), in ``<out>/<estimator>-<mode>-d<delay>-s<seed>/`` (log in
 ``<out>/logs/``). The warm start is computed once, before any run starts. A finished run
 (``summary.json``) is skipped; an interrupted one is continued with ``--resume``; a run
 folder whose stored configuration differs from the plan is refused, never overwritten.
@@ -31,11 +33,12 @@ import json
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import execution
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -285,9 +288,16 @@ def _prepare(sweep: Sweep, out: Path, resume: bool, log) -> tuple[list[Cell], li
 
 
 def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = False, jobs: int = 2,
-              progress: bool = True, log=None) -> Outcome:
-    """Run (or continue) ``sweep`` in ``out`` (default ``sweep.out`` under the results root); returns an :class:`Outcome`."""
+              progress: bool = True, log=None, executor=None) -> Outcome:
+    """Run (or continue) ``sweep`` in ``out`` (default ``sweep.out`` under the results root); returns an
+    :class:`Outcome`.
+
+    ``executor`` (an :class:`execution.Executor`) says where runs execute; default: a local
+    pool of ``jobs`` processes. The caller keeps ownership of an executor it passes in.
+    """
     from tqdm.auto import tqdm
+
+    from execution import LocalExecutor
 
     from .config import resolve_config
     from .tasks import build_task
@@ -322,8 +332,11 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
             get_warm_start(base, build_task(base), log)
         finally:
             torch.set_num_threads(threads)
+    own_executor = executor is None
+    executor = LocalExecutor(jobs) if own_executor else executor
+    slots = executor.capacity
     log(f"sweep {sweep.name}: {len(cells)} runs planned, {len(outcome.skipped)} complete, {len(pending)} to run "
-        f"({sum(s == 'interrupted' for _, s in pending)} resumed), {jobs} at a time -> {out}")
+        f"({sum(s == 'interrupted' for _, s in pending)} resumed), {slots} at a time ({executor.kind}) -> {out}")
     (out / "logs").mkdir(exist_ok=True)
     stopping: list[int] = []
 
@@ -332,34 +345,31 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
             stopping.append(signum)
 
     handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    running: dict[str, tuple[subprocess.Popen, Cell, object]] = {}
+    running: dict[str, tuple[object, Cell]] = {}
     queue, shown = list(pending), []
     bar = tqdm(total=len(pending), desc=f"llm sweep ({sweep.name})", unit="run", disable=not progress,
                dynamic_ncols=True, file=sys.stderr)
     try:
         while queue or running:
             if stopping and queue is not None:
-                for proc, _, _ in running.values():
-                    proc.send_signal(signal.SIGTERM)  # each run checkpoints after its current update
+                for job, _ in running.values():
+                    job.terminate()  # SIGTERM: each run checkpoints after its current update
                 queue = None  # start nothing more
-            while queue and len(running) < jobs:
+            while queue and len(running) < slots:
                 cell, state = queue.pop(0)
                 cmd = [sys.executable, "-m", "llm_runs.train", "--out", str(out / cell.name), "--no-progress"]
                 cmd += ["--resume"] if state == "interrupted" else cli_flags(cell.overrides)
-                fh = open(out / "logs" / f"{cell.name}.log", "a")  # noqa: SIM115 (closed when the run ends)
-                fh.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(cmd)}\n")
-                fh.flush()
-                proc = subprocess.Popen(cmd, env=_child_env(), stdout=fh, stderr=subprocess.STDOUT,
-                                        start_new_session=True)  # Ctrl-C reaches the sweep, which stops runs cleanly
-                running[cell.name] = (proc, cell, fh)
+                # each run in its own session: Ctrl-C reaches the sweep, which stops runs cleanly
+                job = executor.start_command(cmd, env=_child_env(), log_path=out / "logs" / f"{cell.name}.log",
+                                             cwd=os.getcwd())
+                running[cell.name] = (job, cell)
             if list(running) != shown:
                 shown = list(running)
                 bar.set_postfix_str("running: " + ", ".join(shown), refresh=True)
             time.sleep(0.2)
-            for name in [n for n, (p, _, _) in running.items() if p.poll() is not None]:
-                proc, cell, fh = running.pop(name)
-                fh.close()
-                rc = proc.returncode
+            for name in [n for n, (j, _) in running.items() if j.poll() is not None]:
+                job, cell = running.pop(name)
+                rc = job.poll()
                 if rc == 0 and not (out / name / "summary.json").is_file():
                     outcome.failed.append(name)
                     bar.write(f"FAILED {name}: it exited without a summary.json; see {out / 'logs' / (name + '.log')}")
@@ -376,10 +386,12 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
                 bar.update(1)
                 write_summary(out, sweep, cells)
     finally:
-        for proc, _, fh in running.values():  # only after an exception: stop what we started
-            proc.send_signal(signal.SIGTERM)
-            proc.wait()
-            fh.close()
+        for job, _ in running.values():  # only after an exception: stop what we started
+            job.terminate()
+        for job, _ in running.values():
+            job.result()
+        if own_executor:
+            executor.close()
         bar.close()
         for s, h in handlers.items():
             signal.signal(s, h)
@@ -399,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="sweep folder (default: results/llm/sweep or results/llm/sweep_quick)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the state of each run, run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    execution.add_arguments(p)
     args = p.parse_args(argv)
     sweep = SWEEPS["quick" if args.quick else "full"]
     out = Path(args.out) if args.out else sweep.default_out()
@@ -409,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
             for c in cells:
                 print(f"{c.name:32s} {states.get(c.name, 'waiting for the async mode')}")
             return 0
-        o = run_sweep(sweep, out, resume=args.resume, jobs=args.jobs, progress=not args.no_progress)
+        with execution.from_arguments(args, jobs=args.jobs) as executor:
+            o = run_sweep(sweep, out, resume=args.resume, progress=not args.no_progress, executor=executor)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

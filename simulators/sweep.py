@@ -12,6 +12,10 @@ Layout of ``results/sim/NAME/`` (``NAME-quick/`` for ``--quick``)::
     results.parquet  every part concatenated (re-made at the end of each run)
     steps.parquet    per-step records, for sweeps that have them (async_sgd)
 
+Where settings run (``--executor``, see :mod:`execution`): ``local`` (default) one after the
+other in this process; ``ray`` one Ray task per setting (``--ray-address``, ``--cpus-per-run``),
+the parts still written here, atomically, as each task returns.
+
 Resumable: a setting whose part exists is skipped. Never a silent overwrite: a directory
 made with a different table is refused unless ``--force``, which moves it aside first.
 Deterministic per seed: a setting's Monte Carlo stream is seeded by (seed, setting key).
@@ -31,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import execution
 from schema.io import same_settings_or_move_aside, write_json, write_parquet
 from schema.provenance import git_commit, package_versions
 from schema.results import results_root
@@ -121,9 +126,15 @@ def _tidy(df: pd.DataFrame, setting: dict, key: str) -> pd.DataFrame:
 
 
 def run_sweep(name: str, quick: bool = False, out: Path | None = None, force: bool = False,
-              progress: bool = True) -> Path:
-    """Run (or resume) sweep ``name``; returns the directory holding ``results.parquet``."""
+              progress: bool = True, executor=None) -> Path:
+    """Run (or resume) sweep ``name``; returns the directory holding ``results.parquet``.
+
+    ``executor`` (an :class:`execution.Executor`; default: in this process) runs the settings;
+    the caller keeps ownership of one it passes in.
+    """
     from tqdm import tqdm
+
+    from execution import LocalExecutor
 
     sweeps = registry()
     if name not in sweeps:
@@ -141,12 +152,31 @@ def run_sweep(name: str, quick: bool = False, out: Path | None = None, force: bo
     todo = [(s, setting_key(s)) for s in table if not (parts / f"{setting_key(s)}.parquet").exists()]
     if len(todo) < len(table):
         print(f"{name}: {len(table) - len(todo)} of {len(table)} settings already done, resuming", file=sys.stderr)
-    for setting, key in tqdm(todo, desc=name, disable=not progress, unit="setting"):
-        res = sweep.run(setting, seeds)
-        df, steps = (res if isinstance(res, tuple) else (res, None))
-        if steps is not None:
-            _atomic_parquet(_tidy(steps, setting, key), parts / f"{key}.steps.parquet")
-        _atomic_parquet(_tidy(df, setting, key), parts / f"{key}.parquet")
+    own = executor is None
+    executor = LocalExecutor(1) if own else executor
+    queue, running = list(todo), {}
+    try:
+        with tqdm(total=len(todo), desc=name, disable=not progress, unit="setting") as bar:
+            while queue or running:
+                while queue and len(running) < executor.capacity:
+                    setting, key = queue.pop(0)
+                    running[key] = (executor.submit_call(sweep.run, setting, seeds), setting)
+                done = [k for k, (job, _) in running.items() if job.poll() is not None]
+                if not done:
+                    time.sleep(0.05)
+                for key in done:
+                    job, setting = running.pop(key)
+                    res = job.result()
+                    df, steps = (res if isinstance(res, tuple) else (res, None))
+                    if steps is not None:
+                        _atomic_parquet(_tidy(steps, setting, key), parts / f"{key}.steps.parquet")
+                    _atomic_parquet(_tidy(df, setting, key), parts / f"{key}.parquet")
+                    bar.update(1)
+    finally:
+        for job, _ in running.values():  # only after an exception: drop what has not returned
+            job.terminate()
+        if own:
+            executor.close()
     keys = [setting_key(s) for s in table]
     _atomic_parquet(pd.concat([pd.read_parquet(parts / f"{k}.parquet") for k in keys], ignore_index=True),
                     out / "results.parquet")
@@ -168,14 +198,20 @@ def main(argv=None):
     p.add_argument("--out", type=Path, default=None, help="output directory (default results/sim/NAME[-quick])")
     p.add_argument("--force", action="store_true", help="move aside results made with a different table")
     p.add_argument("--no-progress", action="store_true")
+    execution.add_arguments(p)
     a = p.parse_args(argv)
     names = sweeps_names if a.name == "all" else [a.name]
     if a.out is not None and len(names) > 1:
         p.error("--out needs a single sweep name")
-    for n in names:
-        t0 = time.time()
-        d = run_sweep(n, quick=a.quick, out=a.out, force=a.force, progress=not a.no_progress)
-        print(f"{n}: {d / 'results.parquet'} ({time.time() - t0:.1f} s)")
+    try:
+        executor = execution.from_arguments(a)
+    except ValueError as exc:
+        p.error(str(exc))
+    with executor:
+        for n in names:
+            t0 = time.time()
+            d = run_sweep(n, quick=a.quick, out=a.out, force=a.force, progress=not a.no_progress, executor=executor)
+            print(f"{n}: {d / 'results.parquet'} ({time.time() - t0:.1f} s)")
 
 
 if __name__ == "__main__":

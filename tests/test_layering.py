@@ -5,6 +5,7 @@ every ``importlib.import_module``/``__import__`` call with a literal (or literal
 name counts. Layers, bottom to top::
 
     estimators, bounds      pure math
+    execution               where sweep runs execute (imports nothing of the toolkit)
     schema                  the results contract
     simulators, llm_runs    producers
     claims                  claim checks and verdicts
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"estimators": 0, "bounds": 0, "schema": 1, "simulators": 2, "llm_runs": 2, "claims": 3, "figures": 4}
+LAYERS = {"estimators": 0, "bounds": 0, "execution": 0, "schema": 1, "simulators": 2, "llm_runs": 2, "claims": 3, "figures": 4}
 
 
 def _module_name(path: Path) -> str:

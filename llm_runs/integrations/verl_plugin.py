@@ -17,7 +17,10 @@ worker). Importing this module registers, if verl is importable:
 * advantage estimators (``algorithm.adv_estimator=<name>``) ``gmc_loo``, ``gmc_grpo``,
   ``gmc_drgrpo``: :func:`estimators.advantages` of kind loo / grpo / drgrpo on the summed
   token rewards, after checking with ``index`` (the prompt uid of each row) that the rows
-  form whole, contiguous groups.
+  form whole, contiguous groups;
+* the engine-path patch (:func:`patch_engine_path`) that hands each micro-batch's prompt uids
+  to these losses, and a CPU platform for verl (:func:`cpu_platform`, chosen with
+  ``VERL_PLATFORM=cpu``; tests and laptops).
 
 Without verl the import does nothing (``REGISTERED == []``); :func:`register` then raises
 an ``ImportError`` saying how to install verl.
@@ -27,25 +30,29 @@ How the group reaches the loss
 
 verl's policy loss sees ``(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
 config, rollout_is_weights)`` for one micro-batch and never the group ids; extra fields under
-``policy_loss`` are refused by verl's ``PolicyLossConfig``. The plugin therefore relies on
-the layout and checks it at both ends:
+``policy_loss`` are refused by verl's ``PolicyLossConfig``. But on verl's engine path (verl
+0.8+: ``ActorRolloutRefWorker`` -> ``TrainingWorker`` -> FSDP/Megatron engine -> ``ppo_loss``)
+every micro-batch TensorDict carries the prompt ``uid`` of each row, so the plugin takes the
+groups from the data (:func:`patch_engine_path`):
 
-1. **Where the ids are visible** (the ``gmc_*`` advantage estimator, which receives
-   ``index``): rows must be whole groups of equal size G, each group contiguous. verl's
-   trainer repeats each prompt ``rollout.n`` times interleaved, so this holds unless
-   something reorders the batch before the advantages: ``trainer.balance_batch=True``
-   sorts rows by length across data-parallel ranks, and the v1 trainer
-   (``trainer.use_v1=True``, verl 0.9's default) always balances. The estimator raises a
-   ``ValueError`` in both cases; use ``trainer.use_v1=False trainer.balance_batch=False``.
-2. **Where the loss runs**, from the actor ``config`` verl passes in: G = ``config.rollout_n``
-   (verl fills it from ``actor_rollout_ref.rollout.n``); ``shuffle`` and
-   ``use_dynamic_bsz`` must be off (both reorder rows between the estimator and the loss);
-   ``ppo_micro_batch_size_per_gpu``, the micro-batch and each rank's share of the
-   mini-batch (``global_batch_info``) must be multiples of G. After the estimator's check
-   the only later reorderings are those switches, so with them off every micro-batch is
-   whole, aligned groups. As a tripwire the loss also checks that each block of G rows has
-   group-relative advantages summing to 0 (true for loo, grpo and drgrpo): a necessary
-   condition only, which catches most misaligned blocks but not all.
+1. **Before verl cuts the batch** into mini- and micro-batches (``TrainingWorker.train_mini_batch``
+   and ``train_batch``), the rows of each uid are made contiguous (:func:`regroup_by_uid`); a
+   batch that ``balance_batch`` or a dispatcher scattered is regrouped, not refused.
+2. **Where the loss runs**, :class:`EngineLoss` hands the micro-batch's uids to the policy loss,
+   which orders the rows by group (any order within the micro-batch) and refuses a micro-batch
+   holding part of a group (``ValueError`` naming the uid). G = ``config.rollout_n`` (verl fills
+   it from ``actor_rollout_ref.rollout.n``); ``shuffle`` and ``use_dynamic_bsz`` must be off
+   (both reorder rows after the regrouping); ``ppo_micro_batch_size_per_gpu`` and each rank's
+   share of the mini-batch (``global_batch_info``) must be multiples of G.
+
+Without the uids (the policy loss called directly, an older actor) the loss relies on the
+layout and checks it at both ends: the ``gmc_*`` advantage estimator, which receives
+``index``, requires whole contiguous groups of equal size G (verl's trainer repeats each prompt
+``rollout.n`` times interleaved; ``trainer.balance_batch=True`` and the v1 trainer
+(``trainer.use_v1=True``, verl 0.9's default), which always balances, reorder rows across
+data-parallel ranks before the advantages, and the estimator raises then); and the loss checks,
+as a tripwire, that each block of G rows has group-relative advantages summing to 0 (true for
+loo, grpo and drgrpo): a necessary condition only.
 
 Other rules the loss enforces: one advantage per response (outcome rewards; a token-varying
 advantage such as GAE is refused); ``rollout_is_weights`` only at sequence level (multiplied
@@ -76,7 +83,10 @@ Older configs without ``rollout_n`` may give G as ``+actor_rollout_ref.actor.pol
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
+import os
 import typing
 from typing import Any
 
@@ -89,8 +99,8 @@ METRICS_STYLE = "metrics"  # (loss, {name: value})
 TUPLE4_STYLE = "tuple4"  # (pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)
 
 INSTALL_HINT = (
-    "verl is not installed; on CPU install it as the toolkit does: "
-    "pip install --no-deps verl==0.9.1 && pip install ray tensordict omegaconf codetiming orjson"
+    "verl is not installed; install it with its own dependencies, in an environment without TRL: "
+    "pip install torch==2.13.0 -e '.[verl]' (verl 0.9.1, uvicorn, fastapi; `make setup-verl` builds .venv-verl)"
 )
 
 
@@ -263,9 +273,31 @@ def _check_zero_sum(adv_row, G: int) -> None:
         )
 
 
+def group_order(ids, G: int) -> list[int]:
+    """Row order that puts the G rows of each group (prompt uid) together, groups in order of
+    first appearance; every id must occur exactly G times in ``ids`` (else ``ValueError``)."""
+    rows: dict[Any, list[int]] = {}
+    for i, uid in enumerate(ids):
+        rows.setdefault(uid, []).append(i)
+    bad = {uid: len(r) for uid, r in rows.items() if len(r) != G}
+    if bad:
+        uid, n = next(iter(bad.items()))
+        raise ValueError(
+            f"prompt uid {uid!r} has {n} rows in this micro-batch, not G = {G} (rollout.n): a group is split across "
+            f"micro-batches, mini-batches or data-parallel ranks ({len(bad)} of {len(rows)} groups incomplete). Keep "
+            "ppo_micro_batch_size_per_gpu and each rank's share of ppo_mini_batch_size multiples of G, "
+            "actor.shuffle=False, use_dynamic_bsz=False and the batch unbalanced (trainer.balance_batch=False)"
+        )
+    return [i for r in rows.values() for i in r]
+
+
 def trajectory_policy_loss(scheme: str, old_log_prob, log_prob, advantages, response_mask, config,
-                           rollout_is_weights=None):
-    """``(loss, LossOutput)`` of ``scheme`` on one verl micro-batch (see the module docstring)."""
+                           rollout_is_weights=None, group_ids=None):
+    """``(loss, LossOutput)`` of ``scheme`` on one verl micro-batch (see the module docstring).
+
+    ``group_ids`` (the prompt uid of every row, as the engine path passes them) takes the groups
+    from the data, in any row order; without them the rows must be contiguous groups of G.
+    """
     from estimators.losses import policy_loss
 
     if config is None:
@@ -273,6 +305,18 @@ def trajectory_policy_loss(scheme: str, old_log_prob, log_prob, advantages, resp
     G = group_size_from(config)
     B = log_prob.shape[0]
     dp, gbs = _check_layout_config(config, B, G)
+    if group_ids is not None:
+        if len(group_ids) != B:
+            raise ValueError(f"{len(group_ids)} prompt uids for a micro-batch of {B} responses")
+        order = group_order(group_ids, G)
+        if order != list(range(B)):
+            import torch
+
+            idx = torch.tensor(order, device=log_prob.device)
+            old_log_prob, log_prob, advantages, response_mask = (
+                t.index_select(0, idx) for t in (old_log_prob, log_prob, advantages, response_mask))
+            if rollout_is_weights is not None:
+                rollout_is_weights = rollout_is_weights.index_select(0, idx)
     mask = response_mask.bool()
     adv = _per_response(advantages.detach(), mask, "advantage")
     _check_zero_sum(adv, G)
@@ -288,6 +332,9 @@ def trajectory_policy_loss(scheme: str, old_log_prob, log_prob, advantages, resp
 
 
 _LOSS_FNS: dict[tuple[str, str], Any] = {}
+
+_GROUP_IDS: contextvars.ContextVar = contextvars.ContextVar("gmc_plugin_group_ids", default=None)
+"""The prompt uids of the micro-batch whose loss is being computed (set by :class:`EngineLoss`)."""
 
 
 def make_policy_loss(scheme: str, style: str = METRICS_STYLE):
@@ -309,7 +356,7 @@ def make_policy_loss(scheme: str, style: str = METRICS_STYLE):
                 f"trajectory scheme {scheme!r} already corrects with the trajectory ratio; disable that correction"
             )
         loss, out = trajectory_policy_loss(scheme, old_log_prob, log_prob, advantages, response_mask, config,
-                                           rollout_is_weights)
+                                           rollout_is_weights, group_ids=_GROUP_IDS.get())
         if style == METRICS_STYLE:
             return loss, metric_names(out.metrics, prefix="actor/")
         import torch
@@ -370,6 +417,300 @@ def _gmc_drgrpo(token_level_rewards, response_mask, index=None, epsilon=1e-6, co
 _ESTIMATOR_FNS = {"gmc_loo": _gmc_loo, "gmc_grpo": _gmc_grpo, "gmc_drgrpo": _gmc_drgrpo}
 
 
+# --------------------------------------------------------------------------- verl's engine path
+
+
+@contextlib.contextmanager
+def group_ids(ids):
+    """Within this block the plugin's policy losses take the groups from ``ids`` (the prompt
+    uid of every row of the micro-batch), in any row order (:class:`EngineLoss` uses it)."""
+    token = _GROUP_IDS.set(None if ids is None else list(ids))
+    try:
+        yield
+    finally:
+        _GROUP_IDS.reset(token)
+
+
+def _uids(data) -> list | None:
+    """The prompt uid of every row of a verl TensorDict (None: the data carries none)."""
+    if data is None or "uid" not in data.keys():  # noqa: SIM118 (TensorDict wants keys())
+        return None
+    from verl.utils import tensordict_utils as tu
+
+    uids = tu.get(data, "uid")
+    return list(uids) if isinstance(uids, (list, tuple)) or hasattr(uids, "__len__") else None
+
+
+def _plugin_scheme(loss_fn) -> str | None:
+    """The plugin scheme a verl engine loss (``partial(ppo_loss, config=actor_config)``) selects, else None."""
+    config = getattr(loss_fn, "keywords", {}).get("config") if loss_fn is not None else None
+    policy_loss = _cfg(config, "policy_loss") if config is not None else None
+    mode = _cfg(policy_loss, "loss_mode") if policy_loss is not None else None
+    return mode if mode in _registered_names() else None
+
+
+def _registered_names() -> list[str]:
+    return REGISTERED or loss_names()
+
+
+class EngineLoss:
+    """verl's engine loss (``partial(ppo_loss, config=...)``) with the micro-batch's prompt uids
+    handed to the plugin's policy loss, which ``ppo_loss`` calls without them."""
+
+    def __init__(self, inner, scheme: str):
+        self.inner, self.scheme = inner, scheme
+        self.keywords = getattr(inner, "keywords", {})  # still looks like the partial verl built
+
+    def __call__(self, model_output, data, dp_group=None):
+        with group_ids(_uids(data)):  # by keyword, as verl's engines call it (config is bound by keyword)
+            return self.inner(model_output=model_output, data=data, dp_group=dp_group)
+
+    def __repr__(self):
+        return f"EngineLoss({self.scheme!r}, {self.inner!r})"
+
+
+def regroup_by_uid(data):
+    """``data`` (a verl TensorDict) with the rows of each prompt uid made contiguous, groups in
+    order of first appearance (unchanged when they already are, or when there is no uid)."""
+    ids = _uids(data)
+    if ids is None:
+        return data
+    first: dict[Any, int] = {}
+    for i, uid in enumerate(ids):
+        first.setdefault(uid, i)
+    order = sorted(range(len(ids)), key=lambda i: (first[ids[i]], i))
+    if order == list(range(len(ids))):
+        return data
+    from verl.utils import tensordict_utils as tu
+
+    return tu.index_select_tensor_dict(data, order)
+
+
+def _regrouping(method):
+    """A TrainingWorker method that first regroups its batch by uid when the plugin's loss is set."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, data, *args, **kwargs):
+        if isinstance(getattr(self, "loss_fn", None), EngineLoss):
+            data = regroup_by_uid(data)
+        return method(self, data, *args, **kwargs)
+
+    wrapper.gmc_plugin_wrapped = method
+    return wrapper
+
+
+def _wrapping_set_loss_fn(method):
+    import functools
+
+    @functools.wraps(method)
+    def set_loss_fn(self, loss_fn):
+        scheme = _plugin_scheme(loss_fn)
+        if scheme is not None and not isinstance(loss_fn, EngineLoss):
+            loss_fn = EngineLoss(loss_fn, scheme)
+        return method(self, loss_fn)
+
+    set_loss_fn.gmc_plugin_wrapped = method
+    return set_loss_fn
+
+
+def patch_engine_path(engine_workers=None) -> bool:
+    """Make verl's engine path give the plugin's losses whole groups, taken from the data.
+
+    Why a patch: verl's engine loss ``ppo_loss`` (verl/workers/utils/losses.py) calls a
+    registered policy loss with log-probs, advantages and the mask only, although the
+    micro-batch it holds carries every row's prompt ``uid``; and the batch reaches
+    ``TrainingWorker`` in whatever order the trainer left it (``balance_batch`` sorts rows by
+    length), which then cuts it into mini- and micro-batches of consecutive rows. Three
+    methods of ``verl.workers.engine_workers.TrainingWorker`` are wrapped (idempotent):
+
+    * ``set_loss_fn``: a loss whose ``config.policy_loss.loss_mode`` is a plugin scheme is
+      wrapped in :class:`EngineLoss`, which hands the micro-batch's uids to the policy loss;
+      the policy loss then forms the groups from them (any row order inside a micro-batch)
+      and refuses a micro-batch holding part of a group;
+    * ``train_mini_batch`` and ``train_batch``: with such a loss, the batch is first
+      regrouped by uid (:func:`regroup_by_uid`), so that consecutive rows, and so every
+      mini- and micro-batch of a multiple of G rows, hold whole groups.
+
+    Other losses pass through untouched. Tested with verl 0.9.1 (``ActorRolloutRefWorker``
+    builds ``partial(ppo_loss, config=actor_config)`` after importing ``external_lib`` and
+    hands it to its ``TrainingWorker`` with ``set_loss_fn``). Returns False when verl's
+    engine workers cannot be imported (older verl: the layout checks of the loss remain).
+    """
+    if engine_workers is None:
+        try:
+            from verl.workers import engine_workers
+        except ImportError:
+            return False
+    worker = getattr(engine_workers, "TrainingWorker", None)
+    if worker is None:
+        return False
+    for name, wrap in (("set_loss_fn", _wrapping_set_loss_fn), ("train_mini_batch", _regrouping),
+                       ("train_batch", _regrouping)):
+        method = worker.__dict__.get(name)
+        if method is None:
+            raise RuntimeError(f"verl's TrainingWorker has no {name}: this verl is not one the plugin is tested with")
+        if not hasattr(method, "gmc_plugin_wrapped"):
+            setattr(worker, name, wrap(method))
+    return True
+
+
+# --------------------------------------------------------------------------- a CPU platform
+
+CPU_PLATFORM = "cpu"
+"""``VERL_PLATFORM=cpu`` selects :func:`cpu_platform` (never auto-detected)."""
+
+
+def cpu_platform():
+    """A verl platform for one CPU process (tests, laptops), registered as ``cpu``.
+
+    verl 0.9.1 ships cuda / npu / rocm platforms only and registers its FSDP engines for
+    those devices; on CPU the FSDP2 engine works with one gloo rank once a platform answers
+    ``device_name == "cpu"``. This class is registered through verl's own
+    ``PlatformRegistry`` and is chosen only with ``VERL_PLATFORM=cpu`` (its
+    ``is_platform_available`` is False, so a CPU-only Ray driver of a GPU job keeps verl's
+    auto-detection). With ``VERL_PLATFORM=cpu`` the plugin also registers verl's FSDP /
+    FSDP2 engine classes for the device ``cpu`` (:func:`register_cpu_engines`). Tested with
+    verl 0.9.1.
+    """
+    import contextlib
+    import types
+
+    import torch
+    from verl.plugin.platform import PlatformRegistry
+    from verl.plugin.platform.platform_base import PlatformBase
+
+    existing = PlatformRegistry.get(CPU_PLATFORM)
+    if existing is not None:
+        return existing
+
+    def _zero(*_a, **_k):
+        return 0
+
+    def _none(*_a, **_k):
+        return None
+
+    # what verl calls on get_torch_device(): memory statistics (0 on CPU) and no-ops
+    cpu_module = types.SimpleNamespace(
+        **{n: getattr(torch.cpu, n) for n in ("is_available", "synchronize", "current_device", "device_count",
+                                              "Stream", "stream", "current_stream", "Event") if hasattr(torch.cpu, n)},
+        max_memory_allocated=_zero, max_memory_reserved=_zero, memory_allocated=_zero, memory_reserved=_zero,
+        reset_peak_memory_stats=_none, empty_cache=_none, manual_seed=torch.manual_seed, get_device_name=lambda *a: "CPU",
+        manual_seed_all=torch.manual_seed, set_device=_none, mem_get_info=lambda *a: (0, 0),
+        get_rng_state=torch.get_rng_state, set_rng_state=torch.set_rng_state, is_initialized=lambda: True)
+
+    class PlatformCPU(PlatformBase):
+        device_name = "cpu"
+        vendor_name = "cpu"
+        device_module = cpu_module
+
+        def is_available(self):
+            return True
+
+        def is_platform_available(self, use_smi_check=False):
+            return False  # only by VERL_PLATFORM=cpu
+
+        def current_device(self):
+            return "cpu"  # verl moves modules and tensors with .to(get_device_id()); an index would mean cuda
+
+        def device_count(self):
+            return 1
+
+        def set_device(self, device_index):
+            return None
+
+        def synchronize(self, device_index=None):
+            return None
+
+        def manual_seed(self, seed):
+            torch.manual_seed(seed)
+
+        def manual_seed_all(self, seed):
+            torch.manual_seed(seed)
+
+        def set_allocator_settings(self, settings):
+            return None
+
+        def empty_cache(self):
+            return None
+
+        def get_device_capability(self, device_index=0):
+            return None, None
+
+        def communication_backend_name(self):
+            return "gloo"
+
+        def visible_devices_envvar(self):
+            return "CUDA_VISIBLE_DEVICES"
+
+        @contextlib.contextmanager
+        def nvtx_range(self, msg):
+            yield
+
+        def profiler_start(self):
+            return None
+
+        def profiler_stop(self):
+            return None
+
+        def ray_resource_name(self):
+            return "CPU"
+
+        def ray_noset_envvars(self):
+            return []
+
+        def is_ipc_supported(self):
+            return False
+
+        def cudart(self):
+            return None
+
+    # PlatformBase declares these as abstract properties; plain class attributes satisfy them
+    for name in ("device_name", "vendor_name", "device_module"):
+        PlatformCPU.__abstractmethods__ = frozenset(PlatformCPU.__abstractmethods__ - {name})
+    PlatformRegistry.register(platform=CPU_PLATFORM)(PlatformCPU)
+    return PlatformCPU
+
+
+def init_cpu_process_group() -> None:
+    """The one-rank gloo process group verl's workers expect, for a CPU run outside Ray.
+
+    verl's ``initialize_global_process_group_ray`` (called by ``TrainingWorker``) asks for the
+    backend ``"cpu:gloo,<device>:<comm backend>"``, which on the ``cpu`` platform reads
+    ``"cpu:gloo,cpu:gloo"`` and torch refuses as a duplicate; it skips the call when a group
+    exists, so this creates it first (RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT from the
+    environment, defaults 0 / 1 / 127.0.0.1 / a free port). Tested with verl 0.9.1.
+    """
+    import socket
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
+    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        os.environ.setdefault(key, value)
+    dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+
+
+def register_cpu_engines() -> None:
+    """verl's FSDP / FSDP2 engines (language model, value model) for the device ``cpu``
+    (verl 0.9.1 registers them for cuda and npu only). Idempotent."""
+    from verl.workers.engine import EngineRegistry
+    from verl.workers.engine.fsdp import transformer_impl
+
+    for model_type, cls_name in (("language_model", "FSDPEngineWithLMHead"), ("value_model", "FSDPEngineWithValueHead")):
+        cls = getattr(transformer_impl, cls_name, None)
+        if cls is None:
+            continue
+        for backend in ("fsdp", "fsdp2"):
+            if CPU_PLATFORM not in EngineRegistry._engines.get(model_type, {}).get(backend, {}):
+                EngineRegistry.register(model_type=model_type, backend=backend, device=CPU_PLATFORM)(cls)
+
+
 # --------------------------------------------------------------------------- registration
 
 
@@ -396,5 +737,17 @@ def register(core_algos=None) -> list[str]:
     return names
 
 
-REGISTERED: list[str] = register() if _core_algos() is not None else []
+def _install() -> list[str]:
+    names = register()
+    patch_engine_path()
+    try:
+        cpu_platform()
+    except ImportError:  # verl before 0.9 has no verl.plugin.platform: no CPU platform to add
+        return names
+    if os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM:
+        register_cpu_engines()
+    return names
+
+
+REGISTERED: list[str] = _install() if _core_algos() is not None else []
 """Loss names registered at import ([] when verl is not installed)."""

@@ -22,7 +22,7 @@ import estimators
 from estimators.losses import trajectory_loss
 from llm_runs.integrations import verl_plugin
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SNIPPET = REPO / "README.md"  # the README's own verl snippet is what these tests exercise
 VERL_DEFAULTS = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
 _ABSENT = object()
@@ -41,12 +41,16 @@ def snippet_overrides() -> list[str]:
 
 
 def verl_config(overrides: list[str]) -> DictConfig:
-    """verl's generated default PPO config with ``overrides`` applied (every key must exist)."""
+    """verl's generated default PPO config with ``overrides`` applied, as Hydra applies them:
+    ``key=value`` must name an existing setting, ``+key=value`` adds one."""
     base = OmegaConf.load(VERL_DEFAULTS)
     for item in overrides:
         key = item.partition("=")[0]
-        assert OmegaConf.select(base, key, default=_ABSENT) is not _ABSENT, f"{key} is not a verl setting"
-    return OmegaConf.merge(base, OmegaConf.from_dotlist(overrides))
+        if key.startswith("+"):
+            assert OmegaConf.select(base, key[1:], default=_ABSENT) is _ABSENT, f"{key[1:]} exists: drop the +"
+        else:
+            assert OmegaConf.select(base, key, default=_ABSENT) is not _ABSENT, f"{key} is not a verl setting"
+    return OmegaConf.merge(base, OmegaConf.from_dotlist([item.removeprefix("+") for item in overrides]))
 
 
 def instantiate(node):
@@ -204,6 +208,40 @@ def test_tic_trunc_without_capping_is_plain_is_and_not_vanilla(snippet_cfg):
     assert torch.allclose(results["tic_trunc"][1], results["is"][1], atol=1e-12)
     assert abs(float(results["vanilla"][0]) - float(plain_is)) > 1e-3
     assert not torch.allclose(results["vanilla"][1], results["tic_trunc"][1], atol=1e-6)
+
+
+def test_engine_path_groups_rows_by_uid_in_any_order(snippet_cfg):
+    """With the micro-batch's uids (what EngineLoss hands over on verl's engine path) the loss
+    takes the groups from the data: a micro-batch whose rows are scattered gives the loss of the
+    grouped rows; without the uids the same rows are refused; a group cut in two is refused."""
+    actor = actor_config(snippet_cfg)
+    G = actor.rollout_n
+    loss_fn = core_algos.get_policy_loss_fn("gmc")
+    adv_fn = core_algos.get_adv_estimator_fn("gmc_loo")
+    batch = random_batch(seed=5, num_groups=3, G=G, binary=False, spread=0.6)
+    adv, _ = adv_fn(token_level_rewards=batch.rewards, response_mask=batch.mask.double(), index=batch.index)
+    actor.global_batch_info.update(dp_size=1, global_batch_size=batch.B)
+    actor.ppo_micro_batch_size_per_gpu = batch.B
+    perm = torch.randperm(batch.B, generator=torch.Generator().manual_seed(6))
+    with pytest.raises(ValueError, match="split or not contiguous"):
+        verl_plugin.check_contiguous_groups(list(batch.index[perm.numpy()]))
+    call = {"old_log_prob": batch.old[perm], "log_prob": batch.new[perm], "advantages": adv[perm],
+            "response_mask": batch.mask[perm], "loss_agg_mode": "token-mean", "config": actor}
+    with verl_plugin.group_ids(batch.index[perm.numpy()]):
+        loss, metrics = loss_fn(**call)
+    want_adv = (adv * batch.mask).sum(-1) / batch.mask.sum(-1)
+    want = trajectory_loss("gmc", batch.new, batch.old, batch.mask, want_adv, G, actor.clip_ratio_high)
+    assert float(loss) == pytest.approx(float(want.loss), abs=1e-12)
+    diag = {**estimators.diagnostics(want.seq_log_ratio, actor.clip_ratio_high), **want.metrics}
+    expected = verl_plugin.metric_names(diag, prefix="actor/")
+    assert metrics.keys() == expected.keys()
+    assert all(metrics[k] == pytest.approx(v, rel=1e-12, abs=1e-12) for k, v in expected.items())
+    assert max(diag.values()) > 0 and bool((want.weights < want.seq_log_ratio.exp() - 1e-12).any())
+    with pytest.raises(ValueError, match="are not one group"):
+        loss_fn(**call)
+    half = perm[: 2 * G]  # a multiple of G rows, but scattered rows hold parts of groups
+    with verl_plugin.group_ids(batch.index[half.numpy()]), pytest.raises(ValueError, match=f"not G = {G}"):
+        loss_fn(**{**call, **{k: v[: len(half)] for k, v in call.items() if torch.is_tensor(v)}})
 
 
 def test_split_groups_give_clear_errors(snippet_cfg):
