@@ -24,13 +24,13 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all setup setup-verl verify-bounds abstract tuned-sweep test test-main test-verl figures report llm-smoke llm-sweep sim-sweeps bench lint clean-venv help
+.PHONY: all setup setup-verl verify-bounds abstract tuned-sweep test test-main test-verl figures report llm-smoke llm-sweep llm-study sim-sweeps bench lint clean-venv help
 
 help:
 	@echo "make verify-bounds   check every claim of THEORY.md, print the table"
 	@echo "make test            run the whole test suite (main suite in .venv, verl suite in .venv-verl)"
 	@echo "make setup | setup-verl   build .venv | .venv-verl"
-	@echo "make figures | report | llm-smoke | llm-sweep | sim-sweeps | tuned-sweep | bench | lint"
+	@echo "make figures | report | llm-smoke | llm-sweep | llm-study | sim-sweeps | tuned-sweep | bench | lint"
 	@echo "make all             every producer, then the figures and the report"
 
 # $(call venv,DIR,EXTRAS,ABSENT): DIR with torch, the toolkit and EXTRAS, the package ABSENT
@@ -81,6 +81,9 @@ figures: $(STAMP)
 
 report: abstract figures
 	$(PY) -m figures.report
+
+llm-study: $(STAMP)
+	$(PY) -m llm_runs.study
 
 llm-smoke: $(STAMP)
 	$(PY) -m llm_runs.smoke

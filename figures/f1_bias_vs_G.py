@@ -1,4 +1,4 @@
-# ruff: noqa: N999  (module names follow the figure names F1-F8)
+# ruff: noqa: N999  (module names follow the figure names F1, F2, ...)
 """F1: bias of each estimator against the group size G (E1 softmax bandit; claims 7, 8).
 
 Lines: the exact bias ``||E g_hat(c) - grad J||`` by enumeration of count vectors. Points:

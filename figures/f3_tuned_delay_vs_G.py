@@ -1,4 +1,4 @@
-# ruff: noqa: N999  (module names follow the figure names F1-F8)
+# ruff: noqa: N999  (module names follow the figure names F1, F2, ...)
 """F3: the delay term after tuning the step size, against G and eps (Corollary 3; claim 12).
 
 Lines: Corollary 3's closed form ``(5/4) 4^{1/5} a^{4/5} D^{1/5} T^{-4/5}`` with D each

@@ -6,9 +6,10 @@ drift apart. :func:`TrainConfig.validate` refuses a bad configuration with a
 ``ValueError`` before any work (no directory, no warm start, no model load, never a hub
 download).
 
-Issue 6 extends this by adding fields (async mode, GSM8K) and registering presets,
-tasks and modes; :func:`resolve_config` layers dataclass defaults < preset defaults <
-explicit values.
+New settings (async mode, GSM8K, ...) are added as fields here, and presets, tasks and
+rollout modes are registered in their own modules; :func:`resolve_config` layers dataclass
+defaults < preset defaults < explicit values. A field added after runs were made also gets
+an entry in :data:`schema.results.LEGACY_FIELDS` (the value those runs actually used).
 """
 from __future__ import annotations
 
@@ -56,9 +57,11 @@ class TrainConfig:
     threads: int = _f(1, "-", "torch CPU threads (numerics depend on it: keep it fixed across resume)")
 
     # --- task ----------------------------------------------------------------------------
-    task: str = _f("arithmetic", "q ~ D, r(q,o)", "task: prompt distribution D and verifiable reward r in {0,1} (THEORY §1)")
-    digits: int = _f(1, "-", "arithmetic: digits per operand (operands 0 .. 10^digits - 1)")
-    terms: int = _f(3, "-", "arithmetic: number of operands per problem")
+    task: str = _f("arithmetic", "q ~ D, r(q,o)", "task: prompt distribution D and verifiable reward r in {0,1} (THEORY §1): arithmetic, "
+                 "scratchpad, scratchpad_answer, gsm8k")
+    digits: int = _f(1, "-", "arithmetic, scratchpad: digits per operand (operands 0 .. 10^digits - 1)")
+    terms: int = _f(3, "-", "arithmetic, scratchpad: number of operands per problem (scratchpad: the horizon knob, "
+                    "completions of exactly H = (terms - 1)(W + 1) tokens, W the width of the largest sum)")
     heldout_size: int = _f(200, "-", "problems in the held-out evaluation split (never trained on)")
     train_size: int | None = _f(None, "-", "problems in the training pool (None: every remaining problem, up to 100000)")
     task_seed: int = _f(0, "-", "seed of the problem split (shared across RL seeds)")
@@ -209,7 +212,7 @@ class TrainConfig:
         preset = get_preset(self.preset)  # unknown preset -> ValueError listing the valid ones
         preset.check(self)  # model path exists (never a hub id), kwargs make sense
         check_device(self.device)  # a device torch cannot see is refused before any folder is made
-        get_task_factory(self.task)(self)  # unknown task / bad knobs -> ValueError (cheap: builds the split)
+        _check_task(self, get_task_factory)  # unknown task / bad knobs -> ValueError (builds the split once)
         return self
 
     # ------------------------------------------------------------------------------------------
@@ -244,6 +247,21 @@ class TrainConfig:
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+_RUN_ONLY = ("seed", "estimator", "delay", "delay_mode", "eps", "eps_high", "lr", "steps", "eval_every",
+             "checkpoint_every", "keep_checkpoints", "mode", "max_staleness", "sync_every", "queue_size", "advantage")
+"""Settings no task factory reads: configurations differing only in them share one task check."""
+_TASK_CHECKED: set[str] = set()
+
+
+def _check_task(config: TrainConfig, get_task_factory) -> None:
+    """Build the task once per distinct task-relevant settings in this process (a grid validates
+    hundreds of configurations that differ only in the estimator, delay or seed)."""
+    key = json.dumps({k: v for k, v in config.to_dict().items() if k not in _RUN_ONLY}, sort_keys=True, default=str)
+    if key not in _TASK_CHECKED:
+        get_task_factory(config.task)(config)
+        _TASK_CHECKED.add(key)
+
+
 def config_fields() -> list[dataclasses.Field]:
     return list(dataclasses.fields(TrainConfig))
 
@@ -276,7 +294,9 @@ def load_run_config(out_dir: str | Path) -> TrainConfig:
 
 def config_diff(stored: dict[str, Any], given: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """``{field: (stored, given)}`` where a run's stored config and the given one differ; a field
-    added after the run was made counts at its default. The one rule for resuming a run."""
+    missing from either counts at its default. The one rule for resuming a run. Pass the stored
+    config as :func:`schema.results.read_run_config` reads it: a field added after the run was
+    made then holds the value the run used (:data:`schema.results.LEGACY_FIELDS`), not today's default."""
     defaults = TrainConfig().to_dict()
     return {k: (stored.get(k, defaults.get(k)), given.get(k, defaults.get(k)))
             for k in sorted(set(stored) | set(given)) if stored.get(k, defaults.get(k)) != given.get(k, defaults.get(k))}

@@ -34,6 +34,8 @@ COLUMNS = [
     "train/weight_mean",  # mean weight c_i (trajectory schemes)
     "train/weight_min",
     "train/weight_max",
+    "train/grad_cos",  # cosine between this update's gradient estimate and the previous update's (llm_runs.theory)
+    "train/update_cos",  # cosine between consecutive parameter steps theta_{t+1} - theta_t
     # stale/: importance-ratio diagnostics on the RAW trajectory ratios w (estimators.diagnostics)
     "stale/ess",  # mean over groups of ESS/G = (sum w)^2 / (G sum w^2)
     "stale/ess_min",
@@ -48,6 +50,11 @@ COLUMNS = [
     "stale/log_ratio_abs_mean",
     "stale/log_ratio_max",
     "stale/log_ratio_min",
+    "stale/chi2",  # trajectory chi^2 estimate: mean w^2 - 1 over the batch (llm_runs.theory)
+    "stale/mu4",  # mean (w - 1)^4
+    "stale/chi2_token",  # per-token chi^2: mean r_t^2 - 1 over completion tokens
+    "stale/mass_bias",  # realised mass bias: mean over groups of (1/G) sum_i |w_i - c_i| (trajectory schemes)
+    "stale/mass_bias_bound",  # THEORY §3's bound on it at stale/chi2 (and stale/mu4): llm_runs.theory.SCHEME_BOUNDS
     "stale/staleness_mean",  # t - version of the behaviour policy, in policy versions
     "stale/staleness_max",
     "stale/dropped",  # samples dropped as too stale (t - version > max_staleness) while fetching this batch (async)

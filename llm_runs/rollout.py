@@ -1,8 +1,9 @@
-"""Rollouts: seeded sampling through ``generate`` (KV cache), behaviour log-probs recorded
-at sampling time, and teacher-forced re-scoring.
+"""Rollouts: seeded sampling with a KV cache, behaviour log-probs recorded at sampling time,
+and teacher-forced re-scoring.
 
-Sampling is done by :class:`SeededSampler`, a logits processor handed to
-``model.generate(do_sample=False)``: at each position it draws the next token of every row
+Sampling is done by :class:`SeededSampler` inside :func:`decode`, a plain KV-cache loop that
+returns what ``model.generate(do_sample=False)`` with the sampler as its logits processor
+returns (the sampler works as either): at each position it draws the next token of every row
 by inverse-CDF from the behaviour distribution mu = softmax(logits / tau) (optionally top-k
 / top-p truncated), records log mu(token), and returns scores whose argmax is that token.
 The uniforms come from a counter-based hash of a per-sample key derived from (seed, step,
@@ -92,7 +93,12 @@ class SeededSampler:
         self._logps: list[torch.Tensor] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        pos = input_ids.shape[1] - self.prompt_len
+        token = self.draw(input_ids.shape[1] - self.prompt_len, scores)
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter_(-1, token[:, None], 0.0)
+
+    def draw(self, pos: int, scores: torch.Tensor) -> torch.Tensor:
+        """The tokens of completion position ``pos`` drawn from ``scores`` (N, V); records log mu."""
         logits = scores.float()
         if self.temperature != 1.0:
             logits = logits / self.temperature
@@ -103,8 +109,7 @@ class SeededSampler:
         token = (cdf < u[:, None]).sum(-1).clamp_(max=logits.shape[-1] - 1)
         self._tokens.append(token)
         self._logps.append(logp.gather(-1, token[:, None]).squeeze(-1))
-        out = torch.full_like(scores, float("-inf"))
-        return out.scatter_(-1, token[:, None], 0.0)
+        return token
 
     @property
     def tokens(self) -> torch.Tensor:
@@ -184,8 +189,7 @@ def sample_groups(model, tokenizer, task, problems: list[Problem], problem_index
     if keys.shape != (len(prompts),):
         raise ValueError(f"need one key per completion ({len(prompts)}), got shape {keys.shape}")
     sampler = SeededSampler(ids.shape[1], key_uniforms(keys, max_new_tokens), temperature, top_k, top_p)
-    out = _generate(model, tokenizer, ids, attn, max_new_tokens, [sampler])
-    completion = out[:, ids.shape[1]:]
+    completion = decode(model, tokenizer, ids, attn, max_new_tokens, sampler.draw, group_size)
     mask, finished = completion_mask_of(completion, eos_ids(model, tokenizer))
     tokens = sampler.tokens
     if not torch.equal(tokens * mask.long(), completion * mask.long()):
@@ -200,16 +204,53 @@ def sample_groups(model, tokenizer, task, problems: list[Problem], problem_index
                         torch.tensor(problem_index, device=device).repeat_interleave(group_size), finished, group_size)
 
 
-def _generate(model, tokenizer, ids, attn, max_new_tokens, processors=None):
-    from transformers import GenerationConfig, LogitsProcessorList
+def greedy(pos: int, scores: torch.Tensor) -> torch.Tensor:
+    """The argmax token of each row (greedy decoding)."""
+    return scores.argmax(-1)
 
-    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, use_cache=True,
-                              pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids(model, tokenizer))
+
+@torch.no_grad()
+def decode(model, tokenizer, ids, attn, max_new_tokens: int, pick=greedy, group_size: int = 1) -> torch.Tensor:
+    """Completion ids (N, T <= max_new_tokens), pad after each row's first EOS, stopping when every
+    row has ended: what ``generate(do_sample=False)`` with ``pick`` as its only logits processor
+    returns after the prompt, by a plain KV-cache loop.
+
+    ``pick(pos, logits) -> tokens`` chooses completion position ``pos`` from the (N, V) float32
+    next-token logits (:func:`greedy`, or :meth:`SeededSampler.draw`). With ``group_size`` G > 1
+    and rows in groups of G sharing one prompt, each prompt is run once and its cache repeated
+    G times. The loop skips ``generate``'s per-token bookkeeping, which dominates at this model size.
+    """
+    from transformers import DynamicCache
+
+    N, P = ids.shape
+    eos = torch.tensor(eos_ids(model, tokenizer), device=ids.device)
     was_training = model.training
     model.eval()
     try:
-        return model.generate(input_ids=ids, attention_mask=attn, generation_config=config,
-                              logits_processor=LogitsProcessorList(processors or []))
+        cache = DynamicCache(config=model.config)
+        pos = (attn.cumsum(-1) - 1).clamp_(min=0)
+        G = group_size if group_size > 1 and N % group_size == 0 else 1
+        if G > 1 and not torch.equal(ids.view(N // G, G, P), ids[::G, None].expand(-1, G, -1)):
+            G = 1
+        rows = slice(None, None, G)
+        logits = model(input_ids=ids[rows], attention_mask=attn[rows], position_ids=pos[rows], cache=cache,
+                       use_cache=True, logits_to_keep=1).logits[:, -1].float()
+        if G > 1:
+            logits = logits.repeat_interleave(G, 0)
+            cache.batch_repeat_interleave(G)
+        unfinished = torch.ones(N, dtype=torch.bool, device=ids.device)
+        pad = torch.full((N,), tokenizer.pad_token_id, dtype=torch.long, device=ids.device)
+        out, mask, last = [], attn, pos[:, -1:]
+        for t in range(max_new_tokens):
+            token = torch.where(unfinished, pick(t, logits), pad)
+            out.append(token)
+            unfinished &= ~torch.isin(token, eos)
+            if t + 1 == max_new_tokens or not bool(unfinished.any()):
+                break
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+            logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=last + (t + 1), cache=cache,
+                           use_cache=True).logits[:, -1].float()
+        return torch.stack(out, 1)
     finally:
         model.train(was_training)
 
@@ -302,7 +343,7 @@ def evaluate(model, tokenizer, task, problems: list[Problem], max_new_tokens: in
         for a in range(0, len(problems), batch_size):
             chunk = problems[a:a + batch_size]
             ids, attn = encode_prompts(tokenizer, [p.prompt for p in chunk], device)
-            out = _generate(model, tokenizer, ids, attn, max_new_tokens)[:, ids.shape[1]:]
+            out = decode(model, tokenizer, ids, attn, max_new_tokens)
             mask, finished = completion_mask_of(out, eos)
             texts = decode_completions(tokenizer, out, mask, finished)
             correct += [task.reward(p, t, bool(f)) for p, t, f in zip(chunk, texts, finished)]

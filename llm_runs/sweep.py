@@ -115,14 +115,23 @@ def async_overrides(delay: int) -> dict:
 
 def plan(sweep: Sweep) -> list[Cell]:
     """Every cell, controlled first then async; within each, seed-major so that a partial
-    sweep holds complete seeds."""
+    sweep holds complete seeds. A sweep object with its own ``cells()`` (the staleness study,
+    :mod:`llm_runs.study`) plans itself."""
+    if hasattr(sweep, "cells"):
+        cells = sweep.cells()
+    else:
+        cells = _grid_cells(sweep)
+    names = [c.name for c in cells]
+    if len(set(names)) != len(names):
+        raise ValueError(f"sweep {sweep.name!r} plans duplicate runs: {sorted(n for n in names if names.count(n) > 1)}")
+    return cells
+
+
+def _grid_cells(sweep: Sweep) -> list[Cell]:
     cells = [Cell(e, "controlled", d, s, {**sweep.base, "estimator": e, "delay": d, "seed": s})
              for s in sweep.seeds for d in sweep.delays for e in sweep.estimators]
     cells += [Cell(e, "async", d, s, {**sweep.base, "estimator": e, "seed": s, **async_overrides(d)})
               for s in sweep.seeds for d in sweep.delays for e in sweep.async_estimators]
-    names = [c.name for c in cells]
-    if len(set(names)) != len(names):
-        raise ValueError(f"sweep {sweep.name!r} plans duplicate runs: {sorted(n for n in names if names.count(n) > 1)}")
     return cells
 
 

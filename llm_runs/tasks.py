@@ -2,7 +2,8 @@
 
 A task is a training pool and a held-out split of :class:`Problem` (prompt text, answer
 text) plus a reward on the decoded completion. Tasks are registered by name
-(:func:`register_task`): ``arithmetic`` and ``gsm8k``.
+(:func:`register_task`): ``arithmetic``, ``scratchpad`` (sums worked out step by step, with a
+horizon knob), ``scratchpad_answer`` (the same, the final number alone rewarded) and ``gsm8k``.
 
 >>> t = ArithmeticTask(digits=1, terms=2, heldout_size=20, seed=0)
 >>> len(t.train), len(t.heldout), t.reward(t.train[0], t.train[0].answer, finished=True)
@@ -98,6 +99,72 @@ class ArithmeticTask:
         return float(finished and completion.strip() == problem.answer)
 
 
+class ScratchpadTask:
+    """Sums of ``terms`` operands worked out step by step: the completion writes every partial sum.
+
+    ``3+5+9+2=`` is answered ``08,17,19`` then EOS: the running totals after the second, third,
+    ... operand, each zero-padded to the width W of the largest possible sum and separated by
+    commas, the last one being the answer. Every completion therefore has exactly
+    ``H = (terms - 1) (W + 1)`` tokens, EOS included (:attr:`horizon`): ``terms`` is the horizon
+    knob (one-digit operands: H = 3 (terms - 1), so 7 terms give H = 18).
+
+    The reward is one terminal reward per completion (no per-step reward): with
+    ``check="worked"`` (task ``scratchpad``) it is 1 iff EOS was emitted and the completion is
+    the worked solution, so the correct completion is unique and the evaluation's teacher-forced
+    ``pc`` is exactly P(r = 1). With ``check="answer"`` (task ``scratchpad_answer``) only the
+    number after the last comma is compared with the answer (a completion of the right format,
+    any partial sums); ``pc`` (the probability of the worked solution) is then a lower bound on
+    P(r = 1). Splits as :class:`ArithmeticTask` (held-out problems disjoint from training).
+
+    >>> t = ScratchpadTask(terms=4, heldout_size=5, seed=0)
+    >>> t.horizon, len(t.train[0].answer) + 1 == t.horizon
+    (9, True)
+    >>> ScratchpadTask.worked([3, 5, 9, 2], width=2)
+    '08,17,19'
+    """
+
+    alphabet = "0123456789+=,"
+    CHECKS = ("worked", "answer")
+
+    def __init__(self, digits: int = 1, terms: int = 7, heldout_size: int = 200, train_size: int | None = None,
+                 seed: int = 0, check: str = "worked"):
+        if check not in self.CHECKS:
+            raise ValueError(f"unknown scratchpad check {check!r}; valid: {', '.join(self.CHECKS)}")
+        self.check = check
+        self.name = "scratchpad" if check == "worked" else "scratchpad_answer"
+        base = ArithmeticTask(digits, terms, heldout_size, train_size, seed)  # the same problems, splits and checks
+        self.digits, self.terms = digits, terms
+        self.width = len(str((10**digits - 1) * terms))
+        self.train = [self._problem(p) for p in base.train]
+        self.heldout = [self._problem(p) for p in base.heldout]
+        self.horizon = (terms - 1) * (self.width + 1)
+        self.max_answer_tokens = self.horizon - 1
+
+    @staticmethod
+    def worked(operands: list[int], width: int) -> str:
+        """The worked solution: running totals after each operand from the second on."""
+        total, sums = operands[0], []
+        for x in operands[1:]:
+            total += x
+            sums.append(f"{total:0{width}d}")
+        return ",".join(sums)
+
+    def _problem(self, p: Problem) -> Problem:
+        ops = [int(x) for x in p.prompt[:-1].split("+")]
+        return Problem(p.prompt, self.worked(ops, self.width))
+
+    def reward(self, problem: Problem, completion: str, finished: bool) -> float:
+        """1 if EOS was emitted and the completion is the worked solution (``check="worked"``), or
+        has the worked format (terms - 1 fields of W digits) with the right last field (``"answer"``)."""
+        if not finished:
+            return 0.0
+        if self.check == "worked":
+            return float(completion == problem.answer)
+        fields = completion.split(",")
+        ok = len(fields) == self.terms - 1 and all(len(f) == self.width and f.isdigit() for f in fields)
+        return float(ok and fields[-1] == problem.answer.rsplit(",", 1)[-1])
+
+
 # --------------------------------------------------------------------------- registry
 
 TASKS = Registry("task")
@@ -118,6 +185,17 @@ def build_task(config) -> Task:
 @register_task("arithmetic")
 def _arithmetic(config) -> ArithmeticTask:
     return ArithmeticTask(config.digits, config.terms, config.heldout_size, config.train_size, config.task_seed)
+
+
+@register_task("scratchpad")
+def _scratchpad(config) -> ScratchpadTask:
+    return ScratchpadTask(config.digits, config.terms, config.heldout_size, config.train_size, config.task_seed)
+
+
+@register_task("scratchpad_answer")
+def _scratchpad_answer(config) -> ScratchpadTask:
+    return ScratchpadTask(config.digits, config.terms, config.heldout_size, config.train_size, config.task_seed,
+                          check="answer")
 
 
 # --------------------------------------------------------------------------- GSM8K

@@ -72,6 +72,7 @@ from .metrics import COLUMNS, MetricsWriter
 from .presets import load_pretrained, save_pretrained
 from .rollout import evaluate, warn_truncation
 from .tasks import build_task
+from .theory import DirectionTracker
 from .update import policy_update, staleness_metrics
 from .warmstart import default_max_new_tokens, get_warm_start
 
@@ -288,6 +289,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr)
         self.source = ROLLOUT_SOURCES[cfg.mode](cfg, self.task, self.tokenizer, self.max_new_tokens)
         self.writer = MetricsWriter(self.out / "metrics.csv")
+        self.directions = DirectionTracker()
         start, self.complete = 0, False
         if ckpt is not None:
             start, self.complete = state["step"], state["complete"]
@@ -297,6 +299,8 @@ class Trainer:
                 torch.set_rng_state(state["rng"]["torch"])
                 np.random.set_state(state["rng"]["numpy"])
                 random.setstate(state["rng"]["python"])
+                if "directions" in state:
+                    self.directions.load_state_dict(state["directions"])
             self.elapsed = state["elapsed_s"]
             self.log(f"resuming {self.out} from {ckpt.name} (update {start} of {cfg.steps})")
         else:
@@ -342,10 +346,12 @@ class Trainer:
         with self.autocast():
             batch = self.source.batch(step, self.policy)
             t1 = time.perf_counter()
+            self.directions.before(self.policy)
             row = policy_update(self.policy, self.optimizer, batch, estimator=cfg.estimator, eps=cfg.eps,
                                 advantage=cfg.advantage, loss_options=cfg.loss_options(), temperature=cfg.temperature,
                                 max_grad_norm=cfg.max_grad_norm, micro_batch_groups=cfg.micro_batch_groups)
         t2 = time.perf_counter()
+        row.update(self.directions.after(self.policy, bool(row["train/update_skipped"])))
         row.update(staleness_metrics(batch, step))
         row.update(self.source.step_metrics())
         self.last_batch = batch
@@ -367,6 +373,7 @@ class Trainer:
                  "config": self.config.to_dict()}
         if not complete:  # what an exact resume needs (the final checkpoint keeps only the weights)
             state.update({"optimizer": self.optimizer.state_dict(), "source": self.source.state_dict(),
+                          "directions": self.directions.state_dict(),
                           "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                                   "python": random.getstate()}})
         torch.save(state, tmp / "trainer_state.pt")

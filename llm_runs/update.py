@@ -18,6 +18,7 @@ from estimators.losses import is_batch_coupled, policy_loss
 
 from .metrics import DIAGNOSTIC_COLUMNS
 from .rollout import RolloutBatch, completion_logprobs
+from .theory import ratio_metrics
 
 
 def group_advantages(batch: RolloutBatch, kind: str) -> torch.Tensor:
@@ -44,7 +45,7 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
         raise ValueError(f"estimator {estimator!r} uses a statistic of the whole batch: it cannot be split into "
                          f"micro-batches of {chunk} groups (set micro_batch_groups = 0)")
     optimizer.zero_grad(set_to_none=True)
-    loss_total, seq_lr, weights, extra, extra_w = 0.0, [], [], {}, {}
+    loss_total, seq_lr, weights, extra, extra_w, tok_lr = 0.0, [], [], {}, {}, []
     for g0 in range(0, n_groups, chunk):
         g1 = min(g0 + chunk, n_groups)
         part = batch.groups(g0, g1)
@@ -54,6 +55,7 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
         (out.loss * share).backward()
         loss_total += float(out.loss.detach()) * share
         seq_lr.append(out.seq_log_ratio)
+        tok_lr.append((logp.detach() - part.behaviour_logp) * part.completion_mask)
         if out.weights is not None:
             weights.append(out.weights)
         for key in ("token_clip_frac", "seq_clip_frac"):
@@ -89,6 +91,8 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
                     "train/weight_max": float(c.max())})
     for key, total in extra.items():
         row[f"stale/{key}"] = total / extra_w[key]
+    row.update(ratio_metrics(lr_all, torch.cat(weights) if weights else None, torch.cat(tok_lr),
+                             batch.completion_mask, estimator, eps))
     return row
 
 

@@ -18,6 +18,8 @@ Sources:
 A run folder is read by :func:`read_run` only: its ``config.json`` and ``metrics.csv`` are
 parsed strictly (a bad line or a truncated file is an error naming the file and line) and
 its steps must be 0..T once each (a run with a duplicated or missing step is refused).
+A configuration field the run predates reads as the value the run actually used
+(:data:`LEGACY_FIELDS`), never as today's default.
 """
 from __future__ import annotations
 
@@ -165,14 +167,51 @@ def run_settings(cfg: dict) -> dict:
             "heldout_size": cfg.get("heldout_size")}
 
 
-def read_run_config(run: Path) -> dict:
-    """The ``config`` block of ``run/config.json`` (``ValueError`` naming the file if it is bad)."""
+def _legacy_gspo_eps_high(cfg: dict):
+    return 4e-4 if cfg.get("eps_high") is None else cfg["eps_high"]
+
+
+LEGACY_FIELDS: dict[str, tuple] = {
+    "amp": (lambda cfg: "none", "no mixed precision existed: float32 throughout"),
+    "gspo_eps_low": (lambda cfg: cfg.get("eps"),
+                     "the trainer passed its eps to GSPO as the lower clip: GSPO clipped at 1 - eps"),
+    "gspo_eps_high": (_legacy_gspo_eps_high,
+                      "GSPO's upper clip was eps_high when set, else gspo_loss's default 4e-4"),
+    **{name: (None, "only the estimator it tunes reads it, and that estimator did not exist yet")
+       for name in ("cispo_eps_low", "cispo_eps_high", "m2po_tau", "opsm_delta", "tis_cap", "mis_low", "mis_high")},
+}
+"""Config fields added after runs were made: ``{field: (value, why)}`` where ``value(cfg)`` is
+what a run whose stored ``config`` lacks the field actually used, computed from that stored
+config (``None``: today's default, which cannot have mattered). :func:`read_run_config`
+fills these in, so an old GSPO run of ``eps = 0.2`` reads as the clip range
+``[1 - 0.2, 1 + 4e-4]`` it was trained with, not today's ``[1 - 3e-4, 1 + 4e-4]``. A field
+missing from a stored config and absent here is filled by nobody: it reads as missing
+(``llm_runs.config.load_run_config`` then takes today's default). Every field added to the
+run configuration must get an entry here (a test checks it against the committed runs)."""
+
+
+def legacy_fields(cfg: dict) -> dict[str, object]:
+    """``{field: value}`` of the :data:`LEGACY_FIELDS` that ``cfg`` (a stored ``config`` block)
+    lacks, with the values the run actually used (``None``: today's default applies)."""
+    return {name: (value(cfg) if value is not None else None)
+            for name, (value, _why) in LEGACY_FIELDS.items() if name not in cfg}
+
+
+def read_run_config(run: Path, legacy: bool = True) -> dict:
+    """The ``config`` block of ``run/config.json`` (``ValueError`` naming the file if it is bad).
+
+    With ``legacy`` (the default) a field the run predates takes the value the run actually
+    used (:data:`LEGACY_FIELDS`); ``legacy=False`` gives the stored block as written.
+    """
     path = Path(run) / "config.json"
     j = read_json(path)
     cfg = j.get("config", j) if isinstance(j, dict) else None
     if not isinstance(cfg, dict):
         raise ValueError(f"{path}: expected an object with a 'config' object")  # noqa: TRY004 (bad file content)
-    return dict(cfg)
+    cfg = dict(cfg)
+    if legacy:
+        cfg.update({k: v for k, v in legacy_fields(cfg).items() if v is not None})
+    return cfg
 
 
 def read_metrics_csv(path: Path) -> pd.DataFrame:

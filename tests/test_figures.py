@@ -389,7 +389,7 @@ def test_f9_points_frontier_and_summary():
     fig = m.plot(df)
     lines = style.series_lines(fig)
     assert len(lines) == 2 * 2 * (6 + 1)  # 2 envs x 2 delays (1, 4) x (6 points + frontier)
-    gmc = [ln for ln in lines if ln.get_gid() == "series:bandit:4.0:gmc"][0]
+    gmc = next(ln for ln in lines if ln.get_gid() == "series:bandit:4.0:gmc")
     np.testing.assert_allclose([gmc.get_xdata()[0], gmc.get_ydata()[0]], [0.20, 0.20])  # plotted = the table
     s = m.summary(df)["bandit"]
     assert s["Delta"] == 4.0 and not s["gmc_on_frontier"] and s["gmc_dominated_by"] == ["topr"]

@@ -2,7 +2,7 @@
 bad configurations, tokenizer/from_pretrained round trip.
 
 Every test trains a 2-layer, 64-wide Qwen3 (about 70k parameters) on 8 prompts x G = 4 for
-a few updates; the warm start is computed once per session in a temporary cache.
+a few updates; the warm start is computed once per test run in a temporary cache.
 """
 from __future__ import annotations
 

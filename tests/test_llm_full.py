@@ -1,4 +1,4 @@
-"""Issue 6 (full reach), the non-async part: the GSM8K task, the ``qwen3-0.6b`` preset, the GPU
+"""The full-scale features, the non-async part: the GSM8K task, the ``qwen3-0.6b`` preset, the GPU
 check's code path (``--tiny``) and the delay sweep's planning, resume and summary.
 
 Models are 1-2 layer Qwen3s a few dozen wide; every checkpoint is written to a temporary folder

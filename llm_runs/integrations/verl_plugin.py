@@ -16,8 +16,9 @@ worker). Importing this module registers, if verl is importable:
   the N responses of the mini-batch, i.e. THEORY §2's ``g_hat(c)`` averaged over groups.
 * advantage estimators (``algorithm.adv_estimator=<name>``) ``gmc_loo``, ``gmc_grpo``,
   ``gmc_drgrpo``: :func:`estimators.advantages` of kind loo / grpo / drgrpo on the summed
-  token rewards, after checking with ``index`` (the prompt uid of each row) that the rows
-  form whole, contiguous groups;
+  token rewards, per group of rows sharing ``index`` (the prompt uid of each row), the rows
+  of a group in any order (as verl's own ``grpo`` groups them); every group must have the
+  same size;
 * the engine-path patch (:func:`patch_engine_path`) that hands each micro-batch's prompt uids
   to these losses, and a CPU platform for verl (:func:`cpu_platform`, chosen with
   ``VERL_PLATFORM=cpu``; tests and laptops).
@@ -37,7 +38,9 @@ groups from the data (:func:`patch_engine_path`):
 
 1. **Before verl cuts the batch** into mini- and micro-batches (``TrainingWorker.train_mini_batch``
    and ``train_batch``), the rows of each uid are made contiguous (:func:`regroup_by_uid`); a
-   batch that ``balance_batch`` or a dispatcher scattered is regrouped, not refused.
+   batch that ``balance_batch`` reordered is regrouped, not refused. Each rank only sees its
+   own share, so a group whose rows verl dispatched to several ranks cannot be regrouped: the
+   rank refuses it (:func:`check_whole_groups_on_rank`, ``ValueError`` naming the uid).
 2. **Where the loss runs**, :class:`EngineLoss` hands the micro-batch's uids to the policy loss,
    which orders the rows by group (any order within the micro-batch) and refuses a micro-batch
    holding part of a group (``ValueError`` naming the uid). G = ``config.rollout_n`` (verl fills
@@ -45,14 +48,19 @@ groups from the data (:func:`patch_engine_path`):
    (both reorder rows after the regrouping); ``ppo_micro_batch_size_per_gpu`` and each rank's
    share of the mini-batch (``global_batch_info``) must be multiples of G.
 
+``trainer.balance_batch`` (verl 0.9.1's legacy trainer, ``RayPPOTrainer._balance_batch``)
+splits the rows into ``dp_size`` equal partitions of similar token counts, ignoring the uids,
+and the dispatcher gives partition k to rank k. With one data-parallel rank the one partition
+is the whole batch in another order: the ``gmc_*`` estimators group by uid and the worker
+regroups, so balancing is harmless. With several ranks it splits groups across ranks, which
+nothing inside a rank can undo: keep ``trainer.balance_batch=False`` there (the rank raises
+otherwise). The v1 trainer (``trainer.use_v1=True``, verl 0.9's default) always balances and
+pads the batch with rows of a synthetic uid; it is not supported (``trainer.use_v1=False``).
+
 Without the uids (the policy loss called directly, an older actor) the loss relies on the
-layout and checks it at both ends: the ``gmc_*`` advantage estimator, which receives
-``index``, requires whole contiguous groups of equal size G (verl's trainer repeats each prompt
-``rollout.n`` times interleaved; ``trainer.balance_batch=True`` and the v1 trainer
-(``trainer.use_v1=True``, verl 0.9's default), which always balances, reorder rows across
-data-parallel ranks before the advantages, and the estimator raises then); and the loss checks,
-as a tripwire, that each block of G rows has group-relative advantages summing to 0 (true for
-loo, grpo and drgrpo): a necessary condition only.
+layout: each block of G consecutive rows of the micro-batch is one group. It checks, as a
+tripwire, that each block has group-relative advantages summing to 0 (true for loo, grpo and
+drgrpo): a necessary condition only.
 
 Other rules the loss enforces: one advantage per response (outcome rewards; a token-varying
 advantage such as GAE is refused); ``rollout_is_weights`` only at sequence level (multiplied
@@ -90,7 +98,7 @@ import os
 import typing
 from typing import Any
 
-from ._common import check_contiguous_groups, metric_names
+from ._common import metric_names
 
 ADVANTAGE_ESTIMATORS = {"gmc_loo": "loo", "gmc_grpo": "grpo", "gmc_drgrpo": "drgrpo"}
 """verl advantage-estimator name -> :func:`estimators.advantages` kind."""
@@ -273,21 +281,40 @@ def _check_zero_sum(adv_row, G: int) -> None:
         )
 
 
-def group_order(ids, G: int) -> list[int]:
-    """Row order that puts the G rows of each group (prompt uid) together, groups in order of
-    first appearance; every id must occur exactly G times in ``ids`` (else ``ValueError``)."""
+def rows_by_uid(ids) -> dict[Any, list[int]]:
+    """``{uid: [row, ...]}``: the rows of each prompt uid, uids in order of first appearance
+    (verl's own GRPO estimator groups with such a dict)."""
     rows: dict[Any, list[int]] = {}
     for i, uid in enumerate(ids):
         rows.setdefault(uid, []).append(i)
-    bad = {uid: len(r) for uid, r in rows.items() if len(r) != G}
+    return rows
+
+
+def groups_not_of_size(rows: dict[Any, list[int]], G: int) -> dict[Any, int]:
+    """``{uid: row count}`` of the groups of :func:`rows_by_uid` that do not have G rows."""
+    return {uid: len(r) for uid, r in rows.items() if len(r) != G}
+
+
+def whole_groups(ids, G: int, where: str, advice: str) -> dict[Any, list[int]]:
+    """:func:`rows_by_uid` of ``ids`` when every uid has exactly G rows; else ``ValueError``
+    naming the first uid that does not (``where``: "in this micro-batch", ...; then ``advice``)."""
+    rows = rows_by_uid(ids)
+    bad = groups_not_of_size(rows, G)
     if bad:
         uid, n = next(iter(bad.items()))
-        raise ValueError(
-            f"prompt uid {uid!r} has {n} rows in this micro-batch, not G = {G} (rollout.n): a group is split across "
-            f"micro-batches, mini-batches or data-parallel ranks ({len(bad)} of {len(rows)} groups incomplete). Keep "
-            "ppo_micro_batch_size_per_gpu and each rank's share of ppo_mini_batch_size multiples of G, "
-            "actor.shuffle=False, use_dynamic_bsz=False and the batch unbalanced (trainer.balance_batch=False)"
-        )
+        raise ValueError(f"prompt uid {uid!r} has {n} rows {where}, not G = {G} (rollout.n) "
+                         f"({len(bad)} of {len(rows)} groups incomplete): {advice}")
+    return rows
+
+
+def group_order(ids, G: int) -> list[int]:
+    """Row order that puts the G rows of each group (prompt uid) together, groups in order of
+    first appearance; every id must occur exactly G times in ``ids`` (else ``ValueError``)."""
+    rows = whole_groups(
+        ids, G, "in this micro-batch",
+        "a group is split across micro-batches, mini-batches or data-parallel ranks. Keep ppo_micro_batch_size_per_gpu and each rank's share of ppo_mini_batch_size multiples of G, "
+        "actor.shuffle=False, use_dynamic_bsz=False and, with several data-parallel ranks, the batch "
+        "unbalanced (trainer.balance_batch=False)")
     return [i for r in rows.values() for i in r]
 
 
@@ -379,22 +406,43 @@ def make_policy_loss(scheme: str, style: str = METRICS_STYLE):
 
 
 def grouped_advantages(kind: str, token_level_rewards, response_mask, index=None, epsilon: float = 1e-6, **_):
-    """:func:`estimators.advantages` of ``kind`` per group, after checking the group layout.
+    """:func:`estimators.advantages` of ``kind`` per group, the groups taken from ``index``.
 
     ``token_level_rewards`` (B, T) are summed per response; ``index`` (B,) holds the prompt
-    uid of each row. Returns ``(advantages, returns)``, both (B, T), the advantage repeated
-    on every response token (verl's convention for outcome advantages).
+    uid of each row, in any row order (the rows of a uid need not be contiguous: verl's
+    ``balance_batch`` reorders them before the advantages). Every uid must have the same
+    number G of rows (``ValueError`` naming the uid otherwise). Returns
+    ``(advantages, returns)``, both (B, T), the advantage repeated on every response token
+    (verl's convention for outcome advantages), row for row as given.
     """
     import torch
 
     import estimators
 
+    where = f"advantage estimator gmc_{kind}"
     if index is None:
-        raise ValueError(f"advantage estimator gmc_{kind} needs `index` (the prompt uid of every row)")
-    G = check_contiguous_groups(list(index), where=f"advantage estimator gmc_{kind}")
+        raise ValueError(f"{where} needs `index` (the prompt uid of every row)")
+    ids = list(index)
+    if len(ids) != token_level_rewards.shape[0]:
+        raise ValueError(f"{where}: {len(ids)} prompt uids for {token_level_rewards.shape[0]} responses")
+    if not ids:
+        raise ValueError(f"{where}: no rows")
+    rows = rows_by_uid(ids)
+    first = next(iter(rows))
+    G = len(rows[first])
+    odd = groups_not_of_size(rows, G)
+    if odd:
+        uid, n = next(iter(odd.items()))
+        raise ValueError(
+            f"{where}: prompt uid {uid!r} has {n} rows but uid {first!r} has {G}: every group needs the same "
+            f"number of responses (rollout.n); {len(odd)} of {len(rows)} groups differ"
+        )
+    order = torch.tensor([i for r in rows.values() for i in r], device=token_level_rewards.device)
     scores = token_level_rewards.detach().sum(-1).to(torch.float64)
     with torch.no_grad():
-        adv = estimators.advantages(scores.reshape(-1, G), kind, delta=epsilon).reshape(-1)
+        grouped = estimators.advantages(scores[order].reshape(-1, G), kind, delta=epsilon).reshape(-1)
+    adv = torch.empty_like(grouped)
+    adv[order] = grouped
     adv = adv.to(token_level_rewards.dtype)[:, None] * response_mask.to(token_level_rewards.dtype)
     return adv, adv
 
@@ -475,10 +523,7 @@ def regroup_by_uid(data):
     ids = _uids(data)
     if ids is None:
         return data
-    first: dict[Any, int] = {}
-    for i, uid in enumerate(ids):
-        first.setdefault(uid, i)
-    order = sorted(range(len(ids)), key=lambda i: (first[ids[i]], i))
+    order = [i for r in rows_by_uid(ids).values() for i in r]
     if order == list(range(len(ids))):
         return data
     from verl.utils import tensordict_utils as tu
@@ -486,13 +531,33 @@ def regroup_by_uid(data):
     return tu.index_select_tensor_dict(data, order)
 
 
+def check_whole_groups_on_rank(data, G: int) -> None:
+    """Refuse a rank's training batch that holds part of a group (``ValueError`` naming the uid).
+
+    Each data-parallel rank trains on its own share of the batch; the regrouping inside the
+    rank cannot bring back rows that verl dispatched to another rank. With several ranks
+    verl's ``trainer.balance_batch=True`` partitions the rows by sequence length, ignoring the
+    prompt uids, so a group's responses end up on different ranks.
+    """
+    ids = _uids(data)
+    if ids is None:
+        return
+    whole_groups(ids, G, "in this rank's training batch",
+                 "the group is split across data-parallel ranks. With several data-parallel ranks set trainer.balance_batch=False (verl's balancing partitions "
+                 "rows by length, ignoring groups) and keep train_batch_size a multiple of the number of ranks")
+
+
 def _regrouping(method):
-    """A TrainingWorker method that first regroups its batch by uid when the plugin's loss is set."""
+    """A TrainingWorker method that first checks and regroups its batch by uid when the plugin's loss is set."""
     import functools
 
     @functools.wraps(method)
     def wrapper(self, data, *args, **kwargs):
-        if isinstance(getattr(self, "loss_fn", None), EngineLoss):
+        loss_fn = getattr(self, "loss_fn", None)
+        if isinstance(loss_fn, EngineLoss):
+            config = loss_fn.keywords.get("config")
+            if config is not None:
+                check_whole_groups_on_rank(data, group_size_from(config))
             data = regroup_by_uid(data)
         return method(self, data, *args, **kwargs)
 

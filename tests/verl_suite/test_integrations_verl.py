@@ -16,11 +16,11 @@ import verl
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from verl.trainer.ppo import core_algos
 from verl.utils.import_utils import import_external_libs
-from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 
 import estimators
 from estimators.losses import trajectory_loss
 from llm_runs.integrations import verl_plugin
+from llm_runs.integrations._common import check_contiguous_groups
 
 REPO = Path(__file__).resolve().parents[2]
 SNIPPET = REPO / "README.md"  # the README's own verl snippet is what these tests exercise
@@ -224,7 +224,7 @@ def test_engine_path_groups_rows_by_uid_in_any_order(snippet_cfg):
     actor.ppo_micro_batch_size_per_gpu = batch.B
     perm = torch.randperm(batch.B, generator=torch.Generator().manual_seed(6))
     with pytest.raises(ValueError, match="split or not contiguous"):
-        verl_plugin.check_contiguous_groups(list(batch.index[perm.numpy()]))
+        check_contiguous_groups(list(batch.index[perm.numpy()]))
     call = {"old_log_prob": batch.old[perm], "log_prob": batch.new[perm], "advantages": adv[perm],
             "response_mask": batch.mask[perm], "loss_agg_mode": "token-mean", "config": actor}
     with verl_plugin.group_ids(batch.index[perm.numpy()]):
@@ -255,13 +255,10 @@ def test_split_groups_give_clear_errors(snippet_cfg):
             "loss_agg_mode": "token-mean", "rollout_is_weights": None}
     actor.global_batch_info.update(dp_size=1, global_batch_size=batch.B)
 
-    # verl's own length balancing (trainer.balance_batch=True) scatters the groups before the advantages
-    lengths = batch.mask.sum(-1).tolist()
-    parts = get_seqlen_balanced_partitions(lengths, k_partitions=2, equal_size=True)
-    order = [i for part in parts for i in part]
-    with pytest.raises(ValueError, match="split or not contiguous"):
-        adv_fn(token_level_rewards=batch.rewards[order], response_mask=batch.mask[order].double(),
-               index=batch.index[order])
+    # groups of unequal size: the estimator names the uid
+    with pytest.raises(ValueError, match=f"uid 'uid-3' has {G - 3} rows but uid 'uid-0' has {G}"):
+        adv_fn(token_level_rewards=batch.rewards[:-3], response_mask=batch.mask[:-3].double(),
+               index=batch.index[:-3])
 
     # a micro-batch cutting a group
     rows = slice(0, G + G // 2)

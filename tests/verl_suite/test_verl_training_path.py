@@ -4,7 +4,8 @@ The actor is configured from verl's generated PPO config with the README snippet
 (``loss_mode=gmc``, ``external_lib=llm_runs.integrations.verl_plugin``) plus the CPU test's
 own (model path, fsdp2, sdpa, float32), built the way verl's ``ActorRolloutRefWorker.init_model``
 builds it, and trained for a few updates on a rollout batch whose rows carry real prompt
-uids, shuffled so that no group is contiguous, with stale behaviour log-probs. The loss verl
+uids, in the order verl's ``trainer.balance_batch`` leaves them with one data-parallel rank (no
+group contiguous), with stale behaviour log-probs. The loss verl
 applied is compared with :func:`estimators.losses.trajectory_loss` on the same groups,
 computed from the engine's own weights by a separate copy of the model.
 """
@@ -18,6 +19,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from test_integrations_verl import snippet_overrides, verl_config
+from test_verl_group_layout import balance
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 import estimators
@@ -137,6 +139,15 @@ def to_verl(tensors: dict, uids: np.ndarray, rows: torch.Tensor):
     return td
 
 
+def balanced_rows(attention_mask: torch.Tensor, uids: np.ndarray) -> torch.Tensor:
+    """The row order verl 0.9.1's ``RayPPOTrainer._balance_batch`` gives the batch with one rank."""
+    from verl import DataProto
+
+    proto = DataProto.from_dict(tensors={"attention_mask": attention_mask, "row": torch.arange(len(uids))},
+                                non_tensors={"uid": uids})
+    return balance(proto, dp_size=1).batch["row"].clone()
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     from verl.utils import tensordict_utils as tu
@@ -158,7 +169,7 @@ def trained(tmp_path_factory):
     fresh = response_log_probs(reference, tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"])
     # stale behaviour log-probs: the policy that sampled was a few versions older
     tensors["old_log_probs"] = (fresh + 0.25 * torch.randn(fresh.shape, generator=g)) * tensors["response_mask"]
-    rows = torch.randperm(B, generator=g)  # what balance_batch or a dispatcher could leave: groups scattered
+    rows = balanced_rows(tensors["attention_mask"], uids)  # trainer.balance_batch=True, one rank: groups scattered
     steps = []
     for _ in range(STEPS):
         weights = engine_weights(worker)

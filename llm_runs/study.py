@@ -1,0 +1,255 @@
+"""The staleness study (docs/PREREGISTRATION.md): estimators x delays x two horizons x paired seeds.
+
+    python -m llm_runs.study --dry-run        # the runs, their state and the estimated time
+    python -m llm_runs.study                  # run (or continue) the grid -> results/llm/study/
+    python -m llm_runs.study --resume         # continue interrupted runs (finished ones are skipped)
+    python -m llm_runs.study --grid pilot     # the delay-0 pilot that sized it -> results/llm/pilot/
+
+The grid is data (:data:`STUDIES`): the settings shared by every run (:data:`STUDY_BASE`), one
+block of settings per horizon (:data:`HORIZONS`: ``short`` is the arithmetic task of the
+reference sweep, completions of at most 3 tokens; ``long`` the scratchpad task, completions of
+exactly 18 tokens), the estimators and positive delays, the stale floor (run at the largest
+delay only) and the seeds. Delay 0 makes every trajectory scheme the same update (every ratio
+is 1), so it is run once per seed and horizon (as ``gmc``) and is the common delay-0 point of
+every estimator.
+
+Pairing (common random numbers): every run of one seed shares the warm start (one per horizon,
+``warm_start_seed`` fixed), the prompt of every update and the uniforms of every sample (both
+derived from ``seed``, :mod:`llm_runs.delay`, :mod:`llm_runs.rollout`), so that estimators
+differ only through their updates. Runs go seed-major (a partial grid holds whole seeds), at
+most ``--jobs`` at a time, through :func:`llm_runs.sweep.run_sweep` (resumable; a folder of
+other settings is refused, never overwritten). ``--dry-run`` prices the plan with the step
+costs measured by the pilot (:data:`STEP_COST_S`), or with ``--cost-from DIR`` (a folder of
+finished runs whose ``perf/`` columns are read).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .sweep import Cell, run_sweep
+
+STUDY_MODEL = {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "head_dim": 16}
+"""A 4-layer, 64-wide Qwen3 (247k parameters): a quarter of ``tiny-cpu``'s compute per token."""
+
+STUDY_BASE = {"preset": "tiny-cpu", "model_kwargs": STUDY_MODEL, "digits": 1, "heldout_size": 200,
+              "eval_train_size": 0, "warm_start_batch": 128, "warm_start_seed": 0,
+              "prompts_per_step": 16, "group_size": 8, "lr": 1e-4, "eps": 0.2, "advantage": "loo", "steps": 200,
+              "eval_every": 20, "checkpoint_every": 50, "keep_checkpoints": 1, "threads": 1}
+"""Shared by every run of the study (and the pilot): B = 16 prompts x G = 8, Adam, eps 0.2,
+leave-one-out advantages, 200 updates, held-out evaluation (200 problems) every 20 updates."""
+
+HORIZONS = {
+    "short": {"task": "arithmetic", "terms": 3, "warm_start_steps": 150, "warm_start_lr": 2e-3},
+    "long": {"task": "scratchpad", "terms": 7, "train_size": 20000, "warm_start_steps": 700, "warm_start_lr": 2e-3},
+}
+"""Horizon -> task settings. short: ``3+5+9=`` -> ``17`` (H <= 3 tokens with EOS); long: seven
+one-digit operands with every partial sum written out, ``08,17,...`` (H = 18 tokens)."""
+
+ESTIMATORS = ("gmc", "is", "tic_mask", "tic_trunc", "token_clip", "gspo", "m2po", "cispo", "topr", "opsm",
+              "seq_tis_bn")
+
+STEP_COST_S = {"short": 0.121, "long": 0.532}
+"""Median seconds per update (rollout + update) measured by the pilots (``--cost-from
+results/llm/pilot`` and ``results/llm/pilot_short`` recompute them), one run at a time on the
+2-core machine while it was shared (load about 5): long 0.23 s rollout + 0.30 s update."""
+EVAL_COST_S = {"short": 0.19, "long": 0.59}
+"""Median seconds per held-out evaluation (200 problems), same pilots."""
+RUN_OVERHEAD_S = 8.0
+"""Process start, model load, final checkpoint and summary of one run."""
+
+
+def horizon_of(config: dict) -> str:
+    """The :data:`HORIZONS` label of a run's settings (its task), else the task name itself."""
+    label = {v["task"]: k for k, v in HORIZONS.items()}
+    return label.get(config.get("task"), str(config.get("task")))
+
+
+@dataclass(frozen=True)
+class StudyCell(Cell):
+    """One run of the study: a :class:`~llm_runs.sweep.Cell` with its horizon in the name."""
+
+    horizon: str = "long"
+
+    @property
+    def name(self) -> str:
+        return f"{self.horizon}-{self.estimator}-d{self.delay}-s{self.seed}"
+
+
+@dataclass(frozen=True)
+class Study:
+    """The grid as data; :meth:`cells` is its plan (read by :func:`llm_runs.sweep.plan`)."""
+
+    name: str
+    out: str
+    base: dict
+    horizons: dict
+    estimators: tuple[str, ...]
+    delays: tuple[int, ...]  # positive delays; delay 0 is run once per seed and horizon
+    seeds: tuple[int, ...]
+    floor: tuple[str, ...] = ("stale",)  # estimators run at the largest delay only
+    zero_delay: str | None = "gmc"  # the estimator that stands for every scheme at delay 0 (None: no delay-0 run)
+    doc: str = ""
+    async_estimators: tuple[str, ...] = ()  # (the sweep driver's field; the study has none)
+
+    def settings(self) -> dict:
+        return json.loads(json.dumps({k: v for k, v in dataclasses.asdict(self).items() if k not in ("out", "doc")}))
+
+    def default_out(self) -> Path:
+        """``out`` under the results root (``GMC_RESULTS`` or ``results/``)."""
+        from schema.results import results_root
+
+        return results_root() / Path(self.out).relative_to("results")
+
+    def cells(self) -> list[StudyCell]:
+        """Seed-major: all runs of seed s (both horizons) before any run of seed s + 1."""
+        cells = []
+        for s in self.seeds:
+            for h, task in self.horizons.items():
+                base = {**self.base, **task, "seed": s}
+                runs = [(self.zero_delay, 0)] if self.zero_delay else []
+                runs += [(e, d) for d in self.delays for e in self.estimators]
+                runs += [(e, max(self.delays)) for e in self.floor] if self.delays else []
+                cells += [StudyCell(e, "controlled", d, s, {**base, "estimator": e, "delay": d}, horizon=h)
+                          for e, d in runs]
+        return cells
+
+
+STUDIES = {
+    "primary": Study("primary", "results/llm/study", STUDY_BASE, HORIZONS, ESTIMATORS, delays=(16, 64),
+                     seeds=tuple(range(10)),
+                     doc="11 estimators x delays 16, 64 + stale at 64 + one delay-0 run, x short and long "
+                         "horizon, x 10 paired seeds (480 runs of 200 updates)"),
+    "pilot": Study("pilot", "results/llm/pilot", STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1, 2),
+                   floor=(), doc="delay 0, long horizon, 3 seeds: the learning curve, step costs and seed spread"),
+    "pilot_short": Study("pilot_short", "results/llm/pilot_short", STUDY_BASE, {"short": HORIZONS["short"]}, (),
+                         delays=(), seeds=(0, 1, 2), floor=(), doc="the same at the short horizon"),
+}
+
+
+# --------------------------------------------------------------------------- pricing
+
+
+def measured_costs(folder: str | Path) -> tuple[dict, dict]:
+    """(step cost, eval cost) per horizon label from the finished runs under ``folder``: the
+    median ``perf/step_s`` and ``perf/eval_s`` (the horizon is read from the run's task)."""
+    import pandas as pd
+
+    from schema.results import read_run_config
+
+    steps, evals = {}, {}
+    for run in sorted(Path(folder).glob("*/metrics.csv")):
+        h = horizon_of(read_run_config(run.parent))
+        if h not in HORIZONS:
+            continue
+        m = pd.read_csv(run)
+        steps.setdefault(h, []).extend(m["perf/step_s"].dropna().tolist())
+        evals.setdefault(h, []).extend(m["perf/eval_s"].dropna().tolist())
+    med = lambda x: float(pd.Series(x).median())
+    if not steps:
+        raise ValueError(f"no finished study or pilot run under {folder} to measure step costs from")
+    return {h: med(v) for h, v in steps.items()}, {h: med(v) for h, v in evals.items()}
+
+
+def estimate_seconds(cells: list[StudyCell], jobs: int, step_cost: dict | None = None,
+                     eval_cost: dict | None = None) -> float:
+    """Wall time of ``cells`` run ``jobs`` at a time: the sum of per-run costs / jobs (runs are
+    short and many, so the schedule packs well). A horizon without a measured cost is an error."""
+    step_cost, eval_cost = step_cost or STEP_COST_S, eval_cost or EVAL_COST_S
+    total = 0.0
+    for c in cells:
+        if c.horizon not in step_cost:
+            raise ValueError(f"no measured step cost for horizon {c.horizon!r} (have {sorted(step_cost)})")
+        o = c.overrides
+        n_eval = o["steps"] // o["eval_every"] + 2 if o["eval_every"] else 2
+        total += o["steps"] * step_cost[c.horizon] + n_eval * eval_cost.get(c.horizon, 0.0) + RUN_OVERHEAD_S
+    return total / max(1, jobs)
+
+
+def missing_estimators(study: Study) -> list[str]:
+    """Estimators of the study that :func:`estimators.losses.loss_names` does not know (yet)."""
+    from estimators.losses import loss_names
+
+    known = set(loss_names())
+    return [e for e in (*study.estimators, *study.floor, *([study.zero_delay] if study.zero_delay else []))
+            if e not in known]
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m llm_runs.study", description=__doc__.split("\n\n")[0])
+    p.add_argument("--grid", default="primary", choices=sorted(STUDIES), help="which grid (default: primary)")
+    p.add_argument("--out", default=None, help="study folder (default: the grid's own)")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
+    p.add_argument("--resume", action="store_true", help="continue interrupted runs")
+    p.add_argument("--dry-run", action="store_true", help="print the runs, their state and the estimated time")
+    p.add_argument("--cost-from", default=None, help="price the plan with the step costs measured in this folder")
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    study = STUDIES[args.grid]
+    out = Path(args.out) if args.out else study.default_out()
+    try:
+        cells = study.cells()
+        step_cost, eval_cost = measured_costs(args.cost_from) if args.cost_from else (None, None)
+        est = estimate_seconds(cells, args.jobs, step_cost, eval_cost)
+        missing = missing_estimators(study)
+        if args.dry_run:
+            from .config import resolve_config
+            from .sweep import run_state
+
+            for c in cells:
+                if c.estimator in missing:
+                    state = "estimator not registered"
+                elif (out / c.name).exists():
+                    state = run_state(out / c.name, resolve_config(c.overrides).to_dict())
+                else:
+                    state = "new"
+                print(f"{c.name:34s} {state}")
+            per_h = {h: sum(c.horizon == h for c in cells) for h in study.horizons}
+            print(f"{len(cells)} runs ({', '.join(f'{n} {h}' for h, n in per_h.items())}), {len(study.seeds)} seeds, "
+                  f"{args.jobs} at a time: estimated {est / 3600:.2f} h"
+                  + (f"; not registered yet: {', '.join(missing)}" if missing else ""))
+            return 0
+        if missing:
+            raise ValueError(f"estimators {missing} are not registered (estimators.losses.loss_names()): the grid "
+                             f"needs every one of them; nothing was run")
+        _warm_starts(study)
+        o = run_sweep(study, out, resume=args.resume, jobs=args.jobs, progress=not args.no_progress)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"study {study.name}: {len(o.ran)} runs done, {len(o.skipped)} already complete, {len(o.failed)} failed, "
+          f"{len(o.interrupted)} interrupted; {o.wall_s / 60:.1f} min; summary {o.summary}")
+    if o.interrupted:
+        print(f"interrupted: continue with python -m llm_runs.study --grid {args.grid} --resume")
+        return 130
+    return 1 if o.failed else 0
+
+
+def _warm_starts(study: Study) -> None:
+    """One warm start per horizon, computed before any run (runs would otherwise race for it)."""
+    import torch
+
+    from .config import resolve_config
+    from .tasks import build_task
+    from .warmstart import get_warm_start
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for task in study.horizons.values():
+            cfg = resolve_config({**study.base, **task})
+            get_warm_start(cfg, build_task(cfg))
+    finally:
+        torch.set_num_threads(threads)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Theory in the loop: THEORY §3's quantities estimated from every update's own ratios.
+
+Per update (columns of :data:`llm_runs.metrics.COLUMNS`):
+
+* ``stale/chi2``: the trajectory chi^2 estimate ``mean w^2 - 1`` over the batch's B*G
+  completions (w drawn from the behaviour policy, so E_b w^2 - 1 = chi^2(pi_theta || pi_b) =
+  sigma^2 of THEORY §1); ``stale/mu4`` the fourth central moment ``mean (w - 1)^4``;
+  ``stale/chi2_token`` the same chi^2 per token (``mean r_t^2 - 1`` over completion tokens,
+  r_t the token ratio). The ESS of the group ratios is ``stale/ess``
+  (:func:`estimators.diagnostics`).
+* ``stale/mass_bias``: the realised mass bias of the run's weights c, the mean over groups of
+  ``beta_1(c; w) = (1/G) sum_i |w_i - c_i|`` (:func:`bounds.bias.beta_1`; = mean w - mean c for
+  every scheme with c <= w: GMC, TIC-mask, TIC-trunc), an unbiased estimate of THEORY §3's m.
+  Empty for losses that have no trajectory weight (token-level baselines).
+* ``stale/mass_bias_bound``: THEORY §3's bound on that m evaluated at the estimated chi^2 (and
+  mu_4): :data:`SCHEME_BOUNDS` names the lambdified twin (:func:`bounds.numeric.twin`) per
+  scheme. Empty for schemes without one (IS: m = 0 exactly). The plug-in chi^2 of a batch can
+  be negative (a heavy right tail under-sampled); the bound is then evaluated at 0, so such a
+  batch with a positive realised mass bias counts as one where the plug-in bound fails.
+* ``train/grad_cos``: cosine between this update's gradient estimate and the previous one's;
+  ``train/update_cos``: cosine between consecutive parameter changes theta_{t+1} - theta_t
+  (the optimiser's actual steps). Both are empty on the first update and around a skipped
+  one. The gradient norm is ``train/grad_norm``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+SCHEME_BOUNDS = {
+    "gmc": "m_gmc_quadratic",  # m_GMC <= sigma^2 / (4 G eps)
+    "tic_trunc": "m_trunc_quadratic",  # m_trunc <= sigma^2 / (4 eps)
+    "tic_mask": "m_mask_markov",  # m_mask <= sqrt(1 + sigma^2) sqrt(mu_4) / eps^2
+    "stale": "m_stale_bound",  # E_b |w - 1| <= sigma
+}
+"""Scheme -> the registered bound (``bounds.numeric.twin`` name) on its mass bias m (THEORY §3)."""
+
+
+def mass_bias_bound(scheme: str, chi2: float, mu4: float, G: int, eps: float) -> float:
+    """THEORY §3's bound on the mass bias of ``scheme`` at (chi^2, mu_4); NaN if it has none."""
+    from bounds.numeric import twin
+
+    name = SCHEME_BOUNDS.get(scheme)
+    if name is None or not math.isfinite(chi2):
+        return math.nan
+    chi2 = max(chi2, 0.0)  # a negative estimate (few samples, heavy tail) is clamped: the bound is then 0
+    f = twin(name)
+    args = {"sigma2": chi2, "mu4": mu4, "G": G, "eps": eps}
+    if "mu4" in f.params and not (math.isfinite(mu4) and mu4 >= 0):
+        return math.nan
+    return float(f(**{k: args[k] for k in f.params}))
+
+
+def ratio_metrics(seq_log_ratio: torch.Tensor, weights: torch.Tensor | None, token_log_ratio: torch.Tensor,
+                  token_mask: torch.Tensor, scheme: str, eps: float) -> dict:
+    """The ``stale/`` theory columns of one batch.
+
+    Args:
+        seq_log_ratio: (num_groups, G) trajectory log-ratios log w (detached).
+        weights: (num_groups, G) the scheme's weights c, or None (no trajectory weight).
+        token_log_ratio: (N, T) per-token log pi_theta - log mu; token_mask: (N, T) 1 on completion tokens.
+        scheme: the run's estimator name; eps: its threshold.
+    """
+    from bounds.bias import beta_1
+
+    lr = seq_log_ratio.detach().double().cpu().numpy()
+    if lr.ndim != 2:
+        raise ValueError(f"seq_log_ratio must be (num_groups, G), got shape {lr.shape}")
+    G = lr.shape[1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        w = np.exp(lr)
+        chi2 = float(np.mean(w**2) - 1.0)  # inf (never NaN) when a ratio overflows float64
+        mu4 = float(np.mean((w - 1.0) ** 4))
+        m = token_mask.detach().double().cpu()
+        tok = token_log_ratio.detach().double().cpu()
+        chi2_token = float(((torch.exp(2 * tok) - 1.0) * m).sum() / m.sum())
+        row = {"stale/chi2": chi2, "stale/mu4": mu4, "stale/chi2_token": chi2_token}
+        if weights is not None:
+            c = weights.detach().double().cpu().numpy().reshape(lr.shape)
+            row["stale/mass_bias"] = float(np.mean(beta_1(c, w)))
+            row["stale/mass_bias_bound"] = mass_bias_bound(scheme, chi2, mu4, G, eps)
+    return row
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([t.detach().reshape(-1).float() for t in tensors])
+
+
+def _cos(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
+    if a is None or b is None:
+        return math.nan
+    na, nb = float(a.norm()), float(b.norm())
+    if not (na > 0 and nb > 0 and math.isfinite(na) and math.isfinite(nb)):
+        return math.nan
+    return float(torch.dot(a, b)) / (na * nb)
+
+
+class DirectionTracker:
+    """Cosines between consecutive gradient estimates and consecutive parameter steps.
+
+    ``before(model)`` just before an update, ``after(model, skipped)`` just after it (the
+    gradient is still in ``.grad``); the previous vectors travel in ``state_dict`` so that a
+    resumed run logs the same cosines as an uninterrupted one.
+    """
+
+    def __init__(self):
+        self.prev_grad: torch.Tensor | None = None
+        self.prev_step: torch.Tensor | None = None
+        self._theta: torch.Tensor | None = None
+
+    def before(self, model) -> None:
+        self._theta = _flat(model.parameters())
+
+    def after(self, model, skipped: bool) -> dict:
+        params = list(model.parameters())
+        if skipped or self._theta is None or any(p.grad is None for p in params):
+            self.prev_grad = self.prev_step = None
+            return {}
+        grad = _flat(p.grad for p in params)
+        step = _flat(params) - self._theta
+        out = {"train/grad_cos": _cos(grad, self.prev_grad), "train/update_cos": _cos(step, self.prev_step)}
+        self.prev_grad, self.prev_step, self._theta = grad, step, None
+        return out
+
+    def state_dict(self) -> dict:
+        return {"prev_grad": self.prev_grad, "prev_step": self.prev_step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.prev_grad, self.prev_step = state["prev_grad"], state["prev_step"]

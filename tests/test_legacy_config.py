@@ -1,0 +1,72 @@
+"""Run folders made before a configuration field existed read as what they actually ran.
+
+The committed GSPO runs of ``results/llm/sweep`` predate ``gspo_eps_low``/``gspo_eps_high``:
+the trainer then passed its own ``eps`` (0.2) to GSPO as the lower clip, so they clipped
+the sequence ratio at ``[0.8, 1 + 4e-4]``. Tests read copies; committed results are never written.
+"""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from llm_runs.config import TrainConfig, config_diff, load_run_config
+from schema.results import LEGACY_FIELDS, legacy_fields, read_run, read_run_config
+
+SWEEP = Path(__file__).resolve().parents[1] / "results" / "llm" / "sweep"
+GSPO_RUN = SWEEP / "gspo-controlled-d2-s0"
+
+
+@pytest.fixture
+def old_gspo(tmp_path):
+    if not (GSPO_RUN / "config.json").is_file():
+        pytest.skip(f"{GSPO_RUN} is not in this checkout")
+    copy = tmp_path / GSPO_RUN.name
+    shutil.copytree(GSPO_RUN, copy)
+    return copy
+
+
+def test_committed_gspo_run_reads_as_the_clip_range_it_used(old_gspo):
+    stored = read_run_config(old_gspo, legacy=False)
+    assert stored["estimator"] == "gspo" and stored["eps"] == 0.2 and stored["eps_high"] is None
+    assert "gspo_eps_low" not in stored and "gspo_eps_high" not in stored  # a legacy configuration
+    assert legacy_fields(stored)["gspo_eps_low"] == 0.2 and legacy_fields(stored)["gspo_eps_high"] == 4e-4
+    cfg = read_run_config(old_gspo)
+    assert (cfg["gspo_eps_low"], cfg["gspo_eps_high"]) == (0.2, 4e-4)
+    loaded = load_run_config(old_gspo)
+    assert loaded.loss_options() == {"eps_low": 0.2, "eps_high": 4e-4}  # clip [0.8, 1.0004]
+    assert TrainConfig().gspo_eps_low != 0.2  # today's default differs: filling it in would misdescribe the run
+    settings, metrics = read_run(old_gspo)
+    assert settings["estimator"] == "gspo" and len(metrics) > 0
+
+
+def test_resuming_a_legacy_gspo_run_with_todays_defaults_is_a_difference(old_gspo):
+    today = {**read_run_config(old_gspo, legacy=False), "gspo_eps_low": TrainConfig().gspo_eps_low,
+             "gspo_eps_high": TrainConfig().gspo_eps_high}
+    diff = config_diff(read_run_config(old_gspo), today)
+    assert diff == {"gspo_eps_low": (0.2, TrainConfig().gspo_eps_low)}
+    same = {**read_run_config(old_gspo, legacy=False), "gspo_eps_low": 0.2, "gspo_eps_high": 4e-4}
+    assert config_diff(read_run_config(old_gspo), same) == {}
+
+
+def test_recorded_fields_win_and_eps_high_carries_over(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    base = {"estimator": "gspo", "eps": 0.1, "eps_high": 0.05}
+    (run / "config.json").write_text(json.dumps({"config": base}))
+    assert (read_run_config(run)["gspo_eps_low"], read_run_config(run)["gspo_eps_high"]) == (0.1, 0.05)
+    (run / "config.json").write_text(json.dumps({"config": {**base, "gspo_eps_low": 0.01, "gspo_eps_high": 0.02}}))
+    assert (read_run_config(run)["gspo_eps_low"], read_run_config(run)["gspo_eps_high"]) == (0.01, 0.02)
+
+
+def test_every_field_a_committed_run_lacks_has_a_legacy_entry():
+    fields = set(TrainConfig().to_dict())
+    assert set(LEGACY_FIELDS) <= fields, sorted(set(LEGACY_FIELDS) - fields)
+    configs = sorted(SWEEP.parent.glob("*/*/config.json"))  # every committed run folder under results/llm
+    if not configs:
+        pytest.skip("no committed run folders in this checkout")
+    missing = set()
+    for path in configs:
+        missing |= fields - set(json.loads(path.read_text())["config"])
+    assert missing, "every committed run records every field: the legacy table is not exercised"
+    assert missing <= set(LEGACY_FIELDS), f"fields committed runs lack with no legacy entry: {sorted(missing - set(LEGACY_FIELDS))}"

@@ -1,0 +1,367 @@
+"""The staleness study's groundwork: the scratchpad task (horizon knob), the KV-cache decode
+loop, theory-in-the-loop metrics, the study grid and its pre-registered analysis."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from llm_runs.tasks import ArithmeticTask, ScratchpadTask, build_task
+from llm_runs.theory import (
+    SCHEME_BOUNDS,
+    DirectionTracker,
+    mass_bias_bound,
+    ratio_metrics,
+)
+
+# --------------------------------------------------------------------------- task
+
+
+def test_scratchpad_writes_every_partial_sum_with_a_fixed_horizon():
+    t = ScratchpadTask(digits=1, terms=7, heldout_size=50, train_size=500, seed=3)
+    assert t.horizon == 18 and t.max_answer_tokens == 17
+    for p in t.train[:50] + t.heldout:
+        ops = [int(x) for x in p.prompt[:-1].split("+")]
+        fields = p.answer.split(",")
+        assert len(ops) == 7 and len(fields) == 6 and len(p.answer) + 1 == t.horizon
+        assert [int(f) for f in fields] == list(np.cumsum(ops)[1:])
+        assert all(len(f) == 2 for f in fields)
+        assert set(p.prompt + p.answer) <= set(t.alphabet)
+    assert {p.prompt for p in t.train}.isdisjoint({p.prompt for p in t.heldout})
+    again = ScratchpadTask(digits=1, terms=7, heldout_size=50, train_size=500, seed=3)
+    assert again.train == t.train and again.heldout == t.heldout
+    # the same problems as the arithmetic task of the same knobs (only the completion differs)
+    base = ArithmeticTask(digits=1, terms=7, heldout_size=50, train_size=500, seed=3)
+    assert [p.prompt for p in base.heldout] == [p.prompt for p in t.heldout]
+    assert ScratchpadTask(digits=2, terms=3, heldout_size=5, seed=0).horizon == 2 * 4  # W = len("297") = 3
+
+
+def test_scratchpad_rewards_are_terminal_and_checked():
+    worked = ScratchpadTask(terms=4, heldout_size=5, train_size=20, seed=0)
+    answer = ScratchpadTask(terms=4, heldout_size=5, train_size=20, seed=0, check="answer")
+    p = worked.train[0]
+    good = p.answer
+    last = good.rsplit(",", 1)[1]
+    wrong_step = ("99" if good[:2] != "99" else "98") + good[2:]  # a wrong partial sum, right answer
+    assert worked.reward(p, good, True) == 1.0 and answer.reward(p, good, True) == 1.0
+    assert worked.reward(p, good, False) == 0.0 and answer.reward(p, good, False) == 0.0
+    assert worked.reward(p, wrong_step, True) == 0.0 and answer.reward(p, wrong_step, True) == 1.0
+    assert answer.reward(p, last, True) == 0.0  # the bare answer is not the worked format
+    assert answer.reward(p, good[:-1] + ("0" if good[-1] != "0" else "1"), True) == 0.0
+    with pytest.raises(ValueError, match="unknown scratchpad check 'x'"):
+        ScratchpadTask(terms=4, check="x")
+    with pytest.raises(ValueError, match="terms must be >= 2"):
+        ScratchpadTask(terms=1)
+
+
+def test_scratchpad_is_registered_beside_the_other_tasks():
+    from llm_runs.config import resolve_config
+
+    task = build_task(resolve_config(task="scratchpad", terms=4, heldout_size=10, train_size=50))
+    assert isinstance(task, ScratchpadTask) and task.name == "scratchpad" and task.horizon == 9
+    assert build_task(resolve_config(task="scratchpad_answer", terms=4, heldout_size=10, train_size=50)).check == "answer"
+    p = task.heldout[0]  # the worked solution is the only rewarded completion (so pc is P(r = 1))
+    assert [c for c in (p.answer, p.answer[::-1], "00" + p.answer[2:]) if task.reward(p, c, True)] == [p.answer]
+
+
+# --------------------------------------------------------------------------- theory in the loop
+
+
+def _groups(seed=0, n=6, G=4, scale=0.8):
+    return torch.as_tensor(np.random.default_rng(seed).normal(0.0, scale, (n, G)))
+
+
+@pytest.mark.parametrize("scheme", ["gmc", "tic_trunc", "tic_mask", "stale", "is"])
+def test_ratio_metrics_match_their_definitions(scheme):
+    import estimators
+
+    lr, eps = _groups(), 0.2
+    G = lr.shape[1]
+    w = np.exp(lr.numpy())
+    c = estimators.weights(scheme, lr, eps).numpy()
+    tok = torch.as_tensor(np.random.default_rng(1).normal(0, 0.3, (lr.numel(), 5)))
+    mask = torch.ones_like(tok)
+    mask[:, 4] = 0
+    row = ratio_metrics(lr, torch.as_tensor(c), tok, mask, scheme, eps)
+    chi2 = float(np.mean(w**2) - 1)
+    assert row["stale/chi2"] == pytest.approx(chi2, rel=1e-12)
+    assert row["stale/mu4"] == pytest.approx(float(np.mean((w - 1) ** 4)), rel=1e-12)
+    t = tok.numpy()[:, :4]
+    assert row["stale/chi2_token"] == pytest.approx(float(np.mean(np.exp(2 * t)) - 1), rel=1e-12)
+    wbar = w.mean(1)
+    expected_m = {"gmc": np.mean(np.maximum(wbar - 1 - eps, 0)),
+                  "tic_trunc": np.mean(np.maximum(w - 1 - eps, 0)),
+                  "tic_mask": np.mean(w * (w > 1 + eps)),
+                  "stale": np.mean(np.abs(w - 1)), "is": 0.0}[scheme]
+    assert row["stale/mass_bias"] == pytest.approx(expected_m, rel=1e-10, abs=1e-15)
+    mu4 = float(np.mean((w - 1) ** 4))
+    expected_bound = {"gmc": chi2 / (4 * G * eps), "tic_trunc": chi2 / (4 * eps),
+                      "tic_mask": math.sqrt(1 + chi2) * math.sqrt(mu4) / eps**2, "stale": math.sqrt(chi2)}
+    if scheme in expected_bound:
+        assert row["stale/mass_bias_bound"] == pytest.approx(expected_bound[scheme], rel=1e-10)
+    else:
+        assert math.isnan(row["stale/mass_bias_bound"])
+    assert set(SCHEME_BOUNDS) == set(expected_bound)
+
+
+def test_ratio_metrics_without_weights_and_on_policy():
+    lr = torch.zeros(3, 4, dtype=torch.float64)
+    row = ratio_metrics(lr, None, torch.zeros(12, 3), torch.ones(12, 3), "token_clip", 0.2)
+    assert row == {"stale/chi2": 0.0, "stale/mu4": 0.0, "stale/chi2_token": 0.0}
+    huge = torch.tensor([[800.0, 0.0]], dtype=torch.float64)  # w = e^800 overflows float64: chi2 is inf, not NaN
+    assert ratio_metrics(huge, None, torch.zeros(2, 1), torch.ones(2, 1), "is", 0.2)["stale/chi2"] == math.inf
+    assert math.isnan(mass_bias_bound("gmc", math.inf, 0.0, 8, 0.2))
+    assert mass_bias_bound("gmc", -0.3, 0.0, 8, 0.2) == 0.0 and math.isnan(mass_bias_bound("is", 1.0, 1.0, 8, 0.2))
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        mass_bias_bound("gmc", 1.0, 1.0, 8, 0.0)
+
+
+def test_direction_tracker_cosines_and_state_round_trip():
+    model = torch.nn.Linear(2, 1, bias=False)
+    tr = DirectionTracker()
+
+    def step(grad, delta):
+        tr.before(model)
+        model.weight.grad = torch.tensor([grad], dtype=torch.float32)
+        with torch.no_grad():
+            model.weight += torch.tensor([delta])
+        return tr.after(model, skipped=False)
+
+    first = step([1.0, 0.0], [0.5, 0.5])
+    assert math.isnan(first["train/grad_cos"]) and math.isnan(first["train/update_cos"])
+    second = step([1.0, 1.0], [-0.5, -0.5])
+    assert second["train/grad_cos"] == pytest.approx(1 / math.sqrt(2))
+    assert second["train/update_cos"] == pytest.approx(-1.0)
+    clone = DirectionTracker()
+    clone.load_state_dict(tr.state_dict())
+    tr = clone  # the closure step() now drives the restored tracker
+    third = step([0.0, 2.0], [1.0, 1.0])
+    assert third["train/grad_cos"] == pytest.approx(1 / math.sqrt(2)) and third["train/update_cos"] == pytest.approx(-1.0)
+    tr.before(model)
+    assert tr.after(model, skipped=True) == {} and tr.prev_grad is None
+
+
+# --------------------------------------------------------------------------- decode loop and trainer
+
+
+TINY_MODEL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("study-cache")
+
+
+def _tiny(cache_dir, **kw):
+    from llm_runs.config import resolve_config
+
+    base = {"task": "scratchpad", "terms": 4, "model_kwargs": TINY_MODEL, "warm_start_steps": 30,
+            "warm_start_lr": 3e-3, "warm_start_batch": 64, "heldout_size": 20, "train_size": 400,
+            "eval_train_size": 0, "prompts_per_step": 4, "group_size": 4, "steps": 4, "eval_every": 0,
+            "checkpoint_every": 0, "cache_dir": str(cache_dir)}
+    return resolve_config({**base, **kw})
+
+
+def test_decode_loop_emits_what_generate_emits(cache):
+    from transformers import GenerationConfig, LogitsProcessorList
+
+    from llm_runs.presets import load_pretrained
+    from llm_runs.rollout import (
+        SeededSampler,
+        decode,
+        encode_prompts,
+        eos_ids,
+        key_uniforms,
+        sample_keys,
+    )
+    from llm_runs.warmstart import get_warm_start
+
+    cfg = _tiny(cache)
+    task = build_task(cfg)
+    model, tok = load_pretrained(get_warm_start(cfg, task, log=lambda m: None).path)
+    G, T = 4, task.horizon
+    prompts = [p.prompt for p in task.train[:5] for _ in range(G)]
+    ids, attn = encode_prompts(tok, prompts, "cpu")
+    keys = sample_keys(7, 3, 5, G)
+    ref = SeededSampler(ids.shape[1], key_uniforms(keys, T))
+    gc = GenerationConfig(max_new_tokens=T, do_sample=False, num_beams=1, use_cache=True,
+                          pad_token_id=tok.pad_token_id, eos_token_id=eos_ids(model, tok))
+    model.eval()
+    want = model.generate(input_ids=ids, attention_mask=attn, generation_config=gc,
+                          logits_processor=LogitsProcessorList([ref]))[:, ids.shape[1]:]
+    for group in (G, 1):
+        ours = SeededSampler(ids.shape[1], key_uniforms(keys, T))
+        got = decode(model, tok, ids, attn, T, ours.draw, group)
+        assert torch.equal(got, want)
+        torch.testing.assert_close(ours.logps, ref.logps, rtol=0, atol=1e-6)
+    greedy_want = model.generate(input_ids=ids[::G], attention_mask=attn[::G], generation_config=gc)[:, ids.shape[1]:]
+    assert torch.equal(decode(model, tok, ids[::G], attn[::G], T), greedy_want)
+
+
+def test_trainer_logs_theory_columns_zero_at_delay_zero_and_positive_under_delay(cache, tmp_path):
+    from llm_runs.metrics import read_metrics
+    from llm_runs.train import Trainer
+
+    frames = {}
+    for d in (0, 2):
+        cfg = _tiny(cache, task="arithmetic", terms=3, train_size=None, warm_start_steps=40, prompts_per_step=16,
+                    delay=d, estimator="gmc", lr=3e-3)
+        Trainer(cfg, tmp_path / f"d{d}", progress=False,
+                log=lambda m: None).run()
+        frames[d] = read_metrics(tmp_path / f"d{d}").iloc[:-1]
+    d0, d2 = frames[0], frames[2]
+    assert np.allclose(d0["stale/chi2"], 0, atol=1e-5) and np.allclose(d0["stale/mass_bias"], 0, atol=1e-6)
+    assert np.allclose(d0["stale/chi2_token"], 0, atol=1e-5)
+    assert (d2["train/grad_norm"].iloc[:2] > 0).all()  # theta_2 != theta_0: updates 2, 3 are off-policy
+    assert (d2["stale/chi2"].iloc[2:] > 1e-4).all() and (d2["stale/chi2_token"].iloc[2:] > 0).all()  # updates 2, 3 sample from theta_0, theta_1
+    assert (d2["stale/mass_bias_bound"].iloc[2:] > 0).all()
+    for df in (d0, d2):
+        assert math.isnan(df["train/grad_cos"].iloc[0]) and math.isnan(df["train/update_cos"].iloc[0])
+        assert df["train/grad_cos"].iloc[1:].between(-1, 1).all() and df["train/update_cos"].iloc[1:].between(-1, 1).all()
+
+
+# --------------------------------------------------------------------------- the study grid
+
+
+def test_primary_grid_is_seed_major_paired_and_runs_delay_zero_once():
+    from llm_runs.study import ESTIMATORS, STUDIES
+    from llm_runs.sweep import plan
+
+    study = STUDIES["primary"]
+    cells = plan(study)
+    per_seed = 2 * (1 + len(ESTIMATORS) * 2 + 1)
+    assert len(cells) == 10 * per_seed == 480
+    assert [c.seed for c in cells] == sorted(c.seed for c in cells)  # seed-major
+    d0 = [c for c in cells if c.delay == 0]
+    assert len(d0) == 20 and {c.estimator for c in d0} == {"gmc"}
+    stale = [c for c in cells if c.estimator == "stale"]
+    assert {c.delay for c in stale} == {64} and len(stale) == 20
+    for c in cells:  # common random numbers: everything but the estimator and delay is shared within a seed
+        o = c.overrides
+        assert o["seed"] == c.seed and o["estimator"] == c.estimator and o["delay"] == c.delay
+        assert o["warm_start_seed"] == 0
+    same_seed = [c.overrides for c in cells if c.seed == 3 and c.horizon == "long"]
+    shared = {k for k in same_seed[0] if k not in ("estimator", "delay")}
+    assert all({k: o[k] for k in shared} == {k: same_seed[0][k] for k in shared} for o in same_seed)
+
+
+def test_study_folders_honour_the_results_root(tmp_path, monkeypatch):
+    from llm_runs.study import STUDIES
+
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+    assert STUDIES["primary"].default_out() == tmp_path / "llm" / "study"
+    assert STUDIES["pilot"].default_out() == tmp_path / "llm" / "pilot"
+
+
+def test_dry_run_prices_the_plan_and_names_missing_estimators(capsys):
+    from llm_runs.study import STUDIES, estimate_seconds, main, missing_estimators
+
+    assert main(["--dry-run", "--grid", "pilot", "--out", "/nonexistent/pilot"]) == 0
+    out = capsys.readouterr().out
+    assert "long-gmc-d0-s0" in out and "3 runs (3 long)" in out and "estimated" in out
+    cells = STUDIES["primary"].cells()
+    one = estimate_seconds(cells, 1, {"short": 0.1, "long": 0.2}, {"short": 0.0, "long": 0.0})
+    two = estimate_seconds(cells, 2, {"short": 0.1, "long": 0.2}, {"short": 0.0, "long": 0.0})
+    from llm_runs.study import RUN_OVERHEAD_S
+
+    assert one == pytest.approx(240 * 200 * 0.1 + 240 * 200 * 0.2 + 480 * RUN_OVERHEAD_S) and two == pytest.approx(one / 2)
+    with pytest.raises(ValueError, match="no measured step cost for horizon 'long'"):
+        estimate_seconds(cells, 1, {"short": 0.1})
+    from estimators.losses import loss_names
+
+    assert set(missing_estimators(STUDIES["primary"])) == set(STUDIES["primary"].estimators) - set(loss_names())
+
+
+# --------------------------------------------------------------------------- the pre-registered analysis
+
+
+def _fake_run(root, name, cfg, pcs, chi2=None, acc=None):
+    """A run folder as the trainer writes it: config.json + metrics.csv (evaluation every 20 updates)."""
+    import json
+
+    import pandas as pd
+
+    from llm_runs.metrics import COLUMNS
+
+    run = root / name
+    run.mkdir(parents=True)
+    steps = cfg["steps"]
+    (run / "config.json").write_text(json.dumps({"config": cfg}))
+    rows = []
+    eval_steps = np.linspace(0, steps, len(pcs)).astype(int)
+    for t in range(steps + 1):
+        row = {c: np.nan for c in COLUMNS}
+        row["step"] = t
+        if t < steps:
+            row.update({"train/loss": 0.1, "train/grad_norm": 1.0, "train/update_skipped": 0,
+                        "stale/chi2": chi2[t] if chi2 is not None else 0.1})
+        if t in eval_steps:
+            i = int(np.nonzero(eval_steps == t)[0][0])
+            row.update({"eval/heldout_pc": pcs[i], "eval/heldout_acc": (acc or pcs)[i]})
+        rows.append(row)
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(run / "metrics.csv", index=False)
+
+
+def _fake_study(root, effect_long, effect_short=0.0, n_seeds=10):
+    rng = np.random.default_rng(5)
+    for s in range(n_seeds):
+        seed_level = rng.normal(0, 0.05)  # shared by every estimator of the seed (paired)
+        for h, task, effect in (("long", "scratchpad", effect_long), ("short", "arithmetic", effect_short)):
+            base = {"task": task, "steps": 40, "eps": 0.2, "heldout_size": 200, "seed": s, "mode": "controlled"}
+            final = {"gmc": 0.5 + seed_level, "is": 0.5 + seed_level + rng.normal(0, 0.005),
+                     "tic_mask": 0.5 + seed_level - effect}
+            _fake_run(root, f"{h}-gmc-d0-s{s}", {**base, "estimator": "gmc", "delay": 0}, [0.2, 0.4, 0.6 + seed_level])
+            for e, v in final.items():
+                _fake_run(root, f"{h}-{e}-d64-s{s}", {**base, "estimator": e, "delay": 64}, [0.2, 0.35, v])
+
+
+def test_analysis_confirms_a_planted_effect_and_refutes_a_reversed_one(tmp_path):
+    from figures.study import analyse, differences_table, read_runs
+
+    _fake_study(tmp_path / "up", effect_long=0.1)
+    runs = read_runs(tmp_path / "up")
+    assert len(runs) == 10 * 2 * 4 and runs["complete"].all() and runs["stable"].all()
+    res = analyse(runs)
+    assert res["H1"]["verdict"] == "CONFIRMED" and res["H1"]["gmc_minus_tic_mask"]["n"] == 10
+    assert res["H1"]["gmc_minus_tic_mask"]["mean"] == pytest.approx(0.1, abs=0.01)
+    assert res["H2"]["verdict"] == "CONFIRMED" and set(res["H2"]["baselines"]) == {"is", "tic_mask"}
+    assert res["H3"]["verdict"] == "CONFIRMED"
+    assert res["H4"]["verdict"] == "INCONCLUSIVE" and res["H4"]["collapsed_runs"] == 0
+    table = differences_table(runs)
+    assert set(table["horizon"]) == {"long", "short"} and (table["n"] == 10).all()
+
+    _fake_study(tmp_path / "down", effect_long=-0.1, effect_short=-0.1)
+    res = analyse(read_runs(tmp_path / "down"))
+    assert res["H1"]["verdict"] == "REFUTED" and res["H2"]["verdict"] == "REFUTED"
+    assert res["H2"]["baselines"]["tic_mask"]["worse"] and not res["H2"]["baselines"]["is"]["worse"]
+    assert res["H3"]["verdict"] == "INCONCLUSIVE"  # the same gap at both horizons
+
+
+def test_h4_counts_warnings_that_precede_collapse(tmp_path):
+    from figures.study import analyse, read_runs
+
+    base = {"task": "scratchpad", "steps": 40, "eps": 0.2, "heldout_size": 200, "mode": "controlled", "delay": 64}
+    for s in range(6):  # chi^2 crosses 1 at update 10; pc collapses at step 20
+        chi2 = np.where(np.arange(40) >= 10, 5.0, 0.1)
+        _fake_run(tmp_path, f"long-tic_mask-d64-s{s}", {**base, "estimator": "tic_mask", "seed": s},
+                  [0.3, 0.05, 0.01], chi2=chi2, acc=[0.5, 0.5, 0.5])
+    _fake_run(tmp_path, "long-gmc-d64-s0", {**base, "estimator": "gmc", "seed": 0}, [0.3, 0.4, 0.5])
+    res = analyse(read_runs(tmp_path))["H4"]
+    assert res["collapsed_runs"] == 6 and res["warned_before_collapse"] == 6 and res["false_alarms"] == 0
+    assert res["verdict"] == "CONFIRMED" and res["ci"][0] > 0.5
+
+
+def test_statistics_helpers():
+    from figures.study import bootstrap, holm, p_below, seeds_for_power
+
+    assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == {"a": True, "c": False, "b": False}
+    assert holm({"a": 0.01, "b": 0.02}) == {"a": True, "b": True}
+    assert seeds_for_power(0.03, 0.03) == 10  # effect size 1, two-sided 5%, 80% power: the textbook n
+    assert seeds_for_power(0.06, 0.03) > 30
+    with pytest.raises(ValueError, match="sd_diff must be a finite number > 0, got 0"):
+        seeds_for_power(0)
+    b = bootstrap(np.array([0.1, 0.12, 0.08, 0.11, 0.09]))
+    assert b["low"] < 0.1 < b["high"] and p_below(b, 0.0) == 0.0 and p_below(b, 0.2) == 1.0
