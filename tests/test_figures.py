@@ -169,10 +169,12 @@ def test_f1_lines(results):
     assert n_series(fig) == 2 * (4 + 3 + 1)
     x, y = line(fig, "rare_arm", "gmc", "exact")
     exact = df[(df.instance == "rare_arm") & (df.scheme == "gmc")].groupby("G")["bias_norm_exact"].first()
-    np.testing.assert_allclose(x, exact.index) and np.testing.assert_allclose(y, exact.values)
+    np.testing.assert_allclose(x, exact.index)
+    np.testing.assert_allclose(y, exact.values)
     x, y = line(fig, "mild", "tic_mask", "mc")  # seed mean of the MC points
     mc = df[(df.instance == "mild") & (df.scheme == "tic_mask")].groupby("G")["bias_proj_mc"].mean()
-    np.testing.assert_allclose(x, mc.index) and np.testing.assert_allclose(y, mc.values)
+    np.testing.assert_allclose(x, mc.index)
+    np.testing.assert_allclose(y, mc.values)
 
 
 def test_f2_lines(results):
@@ -181,7 +183,8 @@ def test_f2_lines(results):
     t = sqbias_table()
     t = t[t.worst_case_law & (t.scheme == "tic_mask")].sort_values("eps")
     x, y = line(fig, "tic_mask", "exact")
-    np.testing.assert_allclose(x, t["eps"]) and np.testing.assert_allclose(y, t["sq_bias_exact"])
+    np.testing.assert_allclose(x, t["eps"])
+    np.testing.assert_allclose(y, t["sq_bias_exact"])
     x, y = line(fig, "tic_mask", "theory")  # slope read from claim 10's row: -4
     assert np.polyfit(np.log(x), np.log(y), 1)[0] == pytest.approx(-4)
     f2 = mod("f2_sqbias_vs_eps")
@@ -196,7 +199,8 @@ def test_f3_lines(results):
     t = tuned_table()
     t = t[(t.scheme == "gmc") & (t.eps == 0.2)].sort_values("G")
     x, y = line(fig, "gmc", "G", "tuned")
-    np.testing.assert_allclose(x, t["G"]) and np.testing.assert_allclose(y, t["tuned_delay_term"])
+    np.testing.assert_allclose(x, t["G"])
+    np.testing.assert_allclose(y, t["tuned_delay_term"])
     assert sl_theory(f3) == {"gmc": -0.4, "tic_mask": 0.0, "tic_trunc": 0.0}
     sl = f3.slopes(tuned_table())
     assert abs(sl["G"]["gmc"]["tuned"] + 0.4) < 1e-9 and abs(sl["G"]["tic_mask"]["tuned"]) < 1e-9
@@ -215,7 +219,8 @@ def test_f4_lines():
     assert n_series(fig) == 2 * (3 + 3 + 1)  # per env: 3 exact lines, 3 Monte Carlo point sets, class bound
     x, y = line(fig, "token_mdp", "is", "exact")
     e = df[(df.env == "token_mdp") & (df.scheme == "is")].groupby("Delta")["second_moment_exact"].first()
-    np.testing.assert_allclose(x, e.index) and np.testing.assert_allclose(y, e.values)
+    np.testing.assert_allclose(x, e.index)
+    np.testing.assert_allclose(y, e.values)
     s = f4.summary(df)["bandit"]
     assert s["is_last"] == pytest.approx(0.1 * 9) and s["class_max_ratio"] == pytest.approx(0.1 / 1.44)
 
@@ -229,7 +234,8 @@ def test_f5_lines():
     assert n_series(fig) == 3 * 3 + 2 + 2
     x, y = line(fig, "d4", "tic_mask")
     st = df[(df.kind == "step") & (df.scheme == "tic_mask") & (df.d == 4)].sort_values("step")
-    np.testing.assert_allclose(x, st["step"]) and np.testing.assert_allclose(y, st["grad_sq"])
+    np.testing.assert_allclose(x, st["step"])
+    np.testing.assert_allclose(y, st["grad_sq"])
     bt = f5.bias_table(df)
     assert bt.loc[(bt.scheme == "gmc") & (bt.d == 16), "bias_sq"].item() == pytest.approx(0.017)
 
@@ -241,7 +247,8 @@ def test_f6_lines(llm_df):
     x, y = line(fig, "d8", "gmc", "controlled")  # seed mean of the held-out accuracy at each evaluation
     ev = llm_df[(llm_df.estimator == "gmc") & (llm_df["mode"] == "controlled") & (llm_df.delay == 8)]
     want = ev.dropna(subset=["eval/heldout_acc"]).groupby("step")["eval/heldout_acc"].mean()
-    np.testing.assert_allclose(x, want.index) and np.testing.assert_allclose(y, want.values)
+    np.testing.assert_allclose(x, want.index)
+    np.testing.assert_allclose(y, want.values)
 
 
 def test_f7_lines_and_stability(llm_df):
