@@ -261,6 +261,18 @@ def test_help_documents_every_flag_with_its_symbol():
         assert symbol in text
 
 
+def test_help_lists_every_registered_loss():
+    """The --estimator help names every loss of the registry (a scheme added later must be listed)."""
+    import re
+
+    from estimators.losses import loss_names
+
+    help_text = next(f.metadata["help"] for f in config_fields() if f.name == "estimator")
+    listed = set(re.findall(r"[a-z][a-z0-9_]*", help_text))
+    missing = [n for n in loss_names() if n not in listed]
+    assert not missing, f"--estimator help does not list {missing}"
+
+
 # --------------------------------------------------------------------------- tokenizer / from_pretrained
 
 
