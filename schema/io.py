@@ -49,23 +49,33 @@ def write_parquet(path, df) -> Path:
 
 
 def check_writable(path) -> Path:
-    """Raise ``PermissionError``/``IsADirectoryError`` now if ``path`` could not be written later.
+    """Raise an ``OSError`` (``PermissionError``, ``IsADirectoryError``, ...) naming ``path`` now if
+    it could not be written later.
 
-    The nearest existing parent folder must be writable (missing folders are created at
-    write time) and ``path`` itself must not be a folder.
+    ``path`` must not be a folder; its missing parent folders are created now, and a probe file
+    is created in the parent and removed again (permission bits alone do not tell: root passes
+    every ``os.access`` check, and a read-only or virtual file system refuses writes anyway).
     """
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder, not a file")
     parent = path.parent
-    while not parent.exists():
-        if parent.parent == parent:
-            break
-        parent = parent.parent
-    if not parent.is_dir():
-        raise NotADirectoryError(f"cannot write {path}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    nearest = parent
+    while not nearest.exists() and nearest.parent != nearest:
+        nearest = nearest.parent
+    if not nearest.is_dir():
+        raise NotADirectoryError(f"cannot write {path}: {nearest} is not a folder")
+    if path.exists() and not os.access(path, os.W_OK):
         raise PermissionError(f"cannot write {path}: permission denied")
+    probe = parent / f".{path.name}.probe-{os.getpid()}"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        probe.touch(exist_ok=False)
+    except OSError as exc:
+        raise type(exc)(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if probe.exists():
+            probe.unlink()
     return path
 
 

@@ -3,6 +3,7 @@ thresholds, and `python -m claims`'s outputs (named, never replacing a full or f
 import inspect
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -249,6 +250,23 @@ def test_cli_checks_writability_before_computing(tmp_path, monkeypatch):
     assert cli.main(["--only", "5", "--json", str(afile / "c.json")]) == 2  # a parent that is a file
     assert cli.main(["--only", "5", "--json", str(tmp_path)]) == 2  # a folder
     assert afile.read_text() == "x"
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_cli_refuses_a_path_that_permission_bits_call_writable(monkeypatch, capsys):
+    """/proc passes os.access (as root every path does), yet no folder can be made there: the
+    check creates the parent and a probe file first, so this is refused before any claim runs."""
+    _never_run(monkeypatch)
+    assert cli.main(["--only", "5", "--json", "/proc/gmc-no-such-folder/c.json"]) == 2
+    assert "cannot write /proc/gmc-no-such-folder/c.json" in capsys.readouterr().err
+
+
+def test_writability_check_makes_the_folders_and_leaves_no_probe(tmp_path):
+    from schema.io import check_writable
+
+    target = tmp_path / "a" / "b" / "c.json"
+    assert check_writable(target) == target
+    assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == []
 
 
 @pytest.mark.parametrize("bad", ["0", "3,x", "19", ""])
