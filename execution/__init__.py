@@ -201,14 +201,27 @@ def _ray_run_command(cmd, env, log_path, cwd):
     try:
         while True:
             try:  # short sleeps: Ray delivers the cancel between Python bytecodes, not inside a blocking wait
-                while proc.poll() is None:
+                while (rc := _exit_status(proc.pid)) is None:
                     time.sleep(0.2)
-                return proc.returncode
+                break
             except KeyboardInterrupt:
-                if proc.poll() is None:
+                if _exit_status(proc.pid) is None:
                     proc.send_signal(signal.SIGTERM)
+        proc.wait()  # reap; the status is already known
+        return rc
     finally:
         fh.close()
+
+
+def _exit_status(pid: int) -> int | None:
+    """The exit status of child ``pid`` in ``Popen.returncode``'s convention (-N for signal N), or
+    None while it runs. The child is not reaped (``WNOWAIT``): a cancel that interrupts this call
+    loses nothing. (``Popen.poll`` reaps first and records the status after; an interrupt between
+    the two loses the status, and the next poll then reports 0.)"""
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    if info is None or info.si_pid == 0:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
 def _ray_call(fn, args):

@@ -185,3 +185,23 @@ def test_llm_sweep_on_ray_killed_resumes_without_half_written_or_doubled_runs(tm
             assert steps == list(range(base["steps"] + 1)), (n, steps[:5], steps[-5:])  # no row lost or repeated
         o = llm_sweep.run_sweep(spec, out, progress=False, executor=ex, log=lambda m: None)
         assert o.ran == [] and sorted(o.skipped) == sorted(names)
+
+
+def test_exit_status_reads_without_reaping_and_matches_popen():
+    """A running child reads None; an exited or killed one reads as Popen.returncode would, and stays
+    reapable (an interrupted check cannot lose the status)."""
+    import subprocess
+    for code, expected in (("import sys; sys.exit(143)", 143), ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", -9)):
+        proc = subprocess.Popen([sys.executable, "-c", code])
+        deadline = time.monotonic() + 30
+        while (rc := execution._exit_status(proc.pid)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert rc == expected
+        assert execution._exit_status(proc.pid) == expected  # not reaped by the first read
+        assert proc.wait() == expected
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert execution._exit_status(proc.pid) is None
+    finally:
+        proc.kill()
+        proc.wait()
