@@ -38,8 +38,7 @@ MIN_COLLAPSES = 5  # H4 needs at least this many collapsed runs
 def read_runs(root: str | Path) -> pd.DataFrame:
     """One row per run under ``root`` (read by :func:`schema.results.read_run`): settings, horizon,
     final pc, AUC of pc, stability (:func:`schema.results.run_summary`), collapse timing."""
-    from llm_runs.study import horizon_of
-    from schema.results import read_run, read_run_config, run_summary
+    from schema.results import horizon_of, read_run, read_run_config, run_summary
 
     rows = []
     root = Path(root)

@@ -31,6 +31,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from schema.results import HORIZON_TASKS, horizon_of
+
 from .sweep import Cell, run_sweep
 
 STUDY_MODEL = {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -45,8 +47,8 @@ STUDY_BASE = {"preset": "tiny-cpu", "model_kwargs": STUDY_MODEL, "digits": 1, "h
 leave-one-out advantages, 200 updates, held-out evaluation (200 problems) every 20 updates."""
 
 HORIZONS = {
-    "short": {"task": "arithmetic", "terms": 3, "warm_start_steps": 150, "warm_start_lr": 2e-3},
-    "long": {"task": "scratchpad", "terms": 7, "train_size": 20000, "warm_start_steps": 700, "warm_start_lr": 2e-3},
+    "short": {"task": HORIZON_TASKS["short"], "terms": 3, "warm_start_steps": 150, "warm_start_lr": 2e-3},
+    "long": {"task": HORIZON_TASKS["long"], "terms": 7, "train_size": 20000, "warm_start_steps": 700, "warm_start_lr": 2e-3},
 }
 """Horizon -> task settings. short: ``3+5+9=`` -> ``17`` (H <= 3 tokens with EOS); long: seven
 one-digit operands with every partial sum written out, ``08,17,...`` (H = 18 tokens)."""
@@ -62,12 +64,6 @@ EVAL_COST_S = {"short": 0.19, "long": 0.59}
 """Median seconds per held-out evaluation (200 problems), same pilots."""
 RUN_OVERHEAD_S = 8.0
 """Process start, model load, final checkpoint and summary of one run."""
-
-
-def horizon_of(config: dict) -> str:
-    """The :data:`HORIZONS` label of a run's settings (its task), else the task name itself."""
-    label = {v["task"]: k for k, v in HORIZONS.items()}
-    return label.get(config.get("task"), str(config.get("task")))
 
 
 @dataclass(frozen=True)

@@ -400,3 +400,14 @@ def source_note(df: pd.DataFrame) -> str:
         except ValueError:
             rels.append(str(p))
     return "Source: " + ", ".join(f"`{r}`" for r in rels) + (" (quick sweep)." if df.attrs.get("quick") else ".")
+
+
+HORIZON_TASKS = {"short": "arithmetic", "long": "scratchpad"}
+"""The staleness study's horizon labels and the task each names (``llm_runs.study.HORIZONS``
+holds the rest of each horizon's settings)."""
+
+
+def horizon_of(config: dict) -> str:
+    """The horizon label of a run's settings (from its task), else the task name itself."""
+    label = {task: h for h, task in HORIZON_TASKS.items()}
+    return label.get(config.get("task"), str(config.get("task")))

@@ -83,6 +83,13 @@ def test_imports_point_down_only():
     assert not bad, "upward or sideways imports:\n" + "\n".join(bad)
 
 
+def test_figures_import_no_producer():
+    """Figures read results through schema (and claims' outputs), never a producer's module."""
+    bad = [w for (src, dst), where in package_edges().items()
+           if src == "figures" and dst in ("simulators", "llm_runs") for w in where]
+    assert not bad, "figures imports a producer:\n" + "\n".join(map(str, bad))
+
+
 def test_no_import_cycle_between_packages():
     graph: dict[str, set[str]] = {p: set() for p in LAYERS}
     for src, dst in package_edges():
