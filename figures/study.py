@@ -30,6 +30,7 @@ TRAJECTORY = ("gmc", "tic_mask")  # H3's pair: the gap between these trajectory 
 H4_DIAGNOSTIC, H4_THRESHOLD, H4_WINDOW = "stale/chi2", 1.0, 5  # rolling median over 5 updates above chi^2 = 1
 COLLAPSE_FRACTION = 0.5  # collapse: held-out pc below half its running maximum (and still there at the end)
 MIN_COLLAPSES = 5  # H4 needs at least this many collapsed runs
+MIN_SEEDS = 6  # the stopping rule: the analysis uses the seeds whose runs are all complete, at least 6
 
 
 # --------------------------------------------------------------------------- reading
@@ -163,8 +164,29 @@ def stable_in_cell(runs: pd.DataFrame, horizon: str, delay: int, estimator: str)
     return bool(len(sel)) and float(sel["stable"].mean()) >= STABLE_FRACTION
 
 
+def whole_seeds(runs: pd.DataFrame) -> list[int]:
+    """The seeds with a complete run in every cell (horizon, estimator, delay) that any seed has."""
+    cells = set(runs[["horizon", "estimator", "delay"]].itertuples(index=False, name=None))
+    done = runs[runs["complete"]].groupby("seed")
+    return sorted(int(s) for s, g in done
+                  if set(g[["horizon", "estimator", "delay"]].itertuples(index=False, name=None)) >= cells)
+
+
 def analyse(runs: pd.DataFrame) -> dict:
-    """Every hypothesis' verdict and numbers (see docs/PREREGISTRATION.md)."""
+    """Every hypothesis' verdict and numbers (see docs/PREREGISTRATION.md), over the whole seeds
+    only. With fewer than :data:`MIN_SEEDS` of them the stopping rule is not met: each verdict is
+    NOT DECIDED, and the rule's outcome on the seeds so far is kept as ``interim_verdict``."""
+    seeds = whole_seeds(runs)
+    out = _analyse(runs[runs["seed"].isin(seeds)])
+    for r in out.values():
+        r["seeds"] = seeds
+        if len(seeds) < MIN_SEEDS:
+            r["interim_verdict"], r["verdict"] = r["verdict"], "NOT DECIDED"
+            r["reason"] = f"{len(seeds)} whole seeds, fewer than the pre-registered minimum of {MIN_SEEDS}"
+    return out
+
+
+def _analyse(runs: pd.DataFrame) -> dict:
     out = {}
     dmax = int(runs.loc[runs["delay"] > 0, "delay"].max()) if (runs["delay"] > 0).any() else 0
     # H1: GMC's final held-out pc exceeds TIC-mask's at the largest delay, long horizon.

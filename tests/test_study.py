@@ -348,7 +348,7 @@ def test_h4_counts_warnings_that_precede_collapse(tmp_path):
         chi2 = np.where(np.arange(40) >= 10, 5.0, 0.1)
         _fake_run(tmp_path, f"long-tic_mask-d64-s{s}", {**base, "estimator": "tic_mask", "seed": s},
                   [0.3, 0.05, 0.01], chi2=chi2, acc=[0.5, 0.5, 0.5])
-    _fake_run(tmp_path, "long-gmc-d64-s0", {**base, "estimator": "gmc", "seed": 0}, [0.3, 0.4, 0.5])
+        _fake_run(tmp_path, f"long-gmc-d64-s{s}", {**base, "estimator": "gmc", "seed": s}, [0.3, 0.4, 0.5])
     res = analyse(read_runs(tmp_path))["H4"]
     assert res["collapsed_runs"] == 6 and res["warned_before_collapse"] == 6 and res["false_alarms"] == 0
     assert res["verdict"] == "CONFIRMED" and res["ci"][0] > 0.5
@@ -365,3 +365,20 @@ def test_statistics_helpers():
         seeds_for_power(0)
     b = bootstrap(np.array([0.1, 0.12, 0.08, 0.11, 0.09]))
     assert b["low"] < 0.1 < b["high"] and p_below(b, 0.0) == 0.0 and p_below(b, 0.2) == 1.0
+
+
+def test_verdicts_wait_for_the_pre_registered_number_of_whole_seeds(tmp_path):
+    """Fewer than MIN_SEEDS whole seeds: every verdict is NOT DECIDED (the rule's outcome so far
+    kept as interim); a seed missing one run is not a whole seed and is left out of every comparison."""
+    from figures.study import MIN_SEEDS, analyse, read_runs
+
+    _fake_study(tmp_path / "few", effect_long=0.1, n_seeds=MIN_SEEDS - 1)
+    res = analyse(read_runs(tmp_path / "few"))
+    assert {r["verdict"] for r in res.values()} == {"NOT DECIDED"}
+    assert res["H1"]["interim_verdict"] == "CONFIRMED" and res["H1"]["seeds"] == list(range(MIN_SEEDS - 1))
+
+    _fake_study(tmp_path / "cut", effect_long=0.1, n_seeds=MIN_SEEDS + 1)
+    (tmp_path / "cut" / f"short-is-d64-s{MIN_SEEDS}" / "metrics.csv").unlink()  # seed MIN_SEEDS is not whole
+    res = analyse(read_runs(tmp_path / "cut"))
+    assert res["H1"]["verdict"] == "CONFIRMED" and res["H1"]["gmc_minus_tic_mask"]["n"] == MIN_SEEDS
+    assert res["H1"]["seeds"] == list(range(MIN_SEEDS))
