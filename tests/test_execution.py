@@ -49,7 +49,7 @@ def test_local_executor_runs_commands_and_calls(tmp_path):
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A local Ray 'cluster' for the module; sweeps reach it by its address, as they would a real one."""
-    ray = pytest.importorskip("ray")
+    import ray  # part of .venv (tests/test_environment.py asserts it), so its absence is a failure, not a skip
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield ray.get_runtime_context().gcs_address
