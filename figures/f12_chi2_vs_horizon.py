@@ -136,10 +136,15 @@ def caption(df: pd.DataFrame) -> str:
                       for r in tab[tab["source"] == "study"].itertuples())
     ratios = ", ".join(f"{r:.2f}" for r in v["ratios"].values())
     word = "holds" if v["holds"] else "does not hold"
+    ok = [h for h, r in v["ratios"].items() if 1 / AGREE_FACTOR <= r <= AGREE_FACTOR]
+    bad = [h for h in v["ratios"] if h not in ok]
+    where = (f" (it holds at H = {', '.join(map(str, ok)) or 'none'}; measured "
+             f"{'below' if all(v['ratios'][h] < 1 for h in bad) else 'off'} the prediction at H = "
+             f"{', '.join(map(str, bad))})" if bad else "")
     return ("Theory (THEORY §5, claim 18): with independent token ratios, 1 + chi^2 of the trajectory is the product "
             "of the per-token factors, so log(1 + chi^2) grows linearly in H. Measured (seed means of per-run medians "
             f"over updates t >= d): {per_h}. The independence prediction {word} within a factor {AGREE_FACTOR:g} at "
-            f"every H (measured / predicted 1 + chi^2: {ratios}); the slope of log(1 + chi^2) in H is "
+            f"every H{where} (measured / predicted 1 + chi^2: {ratios}); the slope of log(1 + chi^2) in H is "
             f"{v['slope_measured']:.3g} per token measured and {v['slope_predicted']:.3g} predicted."
             + (f" Primary study at the same delay: {study}." if study else "") + " " + source_note(df))
 
