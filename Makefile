@@ -24,7 +24,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all setup setup-verl verify-bounds abstract tuned-sweep test test-main test-verl figures report llm-smoke llm-sweep llm-study sim-sweeps bench lint clean-venv help
+.PHONY: all setup setup-verl verify-bounds abstract verdicts tuned-sweep test test-main test-verl figures report llm-smoke llm-sweep llm-study sim-sweeps bench lint clean-venv help
 
 help:
 	@echo "make verify-bounds   check every claim of THEORY.md, print the table"
@@ -79,7 +79,10 @@ abstract: $(STAMP)
 figures: $(STAMP)
 	$(PY) -m figures
 
-report: abstract figures
+verdicts: $(STAMP)
+	$(PY) -m claims.study --json results/llm/study/verdicts.json
+
+report: abstract verdicts figures
 	$(PY) -m figures.report
 
 llm-study: $(STAMP)

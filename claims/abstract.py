@@ -1,8 +1,10 @@
 """The verdict on each claim of the abstract, computed: ``results/verify/abstract.json``.
 
 ``python -m claims.abstract`` reads the claims table (``results/verify/claims.json``) and the
-results of the simulator sweeps and the LLM sweep (through :mod:`schema.results`) and writes
-one verdict per claim of THEORY §0's abstract, with the numbers behind it. ``python -m
+results of the simulator sweeps, the LLM staleness study and the LLM sweep (through
+:mod:`schema.results`) and writes one verdict per claim of THEORY §0's abstract, with the
+numbers behind it. The LLM claim's verdict is the pre-registered study's hypothesis H2
+(:mod:`claims.study`, docs/PREREGISTRATION.md), applied as written. ``python -m
 claims`` writes it after a full run too. The report (``python -m figures.report``) only
 renders this file. Every tolerance is the one of the claim it belongs to.
 """
@@ -22,6 +24,7 @@ from schema.results import (
     ABSTRACT as ABSTRACT_SOURCE,
 )
 from schema.results import (
+    STUDY,
     TUNED,
     MissingResults,
     Sim,
@@ -146,6 +149,43 @@ def _llm_verdict() -> tuple[str, str]:
     return word, base + gap + scale
 
 
+STUDY_WORDS = {"CONFIRMED": "confirmed in this setting", "REFUTED": "refuted in this setting",
+               "INCONCLUSIVE": "inconclusive", "NOT DECIDED": "not decided"}
+"""The verdict on the LLM claim for each outcome of the study's H2 (NOT DECIDED: fewer whole
+seeds than the stopping rule needs)."""
+
+
+def _interval_text(r: dict) -> str:
+    return f"{r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}], n = {r['n']}"
+
+
+def _study_verdict() -> tuple[str, str]:
+    """(verdict word, text) for the LLM claim: the staleness study's H2 (and H1 beside it)."""
+    from .study import analyse, read_runs, stable_in_cell
+
+    runs = read_runs(STUDY.require())
+    res = analyse(runs)
+    h1, h2 = res["H1"], res["H2"]
+    seeds, d = h2["seeds"], h2["delay"]
+    word = STUDY_WORDS[h2["verdict"]]
+    text = (f"Pre-registered staleness study (docs/PREREGISTRATION.md; {len(seeds)} whole paired seeds; tiny "
+            f"Qwen3-architecture model on the scratchpad task, completions of H = 18 tokens, 200 updates; largest "
+            f"delay d = {d}). H2 (GMC at least as good as every stable baseline, non-inferiority margin "
+            f"{h2['margin']:g}, Holm): {h2['verdict']}")
+    if h2["verdict"] == "NOT DECIDED":
+        text += f" ({h2['reason']}; the rule's outcome so far: {h2['interim_verdict']})"
+    base = h2["baselines"]
+    text += (". GMC minus each stable baseline (final held-out pc, mean [95% bootstrap interval]): "
+             + ("; ".join(f"{label(e)} {_interval_text(r)}" + (" (GMC worse, Holm)" if r["worse"] else "")
+                          for e, r in base.items()) or "no stable baseline")
+             + f". Unstable there (excluded): {', '.join(label(e) for e in h2['unstable_excluded']) or 'none'}")
+    gmc_ok = stable_in_cell(runs[runs["seed"].isin(seeds)], "long", d, "gmc")
+    text += f"; GMC itself {'stable' if gmc_ok else 'unstable'} in that cell. "
+    text += f"H1 (GMC above TIC-mask there): {h1['verdict']}, {_interval_text(h1['gmc_minus_tic_mask'])}. "
+    text += "The paper's setting (Qwen3 models, reasoning benchmarks) is not reproduced."
+    return word, text
+
+
 def evidence_excerpt(row: dict) -> str:
     """A claim's evidence on one line, cut at EVIDENCE_CHARS."""
     e = " ".join(str(row.get("evidence", "")).split())
@@ -217,9 +257,14 @@ def verdicts() -> list[dict]:
             word, text = theory_verdict(ac, claims)
         else:
             try:
-                word, text = _llm_verdict()
+                word, text = _study_verdict()
             except MissingResults as e:
-                word, text = "not checked", f"LLM results missing: {e}"
+                word, text = "not checked", f"LLM staleness study missing: {e}."
+            try:
+                sweep_word, sweep_text = _llm_verdict()
+                text += f" Earlier delay sweep (H <= 3, not pre-registered): {sweep_word}. {sweep_text}"
+            except MissingResults:
+                pass
         out.append({"k": k, "text": ac.text, "claim_ids": list(ac.claim_ids), "verdict": word, "evidence": text})
     return out
 

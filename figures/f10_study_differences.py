@@ -2,10 +2,10 @@
 
 One panel per (horizon, delay), one row per metric: the final held-out pc (top) and the area
 under the pc curve (bottom). Each baseline is a point at the mean paired difference over the
-whole seeds (:func:`figures.study.whole_seeds`, as the pre-registered analysis) with its 95%
-percentile-bootstrap interval (:func:`figures.study.differences_table`). Solid grey: zero; dashed:
+whole seeds (:func:`claims.study.whole_seeds`, as the pre-registered analysis) with its 95%
+percentile-bootstrap interval (:func:`claims.study.differences_table`). Solid grey: zero; dashed:
 the non-inferiority margin -MARGIN. A cross marks a baseline unstable in that cell (fewer than
-STABLE_FRACTION of its seeds stable, :func:`figures.study.stable_in_cell`).
+STABLE_FRACTION of its seeds stable, :func:`claims.study.stable_in_cell`).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pandas as pd
 from schema.results import STUDY, source_note
 
 from . import style
-from .study import MARGIN, MIN_SEEDS, STABLE_FRACTION, differences_table, read_runs, stable_in_cell, whole_seeds
+from claims.study import MARGIN, MIN_SEEDS, STABLE_FRACTION, differences_table, read_runs, stable_in_cell, whole_seeds
 
 NAME = "f10_study_differences"
 TITLE = "F10. Staleness study: GMC minus each baseline (paired by seed, 95% bootstrap intervals)"
@@ -25,7 +25,7 @@ METRICS = {"pc_final": "final held-out pc", "auc": "AUC of held-out pc"}
 
 
 def load() -> pd.DataFrame:
-    """The study's runs (one row per run, :func:`figures.study.read_runs`), whole seeds only;
+    """The study's runs (one row per run, :func:`claims.study.read_runs`), whole seeds only;
     ``attrs["seeds"]`` lists them."""
     root = STUDY.require()
     runs = read_runs(root)
@@ -36,7 +36,7 @@ def load() -> pd.DataFrame:
 
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
-    """:func:`figures.study.differences_table` of every metric of :data:`METRICS`, stacked (column ``metric``)."""
+    """:func:`claims.study.differences_table` of every metric of :data:`METRICS`, stacked (column ``metric``)."""
     return pd.concat([differences_table(runs, metric=m).assign(metric=m) for m in METRICS], ignore_index=True)
 
 

@@ -2,9 +2,9 @@
 
 One panel per horizon; one line per estimator through delays 0, 16 and 64, where delay 0 is
 the seed's one delay-0 run (every trajectory scheme makes the same update there, so it is the
-common start of every line). Points: the mean over the whole seeds (:func:`figures.study.whole_seeds`)
+common start of every line). Points: the mean over the whole seeds (:func:`claims.study.whole_seeds`)
 of the final held-out pc; bars: the 95% percentile bootstrap interval of that mean
-(:func:`figures.study.bootstrap`, the analysis' settings). Dotted grey: the warm-start pc (the
+(:func:`claims.study.bootstrap`, the analysis' settings). Dotted grey: the warm-start pc (the
 step-0 evaluation, the same for every run of a horizon). Estimators are dodged sideways.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from schema.results import STUDY, source_note
 
 from . import style
 from .f10_study_differences import load  # noqa: F401  (the same runs: whole seeds of the study)
-from .study import MIN_SEEDS, bootstrap
+from claims.study import MIN_SEEDS, bootstrap
 
 NAME = "f11_study_pc_vs_delay"
 TITLE = "F11. Staleness study: final held-out pc against the delay"

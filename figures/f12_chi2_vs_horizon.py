@@ -20,7 +20,7 @@ import pandas as pd
 from schema.results import STUDY, STUDY_HORIZON, source_note
 
 from . import style
-from .study import read_traces
+from claims.study import read_traces
 
 NAME = "f12_chi2_vs_horizon"
 TITLE = "F12. Trajectory and per-token chi-square against the horizon (delay 16)"

@@ -9,7 +9,7 @@ the median over seeds of the realised bias, its band the seeds' range; dashed: t
 seeds of the bound, each curve then smoothed by a centred rolling median over SMOOTH updates
 (the table is not smoothed). Every complete run counts. Log y-axis from FLOOR up (a zero, or
 GMC's float round-off of one, about 1e-8 when no group is capped, lies below it). The fraction
-of updates where the bound holds is :func:`figures.study.bound_table`.
+of updates where the bound holds is :func:`claims.study.bound_table`.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pandas as pd
 from schema.results import STUDY, source_note
 
 from . import style
-from .study import BOUND_COLUMNS, bound_table, read_traces
+from claims.study import BOUND_COLUMNS, bound_table, read_traces
 
 NAME = "f13_theory_in_the_loop"
 TITLE = "F13. Theory in the loop: realised mass bias against THEORY §3's bound over training"
@@ -32,7 +32,7 @@ FLOOR = 1e-6  # the lower end of the y-axis
 
 
 def load() -> pd.DataFrame:
-    """The update rows of every complete study run with both :data:`figures.study.BOUND_COLUMNS`."""
+    """The update rows of every complete study run with both :data:`claims.study.BOUND_COLUMNS`."""
     root = STUDY.require()
     tr = read_traces(root, BOUND_COLUMNS)
     tr = tr[tr["delay"] > 0]

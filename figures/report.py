@@ -126,7 +126,7 @@ def verdict_numbers(key: str, r: dict) -> str:
 
 
 def verdicts_table(verdicts: dict) -> list[str]:
-    from .study import HYPOTHESES
+    from claims.study import HYPOTHESES
 
     esc = lambda t: str(t).replace("|", "\\|")
     out = ["| | hypothesis | verdict | rule's outcome on the seeds so far | numbers |", "|---|---|---|---|---|"]
@@ -171,7 +171,7 @@ def plain_answer(runs) -> str:
     """The study's answer so far in one paragraph, by rule: at the largest delay and the long
     horizon, the stable estimators ranked by mean final pc, GMC's paired difference to the best
     other stable one, and the unstable ones (whole seeds only)."""
-    from .study import MIN_SEEDS, bootstrap, paired, stable_in_cell
+    from claims.study import MIN_SEEDS, bootstrap, paired, stable_in_cell
 
     seeds = runs.attrs.get("seeds", sorted(runs["seed"].unique()))
     pos = runs[(runs["delay"] > 0) & runs["complete"]]
@@ -210,7 +210,7 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     from schema.results import STUDY, VERDICTS, read_json
 
     from .f10_study_differences import load as load_runs
-    from .study import MIN_SEEDS, bound_table
+    from claims.study import MIN_SEEDS, bound_table
 
     md = ["## Staleness study (headline)", "",
           "The pre-registered study (docs/PREREGISTRATION.md): GMC and ten baselines at delays 16 and 64 (and the "
@@ -251,7 +251,7 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     md += differences_markdown(runs) + [""]
     md += ["### THEORY §3's mass-bias bound at LLM scale", "",
            "Per update of every complete run: the realised mass bias against its bound at the batch's plug-in chi^2 "
-           "(`figures.study.bound_table`; a ratio above 1 is a failure).", ""]
+           "(`claims.study.bound_table`; a ratio above 1 is a failure).", ""]
     try:
         md += bound_markdown(bound_table(STUDY.require())) + [""]
     except ValueError as e:

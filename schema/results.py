@@ -15,7 +15,7 @@ Sources:
 * ``STUDY``: the staleness study's run folders ``results/llm/study/<run>/``; made by
   ``python -m llm_runs.study``. ``STUDY_HORIZON``: its horizon grid ``results/llm/horizon/<run>/``;
   made by ``python -m llm_runs.study --grid horizon``. ``VERDICTS``: the pre-registered
-  analysis' verdicts ``results/llm/study/verdicts.json``; made by ``python -m figures.study --json``.
+  analysis' verdicts ``results/llm/study/verdicts.json``; made by ``python -m claims.study --json``.
 * ``VERIFY``: ``results/verify/claims.json``; made by ``python -m claims`` (``make verify-bounds``).
 * ``ABSTRACT``: ``results/verify/abstract.json``; made by ``python -m claims.abstract``.
 
@@ -104,7 +104,7 @@ LLM = _LLMSource("llm sweep", ("llm/sweep", "llm/sweep_quick"), "python -m llm_r
 STUDY = _LLMSource("llm study", ("llm/study",), "python -m llm_runs.study")
 STUDY_HORIZON = _LLMSource("llm horizon grid", ("llm/horizon",), "python -m llm_runs.study --grid horizon")
 VERDICTS = Source("llm/study/verdicts.json", ("llm/study/verdicts.json",),
-                  "python -m figures.study --json results/llm/study/verdicts.json")
+                  "python -m claims.study --json results/llm/study/verdicts.json")
 
 
 def read_sim(source: Source, steps: bool = False) -> pd.DataFrame:

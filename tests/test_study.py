@@ -3,6 +3,7 @@ loop, theory-in-the-loop metrics, the study grid and its pre-registered analysis
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -319,7 +320,7 @@ def _fake_study(root, effect_long, effect_short=0.0, n_seeds=10):
 
 
 def test_analysis_confirms_a_planted_effect_and_refutes_a_reversed_one(tmp_path):
-    from figures.study import analyse, differences_table, read_runs
+    from claims.study import analyse, differences_table, read_runs
 
     _fake_study(tmp_path / "up", effect_long=0.1)
     runs = read_runs(tmp_path / "up")
@@ -341,7 +342,7 @@ def test_analysis_confirms_a_planted_effect_and_refutes_a_reversed_one(tmp_path)
 
 
 def test_h4_counts_warnings_that_precede_collapse(tmp_path):
-    from figures.study import analyse, read_runs
+    from claims.study import analyse, read_runs
 
     base = {"task": "scratchpad", "steps": 40, "eps": 0.2, "heldout_size": 200, "mode": "controlled", "delay": 64}
     for s in range(6):  # chi^2 crosses 1 at update 10; pc collapses at step 20
@@ -355,7 +356,7 @@ def test_h4_counts_warnings_that_precede_collapse(tmp_path):
 
 
 def test_statistics_helpers():
-    from figures.study import bootstrap, holm, p_below, seeds_for_power
+    from claims.study import bootstrap, holm, p_below, seeds_for_power
 
     assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == {"a": True, "c": False, "b": False}
     assert holm({"a": 0.01, "b": 0.02}) == {"a": True, "b": True}
@@ -370,7 +371,7 @@ def test_statistics_helpers():
 def test_verdicts_wait_for_the_pre_registered_number_of_whole_seeds(tmp_path):
     """Fewer than MIN_SEEDS whole seeds: every verdict is NOT DECIDED (the rule's outcome so far
     kept as interim); a seed missing one run is not a whole seed and is left out of every comparison."""
-    from figures.study import MIN_SEEDS, analyse, read_runs
+    from claims.study import MIN_SEEDS, analyse, read_runs
 
     _fake_study(tmp_path / "few", effect_long=0.1, n_seeds=MIN_SEEDS - 1)
     res = analyse(read_runs(tmp_path / "few"))
@@ -382,3 +383,48 @@ def test_verdicts_wait_for_the_pre_registered_number_of_whole_seeds(tmp_path):
     res = analyse(read_runs(tmp_path / "cut"))
     assert res["H1"]["verdict"] == "CONFIRMED" and res["H1"]["gmc_minus_tic_mask"]["n"] == MIN_SEEDS
     assert res["H1"]["seeds"] == list(range(MIN_SEEDS))
+
+
+def test_the_names_the_preregistration_quotes_are_the_analysis_that_runs():
+    """docs/PREREGISTRATION.md quotes ``figures.study.<name>`` and ``python -m figures.study``: every
+    quoted name resolves, and to the very object of claims.study (one rule, not two copies)."""
+    import re
+
+    import claims.study as analysis
+    import figures.study as quoted
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "PREREGISTRATION.md").read_text()
+    names = set(re.findall(r"figures\.study\.([A-Za-z_]+)", text))
+    assert names >= {"seeds_for_power", "differences_table"}
+    for name in names | {"ALPHA", "MARGIN", "N_RESAMPLES", "BOOT_SEED", "STABLE_FRACTION", "MIN_SEEDS", "analyse"}:
+        assert getattr(quoted, name) is getattr(analysis, name), name
+    assert quoted.main is analysis.main
+
+
+@pytest.mark.parametrize("effect, n_seeds, word", [(0.1, 10, "confirmed in this setting"),
+                                                   (-0.1, 10, "refuted in this setting"),
+                                                   (0.1, 3, "not decided")])
+def test_the_abstracts_llm_claim_is_the_studys_h2(tmp_path, monkeypatch, effect, n_seeds, word):
+    """claims.abstract's verdict on the LLM claim is H2 of the pre-registered study, with its
+    numbers; the earlier sweep only adds a sentence."""
+    from claims.abstract import ABSTRACT, verdicts
+    from claims.study import analyse, read_runs
+
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+    _fake_study(tmp_path / "llm" / "study", effect_long=effect, n_seeds=n_seeds)
+    h2 = analyse(read_runs(tmp_path / "llm" / "study"))["H2"]
+    llm = [v for v in verdicts() if not v["claim_ids"]]
+    assert len(llm) == 1 and llm[0]["text"] == ABSTRACT[-1].text
+    assert llm[0]["verdict"] == word
+    ev = llm[0]["evidence"]
+    assert f"{n_seeds} whole paired seeds" in ev and f"H2 (GMC at least as good" in ev
+    tm = h2["baselines"]["tic_mask"]
+    assert f"TIC-mask {tm['mean']:+.3f} [{tm['low']:+.3f}, {tm['high']:+.3f}], n = {n_seeds}" in ev
+
+
+def test_the_abstracts_llm_claim_without_the_study_is_not_checked(tmp_path, monkeypatch):
+    from claims.abstract import verdicts
+
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+    llm = [v for v in verdicts() if not v["claim_ids"]][0]
+    assert llm["verdict"] == "not checked" and "python -m llm_runs.study" in llm["evidence"]

@@ -1,0 +1,367 @@
+"""The staleness study's pre-registered analysis (docs/PREREGISTRATION.md), applied as written.
+
+    python -m claims.study [--root results/llm/study] [--json results/llm/study/verdicts.json]
+
+(``python -m figures.study``, the command the pre-registration names, is the same program:
+:mod:`figures.study` binds every name of this module. The analysis sits in the claims layer so
+that the verdict on the abstract's claim 7, :mod:`claims.abstract`, is computed from it.)
+
+Reads every run folder under ``root`` through :func:`schema.results.read_run`, computes per run
+the final held-out pc, the area under its pc curve and the stability flag
+(:func:`schema.results.run_summary`, :data:`schema.results.UNSTABLE_RULE`), forms paired differences
+across estimators of one seed, and prints a verdict (CONFIRMED / REFUTED / INCONCLUSIVE) for
+each hypothesis with its numbers. Every constant of the rule is a module constant below, so
+the file and the pre-registration cannot drift apart (the pre-registration quotes them).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+ALPHA = 0.05  # two-sided level of every interval (95%)
+MARGIN = 0.03  # the smallest difference in final held-out pc that matters (H2's non-inferiority margin)
+N_RESAMPLES = 10_000  # bootstrap resamples (scipy.stats.bootstrap, percentile method)
+BOOT_SEED = 20261201  # the bootstrap's random state
+STABLE_FRACTION = 0.8  # a baseline is stable in a cell when at least this fraction of its seeds are stable
+TRAJECTORY = ("gmc", "tic_mask")  # H3's pair: the gap between these trajectory corrections
+H4_DIAGNOSTIC, H4_THRESHOLD, H4_WINDOW = "stale/chi2", 1.0, 5  # rolling median over 5 updates above chi^2 = 1
+COLLAPSE_FRACTION = 0.5  # collapse: held-out pc below half its running maximum (and still there at the end)
+MIN_COLLAPSES = 5  # H4 needs at least this many collapsed runs
+MIN_SEEDS = 6  # the stopping rule: the analysis uses the seeds whose runs are all complete, at least 6
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_runs(root: str | Path) -> pd.DataFrame:
+    """One row per run under ``root`` (read by :func:`schema.results.read_run`): settings, horizon,
+    final pc, AUC of pc, stability (:func:`schema.results.run_summary`), collapse timing."""
+    from schema.results import horizon_of, metrics_path, read_run, read_run_config, run_summary
+
+    rows = []
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"{root} is not a folder of study runs (make them with `python -m llm_runs.study`)")
+    for run in sorted(p for p in root.iterdir() if (p / "config.json").is_file() and metrics_path(p) is not None):
+        settings, m = read_run(run)
+        if m.empty:
+            continue
+        steps = int(settings["steps"])
+        complete = bool(m["step"].max() >= steps)
+        meta = {**settings, "run": run.name, "steps": steps, "complete": complete}
+        verdict = run_summary(m.assign(**meta)).iloc[0]
+        ev = m.dropna(subset=["eval/heldout_pc"]).sort_values("step")
+        pc, t = ev["eval/heldout_pc"].to_numpy(float), ev["step"].to_numpy(float)
+        auc = float(np.trapezoid(pc, t) / (t[-1] - t[0])) if len(t) > 1 and t[-1] > t[0] else math.nan
+        rows.append({**meta, "horizon": horizon_of(read_run_config(run)), "pc0": float(pc[0]), "pc_final": float(pc[-1]), "auc": auc,
+                     "stable": bool(verdict["stable"]), **collapse_timing(m)})
+    if not rows:
+        raise ValueError(f"no run folder (config.json + metrics.csv or metrics.csv.gz) under {root}")
+    return pd.DataFrame(rows)
+
+
+def collapse_timing(m: pd.DataFrame) -> dict:
+    """``collapsed``, its step ``t_collapse`` (first evaluation with pc below COLLAPSE_FRACTION of
+    the running maximum, the run ending below it too) and ``t_warning`` (first update whose
+    rolling median of H4_DIAGNOSTIC over H4_WINDOW updates exceeds H4_THRESHOLD)."""
+    ev = m.dropna(subset=["eval/heldout_pc"]).sort_values("step")
+    pc, steps = ev["eval/heldout_pc"].to_numpy(float), ev["step"].to_numpy(int)
+    run_max = np.maximum.accumulate(pc)
+    below = pc < COLLAPSE_FRACTION * run_max
+    collapsed = bool(len(pc) and below[-1])
+    t_collapse = int(steps[np.argmax(below)]) if collapsed else None
+    t_warning = None
+    if H4_DIAGNOSTIC in m:
+        upd = m.dropna(subset=[H4_DIAGNOSTIC]).sort_values("step")
+        med = upd[H4_DIAGNOSTIC].rolling(H4_WINDOW, min_periods=H4_WINDOW).median()
+        hit = upd["step"][med > H4_THRESHOLD]
+        t_warning = int(hit.iloc[0]) if len(hit) else None
+    return {"collapsed": collapsed, "t_collapse": t_collapse, "t_warning": t_warning}
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def paired(runs: pd.DataFrame, horizon: str, delay: int, a: str, b: str, metric: str = "pc_final") -> np.ndarray:
+    """``metric(a) - metric(b)`` per seed, over the seeds where both runs are complete. At delay 0
+    every estimator is the one delay-0 run of its seed (all schemes make the same update there)."""
+    def values(e):
+        sel = runs[(runs["horizon"] == horizon) & runs["complete"]]
+        sel = sel[sel["delay"] == 0] if delay == 0 else sel[(sel["delay"] == delay) & (sel["estimator"] == e)]
+        return sel.groupby("seed")[metric].first()
+
+    x, y = values(a), values(b)
+    common = x.index.intersection(y.index)
+    return (x[common] - y[common]).to_numpy(float)
+
+
+def bootstrap(diffs: np.ndarray, confidence: float = 1 - ALPHA) -> dict:
+    """Mean paired difference, its percentile-bootstrap interval (scipy.stats.bootstrap) and the
+    bootstrap distribution of the mean (for one-sided p-values)."""
+    diffs = np.asarray(diffs, float)
+    if len(diffs) < 2:
+        return {"n": len(diffs), "mean": float(diffs.mean()) if len(diffs) else math.nan, "low": math.nan,
+                "high": math.nan, "dist": np.array([])}
+    if np.all(diffs == diffs[0]):  # a degenerate sample: the interval is the point
+        return {"n": len(diffs), "mean": float(diffs[0]), "low": float(diffs[0]), "high": float(diffs[0]),
+                "dist": np.full(N_RESAMPLES, diffs[0])}
+    res = stats.bootstrap((diffs,), np.mean, confidence_level=confidence, n_resamples=N_RESAMPLES,
+                          method="percentile", random_state=np.random.default_rng(BOOT_SEED))
+    return {"n": len(diffs), "mean": float(diffs.mean()), "low": float(res.confidence_interval.low),
+            "high": float(res.confidence_interval.high), "dist": res.bootstrap_distribution}
+
+
+def p_below(boot: dict, value: float) -> float:
+    """One-sided bootstrap p-value of H0: mean <= value (the share of resampled means <= value)."""
+    d = boot["dist"]
+    return float(np.mean(d <= value)) if len(d) else math.nan
+
+
+def holm(pvalues: dict[str, float], alpha: float = ALPHA) -> dict[str, bool]:
+    """Holm's step-down procedure: which nulls are rejected at family-wise level ``alpha``."""
+    order = sorted(pvalues, key=lambda k: (math.isnan(pvalues[k]), pvalues[k]))
+    m, out, going = len(order), {}, True
+    for i, k in enumerate(order):
+        going = going and not math.isnan(pvalues[k]) and pvalues[k] <= alpha / (m - i)
+        out[k] = going
+    return out
+
+
+def seeds_for_power(sd_diff: float, delta: float = MARGIN, alpha: float = ALPHA, power: float = 0.8,
+                    n_max: int = 10_000) -> int:
+    """Smallest number of paired seeds n whose two-sided paired t-test at level ``alpha`` detects a
+    mean difference ``delta`` with probability >= ``power`` (noncentral t), for differences of
+    standard deviation ``sd_diff``."""
+    if not (sd_diff > 0 and math.isfinite(sd_diff)):
+        raise ValueError(f"sd_diff must be a finite number > 0, got {sd_diff!r}")
+    for n in range(2, n_max + 1):
+        df, nc = n - 1, delta / (sd_diff / math.sqrt(n))
+        crit = stats.t.ppf(1 - alpha / 2, df)
+        if stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc) >= power:
+            return n
+    return n_max
+
+
+# --------------------------------------------------------------------------- the hypotheses
+
+
+def _verdict(low: float, high: float, threshold: float = 0.0) -> str:
+    if math.isnan(low) or math.isnan(high):
+        return "INCONCLUSIVE"
+    return "CONFIRMED" if low > threshold else "REFUTED" if high < threshold else "INCONCLUSIVE"
+
+
+def _interval(boot: dict) -> dict:
+    return {k: boot[k] for k in ("n", "mean", "low", "high")}
+
+
+def stable_in_cell(runs: pd.DataFrame, horizon: str, delay: int, estimator: str) -> bool:
+    sel = runs[(runs["horizon"] == horizon) & (runs["delay"] == delay) & (runs["estimator"] == estimator)
+               & runs["complete"]]
+    return bool(len(sel)) and float(sel["stable"].mean()) >= STABLE_FRACTION
+
+
+def whole_seeds(runs: pd.DataFrame) -> list[int]:
+    """The seeds with a complete run in every cell (horizon, estimator, delay) that any seed has."""
+    cells = set(runs[["horizon", "estimator", "delay"]].itertuples(index=False, name=None))
+    done = runs[runs["complete"]].groupby("seed")
+    return sorted(int(s) for s, g in done
+                  if set(g[["horizon", "estimator", "delay"]].itertuples(index=False, name=None)) >= cells)
+
+
+def analyse(runs: pd.DataFrame) -> dict:
+    """Every hypothesis' verdict and numbers (see docs/PREREGISTRATION.md), over the whole seeds
+    only. With fewer than :data:`MIN_SEEDS` of them the stopping rule is not met: each verdict is
+    NOT DECIDED, and the rule's outcome on the seeds so far is kept as ``interim_verdict``."""
+    seeds = whole_seeds(runs)
+    out = _analyse(runs[runs["seed"].isin(seeds)])
+    for r in out.values():
+        r["seeds"] = seeds
+        if len(seeds) < MIN_SEEDS:
+            r["interim_verdict"], r["verdict"] = r["verdict"], "NOT DECIDED"
+            r["reason"] = f"{len(seeds)} whole seeds, fewer than the pre-registered minimum of {MIN_SEEDS}"
+    return out
+
+
+def _analyse(runs: pd.DataFrame) -> dict:
+    out = {}
+    dmax = int(runs.loc[runs["delay"] > 0, "delay"].max()) if (runs["delay"] > 0).any() else 0
+    # H1: GMC's final held-out pc exceeds TIC-mask's at the largest delay, long horizon.
+    b = bootstrap(paired(runs, "long", dmax, "gmc", "tic_mask"))
+    out["H1"] = {"verdict": _verdict(b["low"], b["high"]), "delay": dmax, "gmc_minus_tic_mask": _interval(b)}
+    # H2: GMC is at least as good as every stable baseline there (non-inferiority by MARGIN, Holm).
+    baselines = sorted(e for e in runs.loc[(runs["horizon"] == "long") & (runs["delay"] == dmax), "estimator"].unique()
+                       if e != "gmc" and stable_in_cell(runs, "long", dmax, e))
+    boots = {e: bootstrap(paired(runs, "long", dmax, "gmc", e)) for e in baselines}
+    p_noninf = {e: p_below(bt, -MARGIN) for e, bt in boots.items()}  # H0: gmc - e <= -MARGIN
+    p_worse = {e: 1.0 - p_below(bt, 0.0) for e, bt in boots.items()}  # H0: gmc - e >= 0
+    noninf, worse = holm(p_noninf), holm(p_worse)
+    if not baselines:
+        v2 = "INCONCLUSIVE"
+    elif all(noninf.values()):
+        v2 = "CONFIRMED"
+    elif any(worse.values()):
+        v2 = "REFUTED"
+    else:
+        v2 = "INCONCLUSIVE"
+    out["H2"] = {"verdict": v2, "delay": dmax, "margin": MARGIN,
+                 "baselines": {e: {**_interval(boots[e]), "p_noninferior": p_noninf[e], "noninferior": noninf[e],
+                                   "p_worse": p_worse[e], "worse": worse[e]} for e in baselines},
+                 "unstable_excluded": sorted(set(runs.loc[(runs["horizon"] == "long") & (runs["delay"] == dmax),
+                                                          "estimator"]) - set(baselines) - {"gmc"})}
+    # H3: the gap between trajectory corrections (GMC - TIC-mask) grows with H (long minus short, paired by seed).
+    a, c = TRAJECTORY
+    g_long = _per_seed(runs, "long", dmax, a, c)
+    g_short = _per_seed(runs, "short", dmax, a, c)
+    common = g_long.index.intersection(g_short.index)
+    b3 = bootstrap((g_long[common] - g_short[common]).to_numpy(float))
+    out["H3"] = {"verdict": _verdict(b3["low"], b3["high"]), "delay": dmax, "pair": list(TRAJECTORY),
+                 "long_gap_minus_short_gap": _interval(b3)}
+    # H4: the diagnostic crossing its threshold precedes collapse.
+    pos = runs[(runs["delay"] > 0) & runs["complete"]]
+    col = pos[pos["collapsed"]]
+    warned_first = [(r.t_warning is not None and not _nan(r.t_warning) and r.t_warning < r.t_collapse)
+                    for r in col.itertuples()]
+    k, n = int(sum(warned_first)), len(warned_first)
+    quiet = pos[~pos["collapsed"]]
+    false_alarms = int(sum(t is not None and not _nan(t) for t in quiet["t_warning"]))
+    if n < MIN_COLLAPSES:
+        v4, ci = "INCONCLUSIVE", (math.nan, math.nan)
+    else:
+        ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - ALPHA, method="exact")
+        ci = (float(ci.low), float(ci.high))
+        v4 = "CONFIRMED" if ci[0] > 0.5 else "REFUTED" if ci[1] < 0.5 else "INCONCLUSIVE"
+    out["H4"] = {"verdict": v4, "diagnostic": H4_DIAGNOSTIC, "threshold": H4_THRESHOLD, "collapsed_runs": n,
+                 "warned_before_collapse": k, "ci": list(ci), "false_alarms": false_alarms,
+                 "non_collapsed_runs": len(quiet)}
+    return out
+
+
+def _nan(x) -> bool:
+    return isinstance(x, float) and math.isnan(x)
+
+
+def _per_seed(runs, horizon, delay, a, b) -> pd.Series:
+    sel = runs[(runs["horizon"] == horizon) & (runs["delay"] == delay) & runs["complete"]]
+    x = sel[sel["estimator"] == a].groupby("seed")["pc_final"].first()
+    y = sel[sel["estimator"] == b].groupby("seed")["pc_final"].first()
+    common = x.index.intersection(y.index)
+    return x[common] - y[common]
+
+
+def differences_table(runs: pd.DataFrame, reference: str = "gmc", metric: str = "pc_final") -> pd.DataFrame:
+    """GMC minus each estimator, per horizon and positive delay: mean paired difference and 95% interval."""
+    rows = []
+    for (h, d), g in runs[runs["delay"] > 0].groupby(["horizon", "delay"]):
+        for e in sorted(set(g["estimator"]) - {reference}):
+            b = bootstrap(paired(runs, h, int(d), reference, e, metric))
+            rows.append({"horizon": h, "delay": int(d), "baseline": e, **_interval(b),
+                         "baseline_stable": stable_in_cell(runs, h, int(d), e)})
+    return pd.DataFrame(rows)
+
+
+HYPOTHESES = {
+    "H1": "GMC's final held-out pc exceeds TIC-mask's at the largest delay, long horizon",
+    "H2": "GMC is at least as good as every stable baseline there (non-inferiority by the margin, Holm)",
+    "H3": "the gap between trajectory corrections (GMC - TIC-mask) grows with the horizon",
+    "H4": "the trajectory chi^2 crossing its threshold precedes collapse",
+}
+"""Each hypothesis in one line (docs/PREREGISTRATION.md states them in full)."""
+
+
+# --------------------------------------------------------------------------- traces and the bound
+
+
+def read_traces(root: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    """The update rows (step < steps) of every complete run under ``root``, long: run, horizon
+    (label), H (tokens, :func:`schema.results.horizon_tokens`), estimator, delay, seed, step and
+    ``columns`` (a column a run does not log reads as NaN)."""
+    from schema.results import horizon_of, horizon_tokens, metrics_path, read_run, read_run_config
+
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"{root} is not a folder of study runs (make them with `python -m llm_runs.study`)")
+    frames = []
+    for run in sorted(p for p in root.iterdir() if (p / "config.json").is_file() and metrics_path(p) is not None):
+        settings, m = read_run(run)
+        steps = int(settings["steps"])
+        if m.empty or m["step"].max() < steps:
+            continue
+        upd = m[m["step"] < steps]
+        frame = pd.DataFrame({"step": upd["step"].to_numpy()})
+        for c in columns:
+            frame[c] = pd.to_numeric(upd[c], errors="coerce").to_numpy(float) if c in upd else math.nan
+        cfg = read_run_config(run)
+        frames.append(frame.assign(run=run.name, horizon=horizon_of(cfg), H=horizon_tokens(cfg),
+                                   estimator=settings["estimator"], delay=int(settings["delay"]),
+                                   seed=int(settings["seed"])))
+    if not frames:
+        raise ValueError(f"no complete run folder (config.json + metrics) under {root}")
+    return pd.concat(frames, ignore_index=True)
+
+
+BOUND_COLUMNS = ("stale/mass_bias", "stale/mass_bias_bound")
+"""The realised mass bias and THEORY §3's bound on it, logged per update (:mod:`llm_runs.theory`)."""
+
+
+def bound_ratio(realised, bound) -> np.ndarray:
+    """realised / bound per update, 0/0 read as 0 (no bias, none allowed: the bound holds)."""
+    r, b = np.asarray(realised, float), np.asarray(bound, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((r == 0) & (b == 0), 0.0, r / b)
+
+
+def bound_table(runs_root: str | Path | pd.DataFrame) -> pd.DataFrame:
+    """Per horizon, positive delay and trajectory scheme that logs both :data:`BOUND_COLUMNS`:
+    the number of updates (both finite, over every complete run), the fraction where the realised
+    mass bias is at most the bound, the median and maximum of realised / bound
+    (:func:`bound_ratio`; above 1: the bound fails) and the fraction of updates whose bound is 0
+    (the batch's plug-in chi^2 was <= 0 and is clamped, :func:`llm_runs.theory.mass_bias_bound`:
+    there any positive realised bias counts as a failure, ratio inf). ``runs_root`` is the study
+    folder or the frame :func:`read_traces` made of it."""
+    tr = runs_root if isinstance(runs_root, pd.DataFrame) else read_traces(runs_root, BOUND_COLUMNS)
+    real, bnd = BOUND_COLUMNS
+    tr = tr[(tr["delay"] > 0) & np.isfinite(tr[real]) & np.isfinite(tr[bnd])]
+    rows = []
+    for (h, d, e), g in tr.groupby(["horizon", "delay", "estimator"], sort=True):
+        ratio = bound_ratio(g[real], g[bnd])
+        rows.append({"horizon": h, "delay": int(d), "scheme": e, "runs": int(g["run"].nunique()), "updates": len(g),
+                     "holds_frac": float(np.mean(g[real].to_numpy() <= g[bnd].to_numpy())),
+                     "ratio_median": float(np.median(ratio)), "ratio_max": float(np.max(ratio)),
+                     "bound_zero_frac": float(np.mean(g[bnd].to_numpy() == 0))})
+    return pd.DataFrame(rows, columns=["horizon", "delay", "scheme", "runs", "updates", "holds_frac",
+                                       "ratio_median", "ratio_max", "bound_zero_frac"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m claims.study", description=__doc__.split("\n\n")[0])
+    p.add_argument("--root", default=None, help="the study's run folders (default: llm/study under the results root)")
+    p.add_argument("--json", default=None, help="also write the verdicts here")
+    args = p.parse_args(argv)
+    from schema.results import results_root
+
+    try:
+        runs = read_runs(args.root or results_root() / "llm" / "study")
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    res = analyse(runs)
+    for h, r in res.items():
+        print(f"{h}: {r['verdict']}  " + json.dumps({k: v for k, v in r.items() if k != 'verdict'}, default=float))
+    print(differences_table(runs).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    if args.json:
+        from schema.io import write_json
+
+        write_json(args.json, json.loads(json.dumps(res, default=float)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
