@@ -39,13 +39,13 @@ MIN_SEEDS = 6  # the stopping rule: the analysis uses the seeds whose runs are a
 def read_runs(root: str | Path) -> pd.DataFrame:
     """One row per run under ``root`` (read by :func:`schema.results.read_run`): settings, horizon,
     final pc, AUC of pc, stability (:func:`schema.results.run_summary`), collapse timing."""
-    from schema.results import horizon_of, read_run, read_run_config, run_summary
+    from schema.results import horizon_of, metrics_path, read_run, read_run_config, run_summary
 
     rows = []
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"{root} is not a folder of study runs (make them with `python -m llm_runs.study`)")
-    for run in sorted(p for p in root.iterdir() if (p / "config.json").is_file() and (p / "metrics.csv").is_file()):
+    for run in sorted(p for p in root.iterdir() if (p / "config.json").is_file() and metrics_path(p) is not None):
         settings, m = read_run(run)
         if m.empty:
             continue
@@ -59,7 +59,7 @@ def read_runs(root: str | Path) -> pd.DataFrame:
         rows.append({**meta, "horizon": horizon_of(read_run_config(run)), "pc0": float(pc[0]), "pc_final": float(pc[-1]), "auc": auc,
                      "stable": bool(verdict["stable"]), **collapse_timing(m)})
     if not rows:
-        raise ValueError(f"no run folder (config.json + metrics.csv) under {root}")
+        raise ValueError(f"no run folder (config.json + metrics.csv or metrics.csv.gz) under {root}")
     return pd.DataFrame(rows)
 
 

@@ -136,14 +136,18 @@ def measured_costs(folder: str | Path) -> tuple[dict, dict]:
     median ``perf/step_s`` and ``perf/eval_s`` (the horizon is read from the run's task)."""
     import pandas as pd
 
-    from schema.results import read_run_config
+    from schema.results import metrics_path, read_metrics_csv, read_run_config
 
     steps, evals = {}, {}
-    for run in sorted(Path(folder).glob("*/metrics.csv")):
-        h = horizon_of(read_run_config(run.parent))
+    runs = sorted(p for p in Path(folder).iterdir() if p.is_dir()) if Path(folder).is_dir() else []
+    for run in (p for p in runs if (p / "config.json").is_file()):
+        path = metrics_path(run)
+        if path is None:
+            continue
+        h = horizon_of(read_run_config(run))
         if h not in HORIZONS:
             continue
-        m = pd.read_csv(run)
+        m = read_metrics_csv(path)
         steps.setdefault(h, []).extend(m["perf/step_s"].dropna().tolist())
         evals.setdefault(h, []).extend(m["perf/eval_s"].dropna().tolist())
     med = lambda x: float(pd.Series(x).median())
@@ -188,10 +192,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print the runs, their state and the estimated time")
     p.add_argument("--cost-from", default=None, help="price the plan with the step costs measured in this folder")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--pack", action="store_true",
+                   help="only pack the finished runs' metrics.csv as metrics.csv.gz (same bytes; runs after a sweep too)")
     args = p.parse_args(argv)
     study = STUDIES[args.grid]
     out = Path(args.out) if args.out else study.default_out()
     try:
+        if args.pack:
+            n = pack_finished(study, out)
+            print(f"study {study.name}: packed {n} finished runs under {out}")
+            return 0
         cells = study.cells()
         step_cost, eval_cost = measured_costs(args.cost_from) if args.cost_from else (None, None)
         est = estimate_seconds(cells, args.jobs, step_cost, eval_cost)
@@ -218,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"needs every one of them; nothing was run")
         _warm_starts(study)
         o = run_sweep(study, out, resume=args.resume, jobs=args.jobs, progress=not args.no_progress)
+        pack_finished(study, out)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -227,6 +238,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted: continue with python -m llm_runs.study --grid {args.grid} --resume")
         return 130
     return 1 if o.failed else 0
+
+
+def pack_finished(study: Study, out: Path) -> int:
+    """Pack (:func:`schema.results.pack_metrics`) the metrics of every finished run of ``study``
+    under ``out``: the committed study must fit the results budget, and a finished run's table
+    never changes again. A folder a live trainer holds is refused (:func:`schema.runlock.check_free`).
+    Returns the number of runs newly packed."""
+    from schema.results import PACKED_METRICS_FILE, metrics_path, pack_metrics
+    from schema.runlock import check_free
+
+    n = 0
+    for c in study.cells():
+        run = Path(out) / c.name
+        if not (run / "summary.json").is_file():
+            continue
+        path = metrics_path(run)
+        if path is None or path.name == PACKED_METRICS_FILE:
+            continue
+        check_free(run)
+        pack_metrics(run)
+        n += 1
+    return n
 
 
 def _warm_starts(study: Study) -> None:

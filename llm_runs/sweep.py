@@ -192,6 +192,7 @@ def summarize_run(run: Path, cell: Cell, steps_planned: int) -> dict | None:
     """One summary row for a run folder (None: no metrics yet). ``stable`` is
     :func:`schema.results.run_summary`'s rule, so the table and the figures agree."""
     from schema.results import (
+        metrics_path,
         read_json,
         read_run,
         read_run_config,
@@ -199,7 +200,7 @@ def summarize_run(run: Path, cell: Cell, steps_planned: int) -> dict | None:
         run_summary,
     )
 
-    if not (run / "metrics.csv").is_file():
+    if metrics_path(run) is None:
         return None
     stored = read_run_config(run)
     _, m = read_run(run)

@@ -63,7 +63,7 @@ import torch
 
 from schema.io import write_json
 from schema.provenance import git_commit, package_versions
-from schema.results import read_json, read_run, read_run_config
+from schema.results import METRICS_FILE, PACKED_METRICS_FILE, read_json, read_run, read_run_config
 from schema.runlock import LOCK_NAME, RunLock, check_free, entries
 
 from .config import TrainConfig, config_diff, config_fields, resolve_config
@@ -193,6 +193,9 @@ class Trainer:
                 check_free(self.out)  # a live trainer in it: name its pid
             if not stored.is_file():
                 raise ValueError(f"--resume: {self.out} holds no run (no config.json)")
+            if (self.out / PACKED_METRICS_FILE).exists():
+                raise ValueError(f"--resume: {self.out} is a finished run whose metrics are packed "
+                                 f"({PACKED_METRICS_FILE}): there is nothing to resume")
             diff = config_diff(read_run_config(self.out), config.to_dict())
             if diff:
                 raise ValueError(f"--resume: settings differ from {stored}: "
@@ -223,7 +226,7 @@ class Trainer:
     def _close_folder(self, failed: bool) -> None:
         """Release the lock; a fresh run that failed before step 0 leaves nothing behind."""
         if failed and self._owns and not self._started:
-            for name in ("config.json", "config.tmp", "metrics.csv", "checkpoints", LOCK_NAME):
+            for name in ("config.json", "config.tmp", METRICS_FILE, "checkpoints", LOCK_NAME):
                 target = self.out / name
                 if target.is_dir():
                     shutil.rmtree(target, ignore_errors=True)
@@ -288,7 +291,7 @@ class Trainer:
         self.policy.train()
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr)
         self.source = ROLLOUT_SOURCES[cfg.mode](cfg, self.task, self.tokenizer, self.max_new_tokens)
-        self.writer = MetricsWriter(self.out / "metrics.csv")
+        self.writer = MetricsWriter(self.out / METRICS_FILE)
         self.directions = DirectionTracker()
         start, self.complete = 0, False
         if ckpt is not None:

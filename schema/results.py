@@ -16,7 +16,8 @@ Sources:
 * ``ABSTRACT``: ``results/verify/abstract.json``; made by ``python -m claims.abstract``.
 
 A run folder is read by :func:`read_run` only: its ``config.json`` and ``metrics.csv`` are
-parsed strictly (a bad line or a truncated file is an error naming the file and line) and
+parsed strictly (a finished run's table may be stored packed as ``metrics.csv.gz``, the same
+bytes gzip-compressed, :func:`pack_metrics`; :func:`metrics_path` finds either) (a bad line or a truncated file is an error naming the file and line) and
 its steps must be 0..T once each (a run with a duplicated or missing step is refused).
 A configuration field the run predates reads as the value the run actually used
 (:data:`LEGACY_FIELDS`), never as today's default.
@@ -214,14 +215,77 @@ def read_run_config(run: Path, legacy: bool = True) -> dict:
     return cfg
 
 
+METRICS_FILE = "metrics.csv"
+"""The per-step metrics table of a run folder (written by ``llm_runs.metrics.MetricsWriter``)."""
+PACKED_METRICS_FILE = METRICS_FILE + ".gz"
+"""A finished run's table packed: exactly the bytes of ``metrics.csv``, gzip-compressed."""
+
+
+def metrics_path(run: Path) -> Path | None:
+    """The run folder's metrics table, plain or packed (None: neither). Both at once is a
+    ``ValueError``: two copies of one table would be free to disagree."""
+    run = Path(run)
+    plain, packed = run / METRICS_FILE, run / PACKED_METRICS_FILE
+    if plain.is_file() and packed.is_file():
+        raise ValueError(f"{run}: both {METRICS_FILE} and {PACKED_METRICS_FILE}; keep one (they may disagree)")
+    return plain if plain.is_file() else packed if packed.is_file() else None
+
+
+def _metrics_text(path: Path) -> str:
+    import gzip
+
+    if path.name.endswith(".gz"):
+        try:
+            with gzip.open(path, "rb") as fh:
+                data = fh.read()
+        except (OSError, EOFError) as exc:
+            raise ValueError(f"{path}: not a readable gzip file ({exc})") from None
+    else:
+        data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc})") from None
+
+
+def pack_metrics(run: Path) -> Path:
+    """Replace a finished run's ``metrics.csv`` by ``metrics.csv.gz`` holding the same bytes
+    (deterministic: no name or time in the gzip header, so packing twice gives one file).
+
+    Only a finished run (its ``summary.json`` written) is packed, and the packed file is
+    decompressed and compared with the original before the original is removed. A run that is
+    already packed is left as it is. Returns the packed file."""
+    import gzip
+
+    from .io import write_bytes
+
+    run = Path(run)
+    path = metrics_path(run)
+    if path is None:
+        raise MissingResults(f"{run}: no {METRICS_FILE} to pack")
+    if path.name == PACKED_METRICS_FILE:
+        return path
+    if not (run / "summary.json").is_file():
+        raise ValueError(f"{run}: not finished (no summary.json): only a finished run's {METRICS_FILE} is packed")
+    data = path.read_bytes()
+    read_metrics_csv(path)  # a corrupt table is refused, not packed
+    packed = gzip.compress(data, compresslevel=9, mtime=0)
+    if gzip.decompress(packed) != data:  # pragma: no cover (zlib round trip)
+        raise ValueError(f"{path}: the packed bytes do not decompress to the original")
+    out = write_bytes(run / PACKED_METRICS_FILE, packed)
+    path.unlink()
+    return out
+
+
 def read_metrics_csv(path: Path) -> pd.DataFrame:
-    """``metrics.csv`` parsed strictly: every line has the header's fields, ``step`` is an integer
-    and every other field a number or empty; otherwise ``ValueError`` naming the file and line."""
+    """``metrics.csv`` (or its packed ``metrics.csv.gz``) parsed strictly: every line has the
+    header's fields, ``step`` is an integer and every other field a number or empty; otherwise
+    ``ValueError`` naming the file and line."""
     import csv
+    import io
 
     path = Path(path)
-    with path.open(newline="") as fh:
-        rows = list(csv.reader(fh))
+    rows = list(csv.reader(io.StringIO(_metrics_text(path), newline="")))
     if not rows:
         raise ValueError(f"{path}: empty file (no header)")
     head, body = rows[0], rows[1:]
@@ -261,9 +325,9 @@ def read_run(run: Path) -> tuple[dict, pd.DataFrame]:
     """A run folder: ``(settings, metrics)``, both checked (see the module docstring)."""
     run = Path(run)
     cfg = read_run_config(run)
-    path = run / "metrics.csv"
-    if not path.exists():
-        raise MissingResults(f"{run}: no metrics.csv")
+    path = metrics_path(run)
+    if path is None:
+        raise MissingResults(f"{run}: no {METRICS_FILE}")
     m = read_metrics_csv(path)
     settings = run_settings(cfg)
     check_steps(m, path, settings["steps"])
@@ -276,13 +340,14 @@ def _run_index(root: Path) -> list[dict]:
         return []
     out = []
     for run in sorted(p for p in root.iterdir() if p.is_dir()):
-        if not (run / "metrics.csv").exists() or not (run / "config.json").exists():
+        metrics = metrics_path(run)
+        if metrics is None or not (run / "config.json").exists():
             continue
         cfg = run_settings(read_run_config(run))
         if cfg["estimator"] is None or cfg["delay"] is None:
             continue
         done = (run / "summary.json").exists()
-        out.append({"run": run.name, "path": run, "metrics": run / "metrics.csv", "complete": done, **cfg})
+        out.append({"run": run.name, "path": run, "metrics": metrics, "complete": done, **cfg})
     return out
 
 
