@@ -4,7 +4,7 @@
 
 The run's stored settings (``config.json``) are run again for ``--steps`` updates in a temporary
 folder, and every row of step < ``--steps`` of the new ``metrics.csv`` is compared with the
-stored one as text, column by column, except the ``perf/`` columns (wall-clock times). Equal
+stored one (plain or packed) as text, column by column, except the ``perf/`` columns (wall-clock times). Equal
 text means equal floats (the writer prints ``repr``): the code that replays computes exactly
 what the code that made the run computed. Use it before switching a running grid to changed
 code. The warm start is computed into (or reused from) ``--cache-dir``; its key does not
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import io
 import sys
 import tempfile
 from pathlib import Path
@@ -24,9 +25,11 @@ TIMING_PREFIX = "perf/"
 
 
 def metric_rows(path: str | Path) -> tuple[list[str], dict[int, list[str]]]:
-    """``(header, {step: fields})`` of a ``metrics.csv`` read as text (the eval-only final row too)."""
-    with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
+    """``(header, {step: fields})`` of a ``metrics.csv`` (or its packed ``metrics.csv.gz``) read as
+    text (the eval-only final row too)."""
+    from schema.results import metrics_text
+
+    rows = list(csv.reader(io.StringIO(metrics_text(Path(path)), newline="")))
     if not rows:
         raise ValueError(f"{path} is empty")
     header, body = rows[0], rows[1:]
@@ -65,10 +68,15 @@ def replay(run: str | Path, steps: int, cache_dir: str | Path | None = None, out
            **overrides) -> list[str]:
     """Run the stored settings of ``run`` for ``steps`` updates (into ``out``, default a temporary
     folder) and return :func:`compare_metrics` against its ``metrics.csv``."""
+    from schema.results import metrics_path
+
     from .config import load_run_config
     from .train import Trainer
 
     run = Path(run)
+    reference = metrics_path(run)
+    if reference is None:
+        raise ValueError(f"{run} has no metrics.csv (or metrics.csv.gz) to compare with")
     cfg = load_run_config(run)
     if steps < 1 or steps > cfg.steps:
         raise ValueError(f"--steps {steps}: the run has {cfg.steps} updates (need 1 <= steps <= {cfg.steps})")
@@ -79,7 +87,7 @@ def replay(run: str | Path, steps: int, cache_dir: str | Path | None = None, out
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(out) if out is not None else Path(tmp) / run.name
         Trainer(cfg, target, progress=False, log=lambda m: None).run()
-        return compare_metrics(run / "metrics.csv", target / "metrics.csv", steps)
+        return compare_metrics(reference, target / "metrics.csv", steps)
 
 
 def main(argv: list[str] | None = None) -> int:

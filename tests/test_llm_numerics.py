@@ -23,7 +23,7 @@ from llm_runs.config import config_diff, resolve_config
 from llm_runs.replay import compare_metrics, replay
 from llm_runs.rollout import completion_logprobs, decode
 from llm_runs.study import STUDIES, STUDY_MODEL
-from schema.results import read_json, read_run_config
+from schema.results import metrics_path, read_json, read_run_config
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCES = Path(__file__).resolve().parent / "reference_runs"
@@ -201,9 +201,10 @@ def test_the_comparison_sees_a_one_ulp_change_and_ignores_timings(tmp_path):
 @pytest.mark.slow
 def test_replaying_the_grids_own_short_horizon_run_is_byte_identical(tmp_path):
     run = REPO / "results" / "llm" / "study" / "short-gmc-d16-s0"
-    assert (run / "metrics.csv").is_file(), f"committed reference run {run} is missing"
-    copy = tmp_path / run.name  # the replay reads only config.json and metrics.csv
+    table = metrics_path(run)
+    assert table is not None, f"committed reference run {run} is missing"
+    copy = tmp_path / run.name  # the replay reads only config.json and the metrics table
     copy.mkdir()
-    for f in ("config.json", "metrics.csv"):
-        shutil.copy(run / f, copy / f)
+    for f in (run / "config.json", table):
+        shutil.copy(f, copy / f.name)
     assert replay(copy, 3, cache_dir=tmp_path / "cache") == []
