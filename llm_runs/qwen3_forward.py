@@ -23,7 +23,6 @@ import importlib.util
 import torch
 import torch.nn.functional as F
 
-
 CHECKED_TRANSFORMERS = ("5.24.",)
 """transformers releases (version prefixes) whose ``modeling_qwen3`` this module mirrors."""
 
@@ -131,7 +130,10 @@ def forward(model, input_ids, attention_mask=None, position_ids=None, cache=None
 def _lean_forward(model, training: bool, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=None,
                   logits_to_keep=0):
     from transformers.masking_utils import create_causal_mask
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
+    from transformers.modeling_utils import (
+        ALL_ATTENTION_FUNCTIONS,
+        slice_logits_to_keep,
+    )
 
     m = _qwen3_classes()
     cfg, inner = model.config, model.model
