@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import re
 import time
@@ -32,8 +33,11 @@ from schema.results import (
 from . import style
 from .mdhtml import to_html
 
+STUDY_FIGURES = ["f10_study_differences", "f11_study_pc_vs_delay", "f12_chi2_vs_horizon", "f13_theory_in_the_loop"]
+"""The staleness study's figures: drawn by ``python -m figures`` with the others, shown in the
+report's first section (:func:`study_section`) instead of its figure list."""
 FIGURES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
-           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier"]
+           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier", *STUDY_FIGURES]
 def fig_module(name: str):
     return importlib.import_module(f"figures.{name}")
 
@@ -86,6 +90,180 @@ def llm_table() -> list[str]:
     return out
 
 
+# ----------------------------------------------------------------------------------- staleness study
+
+
+def _num(x, fmt: str = ".3f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(float(x), fmt)
+
+
+def _iv(r: dict) -> str:
+    """``mean [low, high] (n = k)`` of an interval record of the verdicts."""
+    return f"{_num(r.get('mean'), '+.3f')} [{_num(r.get('low'), '+.3f')}, {_num(r.get('high'), '+.3f')}] (n = {r.get('n')})"
+
+
+def verdict_numbers(key: str, r: dict) -> str:
+    """The numbers behind one hypothesis' verdict, from its record in ``verdicts.json``."""
+    if key == "H1":
+        return f"GMC - TIC-mask at d = {r['delay']}, long: {_iv(r['gmc_minus_tic_mask'])}"
+    if key == "H2":
+        bs = "; ".join(f"{style.label(b)} {_iv(v)}, non-inferior {'yes' if v['noninferior'] else 'no'}"
+                       f" (p = {_num(v['p_noninferior'], '.3g')}), worse {'yes' if v['worse'] else 'no'}"
+                       for b, v in r["baselines"].items())
+        ex = ", ".join(style.label(e) for e in r.get("unstable_excluded", [])) or "none"
+        return (f"GMC - each stable baseline at d = {r['delay']}, long, margin {r['margin']:g}: {bs or 'no stable baseline'}; "
+                f"unstable, left out: {ex}")
+    if key == "H3":
+        a, b = r["pair"]
+        return (f"(GMC - TIC-mask) long minus short at d = {r['delay']}: {_iv(r['long_gap_minus_short_gap'])}"
+                if (a, b) == ("gmc", "tic_mask") else f"gap {a} - {b}, long minus short: {_iv(r['long_gap_minus_short_gap'])}")
+    if key == "H4":
+        lo, hi = r["ci"]
+        return (f"{r['warned_before_collapse']} of {r['collapsed_runs']} collapsed runs warned first "
+                f"(`{r['diagnostic']}` rolling median > {r['threshold']:g}), 95% CI [{_num(lo)}, {_num(hi)}]; "
+                f"false alarms {r['false_alarms']} of {r['non_collapsed_runs']} other runs")
+    return ""
+
+
+def verdicts_table(verdicts: dict) -> list[str]:
+    from .study import HYPOTHESES
+
+    esc = lambda t: str(t).replace("|", "\\|")
+    out = ["| | hypothesis | verdict | rule's outcome on the seeds so far | numbers |", "|---|---|---|---|---|"]
+    for k in sorted(verdicts):
+        r = verdicts[k]
+        out.append(f"| {k} | {esc(HYPOTHESES.get(k, ''))} | **{r['verdict']}** | {r.get('interim_verdict', '-')} | "
+                   f"{esc(plain(verdict_numbers(k, r)))} |")
+    return out
+
+
+def differences_markdown(runs) -> list[str]:
+    """GMC minus each baseline (whole seeds) per horizon and delay, final pc and AUC, as a table."""
+    from .f10_study_differences import table
+
+    tab = table(runs)
+    if not len(tab):
+        return ["No paired difference (no positive-delay cell)."]
+    pc, auc = (tab[tab["metric"] == m].set_index(["horizon", "delay", "baseline"]) for m in ("pc_final", "auc"))
+    out = ["| horizon | d | baseline | n | final pc: mean [95% CI] | AUC: mean [95% CI] | baseline stable |",
+           "|---|---:|---|---:|---|---|---|"]
+    order = {"short": 0, "long": 1}
+    for (h, d, b) in sorted(pc.index, key=lambda k: (order.get(k[0], 2), k[1], style.ordered(pc.index.get_level_values(2)).index(k[2]))):
+        r, a = pc.loc[(h, d, b)], auc.loc[(h, d, b)]
+        out.append(f"| {h} | {d} | {plain(style.label(b))} | {int(r['n'])} | {_num(r['mean'], '+.3f')} "
+                   f"[{_num(r['low'], '+.3f')}, {_num(r['high'], '+.3f')}] | {_num(a['mean'], '+.3f')} "
+                   f"[{_num(a['low'], '+.3f')}, {_num(a['high'], '+.3f')}] | {'yes' if r['baseline_stable'] else '**no**'} |")
+    return out
+
+
+def bound_markdown(tab) -> list[str]:
+    if not len(tab):
+        return ["No run logs both the realised mass bias and its bound."]
+    out = ["| horizon | d | scheme | runs | updates | realised <= bound | median realised/bound | max realised/bound | "
+           "bound 0 (plug-in chi^2 <= 0) |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in tab.itertuples():
+        out.append(f"| {r.horizon} | {r.delay} | {plain(style.label(r.scheme))} | {r.runs} | {r.updates} | {r.holds_frac:.1%} | "
+                   f"{_num(r.ratio_median, '.3g')} | {_num(r.ratio_max, '.3g')} | {r.bound_zero_frac:.1%} |")
+    return out
+
+
+def plain_answer(runs) -> str:
+    """The study's answer so far in one paragraph, by rule: at the largest delay and the long
+    horizon, the stable estimators ranked by mean final pc, GMC's paired difference to the best
+    other stable one, and the unstable ones (whole seeds only)."""
+    from .study import MIN_SEEDS, bootstrap, paired, stable_in_cell
+
+    seeds = runs.attrs.get("seeds", sorted(runs["seed"].unique()))
+    pos = runs[(runs["delay"] > 0) & runs["complete"]]
+    h = "long" if (pos["horizon"] == "long").any() else (sorted(pos["horizon"].unique()) or [None])[0]
+    if h is None:
+        return "No positive-delay run yet: no answer."
+    cell = pos[pos["horizon"] == h]
+    d = int(cell["delay"].max())
+    cell = cell[cell["delay"] == d]
+    means = cell.groupby("estimator")["pc_final"].mean()
+    stable = [e for e in means.index if stable_in_cell(runs, h, d, e)]
+    unstable = [e for e in means.index if e not in stable]
+    ranked = sorted(stable, key=lambda e: -means[e])
+    rank = "; ".join(f"{plain(style.label(e))} {means[e]:.3f}" for e in ranked) or "none"
+    text = (f"At the largest delay (d = {d}) and the {h} horizon, over {len(seeds)} whole seed(s), the stable "
+            f"estimators ranked by mean final held-out pc are: {rank}. ")
+    others = [e for e in ranked if e != "gmc"]
+    if "gmc" not in means.index:
+        text += "GMC has no run there. "
+    elif others:
+        best = others[0]
+        b = bootstrap(paired(runs, h, d, "gmc", best))
+        text += (f"GMC minus the best other stable estimator ({plain(style.label(best))}): {b['mean']:+.3f}, 95% "
+                 f"interval [{_num(b['low'], '+.3f')}, {_num(b['high'], '+.3f')}] over {b['n']} paired seeds"
+                 + ("" if "gmc" in stable else " (GMC itself is unstable there)") + ". ")
+    text += f"Unstable there (fewer than 80% of seeds stable): {', '.join(plain(style.label(e)) for e in unstable) or 'none'}."
+    if len(seeds) < MIN_SEEDS:
+        text += (f" This is interim: the pre-registered stopping rule needs {MIN_SEEDS} whole seeds, so nothing here "
+                 "is a verdict.")
+    return text
+
+
+def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str]]:
+    """The report's first section: the staleness study's verdicts, tables, plain answer and figures.
+    Returns (markdown lines, names of figures not drawn)."""
+    from schema.results import STUDY, VERDICTS, read_json
+
+    from .f10_study_differences import load as load_runs
+    from .study import MIN_SEEDS, bound_table
+
+    md = ["## Staleness study (headline)", "",
+          "The pre-registered study (docs/PREREGISTRATION.md): GMC and ten baselines at delays 16 and 64 (and the "
+          "stale floor at 64) on two horizons, paired by seed. Only whole seeds (every run of the seed complete) "
+          f"enter the analysis, and below {MIN_SEEDS} of them every verdict is NOT DECIDED.", ""]
+    missing = []
+    try:
+        runs = load_runs()
+    except MissingResults as e:
+        runs = None
+        md += [f"*{e}*", ""]
+    if runs is not None:
+        seeds = runs.attrs["seeds"]
+        md += [f"**Whole seeds: {len(seeds)}** ({', '.join(map(str, seeds)) or 'none'}); "
+               f"{'the stopping rule is met' if len(seeds) >= MIN_SEEDS else f'the stopping rule needs {MIN_SEEDS}'}. "
+               f"Source: `{os.path.relpath(STUDY.find(), results_root().parent)}`.", ""]
+    md += ["### Pre-registered hypotheses", ""]
+    try:
+        doc = read_json(VERDICTS.require())
+        vseeds = sorted({s for r in doc.values() for s in r.get("seeds", [])})
+        md += [f"From `results/llm/study/verdicts.json` (made by `{VERDICTS.command}`), over seeds "
+               f"{', '.join(map(str, vseeds)) or 'none'}.", ""]
+        if runs is not None and vseeds != list(runs.attrs["seeds"]):
+            md += [f"**verdicts.json is out of date**: it was made from seeds {vseeds}, the run folders now hold whole "
+                   f"seeds {list(runs.attrs['seeds'])}; rerun `{VERDICTS.command}`.", ""]
+        md += verdicts_table(doc) + [""]
+        reasons = sorted({r["reason"] for r in doc.values() if r.get("reason")})
+        md += [f"NOT DECIDED: {'; '.join(reasons)}. The column beside it is the decision rule applied to the seeds "
+               "so far, which decides nothing." if reasons else "", ""]
+    except MissingResults as e:
+        md += [f"*{e}*", ""]
+    if runs is None:
+        return md, [plain(fig_module(n).TITLE) + ": results missing" for n in STUDY_FIGURES]
+    md += ["### Plain answer so far", "", plain_answer(runs), ""]
+    md += ["### GMC minus each baseline", "",
+           "Mean paired difference (GMC minus the baseline, seed by seed, whole seeds) with its 95% percentile-bootstrap "
+           "interval; a baseline is stable in a cell when at least 80% of its seeds are.", ""]
+    md += differences_markdown(runs) + [""]
+    md += ["### THEORY §3's mass-bias bound at LLM scale", "",
+           "Per update of every complete run: the realised mass bias against its bound at the batch's plug-in chi^2 "
+           "(`figures.study.bound_table`; a ratio above 1 is a failure).", ""]
+    try:
+        md += bound_markdown(bound_table(STUDY.require())) + [""]
+    except ValueError as e:
+        md += [f"*{e}*", ""]
+    for name in STUDY_FIGURES:
+        lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
+        md += lines + [""]
+        if miss:
+            missing.append(miss)
+    return md, missing
+
+
 def _png_stale(png: Path, module) -> bool:
     if not png.exists():
         return True
@@ -126,6 +304,9 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
           "Every number and verdict below is computed from the results files when the report is made. The bounds "
           "are THEORY.md's reconstruction ([R]) of the paper (only its abstract is public), not the paper's text."), ""]
 
+    study_md, missing = study_section(report_dir, figures_out, draw_missing)
+    md += study_md
+
     md += ["## Verdicts on the abstract's claims", ""]
     disagreements = []
     try:
@@ -156,8 +337,7 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
                 disagreements.append(f"- Claim {r['id']} {r['status']}{where}: {r['title']}. Evidence: {evidence_excerpt(r)}")
 
     md += ["## Figures", ""]
-    missing = []
-    for name in FIGURES:
+    for name in (n for n in FIGURES if n not in STUDY_FIGURES):
         lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
         md += lines + [""]
         if miss:

@@ -263,6 +263,79 @@ def differences_table(runs: pd.DataFrame, reference: str = "gmc", metric: str = 
     return pd.DataFrame(rows)
 
 
+HYPOTHESES = {
+    "H1": "GMC's final held-out pc exceeds TIC-mask's at the largest delay, long horizon",
+    "H2": "GMC is at least as good as every stable baseline there (non-inferiority by the margin, Holm)",
+    "H3": "the gap between trajectory corrections (GMC - TIC-mask) grows with the horizon",
+    "H4": "the trajectory chi^2 crossing its threshold precedes collapse",
+}
+"""Each hypothesis in one line (docs/PREREGISTRATION.md states them in full)."""
+
+
+# --------------------------------------------------------------------------- traces and the bound
+
+
+def read_traces(root: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    """The update rows (step < steps) of every complete run under ``root``, long: run, horizon
+    (label), H (tokens, :func:`schema.results.horizon_tokens`), estimator, delay, seed, step and
+    ``columns`` (a column a run does not log reads as NaN)."""
+    from schema.results import horizon_of, horizon_tokens, metrics_path, read_run, read_run_config
+
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"{root} is not a folder of study runs (make them with `python -m llm_runs.study`)")
+    frames = []
+    for run in sorted(p for p in root.iterdir() if (p / "config.json").is_file() and metrics_path(p) is not None):
+        settings, m = read_run(run)
+        steps = int(settings["steps"])
+        if m.empty or m["step"].max() < steps:
+            continue
+        upd = m[m["step"] < steps]
+        frame = pd.DataFrame({"step": upd["step"].to_numpy()})
+        for c in columns:
+            frame[c] = pd.to_numeric(upd[c], errors="coerce").to_numpy(float) if c in upd else math.nan
+        cfg = read_run_config(run)
+        frames.append(frame.assign(run=run.name, horizon=horizon_of(cfg), H=horizon_tokens(cfg),
+                                   estimator=settings["estimator"], delay=int(settings["delay"]),
+                                   seed=int(settings["seed"])))
+    if not frames:
+        raise ValueError(f"no complete run folder (config.json + metrics) under {root}")
+    return pd.concat(frames, ignore_index=True)
+
+
+BOUND_COLUMNS = ("stale/mass_bias", "stale/mass_bias_bound")
+"""The realised mass bias and THEORY §3's bound on it, logged per update (:mod:`llm_runs.theory`)."""
+
+
+def bound_ratio(realised, bound) -> np.ndarray:
+    """realised / bound per update, 0/0 read as 0 (no bias, none allowed: the bound holds)."""
+    r, b = np.asarray(realised, float), np.asarray(bound, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((r == 0) & (b == 0), 0.0, r / b)
+
+
+def bound_table(runs_root: str | Path | pd.DataFrame) -> pd.DataFrame:
+    """Per horizon, positive delay and trajectory scheme that logs both :data:`BOUND_COLUMNS`:
+    the number of updates (both finite, over every complete run), the fraction where the realised
+    mass bias is at most the bound, the median and maximum of realised / bound
+    (:func:`bound_ratio`; above 1: the bound fails) and the fraction of updates whose bound is 0
+    (the batch's plug-in chi^2 was <= 0 and is clamped, :func:`llm_runs.theory.mass_bias_bound`:
+    there any positive realised bias counts as a failure, ratio inf). ``runs_root`` is the study
+    folder or the frame :func:`read_traces` made of it."""
+    tr = runs_root if isinstance(runs_root, pd.DataFrame) else read_traces(runs_root, BOUND_COLUMNS)
+    real, bnd = BOUND_COLUMNS
+    tr = tr[(tr["delay"] > 0) & np.isfinite(tr[real]) & np.isfinite(tr[bnd])]
+    rows = []
+    for (h, d, e), g in tr.groupby(["horizon", "delay", "estimator"], sort=True):
+        ratio = bound_ratio(g[real], g[bnd])
+        rows.append({"horizon": h, "delay": int(d), "scheme": e, "runs": int(g["run"].nunique()), "updates": len(g),
+                     "holds_frac": float(np.mean(g[real].to_numpy() <= g[bnd].to_numpy())),
+                     "ratio_median": float(np.median(ratio)), "ratio_max": float(np.max(ratio)),
+                     "bound_zero_frac": float(np.mean(g[bnd].to_numpy() == 0))})
+    return pd.DataFrame(rows, columns=["horizon", "delay", "scheme", "runs", "updates", "holds_frac",
+                                       "ratio_median", "ratio_max", "bound_zero_frac"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m figures.study", description=__doc__.split("\n\n")[0])
     p.add_argument("--root", default=None, help="the study's run folders (default: llm/study under the results root)")

@@ -4,6 +4,7 @@
     python -m llm_runs.study                  # run (or continue) the grid -> results/llm/study/
     python -m llm_runs.study --resume         # continue interrupted runs (finished ones are skipped)
     python -m llm_runs.study --grid pilot     # the delay-0 pilot that sized it -> results/llm/pilot/
+    python -m llm_runs.study --grid horizon   # chi^2 against the horizon H = 3..18 -> results/llm/horizon/
 
 The grid is data (:data:`STUDIES`): the settings shared by every run (:data:`STUDY_BASE`), one
 block of settings per horizon (:data:`HORIZONS`: ``short`` is the arithmetic task of the
@@ -31,7 +32,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from schema.results import HORIZON_TASKS, horizon_of
+from schema.results import HORIZON_TASKS
 
 from .sweep import Cell, run_sweep
 
@@ -53,6 +54,41 @@ HORIZONS = {
 """Horizon -> task settings. short: ``3+5+9=`` -> ``17`` (H <= 3 tokens with EOS); long: seven
 one-digit operands with every partial sum written out, ``08,17,...`` (H = 18 tokens)."""
 
+HORIZON_TERMS = (2, 3, 4, 5, 6, 7)
+"""The horizon grid's operand counts: scratchpad completions of H = 3 (terms - 1) = 3, 6, ..., 18 tokens."""
+
+
+HORIZON_WARM_START_STEPS = {2: 150, 3: 200, 4: 300, 5: 425, 6: 500, 7: 700}
+"""Warm-start steps per operand count: the fewest multiple of 25 (at most the long horizon's
+700) after which the held-out pc reaches the long horizon's warm-start pc (0.514), measured by
+running the warm start's own loop with an evaluation every 25 steps. So every H starts from a
+comparable policy; the long horizon's 700 steps would start the short ones near-solved (pc
+0.77 at terms = 2, whose 80 training problems bound it, and 0.98 at terms = 3). Reached
+(pc): 150 (0.515), 200 (0.544), 300 (0.604), 425 (0.673), 500 (0.603), 700 (0.514)."""
+
+
+def scratchpad_settings(terms: int) -> dict:
+    """The long horizon's task settings with ``terms`` operands (:data:`HORIZON_GRID`). Its
+    20,000 training problems need terms >= 5 (one-digit operands give 10^terms problems):
+    below that the pool is every problem not held out, and at terms = 2 (100 problems) the
+    held-out split is 20 problems. The warm start is the long horizon's (lr 2e-3) with
+    :data:`HORIZON_WARM_START_STEPS` steps."""
+    out = {**HORIZONS["long"], "terms": terms, "warm_start_steps": HORIZON_WARM_START_STEPS[terms]}
+    if 10**terms < HORIZONS["long"]["train_size"] + STUDY_BASE["heldout_size"]:
+        out["train_size"] = None
+    if terms == 2:
+        out["heldout_size"] = 20
+    return out
+
+
+HORIZON_GRID = {f"H{3 * (t - 1)}": scratchpad_settings(t) for t in HORIZON_TERMS}
+"""Horizon label ``H<tokens>`` -> task settings, the label being the run's H (the runs' own
+horizon is read back from their config by :func:`schema.results.horizon_tokens`)."""
+
+HORIZON_BASE = {**STUDY_BASE, "steps": 60, "eval_every": 0, "checkpoint_every": 0}
+"""The horizon grid's settings: the study's, but 60 updates, held-out evaluation at the start
+and end only, and no checkpoint before the end."""
+
 ESTIMATORS = ("gmc", "is", "tic_mask", "tic_trunc", "token_clip", "gspo", "m2po", "cispo", "topr", "opsm",
               "seq_tis_bn")
 
@@ -62,6 +98,8 @@ results/llm/pilot`` and ``results/llm/pilot_short`` recompute them), one run at 
 2-core machine while it was shared (load about 5): long 0.23 s rollout + 0.30 s update."""
 EVAL_COST_S = {"short": 0.19, "long": 0.59}
 """Median seconds per held-out evaluation (200 problems), same pilots."""
+STEP_COST_S.update({h: STEP_COST_S["long"] * int(h[1:]) / 18 for h in HORIZON_GRID})
+EVAL_COST_S.update({h: EVAL_COST_S["long"] * int(h[1:]) / 18 for h in HORIZON_GRID})
 RUN_OVERHEAD_S = 8.0
 """Process start, model load, final checkpoint and summary of one run."""
 
@@ -121,6 +159,10 @@ STUDIES = {
                      seeds=tuple(range(10)),
                      doc="11 estimators x delays 16, 64 + stale at 64 + one delay-0 run, x short and long "
                          "horizon, x 10 paired seeds (480 runs of 200 updates)"),
+    "horizon": Study("horizon", "results/llm/horizon", HORIZON_BASE, HORIZON_GRID, ("gmc",), delays=(16,),
+                     seeds=(0, 1, 2), floor=(), zero_delay=None,
+                     doc="chi^2 against the horizon: GMC at delay 16 on the scratchpad task with 2..7 operands "
+                         "(H = 3..18 tokens), 60 updates, 3 seeds (18 runs)"),
     "pilot": Study("pilot", "results/llm/pilot", STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1, 2),
                    floor=(), doc="delay 0, long horizon, 3 seeds: the learning curve, step costs and seed spread"),
     "pilot_short": Study("pilot_short", "results/llm/pilot_short", STUDY_BASE, {"short": HORIZONS["short"]}, (),
@@ -131,9 +173,19 @@ STUDIES = {
 # --------------------------------------------------------------------------- pricing
 
 
-def measured_costs(folder: str | Path) -> tuple[dict, dict]:
-    """(step cost, eval cost) per horizon label from the finished runs under ``folder``: the
-    median ``perf/step_s`` and ``perf/eval_s`` (the horizon is read from the run's task)."""
+def horizon_label(config: dict, horizons: dict) -> str | None:
+    """The label of the horizon in ``horizons`` whose every task setting the run's stored
+    ``config`` has (None if none does)."""
+    for h, task in horizons.items():
+        if all(config.get(k) == v for k, v in task.items()):
+            return h
+    return None
+
+
+def measured_costs(folder: str | Path, horizons: dict | None = None) -> tuple[dict, dict]:
+    """(step cost, eval cost) per horizon label of ``horizons`` (default: the primary study's)
+    from the finished runs under ``folder``: the median ``perf/step_s`` and ``perf/eval_s``
+    (a run's horizon is the one whose task settings it has, :func:`horizon_label`)."""
     import pandas as pd
 
     from schema.results import metrics_path, read_metrics_csv, read_run_config
@@ -144,8 +196,8 @@ def measured_costs(folder: str | Path) -> tuple[dict, dict]:
         path = metrics_path(run)
         if path is None:
             continue
-        h = horizon_of(read_run_config(run))
-        if h not in HORIZONS:
+        h = horizon_label(read_run_config(run), horizons or HORIZONS)
+        if h is None:
             continue
         m = read_metrics_csv(path)
         steps.setdefault(h, []).extend(m["perf/step_s"].dropna().tolist())
@@ -203,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"study {study.name}: packed {n} finished runs under {out}")
             return 0
         cells = study.cells()
-        step_cost, eval_cost = measured_costs(args.cost_from) if args.cost_from else (None, None)
+        step_cost, eval_cost = measured_costs(args.cost_from, study.horizons) if args.cost_from else (None, None)
         est = estimate_seconds(cells, args.jobs, step_cost, eval_cost)
         missing = missing_estimators(study)
         if args.dry_run:

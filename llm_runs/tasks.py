@@ -18,6 +18,8 @@ from typing import Protocol
 
 import numpy as np
 
+from schema.results import scratchpad_horizon, sum_width
+
 from .registry import Registry
 
 _MAX_ENUMERATE = 200_000
@@ -85,7 +87,7 @@ class ArithmeticTask:
         problems = [self._problem(int(c), base) for c in codes]
         self.heldout = problems[:heldout_size]
         self.train = problems[heldout_size:]
-        self.max_answer_tokens = len(str((base - 1) * terms))
+        self.max_answer_tokens = sum_width(digits, terms)
 
     def _problem(self, code: int, base: int) -> Problem:
         ops = []
@@ -134,10 +136,10 @@ class ScratchpadTask:
         self.name = "scratchpad" if check == "worked" else "scratchpad_answer"
         base = ArithmeticTask(digits, terms, heldout_size, train_size, seed)  # the same problems, splits and checks
         self.digits, self.terms = digits, terms
-        self.width = len(str((10**digits - 1) * terms))
+        self.width = sum_width(digits, terms)
         self.train = [self._problem(p) for p in base.train]
         self.heldout = [self._problem(p) for p in base.heldout]
-        self.horizon = (terms - 1) * (self.width + 1)
+        self.horizon = scratchpad_horizon(digits, terms)
         self.max_answer_tokens = self.horizon - 1
 
     @staticmethod

@@ -12,6 +12,10 @@ Sources:
 * ``TUNED``: ``results/sim/tuned_delay/results.parquet``; made by ``python -m simulators.tuned_sweep``.
 * ``LLM``: run folders ``results/llm/sweep/<run>/`` (full) or ``results/llm/sweep_quick/<run>/``,
   each with ``config.json`` and ``metrics.csv``; made by ``python -m llm_runs.sweep``.
+* ``STUDY``: the staleness study's run folders ``results/llm/study/<run>/``; made by
+  ``python -m llm_runs.study``. ``STUDY_HORIZON``: its horizon grid ``results/llm/horizon/<run>/``;
+  made by ``python -m llm_runs.study --grid horizon``. ``VERDICTS``: the pre-registered
+  analysis' verdicts ``results/llm/study/verdicts.json``; made by ``python -m figures.study --json``.
 * ``VERIFY``: ``results/verify/claims.json``; made by ``python -m claims`` (``make verify-bounds``).
 * ``ABSTRACT``: ``results/verify/abstract.json``; made by ``python -m claims.abstract``.
 
@@ -97,6 +101,10 @@ class _LLMSource(Source):
 
 
 LLM = _LLMSource("llm sweep", ("llm/sweep", "llm/sweep_quick"), "python -m llm_runs.sweep")
+STUDY = _LLMSource("llm study", ("llm/study",), "python -m llm_runs.study")
+STUDY_HORIZON = _LLMSource("llm horizon grid", ("llm/horizon",), "python -m llm_runs.study --grid horizon")
+VERDICTS = Source("llm/study/verdicts.json", ("llm/study/verdicts.json",),
+                  "python -m figures.study --json results/llm/study/verdicts.json")
 
 
 def read_sim(source: Source, steps: bool = False) -> pd.DataFrame:
@@ -478,3 +486,28 @@ def horizon_of(config: dict) -> str:
     """The horizon label of a run's settings (from its task), else the task name itself."""
     label = {task: h for h, task in HORIZON_TASKS.items()}
     return label.get(config.get("task"), str(config.get("task")))
+
+
+def sum_width(digits: int, terms: int) -> int:
+    """Characters of the largest sum of ``terms`` operands of ``digits`` digits: the arithmetic
+    task's longest answer and the scratchpad's zero-padded field width (one definition, read by
+    :mod:`llm_runs.tasks` and by the figures)."""
+    return len(str((10**int(digits) - 1) * int(terms)))
+
+
+def scratchpad_horizon(digits: int, terms: int) -> int:
+    """H, the number of completion tokens (EOS included) of every scratchpad completion:
+    ``terms - 1`` partial sums of :func:`sum_width` characters, each followed by a comma or EOS."""
+    return (int(terms) - 1) * (sum_width(digits, terms) + 1)
+
+
+def horizon_tokens(config: dict) -> int:
+    """The horizon H of a run from its stored settings: exactly :func:`scratchpad_horizon` for
+    the scratchpad tasks, and for the arithmetic task its longest completion (answer and EOS:
+    ``sum_width + 1``; shorter sums finish earlier). Another task is a ``ValueError``."""
+    task, digits, terms = config.get("task"), config.get("digits"), config.get("terms")
+    if task in ("scratchpad", "scratchpad_answer"):
+        return scratchpad_horizon(digits, terms)
+    if task == "arithmetic":
+        return sum_width(digits, terms) + 1
+    raise ValueError(f"no fixed horizon for task {task!r} (scratchpad, scratchpad_answer or arithmetic)")

@@ -1,0 +1,114 @@
+"""F10: the staleness study's paired differences, GMC minus each baseline, per horizon and delay.
+
+One panel per (horizon, delay), one row per metric: the final held-out pc (top) and the area
+under the pc curve (bottom). Each baseline is a point at the mean paired difference over the
+whole seeds (:func:`figures.study.whole_seeds`, as the pre-registered analysis) with its 95%
+percentile-bootstrap interval (:func:`figures.study.differences_table`). Solid grey: zero; dashed:
+the non-inferiority margin -MARGIN. A cross marks a baseline unstable in that cell (fewer than
+STABLE_FRACTION of its seeds stable, :func:`figures.study.stable_in_cell`).
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from schema.results import STUDY, source_note
+
+from . import style
+from .study import MARGIN, MIN_SEEDS, STABLE_FRACTION, differences_table, read_runs, stable_in_cell, whole_seeds
+
+NAME = "f10_study_differences"
+TITLE = "F10. Staleness study: GMC minus each baseline (paired by seed, 95% bootstrap intervals)"
+SOURCES = [STUDY]
+METRICS = {"pc_final": "final held-out pc", "auc": "AUC of held-out pc"}
+
+
+def load() -> pd.DataFrame:
+    """The study's runs (one row per run, :func:`figures.study.read_runs`), whole seeds only;
+    ``attrs["seeds"]`` lists them."""
+    root = STUDY.require()
+    runs = read_runs(root)
+    seeds = whole_seeds(runs)
+    out = runs[runs["seed"].isin(seeds)].reset_index(drop=True)
+    out.attrs.update(source=str(root), seeds=seeds)
+    return out
+
+
+def table(runs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`figures.study.differences_table` of every metric of :data:`METRICS`, stacked (column ``metric``)."""
+    return pd.concat([differences_table(runs, metric=m).assign(metric=m) for m in METRICS], ignore_index=True)
+
+
+def cells(tab: pd.DataFrame) -> list[tuple[str, int]]:
+    """(horizon, delay) panels: short before long, then by delay."""
+    return sorted({(h, int(d)) for h, d in zip(tab["horizon"], tab["delay"])},
+                  key=lambda c: ({"short": 0, "long": 1}.get(c[0], 2), c[0], c[1]))
+
+
+def plot(runs: pd.DataFrame, ax=None):
+    tab = table(runs)
+    panels = cells(tab)
+    plt.rcParams.update(style.RC)
+    if ax is not None:
+        axes = np.asarray(ax, dtype=object).reshape(len(METRICS), len(panels))
+        fig = axes[0, 0].figure
+    else:
+        fig, axes = plt.subplots(len(METRICS), max(len(panels), 1), figsize=(2.9 * max(len(panels), 1), 6.2),
+                                 sharey=True, squeeze=False)
+    baselines = style.ordered(tab["baseline"]) if len(tab) else []
+    ypos = {b: i for i, b in enumerate(reversed(baselines))}
+    for r, (metric, mlabel) in enumerate(METRICS.items()):
+        for c, (h, d) in enumerate(panels):
+            a = axes[r, c]
+            t = tab[(tab["metric"] == metric) & (tab["horizon"] == h) & (tab["delay"] == d)]
+            a.axvline(0.0, color="0.35", linewidth=0.9)
+            if metric == "pc_final":
+                a.axvline(-MARGIN, color="0.35", linewidth=0.9, linestyle="--",
+                          label=f"non-inferiority margin $-{MARGIN:g}$")
+            for row in t.itertuples():
+                y, lk = ypos[row.baseline], style.line_kw(row.baseline)
+                iv, = a.plot([row.low, row.high], [y, y], color=lk["color"], linewidth=1.6, zorder=2)
+                iv.set_gid(f"interval:{metric}:{h}:{d}:{row.baseline}")
+                stable = bool(row.baseline_stable)
+                pt, = a.plot([row.mean], [y], linestyle="none", color=lk["color"],
+                             marker=lk["marker"] if stable else "x", markersize=6 if stable else 7,
+                             markeredgewidth=1.6 if not stable else 0.8, zorder=3,
+                             label=None if stable else f"baseline unstable in the cell (< {STABLE_FRACTION:.0%} of seeds stable)")
+                style.mark(pt, metric, h, str(d), row.baseline)
+            a.set_yticks(range(len(baselines)), [style.label(b) for b in reversed(baselines)])
+            gmc_note = "" if stable_in_cell(runs, h, d, "gmc") else " (GMC unstable)"
+            a.set_title(f"{h} horizon, $d = {d}${gmc_note}" if r == 0 else "")
+            a.set_xlabel(f"GMC $-$ baseline, {mlabel}")
+    n = len(runs.attrs.get("seeds", sorted(runs["seed"].unique())))
+    fig.suptitle(f"GMC minus each baseline, mean and 95% bootstrap interval over {n} whole seed{'s' * (n != 1)}",
+                 fontsize=10)
+    style.legend(fig, list(axes.ravel()), ncol=2)
+    return fig
+
+
+def caption(runs: pd.DataFrame) -> str:
+    tab = table(runs)
+    seeds = runs.attrs.get("seeds", sorted(runs["seed"].unique()))
+    parts = []
+    pc = tab[tab["metric"] == "pc_final"]
+    for h, d in cells(pc):
+        t = pc[(pc["horizon"] == h) & (pc["delay"] == d)]
+        above = [style.label(b) for b, lo in zip(t["baseline"], t["low"]) if lo > 0]
+        below = [style.label(b) for b, hi in zip(t["baseline"], t["high"]) if hi < 0]
+        gmc = "" if stable_in_cell(runs, h, d, "gmc") else " (GMC itself unstable in the cell)"
+        parts.append(f"{h} horizon, d = {d}{gmc}: interval above 0 against {', '.join(above) or 'none'}; below 0 against "
+                     f"{', '.join(below) or 'none'}; {len(t) - len(above) - len(below)} of {len(t)} include 0")
+    interim = (f" Interim: fewer than the pre-registered {MIN_SEEDS} whole seeds, so these intervals decide nothing."
+               if len(seeds) < MIN_SEEDS else "")
+    return (f"Paired by seed over {len(seeds)} whole seed(s) ({', '.join(map(str, seeds))}); a positive difference "
+            "favours GMC. Final held-out pc: " + "; ".join(parts) + ". Crosses mark baselines unstable in their cell." + interim + " "
+            + source_note(runs))
+
+
+def main(out=None):
+    return style.save(plot(load()), NAME, out)
+
+
+if __name__ == "__main__":
+    main()
