@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+from .qwen3_forward import logits_fn
 from .tasks import Problem
 
 # --------------------------------------------------------------------------- counter-based RNG
@@ -184,10 +185,11 @@ def sample_groups(model, tokenizer, task, problems: list[Problem], problem_index
                   top_p: float = 1.0) -> RolloutBatch:
     """G completions for each problem from ``model`` (the behaviour policy of ``version``)."""
     device = next(model.parameters()).device
-    prompts = [p.prompt for p in problems for _ in range(group_size)]
-    ids, attn = encode_prompts(tokenizer, prompts, device)
-    if keys.shape != (len(prompts),):
-        raise ValueError(f"need one key per completion ({len(prompts)}), got shape {keys.shape}")
+    n = len(problems) * group_size
+    if keys.shape != (n,):
+        raise ValueError(f"need one key per completion ({n}), got shape {keys.shape}")
+    ids, attn = encode_prompts(tokenizer, [p.prompt for p in problems], device)  # each prompt once, then G rows
+    ids, attn = ids.repeat_interleave(group_size, 0), attn.repeat_interleave(group_size, 0)
     sampler = SeededSampler(ids.shape[1], key_uniforms(keys, max_new_tokens), temperature, top_k, top_p)
     completion = decode(model, tokenizer, ids, attn, max_new_tokens, sampler.draw, group_size)
     mask, finished = completion_mask_of(completion, eos_ids(model, tokenizer))
@@ -197,8 +199,7 @@ def sample_groups(model, tokenizer, task, problems: list[Problem], problem_index
     completion = torch.where(mask > 0, completion, torch.full_like(completion, tokenizer.pad_token_id))
     logp = torch.where(mask > 0, sampler.logps, torch.zeros_like(sampler.logps))
     texts = decode_completions(tokenizer, completion, mask, finished)
-    rewards = [task.reward(problems[n // group_size], text, bool(f)) for n, (text, f) in enumerate(zip(texts, finished))]
-    n = len(prompts)
+    rewards = [task.reward(problems[i // group_size], text, bool(f)) for i, (text, f) in enumerate(zip(texts, finished))]
     return RolloutBatch(ids, attn, completion, mask, logp.float(), torch.tensor(rewards, dtype=torch.float32, device=device),
                         torch.full((n,), version, dtype=torch.long, device=device),
                         torch.tensor(problem_index, device=device).repeat_interleave(group_size), finished, group_size)
@@ -218,7 +219,8 @@ def decode(model, tokenizer, ids, attn, max_new_tokens: int, pick=greedy, group_
     ``pick(pos, logits) -> tokens`` chooses completion position ``pos`` from the (N, V) float32
     next-token logits (:func:`greedy`, or :meth:`SeededSampler.draw`). With ``group_size`` G > 1
     and rows in groups of G sharing one prompt, each prompt is run once and its cache repeated
-    G times. The loop skips ``generate``'s per-token bookkeeping, which dominates at this model size.
+    G times. The loop skips ``generate``'s per-token bookkeeping, which dominates at this model size,
+    and calls the model through :func:`llm_runs.qwen3_forward.logits_fn` (its own numbers, bit for bit).
     """
     from transformers import DynamicCache
 
@@ -233,8 +235,8 @@ def decode(model, tokenizer, ids, attn, max_new_tokens: int, pick=greedy, group_
         if G > 1 and not torch.equal(ids.view(N // G, G, P), ids[::G, None].expand(-1, G, -1)):
             G = 1
         rows = slice(None, None, G)
-        logits = model(input_ids=ids[rows], attention_mask=attn[rows], position_ids=pos[rows], cache=cache,
-                       use_cache=True, logits_to_keep=1).logits[:, -1].float()
+        forward = logits_fn(model)
+        logits = forward(ids[rows], attn[rows], pos[rows], cache, True, 1)[:, -1].float()
         if G > 1:
             logits = logits.repeat_interleave(G, 0)
             cache.batch_repeat_interleave(G)
@@ -248,8 +250,7 @@ def decode(model, tokenizer, ids, attn, max_new_tokens: int, pick=greedy, group_
             if t + 1 == max_new_tokens or not bool(unfinished.any()):
                 break
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
-            logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=last + (t + 1), cache=cache,
-                           use_cache=True).logits[:, -1].float()
+            logits = forward(token[:, None], mask, last + (t + 1), cache, True)[:, -1].float()
         return torch.stack(out, 1)
     finally:
         model.train(was_training)
@@ -281,7 +282,7 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperat
     ids = torch.cat([prompt_ids, completion_ids], 1)
     attn = torch.cat([prompt_mask, torch.ones_like(completion_ids)], 1)
     pos = (attn.cumsum(-1) - 1).clamp_(min=0)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=T + 1).logits[:, :-1]
+    logits = logits_fn(model)(ids, attn, pos, logits_to_keep=T + 1)[:, :-1]
     return _token_logprobs(logits, completion_ids, temperature)
 
 
@@ -303,16 +304,15 @@ def _grouped_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperatur
         raise ValueError("rows of a group must share their prompt (rows g*G .. g*G+G-1 are prompt g)")
     q_pos = (q_mask.cumsum(-1) - 1).clamp_(min=0)
     cache = DynamicCache(config=model.config)
-    first = model(input_ids=q_ids, attention_mask=q_mask, position_ids=q_pos, cache=cache, use_cache=True,
-                  logits_to_keep=1).logits.repeat_interleave(G, 0)  # predicts completion token 0
+    forward = logits_fn(model)
+    first = forward(q_ids, q_mask, q_pos, cache, True, 1).repeat_interleave(G, 0)  # predicts completion token 0
     T = completion_ids.shape[1]
     if T == 1:
         return _token_logprobs(first, completion_ids, temperature)
     cache.batch_repeat_interleave(G)
     attn = torch.cat([prompt_mask, torch.ones_like(completion_ids[:, :-1])], 1)
     pos = q_pos[:, -1:].repeat_interleave(G, 0) + torch.arange(1, T, device=q_pos.device)
-    rest = model(input_ids=completion_ids[:, :-1], attention_mask=attn, position_ids=pos, cache=cache,
-                 use_cache=True).logits
+    rest = forward(completion_ids[:, :-1], attn, pos, cache, True)
     return _token_logprobs(torch.cat([first, rest], 1), completion_ids, temperature)
 
 
@@ -321,7 +321,7 @@ def _grouped_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperatur
 
 def encode_answers(tokenizer, answers: list[str], device) -> tuple[torch.Tensor, torch.Tensor]:
     """Answer tokens + EOS, right-padded: ``(ids (N, A) long, mask (N, A) float)``, mask 1 on real tokens."""
-    toks = [tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for a in answers]
+    toks = [t + [tokenizer.eos_token_id] for t in tokenizer(list(answers), add_special_tokens=False)["input_ids"]]
     width = max(map(len, toks))
     ids = torch.tensor([t + [tokenizer.pad_token_id] * (width - len(t)) for t in toks], device=device)
     mask = torch.tensor([[1.0] * len(t) + [0.0] * (width - len(t)) for t in toks], device=device)

@@ -239,9 +239,11 @@ def metrics_path(run: Path) -> Path | None:
     return plain if plain.is_file() else packed if packed.is_file() else None
 
 
-def _metrics_text(path: Path) -> str:
+def metrics_text(path: Path) -> str:
+    """The text of a metrics table, plain or packed (``ValueError`` naming an unreadable file)."""
     import gzip
 
+    path = Path(path)
     if path.name.endswith(".gz"):
         try:
             with gzip.open(path, "rb") as fh:
@@ -293,7 +295,7 @@ def read_metrics_csv(path: Path) -> pd.DataFrame:
     import io
 
     path = Path(path)
-    rows = list(csv.reader(io.StringIO(_metrics_text(path), newline="")))
+    rows = list(csv.reader(io.StringIO(metrics_text(path), newline="")))
     if not rows:
         raise ValueError(f"{path}: empty file (no header)")
     head, body = rows[0], rows[1:]

@@ -1,0 +1,210 @@
+"""Speed never changes the numbers: the lean Qwen3 forward pass is the model's own forward bit for
+bit (logits, KV cache, gradients), and the trainer reproduces byte for byte the metrics the code
+that made the pre-registered grid's runs (commit 83f36ef) wrote.
+
+``tests/reference_runs/`` holds two runs made by that code from two cells of
+``llm_runs.study.STUDIES['primary']`` (one per horizon) with only their size cut (warm start,
+task pool, updates, evaluation and checkpoint period; :data:`SMALL`): ``config.json`` (with the
+commit that made it) and ``metrics.csv``. The slow test replays the first updates of a run the
+grid itself produced (``results/llm/study/``), warm start included.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from llm_runs import qwen3_forward
+from llm_runs.config import config_diff, resolve_config
+from llm_runs.replay import compare_metrics, replay
+from llm_runs.rollout import completion_logprobs, decode
+from llm_runs.study import STUDIES, STUDY_MODEL
+from schema.results import metrics_path, read_json, read_run_config
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCES = Path(__file__).resolve().parent / "reference_runs"
+GRID_COMMIT = "83f36efe1160c3ff303d4b2846b5aa9a258adafe"
+SMALL = {"warm_start_steps": 20, "train_size": 2000, "heldout_size": 50, "steps": 6, "eval_every": 3,
+         "checkpoint_every": 3}
+"""What the reference runs change in their study cell (``train_size`` at the long horizon only)."""
+REFERENCE_RUNS = ("long-gmc-d16-s0", "short-token_clip-d16-s0")
+
+
+# --------------------------------------------------------------------------- the lean forward pass
+
+
+def _model(seed=0, vocab=20):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(**STUDY_MODEL, vocab_size=vocab, tie_word_embeddings=True, max_position_embeddings=128,
+                      pad_token_id=0, eos_token_id=1)
+    model = Qwen3ForCausalLM(cfg)
+    with torch.no_grad():  # non-trivial norm weights (they start at one)
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def _inputs(N=12, P=7, vocab=20, pad_rows=(0, 5)):
+    ids = torch.randint(2, vocab, (N, P))
+    attn = torch.ones(N, P, dtype=torch.long)
+    for r in pad_rows:
+        attn[r, :3] = 0
+        ids[r, :3] = 0
+    return ids, attn, (attn.cumsum(-1) - 1).clamp_(min=0)
+
+
+def _hf(model, *a, **k):
+    names = ("input_ids", "attention_mask", "position_ids", "cache", "use_cache", "logits_to_keep")
+    return model(**dict(zip(names, a)), **k).logits
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+def test_lean_forward_gives_the_models_logits_and_cache_bit_for_bit(training, padded):
+    from transformers import DynamicCache
+
+    model = _model().train(training)
+    assert qwen3_forward.supports(model)
+    ids, attn, pos = _inputs(pad_rows=(0, 5) if padded else ())
+    fwd = qwen3_forward.logits_fn(model)
+    with torch.no_grad():
+        for keep in (0, 1, 3):
+            assert torch.equal(fwd(ids, attn, pos, logits_to_keep=keep), _hf(model, ids, attn, pos, logits_to_keep=keep))
+        ours, theirs = DynamicCache(config=model.config), DynamicCache(config=model.config)
+        assert torch.equal(fwd(ids, attn, pos, ours, True, 1), _hf(model, ids, attn, pos, theirs, True, 1))
+        mask, last = attn, pos[:, -1:]
+        for t in range(4):  # KV-cache decode steps
+            token = torch.randint(2, 20, (ids.shape[0], 1))
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+            a = fwd(token, mask, last + t + 1, ours, True)
+            b = _hf(model, token, mask, last + t + 1, theirs, True)
+            assert torch.equal(a, b)
+        for x, y in zip(ours.layers, theirs.layers):
+            assert torch.equal(x.keys, y.keys) and torch.equal(x.values, y.values)
+
+
+def _grads(model, fn):
+    model.zero_grad(set_to_none=True)
+    out = fn()
+    (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+    return out.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("group_size", [1, 4])
+def test_lean_forward_gives_the_models_log_probs_and_gradients_bit_for_bit(group_size, monkeypatch):
+    model = _model(1).train()
+    G, B, T = group_size, 3, 5
+    q_ids, q_attn, _ = _inputs(N=B, P=6, pad_rows=(1,))
+    ids, attn = q_ids.repeat_interleave(G, 0), q_attn.repeat_interleave(G, 0)
+    comp = torch.randint(2, 20, (B * G, T))
+    lean = _grads(model, lambda: completion_logprobs(model, ids, attn, comp, 0.7, G))
+    monkeypatch.setattr(qwen3_forward, "supports", lambda model: False)  # the model's own forward
+    own = _grads(model, lambda: completion_logprobs(model, ids, attn, comp, 0.7, G))
+    assert torch.equal(lean[0], own[0])
+    assert all(torch.equal(a, b) for a, b in zip(lean[1], own[1]))
+    assert any(float(g.abs().max()) > 0 for g in own[1])
+
+
+def test_decode_is_the_same_with_and_without_the_lean_forward(monkeypatch):
+    model = _model(2)
+    ids, attn, _ = _inputs()
+
+    class Tok:
+        pad_token_id, eos_token_id = 0, 1
+
+    model.generation_config.eos_token_id = 1
+    lean = decode(model, Tok(), ids, attn, 6)
+    monkeypatch.setattr(qwen3_forward, "supports", lambda model: False)
+    assert torch.equal(lean, decode(model, Tok(), ids, attn, 6))
+
+
+def test_lean_forward_steps_aside_for_hooks_and_gradient_checkpointing():
+    model = _model()
+    assert qwen3_forward.supports(model)
+    seen = []
+    handle = model.model.layers[1].mlp.register_forward_hook(lambda mod, inp, out: seen.append(out.shape))
+    assert not qwen3_forward.supports(model)
+    ids, attn, pos = _inputs()
+    with torch.no_grad():
+        qwen3_forward.forward(model, ids, attn, pos)
+    assert seen == [(ids.shape[0], ids.shape[1], STUDY_MODEL["hidden_size"])]  # the model's own call ran the hook
+    handle.remove()
+    assert qwen3_forward.supports(model)
+    model.activation_checkpointing_enable()
+    assert not qwen3_forward.supports(model)
+
+
+# --------------------------------------------------------------------------- byte-identical runs
+
+
+def _fields(path):
+    with open(path, newline="") as fh:
+        return list(csv.reader(fh))
+
+
+def test_the_reference_runs_are_study_cells_cut_small_made_by_the_grids_code():
+    cells = {c.name: c for c in STUDIES["primary"].cells()}
+    for name in REFERENCE_RUNS:
+        run = REFERENCES / name
+        info = read_json(run / "config.json")
+        assert info["git_commit"] == GRID_COMMIT and info["git_dirty"] is False
+        cell = cells[name]
+        small = dict(SMALL) if cell.horizon == "long" else {**SMALL, "train_size": None}
+        expected = resolve_config({**cell.overrides, **small}).to_dict()
+        assert config_diff(expected, read_run_config(run)) == {}
+        rows = _fields(run / "metrics.csv")
+        header = rows[0]
+        assert [int(r[0]) for r in rows[1:]] == list(range(SMALL["steps"] + 1))
+        col = {c: [r[header.index(c)] for r in rows[1:-1]] for c in header}
+        # the rows exercise what could change: nonzero log-ratios (sampler vs trainer), evaluations
+        assert all(float(v) != 0.0 for v in col["stale/log_ratio_abs_mean"])
+        assert sum(v != "" for v in col["eval/heldout_pc"]) == 2
+    short = _fields(REFERENCES / "short-token_clip-d16-s0" / "metrics.csv")
+    grad = short[0].index("train/grad_norm")
+    assert sum(float(r[grad]) > 0 for r in short[1:-1]) >= 4  # real gradient steps
+
+
+@pytest.mark.parametrize("name", REFERENCE_RUNS)
+def test_replaying_a_reference_run_reproduces_every_metric_byte_for_byte(name, tmp_path):
+    assert replay(REFERENCES / name, SMALL["steps"], cache_dir=tmp_path / "cache") == []
+
+
+def test_the_comparison_sees_a_one_ulp_change_and_ignores_timings(tmp_path):
+    ref = REFERENCES / "short-token_clip-d16-s0" / "metrics.csv"
+    rows = _fields(ref)
+    header = rows[0]
+    loss, perf = header.index("train/loss"), header.index("perf/step_s")
+    timing = [r[:] for r in rows]
+    timing[2][perf] = "123.0"
+    path = tmp_path / "timing.csv"
+    with path.open("w", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows(timing)
+    assert compare_metrics(ref, path, SMALL["steps"]) == []
+    bumped = [r[:] for r in rows]
+    value = float(bumped[3][loss])
+    bumped[3][loss] = repr(math.nextafter(value, math.inf))
+    with path.open("w", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows(bumped)
+    assert compare_metrics(ref, path, SMALL["steps"]) == [f"step 2 train/loss: {rows[3][loss]!r} vs {bumped[3][loss]!r}"]
+    with path.open("w", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows(rows[:3])
+    assert compare_metrics(ref, path, SMALL["steps"])[0] == "step 2: missing from the replay"
+
+
+@pytest.mark.slow
+def test_replaying_the_grids_own_short_horizon_run_is_byte_identical(tmp_path):
+    run = REPO / "results" / "llm" / "study" / "short-gmc-d16-s0"
+    table = metrics_path(run)
+    assert table is not None, f"committed reference run {run} is missing"
+    copy = tmp_path / run.name  # the replay reads only config.json and the metrics table
+    copy.mkdir()
+    for f in (run / "config.json", table):
+        shutil.copy(f, copy / f.name)
+    assert replay(copy, 3, cache_dir=tmp_path / "cache") == []
