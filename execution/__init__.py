@@ -205,8 +205,13 @@ def _ray_run_command(cmd, env, log_path, cwd):
                     time.sleep(0.2)
                 break
             except KeyboardInterrupt:
-                if _exit_status(proc.pid) is None:
+                status = _exit_status(proc.pid)
+                fh.write(f"# stop requested (the process {'is running: SIGTERM sent' if status is None else f'had exited with {status}'})\n")
+                fh.flush()
+                if status is None:
                     proc.send_signal(signal.SIGTERM)
+        fh.write(f"# exit status {rc}\n")
+        fh.flush()
         proc.wait()  # reap; the status is already known
         return rc
     finally:

@@ -248,6 +248,10 @@ class Trainer:
         (never deleted), saying so, and the next older one is tried; if none loads, ValueError naming
         the files."""
         cfg, bad = self.config, []
+        root = self.out / "checkpoints"
+        for unfinished in sorted(root.glob("step-*.tmp")) if root.is_dir() else []:  # a write cut short: never a checkpoint
+            shutil.rmtree(unfinished, ignore_errors=True)
+            self.log(f"removed {unfinished.name}, a checkpoint whose writing was cut short (it was never complete)")
         for ckpt in reversed(checkpoint_dirs(self.out)):
             try:
                 state, loaded = load_checkpoint(ckpt, cfg.dtype, cfg.device)

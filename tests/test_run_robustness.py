@@ -268,7 +268,7 @@ def test_corrupt_only_checkpoint_is_refused_naming_the_file(cache, tmp_path, mon
 
 
 def test_checkpoint_is_written_under_a_temporary_name_then_renamed(cache, tmp_path, monkeypatch):
-    """A crash while a checkpoint is written leaves step-N.tmp, which resume ignores."""
+    """A crash while a checkpoint is written leaves step-N.tmp, never a checkpoint; resume removes it."""
     out = tmp_path / "run"
     import llm_runs.train as train_mod
 
@@ -282,6 +282,14 @@ def test_checkpoint_is_written_under_a_temporary_name_then_renamed(cache, tmp_pa
     monkeypatch.undo()
     assert (out / "checkpoints" / "step-000009.tmp").is_dir()
     assert [p.name for p in train_mod.checkpoint_dirs(out)] == ["step-000004", "step-000008"]
+    # resuming removes the cut-short write (it was never a checkpoint) and continues from step 8
+    (out / "checkpoints" / "step-000011.tmp").mkdir()  # a cut-short write of a step the resumed run never saves
+    said = []
+    result = Trainer(resolve_config({**SMALL, "cache_dir": str(cache), "steps": 12, "checkpoint_every": 4,
+                                     "keep_checkpoints": 2}), out, resume=True, progress=False, log=said.append).run()
+    assert result.status == "complete" and "resuming" in "\n".join(said) and "step-000008" in "\n".join(said)
+    assert "step-000011.tmp" in "\n".join(said) and not list(out.rglob("*.tmp"))
+    _steps_once(out, 13)
 
 
 # --------------------------------------------------------------------------- failures before step 0
