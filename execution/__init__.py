@@ -196,24 +196,33 @@ class LocalExecutor(Executor):
 
 def _ray_run_command(cmd, env, log_path, cwd):
     """The body of a command task on a Ray worker: run ``cmd``; on ``ray.cancel`` (a
-    KeyboardInterrupt here) pass SIGTERM on to it and wait, so the run checkpoints."""
+    KeyboardInterrupt here, possibly more than one: the driver repeats the cancel until the task
+    ends) pass SIGTERM on to it once and wait, so the run checkpoints. Every interrupt is absorbed,
+    wherever it lands, so the exit status always reaches the driver."""
     proc, fh = _popen(cmd, env, log_path, cwd, die_with_parent=True)
+    stop_wanted = stop_sent = False
+    rc = None
     try:
-        while True:
+        while rc is None:
             try:  # short sleeps: Ray delivers the cancel between Python bytecodes, not inside a blocking wait
-                while (rc := _exit_status(proc.pid)) is None:
-                    time.sleep(0.2)
-                break
-            except KeyboardInterrupt:
-                status = _exit_status(proc.pid)
-                fh.write(f"# stop requested (the process {'is running: SIGTERM sent' if status is None else f'had exited with {status}'})\n")
-                fh.flush()
-                if status is None:
+                if stop_wanted and not stop_sent and _exit_status(proc.pid) is None:
                     proc.send_signal(signal.SIGTERM)
-        fh.write(f"# exit status {rc}\n")
-        fh.flush()
-        proc.wait()  # reap; the status is already known
-        return rc
+                    stop_sent = True
+                    fh.write("# stop requested: SIGTERM sent\n")
+                    fh.flush()
+                rc = _exit_status(proc.pid)
+                if rc is None:
+                    time.sleep(0.2)
+            except KeyboardInterrupt:
+                stop_wanted = True  # acted on at the top of the loop
+        while True:
+            try:
+                fh.write(f"# exit status {rc}\n")
+                fh.flush()
+                proc.wait()  # reap; the status is already known
+                return rc
+            except KeyboardInterrupt:
+                continue
     finally:
         fh.close()
 
@@ -233,18 +242,36 @@ def _ray_call(fn, args):
     return fn(*args)
 
 
+CANCEL_REPEAT_S = 2.0
+"""A stop request is repeated this often until the task ends: Ray can drop a cancel that races
+with the task's start, and the task absorbs repeats (it signals its process once)."""
+
+
 class _RayJob(Job):
     def __init__(self, ray, ref):
         self._ray, self.ref = ray, ref
         self._done = False
+        self._stop_at: float | None = None  # when the last cancel was sent
+
+    def _repeat_stop(self) -> None:
+        if self._stop_at is not None and time.monotonic() - self._stop_at >= CANCEL_REPEAT_S:
+            self._ray.cancel(self.ref, force=False)
+            self._stop_at = time.monotonic()
 
     def poll(self):
         if not self._done:
             ready, _ = self._ray.wait([self.ref], timeout=0)
             self._done = bool(ready)
+            if not self._done:
+                self._repeat_stop()
         return self.result() if self._done else None
 
     def result(self):
+        while not self._done:
+            ready, _ = self._ray.wait([self.ref], timeout=0.5)
+            self._done = bool(ready)
+            if not self._done:
+                self._repeat_stop()
         try:
             return self._ray.get(self.ref)
         except self._ray.exceptions.RayError as exc:  # the worker or its node died: the run did not finish
@@ -254,6 +281,7 @@ class _RayJob(Job):
     def terminate(self):
         if not self._done:
             self._ray.cancel(self.ref, force=False)  # KeyboardInterrupt in the task: SIGTERM to the run
+            self._stop_at = time.monotonic()
 
 
 class _RayCall(_RayJob):
