@@ -199,6 +199,7 @@ def _ray_run_command(cmd, env, log_path, cwd):
     KeyboardInterrupt here, possibly more than one: the driver repeats the cancel until the task
     ends) pass SIGTERM on to it once and wait, so the run checkpoints. Every interrupt is absorbed,
     wherever it lands, so the exit status always reaches the driver."""
+    _let_cancel_in()
     proc, fh = _popen(cmd, env, log_path, cwd, die_with_parent=True)
     stop_wanted = stop_sent = False
     rc = None
@@ -225,6 +226,17 @@ def _ray_run_command(cmd, env, log_path, cwd):
                 continue
     finally:
         fh.close()
+
+
+def _let_cancel_in() -> None:
+    """Ray delivers a cancel as a simulated SIGINT (``_thread.interrupt_main``), which does nothing
+    when SIGINT is ignored. A worker inherits an ignored SIGINT from whatever started the cluster
+    (a sweep started with ``&`` from a script ignores SIGINT, as POSIX asks of a shell's background
+    commands), and every stop would then be lost. Restore Python's own handler in that case."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _exit_status(pid: int) -> int | None:

@@ -245,3 +245,17 @@ def test_a_dropped_cancel_is_repeated_until_the_task_ends(monkeypatch):
     quiet = _FakeRay(waits=3)  # no stop requested: never cancelled
     job = execution._RayJob(quiet, "ref")
     assert job.poll() is None and job.result() == 143 and quiet.cancels == 0
+
+
+def test_a_ray_task_lets_cancels_in_when_sigint_was_inherited_ignored():
+    """Ray's cancel is a simulated SIGINT; a worker started from a shell's background job inherits
+    SIGINT ignored, where it would be lost. The task restores Python's handler first."""
+    import subprocess
+
+    code = ("import signal, execution\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "execution._let_cancel_in()\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(execution.__file__).resolve().parents[1], timeout=60)
+    assert out.stdout.strip() == "True", out.stderr
