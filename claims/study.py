@@ -43,13 +43,10 @@ MIN_SEEDS = 6  # the stopping rule: the analysis uses the seeds whose runs are a
 def read_runs(root: str | Path) -> pd.DataFrame:
     """One row per run under ``root`` (read by :func:`schema.results.read_run`): settings, horizon,
     final pc, AUC of pc, stability (:func:`schema.results.run_summary`), collapse timing."""
-    from schema.results import horizon_of, metrics_path, read_run, read_run_config, run_summary
+    from schema.results import horizon_of, read_run, read_run_config, run_summary
 
     rows = []
-    root = Path(root)
-    if not root.is_dir():
-        raise ValueError(f"{root} is not a folder of study runs (make them with `python -m llm_runs.study`)")
-    for run in sorted(p for p in root.iterdir() if (p / "config.json").is_file() and metrics_path(p) is not None):
+    for run in _study_folders(root):
         settings, m = read_run(run)
         if m.empty:
             continue
@@ -65,6 +62,15 @@ def read_runs(root: str | Path) -> pd.DataFrame:
     if not rows:
         raise ValueError(f"no run folder (config.json + metrics.csv or metrics.csv.gz) under {root}")
     return pd.DataFrame(rows)
+
+
+def _study_folders(root: str | Path) -> list[Path]:
+    """The run folders under ``root`` (:func:`schema.results.run_folders`); ``ValueError`` if it is no folder."""
+    from schema.results import run_folders
+
+    if not Path(root).is_dir():
+        raise ValueError(f"{root} is not a folder of study runs (make them with `python -m llm_runs.study`)")
+    return run_folders(root)
 
 
 def collapse_timing(m: pd.DataFrame) -> dict:
@@ -283,13 +289,10 @@ def read_traces(root: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
     """The update rows (step < steps) of every complete run under ``root``, long: run, horizon
     (label), H (tokens, :func:`schema.results.horizon_tokens`), estimator, delay, seed, step and
     ``columns`` (a column a run does not log reads as NaN)."""
-    from schema.results import horizon_of, horizon_tokens, metrics_path, read_run, read_run_config
+    from schema.results import horizon_of, horizon_tokens, read_run, read_run_config
 
-    root = Path(root)
-    if not root.is_dir():
-        raise ValueError(f"{root} is not a folder of study runs (make them with `python -m llm_runs.study`)")
     frames = []
-    for run in sorted(p for p in root.iterdir() if (p / "config.json").is_file() and metrics_path(p) is not None):
+    for run in _study_folders(root):
         settings, m = read_run(run)
         steps = int(settings["steps"])
         if m.empty or m["step"].max() < steps:

@@ -68,7 +68,7 @@ def replay(run: str | Path, steps: int, cache_dir: str | Path | None = None, out
            **overrides) -> list[str]:
     """Run the stored settings of ``run`` for ``steps`` updates (into ``out``, default a temporary
     folder) and return :func:`compare_metrics` against its ``metrics.csv``."""
-    from schema.results import metrics_path
+    from schema.results import METRICS_FILE, metrics_path
 
     from .config import load_run_config
     from .train import Trainer
@@ -87,7 +87,7 @@ def replay(run: str | Path, steps: int, cache_dir: str | Path | None = None, out
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(out) if out is not None else Path(tmp) / run.name
         Trainer(cfg, target, progress=False, log=lambda m: None).run()
-        return compare_metrics(reference, target / "metrics.csv", steps)
+        return compare_metrics(reference, target / METRICS_FILE, steps)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -188,14 +188,11 @@ def measured_costs(folder: str | Path, horizons: dict | None = None) -> tuple[di
     (a run's horizon is the one whose task settings it has, :func:`horizon_label`)."""
     import pandas as pd
 
-    from schema.results import metrics_path, read_metrics_csv, read_run_config
+    from schema.results import metrics_path, read_metrics_csv, read_run_config, run_folders
 
     steps, evals = {}, {}
-    runs = sorted(p for p in Path(folder).iterdir() if p.is_dir()) if Path(folder).is_dir() else []
-    for run in (p for p in runs if (p / "config.json").is_file()):
+    for run in run_folders(folder):
         path = metrics_path(run)
-        if path is None:
-            continue
         h = horizon_label(read_run_config(run), horizons or HORIZONS)
         if h is None:
             continue

@@ -20,9 +20,10 @@ Sources:
 * ``ABSTRACT``: ``results/verify/abstract.json``; made by ``python -m claims.abstract``.
 
 A run folder is read by :func:`read_run` only: its ``config.json`` and ``metrics.csv`` are
-parsed strictly (a finished run's table may be stored packed as ``metrics.csv.gz``, the same
-bytes gzip-compressed, :func:`pack_metrics`; :func:`metrics_path` finds either) (a bad line or a truncated file is an error naming the file and line) and
+parsed strictly (a bad line or a truncated file is an error naming the file and line) and
 its steps must be 0..T once each (a run with a duplicated or missing step is refused).
+A finished run's table may be stored packed as ``metrics.csv.gz``, the same bytes
+gzip-compressed (:func:`pack_metrics`); :func:`metrics_path` finds either.
 A configuration field the run predates reads as the value the run actually used
 (:data:`LEGACY_FIELDS`), never as today's default.
 """
@@ -344,15 +345,21 @@ def read_run(run: Path) -> tuple[dict, pd.DataFrame]:
     return settings, m
 
 
-def _run_index(root: Path) -> list[dict]:
-    """Run folders under ``root`` that have a config.json and a metrics.csv."""
+def run_folders(root: Path) -> list[Path]:
+    """The run folders directly under ``root``, sorted: folders with a ``config.json`` and a
+    metrics table, plain or packed (:func:`metrics_path`). None if ``root`` is not a folder."""
+    root = Path(root)
     if not root.is_dir():
         return []
+    return [p for p in sorted(root.iterdir())
+            if p.is_dir() and (p / "config.json").is_file() and metrics_path(p) is not None]
+
+
+def _run_index(root: Path) -> list[dict]:
+    """Run folders under ``root`` (:func:`run_folders`) with their settings, sweep runs only."""
     out = []
-    for run in sorted(p for p in root.iterdir() if p.is_dir()):
+    for run in run_folders(root):
         metrics = metrics_path(run)
-        if metrics is None or not (run / "config.json").exists():
-            continue
         cfg = run_settings(read_run_config(run))
         if cfg["estimator"] is None or cfg["delay"] is None:
             continue
