@@ -103,7 +103,7 @@ bench: $(STAMP)
 	@if [ -f llm_runs/bench.py ]; then $(PY) -m llm_runs.bench; fi
 
 lint: $(STAMP)
-	$(PIP) install -q ruff
+	$(PIP) install -q ruff==0.17.6
 	$(VENV)/bin/ruff check estimators bounds schema simulators llm_runs claims figures execution tests
 
 clean-venv:

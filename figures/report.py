@@ -264,11 +264,20 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     return md, missing
 
 
+def _newest_mtime(path: Path) -> float:
+    """A file's modification time; a folder's is that of the newest file under it (a run added
+    to or rewritten in a study folder does not change the folder's own time)."""
+    if path.is_file():
+        return path.stat().st_mtime
+    return max((f.stat().st_mtime for f in path.rglob("*") if f.is_file()), default=path.stat().st_mtime)
+
+
 def _png_stale(png: Path, module) -> bool:
+    """The figure is missing or older than one of its sources (files, or any file in a folder)."""
     if not png.exists():
         return True
-    srcs = [s.find() for s in module.SOURCES]
-    return any(p is not None and p.stat().st_mtime > png.stat().st_mtime for p in srcs if p.is_file())
+    made = png.stat().st_mtime
+    return any(_newest_mtime(p) > made for p in (s.find() for s in module.SOURCES) if p is not None)
 
 
 def figure_section(name: str, report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], str | None]:

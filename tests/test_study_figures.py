@@ -351,3 +351,21 @@ def test_report_headline_names_the_commands_of_missing_results(tmp_path, monkeyp
     assert len(missing) == 4
     with pytest.raises(data.MissingResults, match="python -m llm_runs.study"):
         report.fig_module("f10_study_differences").load()
+
+
+def test_a_figure_is_redrawn_when_a_file_in_its_source_folder_changes(study, tmp_path):
+    import os
+
+    from figures import report
+
+    m = report.fig_module("f11_study_pc_vs_delay")
+    png = tmp_path / "f11.png"
+    png.write_bytes(b"")
+    newest = max(f.stat().st_mtime for f in study.rglob("*") if f.is_file())
+    os.utime(png, (newest + 10, newest + 10))
+    assert not report._png_stale(png, m)
+    run = next(p for p in study.iterdir() if (p / "config.json").is_file())
+    os.utime(run / "config.json", (newest + 20, newest + 20))  # the folder's own time is unchanged
+    assert report._png_stale(png, m)
+    png.unlink()
+    assert report._png_stale(png, m)
