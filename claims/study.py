@@ -196,6 +196,27 @@ def analyse(runs: pd.DataFrame) -> dict:
     return out
 
 
+
+def stopping_points(runs: pd.DataFrame, step: int = 2) -> list[dict]:
+    """The verdicts had the grid stopped earlier: :func:`analyse` on the first k whole seeds for
+    k = MIN_SEEDS, MIN_SEEDS + step, ..., up to every whole seed (always included). A check of how
+    much the verdicts depend on where the stopping rule cut the grid; not a pre-registered test.
+    One record per k: ``seeds`` (k), and per hypothesis its verdict and headline interval."""
+    seeds = whole_seeds(runs)
+    counts = sorted({*range(MIN_SEEDS, len(seeds), step), len(seeds)}) if len(seeds) >= MIN_SEEDS else []
+    out = []
+    for k in counts:
+        res = analyse(runs[runs["seed"].isin(seeds[:k])])
+        rec = {"seeds": k}
+        for h, r in res.items():
+            rec[h] = r["verdict"]
+        rec["H1_interval"] = res["H1"]["gmc_minus_tic_mask"]
+        rec["H3_interval"] = res["H3"]["long_gap_minus_short_gap"]
+        rec["H2_stable"] = sorted(res["H2"]["baselines"])
+        rec["H4_warned"] = (res["H4"]["warned_before_collapse"], res["H4"]["collapsed_runs"])
+        out.append(rec)
+    return out
+
 def _analyse(runs: pd.DataFrame) -> dict:
     out = {}
     dmax = int(runs.loc[runs["delay"] > 0, "delay"].max()) if (runs["delay"] > 0).any() else 0

@@ -156,6 +156,28 @@ def differences_markdown(runs) -> list[str]:
     return out
 
 
+def stopping_markdown(runs) -> list[str]:
+    """The verdicts on the first k whole seeds (``claims.study.stopping_points``): how much they
+    depend on where the grid stopped."""
+    from claims.study import stopping_points
+
+    points = stopping_points(runs)
+    if len(points) < 2:
+        return []
+    out = ["### Verdicts had the grid stopped earlier", "",
+           "The decision rule applied to the first k whole seeds (not a pre-registered test: a check of how much the "
+           "verdicts depend on the stopping point).", "",
+           "| whole seeds | H1 | GMC - TIC-mask (long, largest delay) | H2 | stable baselines | H3 | H4 | warned / collapsed |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in points:
+        i1 = r["H1_interval"]
+        stable = ", ".join(style.label(e) for e in r["H2_stable"]) or "none"
+        out.append(f"| {r['seeds']} | {r['H1']} | {_num(i1['mean'], '+.3f')} [{_num(i1['low'], '+.3f')}, "
+                   f"{_num(i1['high'], '+.3f')}] | {r['H2']} | {stable} | {r['H3']} | {r['H4']} | "
+                   f"{r['H4_warned'][0]} / {r['H4_warned'][1]} |")
+    return out + [""]
+
+
 def bound_markdown(tab) -> list[str]:
     if not len(tab):
         return ["No run logs both the realised mass bias and its bound."]
@@ -244,6 +266,7 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
         md += [f"*{e}*", ""]
     if runs is None:
         return md, [plain(fig_module(n).TITLE) + ": results missing" for n in STUDY_FIGURES]
+    md += stopping_markdown(runs)
     md += ["### Plain answer so far", "", plain_answer(runs), ""]
     md += ["### GMC minus each baseline", "",
            "Mean paired difference (GMC minus the baseline, seed by seed, whole seeds) with its 95% percentile-bootstrap "

@@ -385,6 +385,46 @@ def test_verdicts_wait_for_the_pre_registered_number_of_whole_seeds(tmp_path):
     assert res["H1"]["seeds"] == list(range(MIN_SEEDS))
 
 
+
+def test_stopping_points_are_the_rule_on_the_first_k_whole_seeds(tmp_path):
+    """The verdicts on the first MIN_SEEDS, MIN_SEEDS + 2, ... whole seeds and on all of them, each
+    equal to the analysis of exactly those seeds; an effect that flips after seed 6 shows in them."""
+    from claims.study import MIN_SEEDS, analyse, read_runs, stopping_points
+
+    _fake_study(tmp_path / "s", effect_long=0.1, n_seeds=9)
+    runs = read_runs(tmp_path / "s")
+    points = stopping_points(runs)
+    assert [p["seeds"] for p in points] == [MIN_SEEDS, MIN_SEEDS + 2, 9]
+    for p in points:
+        res = analyse(runs[runs["seed"] < p["seeds"]])
+        assert p["H1"] == res["H1"]["verdict"] and p["H1_interval"] == res["H1"]["gmc_minus_tic_mask"]
+        assert p["H1_interval"]["n"] == p["seeds"] and p["H2_stable"] == ["is", "tic_mask"]
+    # seeds 6-8 reverse the effect: the 6-seed point confirms H1, the 9-seed point does not
+    late = runs["seed"] >= 6
+    swap = late & (runs["horizon"] == "long") & (runs["estimator"] == "tic_mask")
+    runs.loc[swap, "pc_final"] += 0.6
+    points = stopping_points(runs)
+    assert points[0]["H1"] == "CONFIRMED" and points[-1]["H1"] != "CONFIRMED"
+    _fake_study(tmp_path / "few", effect_long=0.1, n_seeds=MIN_SEEDS - 1)
+    assert stopping_points(read_runs(tmp_path / "few")) == []
+
+
+def test_report_tabulates_the_stopping_points(tmp_path):
+    from claims.study import read_runs, stopping_points
+    from figures.report import stopping_markdown
+
+    _fake_study(tmp_path / "s", effect_long=0.1, n_seeds=8)
+    runs = read_runs(tmp_path / "s")
+    md = stopping_markdown(runs)
+    rows = [ln for ln in md if ln.startswith("| 6 |") or ln.startswith("| 8 |")]
+    assert md[0] == "### Verdicts had the grid stopped earlier" and len(rows) == 2
+    last = stopping_points(runs)[-1]
+    assert rows[1].startswith(f"| 8 | {last['H1']} | {last['H1_interval']['mean']:+.3f} [")
+    assert "| IS, TIC-mask |" in rows[1]
+    _fake_study(tmp_path / "six", effect_long=0.1, n_seeds=6)
+    assert stopping_markdown(read_runs(tmp_path / "six")) == []  # one stopping point: nothing to compare
+
+
 def test_the_names_the_preregistration_quotes_are_the_analysis_that_runs():
     """docs/PREREGISTRATION.md quotes ``figures.study.<name>`` and ``python -m figures.study``: every
     quoted name resolves, and to the very object of claims.study (one rule, not two copies)."""
