@@ -88,7 +88,7 @@ def bound(fn: Callable) -> Callable:
     sig = inspect.signature(fn)
     for prm in sig.parameters.values():
         if not isinstance(prm.default, sp.Symbol):
-            raise ValueError(f"{fn.__name__}: parameter {prm.name!r} must default to a sympy Symbol")  # noqa: TRY004
+            raise ValueError(f"{fn.__name__}: parameter {prm.name!r} must default to a sympy Symbol")
     if fn.__name__ in BOUNDS:
         raise ValueError(f"a bound named {fn.__name__!r} is already registered")
 

@@ -33,7 +33,7 @@ def exponent(expr, var: sp.Symbol, at=0) -> sp.Expr:
     0
     """
     if not isinstance(var, sp.Symbol):
-        raise ValueError(f"exponent: var must be a sympy Symbol, got {var!r}")  # noqa: TRY004
+        raise ValueError(f"exponent: var must be a sympy Symbol, got {var!r}")
     point, direction = _limit_point(at)
     expr = sp.sympify(expr)
     if expr.is_zero:

@@ -4,8 +4,10 @@
 >>> estimators.weights("gmc", np.log([[3.0, 1.0, 1.0, 1.0]]), 0.2).round(12).tolist()
 [[2.4, 0.8, 0.8, 0.8]]
 """
+from . import peers  # noqa: F401  (registers topr, seq_tis_bn, seq_mis)
 from .advantages import ADVANTAGE_KINDS, advantages
 from .diagnostics import diagnostics
+from .params import PARAMS, Param
 from .schemes import (
     SCHEMES,
     Scheme,
@@ -16,8 +18,6 @@ from .schemes import (
     scheme_names,
     weights,
 )
-from . import peers  # noqa: E402,F401  (registers topr, seq_tis_bn, seq_mis)
-from .params import PARAMS, Param
 
 
 def __getattr__(name):  # torch-only parts load lazily so numpy users need not import torch
@@ -33,9 +33,9 @@ def __getattr__(name):  # torch-only parts load lazily so numpy users need not i
 __all__ = [
     "ADVANTAGE_KINDS",
     "PARAMS",
-    "Param",
     "SCHEMES",
     "LossOutput",
+    "Param",
     "Scheme",
     "advantages",
     "diagnostics",

@@ -39,11 +39,10 @@ completions of prompt g.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-
-from collections.abc import Callable
 
 from ._validate import check_eps
 from .params import resolve

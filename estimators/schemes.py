@@ -43,7 +43,6 @@ from ._validate import (
     match_like,
 )
 
-
 SURROGATES = ("detached", "clamp")
 """How :func:`estimators.losses.trajectory_loss` differentiates a scheme:
 

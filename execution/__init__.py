@@ -62,7 +62,7 @@ def _popen(cmd: Sequence[str], env: dict | None, log_path: str | os.PathLike, cw
            die_with_parent: bool) -> tuple[subprocess.Popen, Any]:
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(log_path, "a")  # noqa: SIM115 (closed by the job when the process ends)
+    fh = open(log_path, "a")  # noqa: SIM115 (the job owns it: closed when the command ends)
     fh.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(map(str, cmd))}\n")
     fh.flush()
     kwargs: dict[str, Any] = ({"preexec_fn": functools.partial(_die_with_parent, os.getpid())} if die_with_parent

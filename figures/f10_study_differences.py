@@ -13,10 +13,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from claims.study import MARGIN, MIN_SEEDS, STABLE_FRACTION, differences_table, read_runs, stable_in_cell, whole_seeds
 from schema.results import STUDY, source_note
 
 from . import style
-from claims.study import MARGIN, MIN_SEEDS, STABLE_FRACTION, differences_table, read_runs, stable_in_cell, whole_seeds
 
 NAME = "f10_study_differences"
 TITLE = "F10. Staleness study: GMC minus each baseline (paired by seed, 95% bootstrap intervals)"

@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from claims.study import MIN_SEEDS, bootstrap
 from schema.results import STUDY, source_note
 
 from . import style
-from .f10_study_differences import load  # noqa: F401  (the same runs: whole seeds of the study)
-from claims.study import MIN_SEEDS, bootstrap
+from .f10_study_differences import load
 
 NAME = "f11_study_pc_vs_delay"
 TITLE = "F11. Staleness study: final held-out pc against the delay"

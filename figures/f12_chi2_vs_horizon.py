@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from claims.study import read_traces
 from schema.results import STUDY, STUDY_HORIZON, source_note
 
 from . import style
-from claims.study import read_traces
 
 NAME = "f12_chi2_vs_horizon"
 TITLE = "F12. Trajectory and per-token chi-square against the horizon (delay 16)"

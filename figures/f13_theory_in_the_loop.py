@@ -17,10 +17,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from claims.study import BOUND_COLUMNS, bound_table, read_traces
 from schema.results import STUDY, source_note
 
 from . import style
-from claims.study import BOUND_COLUMNS, bound_table, read_traces
 
 NAME = "f13_theory_in_the_loop"
 TITLE = "F13. Theory in the loop: realised mass bias against THEORY §3's bound over training"

@@ -165,8 +165,8 @@ def stopping_markdown(runs) -> list[str]:
     if len(points) < 2:
         return []
     out = ["### Verdicts had the grid stopped earlier", "",
-           "The decision rule applied to the first k whole seeds (not a pre-registered test: a check of how much the "
-           "verdicts depend on the stopping point).", "",
+           ("The decision rule applied to the first k whole seeds (not a pre-registered test: a check of how much the "
+           "verdicts depend on the stopping point)."), "",
            "| whole seeds | H1 | GMC - TIC-mask (long, largest delay) | H2 | stable baselines | H3 | H4 | warned / collapsed |",
            "|---|---|---|---|---|---|---|---|"]
     for r in points:
@@ -181,8 +181,8 @@ def stopping_markdown(runs) -> list[str]:
 def bound_markdown(tab) -> list[str]:
     if not len(tab):
         return ["No run logs both the realised mass bias and its bound."]
-    out = ["| horizon | d | scheme | runs | updates | realised <= bound | median realised/bound | max realised/bound | "
-           "bound 0 (plug-in chi^2 <= 0) |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    out = [("| horizon | d | scheme | runs | updates | realised <= bound | median realised/bound | max realised/bound | "
+           "bound 0 (plug-in chi^2 <= 0) |"), "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in tab.itertuples():
         out.append(f"| {r.horizon} | {r.delay} | {plain(style.label(r.scheme))} | {r.runs} | {r.updates} | {r.holds_frac:.1%} | "
                    f"{_num(r.ratio_median, '.3g')} | {_num(r.ratio_max, '.3g')} | {r.bound_zero_frac:.1%} |")
@@ -229,15 +229,15 @@ def plain_answer(runs) -> str:
 def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str]]:
     """The report's first section: the staleness study's verdicts, tables, plain answer and figures.
     Returns (markdown lines, names of figures not drawn)."""
+    from claims.study import MIN_SEEDS, bound_table
     from schema.results import STUDY, VERDICTS, read_json
 
     from .f10_study_differences import load as load_runs
-    from claims.study import MIN_SEEDS, bound_table
 
     md = ["## Staleness study (headline)", "",
-          "The pre-registered study (docs/PREREGISTRATION.md): GMC and ten baselines at delays 16 and 64 (and the "
+          ("The pre-registered study (docs/PREREGISTRATION.md): GMC and ten baselines at delays 16 and 64 (and the "
           "stale floor at 64) on two horizons, paired by seed. Only whole seeds (every run of the seed complete) "
-          f"enter the analysis, and below {MIN_SEEDS} of them every verdict is NOT DECIDED.", ""]
+          f"enter the analysis, and below {MIN_SEEDS} of them every verdict is NOT DECIDED."), ""]
     missing = []
     try:
         runs = load_runs()
@@ -246,18 +246,18 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
         md += [f"*{e}*", ""]
     if runs is not None:
         seeds = runs.attrs["seeds"]
-        md += [f"**Whole seeds: {len(seeds)}** ({', '.join(map(str, seeds)) or 'none'}); "
+        md += [(f"**Whole seeds: {len(seeds)}** ({', '.join(map(str, seeds)) or 'none'}); "
                f"{'the stopping rule is met' if len(seeds) >= MIN_SEEDS else f'the stopping rule needs {MIN_SEEDS}'}. "
-               f"Source: `{os.path.relpath(STUDY.find(), results_root().parent)}`.", ""]
+               f"Source: `{os.path.relpath(STUDY.find(), results_root().parent)}`."), ""]
     md += ["### Pre-registered hypotheses", ""]
     try:
         doc = read_json(VERDICTS.require())
         vseeds = sorted({s for r in doc.values() for s in r.get("seeds", [])})
-        md += [f"From `results/llm/study/verdicts.json` (made by `{VERDICTS.command}`), over seeds "
-               f"{', '.join(map(str, vseeds)) or 'none'}.", ""]
+        md += [(f"From `results/llm/study/verdicts.json` (made by `{VERDICTS.command}`), over seeds "
+               f"{', '.join(map(str, vseeds)) or 'none'}."), ""]
         if runs is not None and vseeds != list(runs.attrs["seeds"]):
-            md += [f"**verdicts.json is out of date**: it was made from seeds {vseeds}, the run folders now hold whole "
-                   f"seeds {list(runs.attrs['seeds'])}; rerun `{VERDICTS.command}`.", ""]
+            md += [(f"**verdicts.json is out of date**: it was made from seeds {vseeds}, the run folders now hold whole "
+                   f"seeds {list(runs.attrs['seeds'])}; rerun `{VERDICTS.command}`."), ""]
         md += verdicts_table(doc) + [""]
         reasons = sorted({r["reason"] for r in doc.values() if r.get("reason")})
         md += [f"NOT DECIDED: {'; '.join(reasons)}. The column beside it is the decision rule applied to the seeds "
@@ -269,12 +269,12 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     md += stopping_markdown(runs)
     md += ["### Plain answer so far", "", plain_answer(runs), ""]
     md += ["### GMC minus each baseline", "",
-           "Mean paired difference (GMC minus the baseline, seed by seed, whole seeds) with its 95% percentile-bootstrap "
-           "interval; a baseline is stable in a cell when at least 80% of its seeds are.", ""]
+           ("Mean paired difference (GMC minus the baseline, seed by seed, whole seeds) with its 95% percentile-bootstrap "
+           "interval; a baseline is stable in a cell when at least 80% of its seeds are."), ""]
     md += differences_markdown(runs) + [""]
     md += ["### THEORY §3's mass-bias bound at LLM scale", "",
-           "Per update of every complete run: the realised mass bias against its bound at the batch's plug-in chi^2 "
-           "(`claims.study.bound_table`; a ratio above 1 is a failure).", ""]
+           ("Per update of every complete run: the realised mass bias against its bound at the batch's plug-in chi^2 "
+           "(`claims.study.bound_table`; a ratio above 1 is a failure)."), ""]
     try:
         md += bound_markdown(bound_table(STUDY.require())) + [""]
     except ValueError as e:

@@ -156,7 +156,7 @@ def read_abstract() -> dict:
     path = ABSTRACT.require()
     doc = read_json(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
-        raise ValueError(f"{path} is not the abstract's verdicts (an object with a 'claims' list)")  # noqa: TRY004 (bad file content)
+        raise ValueError(f"{path} is not the abstract's verdicts (an object with a 'claims' list)")
     return doc
 
 
@@ -217,7 +217,7 @@ def read_run_config(run: Path, legacy: bool = True) -> dict:
     j = read_json(path)
     cfg = j.get("config", j) if isinstance(j, dict) else None
     if not isinstance(cfg, dict):
-        raise ValueError(f"{path}: expected an object with a 'config' object")  # noqa: TRY004 (bad file content)
+        raise ValueError(f"{path}: expected an object with a 'config' object")
     cfg = dict(cfg)
     if legacy:
         cfg.update({k: v for k, v in legacy_fields(cfg).items() if v is not None})

@@ -10,7 +10,7 @@ from scipy.optimize import linprog
 
 import estimators
 from estimators import SCHEMES, advantages, diagnostics, weights
-from estimators.losses import policy_loss, loss_names
+from estimators.losses import loss_names, policy_loss
 
 IN_CLASS = [n for n, s in SCHEMES.items() if s.in_class]
 ALL = list(SCHEMES)
@@ -346,7 +346,7 @@ def test_surrogate_finite_and_exact_for_huge_log_ratios():
 
 def test_token_level_baselines():
     n_groups, G, T, V = 2, 4, 5, 3
-    theta0, theta_b, tokens, mask, rewards = _softmax_policy_batch(3, n_groups, G, T, V, 0.01)
+    theta0, _theta_b, tokens, mask, rewards = _softmax_policy_batch(3, n_groups, G, T, V, 0.01)
     theta = theta0.clone().requires_grad_(True)
     logp = torch.log_softmax(theta, -1).gather(1, tokens.T).T
     old = torch.log_softmax(theta0, -1).gather(1, tokens.T).T.detach()  # on-policy: ratio 1, no clipping
@@ -366,7 +366,7 @@ def test_token_level_baselines():
 
 def test_loss_bad_input():
     logp = torch.zeros(6, 3, requires_grad=True)
-    ok = dict(old_logp=torch.zeros(6, 3), mask=torch.ones(6, 3), advantages=torch.zeros(6))
+    ok = {"old_logp": torch.zeros(6, 3), "mask": torch.ones(6, 3), "advantages": torch.zeros(6)}
     with pytest.raises(ValueError, match="does not split into groups of G = 4"):
         policy_loss("gmc", logp, group_size=4, eps=0.2, **ok)
     with pytest.raises(ValueError, match="unknown loss 'ppo'"):

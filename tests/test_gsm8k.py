@@ -1,5 +1,6 @@
 """GSM8K loader and checker on a file the project writes itself."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ def sample(tmp_path):
 def test_round_trip_and_final_answers(sample):
     probs = gsm8k.load(sample)
     assert len(probs) == 20
-    for p, line in zip(probs, open(sample)):
+    for p, line in zip(probs, Path(sample).read_text().splitlines()):
         row = json.loads(line)
         assert p.question == row["question"]
         assert p.final == row["answer"].rsplit("####", 1)[1].strip().replace(",", "")
@@ -37,7 +38,7 @@ def test_extraction_and_checking():
 def test_datasets_cache_folder(tmp_path, sample):
     import datasets
 
-    rows = [json.loads(line) for line in open(sample)]
+    rows = [json.loads(line) for line in Path(sample).read_text().splitlines()]
     dd = datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
     dd.save_to_disk(str(tmp_path / "cache"))
     probs = gsm8k.load(tmp_path / "cache", split="test")

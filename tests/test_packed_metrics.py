@@ -127,7 +127,8 @@ def test_the_study_packs_only_its_finished_runs_and_reads_them_unchanged(finishe
     """``python -m llm_runs.study --pack``: every finished run packed, an unfinished one left; the
     analysis reads the same numbers and the plan sees the packed runs as complete."""
     from claims.study import read_runs
-    from llm_runs.study import STUDIES, main as study_main
+    from llm_runs.study import STUDIES
+    from llm_runs.study import main as study_main
 
     study = STUDIES["pilot"]
     out = tmp_path / "study"

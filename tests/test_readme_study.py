@@ -21,7 +21,7 @@ def _headline_rows() -> dict[str, str]:
     text = (REPO / "README.md").read_text()
     start = text.index("## Under stale rollouts, which correction?")
     section = text[start:text.index("\n## ", start + 1)]
-    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| (H\d) \|.*$", section, re.M)}
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| (H\d) \|.*$", section, re.MULTILINE)}
     return section, rows
 
 

@@ -416,7 +416,7 @@ def test_report_tabulates_the_stopping_points(tmp_path):
     _fake_study(tmp_path / "s", effect_long=0.1, n_seeds=8)
     runs = read_runs(tmp_path / "s")
     md = stopping_markdown(runs)
-    rows = [ln for ln in md if ln.startswith("| 6 |") or ln.startswith("| 8 |")]
+    rows = [ln for ln in md if ln.startswith(("| 6 |", "| 8 |"))]
     assert md[0] == "### Verdicts had the grid stopped earlier" and len(rows) == 2
     last = stopping_points(runs)[-1]
     assert rows[1].startswith(f"| 8 | {last['H1']} | {last['H1_interval']['mean']:+.3f} [")
@@ -457,7 +457,7 @@ def test_the_abstracts_llm_claim_is_the_studys_h2(tmp_path, monkeypatch, effect,
     assert len(llm) == 1 and llm[0]["text"] == ABSTRACT[-1].text
     assert llm[0]["verdict"] == word
     ev = llm[0]["evidence"]
-    assert f"{n_seeds} whole paired seeds" in ev and f"H2 (GMC at least as good" in ev
+    assert f"{n_seeds} whole paired seeds" in ev and "H2 (GMC at least as good" in ev
     tm = h2["baselines"]["tic_mask"]
     assert f"TIC-mask {tm['mean']:+.3f} [{tm['low']:+.3f}, {tm['high']:+.3f}], n = {n_seeds}" in ev
 
@@ -466,5 +466,5 @@ def test_the_abstracts_llm_claim_without_the_study_is_not_checked(tmp_path, monk
     from claims.abstract import verdicts
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
-    llm = [v for v in verdicts() if not v["claim_ids"]][0]
+    llm = next(v for v in verdicts() if not v["claim_ids"])
     assert llm["verdict"] == "not checked" and "python -m llm_runs.study" in llm["evidence"]

@@ -64,7 +64,7 @@ def final_pc(key):
 
 def bias_columns(key, steps=STEPS):
     """Per-update realised mass bias and bound of a run, deterministic in its key (seed and delay)."""
-    h, e, d, s = key
+    _h, e, d, s = key
     t = np.arange(steps)
     real = 0.1 + 0.05 * np.sin(t + s + d)
     bound = np.where(t % (4 + s) == 0, 0.05, 0.2) if e != "is" else np.full(steps, np.nan)
@@ -282,8 +282,8 @@ def test_horizon_grid_is_gmc_at_delay_16_over_terms_2_to_7_and_leaves_the_primar
         cfg = resolve_config(c.overrides).to_dict()
         assert c.horizon == f"H{data.horizon_tokens(cfg)}" and cfg["task"] == "scratchpad"
         assert cfg["steps"] == 60 and cfg["eval_every"] == 0
-    long = [c for c in cells if c.horizon == "H18"][0].overrides
-    primary = [c for c in plan(STUDIES["primary"]) if c.horizon == "long"][0].overrides
+    long = next(c for c in cells if c.horizon == "H18").overrides
+    primary = next(c for c in plan(STUDIES["primary"]) if c.horizon == "long").overrides
     warm = ("terms", "train_size", "heldout_size", "warm_start_steps", "warm_start_lr", "warm_start_batch")
     assert {k: long[k] for k in warm} == {k: primary[k] for k in warm}  # H = 18 is the long horizon's warm start
     committed = data.ROOT / "results" / "llm" / "study" / "sweep.json"
