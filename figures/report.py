@@ -208,7 +208,7 @@ def plain_answer(runs) -> str:
     unstable = [e for e in means.index if e not in stable]
     ranked = sorted(stable, key=lambda e: -means[e])
     rank = "; ".join(f"{plain(style.label(e))} {means[e]:.3f}" for e in ranked) or "none"
-    text = (f"At the largest delay (d = {d}) and the {h} horizon, over {len(seeds)} whole seed(s), the stable "
+    text = (f"At the largest delay (d = {d}) and the {h} horizon, over {len(seeds)} whole seed{'' if len(seeds) == 1 else 's'}, the stable "
             f"estimators ranked by mean final held-out pc are: {rank}. ")
     others = [e for e in ranked if e != "gmc"]
     if "gmc" not in means.index:
@@ -267,7 +267,8 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     if runs is None:
         return md, [plain(fig_module(n).TITLE) + ": results missing" for n in STUDY_FIGURES]
     md += stopping_markdown(runs)
-    md += ["### Plain answer so far", "", plain_answer(runs), ""]
+    decided = len(runs.attrs["seeds"]) >= MIN_SEEDS
+    md += [f"### Plain answer{'' if decided else ' so far'}", "", plain_answer(runs), ""]
     md += ["### GMC minus each baseline", "",
            ("Mean paired difference (GMC minus the baseline, seed by seed, whole seeds) with its 95% percentile-bootstrap "
            "interval; a baseline is stable in a cell when at least 80% of its seeds are."), ""]
