@@ -5,6 +5,7 @@
     python -m llm_runs.study --resume         # continue interrupted runs (finished ones are skipped)
     python -m llm_runs.study --grid pilot     # the delay-0 pilot that sized it -> results/llm/pilot/
     python -m llm_runs.study --grid horizon   # chi^2 against the horizon H = 3..18 -> results/llm/horizon/
+    python -m llm_runs.study --grid pilot_long_steps   # delay 0, long horizon, 800 updates -> results/llm/pilot_long_steps/
 
 The grid is data (:data:`STUDIES`): the settings shared by every run (:data:`STUDY_BASE`), one
 block of settings per horizon (:data:`HORIZONS`: ``short`` is the arithmetic task of the
@@ -167,6 +168,11 @@ STUDIES = {
                    floor=(), doc="delay 0, long horizon, 3 seeds: the learning curve, step costs and seed spread"),
     "pilot_short": Study("pilot_short", "results/llm/pilot_short", STUDY_BASE, {"short": HORIZONS["short"]}, (),
                          delays=(), seeds=(0, 1, 2), floor=(), doc="the same at the short horizon"),
+    "pilot_long_steps": Study("pilot_long_steps", "results/llm/pilot_long_steps",
+                              {**STUDY_BASE, "steps": 800, "eval_every": 40, "checkpoint_every": 100},
+                              {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1, 2), floor=(),
+                              doc="delay 0, long horizon, 800 updates (four times the study's), 3 seeds: how much "
+                                  "of the pc gain the study's 200 updates leave (exploratory, after the grid)"),
 }
 
 
