@@ -196,7 +196,6 @@ def analyse(runs: pd.DataFrame) -> dict:
     return out
 
 
-
 def stopping_points(runs: pd.DataFrame, step: int = 2) -> list[dict]:
     """The verdicts had the grid stopped earlier: :func:`analyse` on the first k whole seeds for
     k = MIN_SEEDS, MIN_SEEDS + step, ..., up to every whole seed (always included). A check of how
@@ -211,11 +210,11 @@ def stopping_points(runs: pd.DataFrame, step: int = 2) -> list[dict]:
         for h, r in res.items():
             rec[h] = r["verdict"]
         rec["H1_interval"] = res["H1"]["gmc_minus_tic_mask"]
-        rec["H3_interval"] = res["H3"]["long_gap_minus_short_gap"]
         rec["H2_stable"] = sorted(res["H2"]["baselines"])
         rec["H4_warned"] = (res["H4"]["warned_before_collapse"], res["H4"]["collapsed_runs"])
         out.append(rec)
     return out
+
 
 def _analyse(runs: pd.DataFrame) -> dict:
     out = {}

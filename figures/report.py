@@ -244,10 +244,11 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     except MissingResults as e:
         runs = None
         md += [f"*{e}*", ""]
+    decided = runs is not None and len(runs.attrs["seeds"]) >= MIN_SEEDS
     if runs is not None:
         seeds = runs.attrs["seeds"]
         md += [(f"**Whole seeds: {len(seeds)}** ({', '.join(map(str, seeds)) or 'none'}); "
-               f"{'the stopping rule is met' if len(seeds) >= MIN_SEEDS else f'the stopping rule needs {MIN_SEEDS}'}. "
+               f"{'the stopping rule is met' if decided else f'the stopping rule needs {MIN_SEEDS}'}. "
                f"Source: `{os.path.relpath(STUDY.find(), results_root().parent)}`."), ""]
     md += ["### Pre-registered hypotheses", ""]
     try:
@@ -267,7 +268,6 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     if runs is None:
         return md, [plain(fig_module(n).TITLE) + ": results missing" for n in STUDY_FIGURES]
     md += stopping_markdown(runs)
-    decided = len(runs.attrs["seeds"]) >= MIN_SEEDS
     md += [f"### Plain answer{'' if decided else ' so far'}", "", plain_answer(runs), ""]
     md += ["### GMC minus each baseline", "",
            ("Mean paired difference (GMC minus the baseline, seed by seed, whole seeds) with its 95% percentile-bootstrap "
