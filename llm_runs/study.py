@@ -194,6 +194,27 @@ class Study:
         return list(dict.fromkeys(names))
 
 
+SGD_LR = 1e-4
+"""The mechanism grid's SGD step eta: of the pilot's step sizes whose held-out pc never fell below
+the warm start's at delay 0, the one whose gain over 200 updates is closest to Adam's (seed 0:
+SGD 1e-4 +0.161, Adam lr 1e-4 +0.163; 3e-4 gained +0.162 but fell to 0.476 on the way; 1e-3 and
+above collapse at delay 0; docs/PREREGISTRATION-MECHANISM.md)."""
+
+MECHANISM_ESTIMATORS = ("gmc", "is", "tic_mask", "tic_trunc", "topr")
+"""The optimiser arms' estimators: GMC, IS (no correction), the two TIC schemes, TOPR."""
+
+MECHANISM_ARMS = (
+    Arm("sgd", {"optimizer": "sgd", "lr": SGD_LR}, MECHANISM_ESTIMATORS),
+    Arm("adamclip", {"max_grad_norm": 1.0}, MECHANISM_ESTIMATORS),
+    Arm("adamwclip", {"optimizer": "adamw", "weight_decay": 0.01, "max_grad_norm": 1.0}, MECHANISM_ESTIMATORS),
+    Arm("adam", {}, ("gmc", "topr", "gmc_cap", "gmc_topr", "topr_gmc", "snis"), zero_delay=False),
+    Arm("adamk2", {"gmc_cap_kappa": 2.0}, ("gmc_cap",), zero_delay=False),
+)
+"""docs/PREREGISTRATION-MECHANISM.md's arms: the optimiser arms (SGD with a fixed step, Adam with
+the gradient norm clipped at 1, AdamW + decay 0.01 + clip 1: verl's actor), and the scheme arm
+under the study's unclipped Adam (its gmc and topr again, with the diagnostics, as the full-length
+replay of the committed runs they reuse)."""
+
 STUDIES = {
     "primary": Study("primary", "results/llm/study", STUDY_BASE, HORIZONS, ESTIMATORS, delays=(16, 64),
                      seeds=tuple(range(10)),
@@ -212,6 +233,13 @@ STUDIES = {
                               {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1, 2), floor=(),
                               doc="delay 0, long horizon, 800 updates (four times the study's), 3 seeds: how much "
                                   "of the pc gain the study's 200 updates leave (exploratory, after the grid)"),
+    "mechanism": Study("mechanism", "results/llm/mechanism", {**STUDY_BASE, "mechanism_diagnostics": True},
+                       {"long": HORIZONS["long"]}, (), delays=(64,), seeds=tuple(range(10)), floor=(),
+                       arms=MECHANISM_ARMS,
+                       doc="why GMC fails on long completions (docs/PREREGISTRATION-MECHANISM.md): optimiser arms "
+                           "(sgd, adamclip, adamwclip) x gmc, is, tic_mask, tic_trunc, topr + a delay-0 run each, and "
+                           "scheme arms under unclipped Adam (gmc, topr, gmc_cap, gmc_topr, topr_gmc, snis; gmc_cap "
+                           "kappa 2), long horizon, d = 64, 10 paired seeds (250 runs of 200 updates)"),
     "pilot_sgd": Study("pilot_sgd", "results/llm/pilot_sgd", STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(),
                        seeds=(0,), floor=(),
                        arms=tuple(Arm(f"sgd{lr:g}", {"optimizer": "sgd", "lr": lr}, ()) for lr in SGD_PILOT_LRS),
