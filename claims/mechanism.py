@@ -129,3 +129,46 @@ def _trace_columns() -> tuple[str, ...]:
     from llm_runs.metrics import COLUMNS
 
     return tuple(c for c in COLUMNS if c != "step" and not c.startswith(WARNING_EXCLUDE_PREFIXES))
+
+
+WARNING_FILE = "warning.json"
+"""M6's pre-registered signal, under the mechanism grid's folder (written by ``--select-warning``)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    from schema.results import results_root
+
+    p = argparse.ArgumentParser(prog="python -m claims.mechanism", description=__doc__.split("\n\n")[0])
+    p.add_argument("--study", default=None, help="the committed staleness study (default: <results>/llm/study)")
+    p.add_argument("--root", default=None, help="the mechanism grid (default: <results>/llm/mechanism)")
+    p.add_argument("--select-warning", action="store_true",
+                   help="choose M6's signal on the committed study only and write <root>/warning.json")
+    p.add_argument("--json", default=None, help="write the verdicts here")
+    args = p.parse_args(argv)
+    study = Path(args.study) if args.study else results_root() / "llm" / "study"
+    root = Path(args.root) if args.root else results_root() / "llm" / "mechanism"
+    try:
+        if args.select_warning:
+            from schema.io import write_json
+
+            target = root / WARNING_FILE
+            if target.exists():
+                raise ValueError(f"{target} exists: the signal is chosen once, before the held-out runs are read; "
+                                 f"it is never replaced")
+            rec = select_warning(study)
+            write_json(target, {**rec, "training_set": str(study)})
+            print(f"M6 signal: {rec['signal']} ({rec['direction']}, threshold {rec['threshold']:.4g}); training AUC "
+                  f"{rec['auc']:.3f} [{rec['auc_ci'][0]:.3f}, {rec['auc_ci'][1]:.3f}] -> {target}")
+            return 0
+        return _report(study, root, args.json)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _report(study: Path, root: Path, json_out: str | None) -> int:
+    raise ValueError("the mechanism grid's analysis runs once the stopping rule is met (at least 6 whole seeds)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
