@@ -20,7 +20,18 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .study import ALPHA, BOOT_SEED, N_RESAMPLES, read_runs, read_traces
+from .study import (
+    ALPHA,
+    BOOT_SEED,
+    MARGIN,
+    MIN_SEEDS,
+    STABLE_FRACTION,
+    bootstrap,
+    holm,
+    p_below,
+    read_runs,
+    read_traces,
+)
 
 WARNING_WINDOW = 20  # updates 0-19: before the first evaluation that can detect a collapse
 WARNING_SUMMARIES = ("median", "mean", "min", "max")
@@ -131,6 +142,226 @@ def _trace_columns() -> tuple[str, ...]:
     return tuple(c for c in COLUMNS if c != "step" and not c.startswith(WARNING_EXCLUDE_PREFIXES))
 
 
+# --------------------------------------------------------------------------- reading both grids
+
+DELAY = 64  # every hypothesis is at the long horizon and this delay
+REUSED = ("gmc", "is", "tic_mask", "tic_trunc", "topr")  # the committed study's unclipped-Adam runs reused
+MECH_COLUMNS = ("mech/cos_is", "mech/heavy_share", "mech/lambda_min", "mech/step_norm", "mech/step_cos_grad",
+                "mech/kl", "stale/gmc_lambda_mean", "stale/mass_cap_frac", "stale/mass_bias", "train/weight_max",
+                "train/grad_norm")
+"""Per-update columns averaged per run for the mechanism table and figure."""
+
+HYPOTHESES = {
+    "M1": "under SGD GMC is stable, not below TIC-mask and above IS (THEORY claim 17's setting)",
+    "M2": "clipping the gradient norm at 1 raises GMC's and IS's shares of stable seeds under Adam",
+    "M2b": "under AdamW + clip 1 (verl's actor) GMC is at least as good as every stable baseline",
+    "M3": "a per-trajectory cap after GMC (gmc_cap) is stable and keeps less mass bias than TIC-trunc",
+    "M4": "GMC on one sign and TOPR on the other is stable and not worse than TOPR",
+    "M5": "the ordering GMC < TOPR at d = 64 holds at a model 8 times larger",
+    "M6": "the pre-registered early-warning signal fires more often before collapse than without one",
+}
+
+
+def read_both(study: str | Path, root: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(runs, replays)``: one row per run of the long horizon with its ``arm`` (the committed
+    study's reused cells as arm ``adam``, the mechanism grid's others), and the mechanism grid's
+    ``adam``-arm runs of estimators the committed study already has (the full-length replays)."""
+    s = read_runs(study)
+    s = s[(s["horizon"] == "long") & ((s["delay"] == 0) | s["estimator"].isin(REUSED))]
+    s = s[(s["delay"] == 0) | (s["delay"] == DELAY)].assign(arm="adam", source="study")
+    m = read_runs(root).assign(source="mechanism")
+    m["arm"] = [arm_of(r) for r in m.to_dict("records")]
+    replay = (m["arm"] == "adam") & m["estimator"].isin(REUSED)
+    return pd.concat([s, m[~replay]], ignore_index=True), m[replay]
+
+
+def replay_check(study: str | Path, root: str | Path, replays: pd.DataFrame) -> dict:
+    """The mechanism grid's unclipped-Adam runs of gmc and topr against the committed study's runs
+    of the same seed: every common column of every update, compared as text (llm_runs.replay)."""
+    from llm_runs.replay import compare_metrics
+    from schema.results import metrics_path
+
+    out = {}
+    for r in replays[replays["complete"]].itertuples():
+        ref = Path(study) / f"long-{r.estimator}-d{int(r.delay)}-s{int(r.seed)}"
+        diffs = compare_metrics(metrics_path(ref), metrics_path(Path(root) / r.run), int(r.steps))
+        out[r.run] = {"reference": ref.name, "differences": len(diffs), "first": diffs[:3]}
+    same = all(v["differences"] == 0 for v in out.values())
+    return {"verdict": ("byte-identical" if same else "DIFFERS") if out else "no replay complete yet", "runs": out}
+
+
+def _arm(runs: pd.DataFrame, arm: str) -> pd.DataFrame:
+    return runs[runs["arm"] == arm]
+
+
+def _share(runs: pd.DataFrame, arm: str, estimator: str) -> tuple[int, int]:
+    sel = _arm(runs, arm)
+    sel = sel[(sel["estimator"] == estimator) & (sel["delay"] == DELAY) & sel["complete"]]
+    return int(sel["stable"].sum()), len(sel)
+
+
+def _stable(runs, arm, estimator) -> bool:
+    k, n = _share(runs, arm, estimator)
+    return bool(n) and k / n >= STABLE_FRACTION
+
+
+def _diff(runs, arm_a, a, arm_b, b, metric="pc_final") -> dict:
+    x = _arm(runs, arm_a)
+    x = x[(x["estimator"] == a) & (x["delay"] == DELAY) & x["complete"]].groupby("seed")[metric].first()
+    y = _arm(runs, arm_b)
+    y = y[(y["estimator"] == b) & (y["delay"] == DELAY) & y["complete"]].groupby("seed")[metric].first()
+    common = x.index.intersection(y.index)
+    return bootstrap((x[common] - y[common]).to_numpy(float))
+
+
+def _iv(b: dict) -> dict:
+    return {k: b[k] for k in ("n", "mean", "low", "high")}
+
+
+def whole_seeds_of(runs: pd.DataFrame) -> list[int]:
+    """Seeds whose every cell (arm, estimator, delay) that any seed has is complete."""
+    cells = set(runs[["arm", "estimator", "delay"]].itertuples(index=False, name=None))
+    done = runs[runs["complete"]].groupby("seed")
+    return sorted(int(s) for s, g in done if set(g[["arm", "estimator", "delay"]].itertuples(index=False, name=None))
+                  >= cells)
+
+
+def per_run_means(roots: list[str | Path], columns=MECH_COLUMNS) -> pd.DataFrame:
+    """Per run (name, source root): the mean of each of ``columns`` over its updates."""
+    frames = []
+    for root in roots:
+        tr = read_traces(root, tuple(columns))
+        means = tr.groupby("run")[list(columns)].mean()
+        frames.append(means.assign(root=str(root)))
+    return pd.concat(frames)
+
+
+def analyse(study: str | Path, root: str | Path) -> dict:
+    runs, replays = read_both(study, root)
+    seeds = [s for s in whole_seeds_of(runs[runs["source"] == "mechanism"]) if s in set(runs["seed"])]
+    runs = runs[runs["seed"].isin(seeds)]
+    means = per_run_means([study, root], ("stale/mass_bias",))
+    key = dict(zip(zip(means["root"], means.index), means["stale/mass_bias"]))
+    runs = runs.assign(mass_bias=[key.get((str(study) if r.source == "study" else str(root), r.run), math.nan)
+                                  for r in runs.itertuples()])
+    hyp = {"M1": _m1(runs), "M2": _m2(runs), "M2b": _m2b(runs), "M3": _m3(runs), "M4": _m4(runs),
+           "M5": {"verdict": "NOT DECIDED", "reason": "the larger model's grid has not been run"},
+           "M6": _m6(root, runs)}
+    for h, r in hyp.items():
+        r["seeds"] = seeds
+        if h != "M5" and len(seeds) < MIN_SEEDS:
+            r["interim_verdict"], r["verdict"] = r["verdict"], "NOT DECIDED"
+            r["reason"] = f"{len(seeds)} whole seeds, fewer than the pre-registered minimum of {MIN_SEEDS}"
+    shares = {f"{a}/{e}": list(_share(runs, a, e)) for a, e in
+              sorted(set(runs.loc[runs["delay"] == DELAY, ["arm", "estimator"]].itertuples(index=False, name=None)))}
+    d0 = {a: float(g["pc_final"].mean() - g["pc0"].mean()) for a, g in runs[runs["delay"] == 0].groupby("arm")}
+    return {"hypotheses": hyp, "seeds": seeds, "stable_shares": shares, "delay0_gain": d0,
+            "replay": replay_check(study, root, replays)}
+
+
+def _m1(runs) -> dict:
+    k, n = _share(runs, "sgd", "gmc")
+    b_mask, b_is = _diff(runs, "sgd", "gmc", "sgd", "tic_mask"), _diff(runs, "sgd", "gmc", "sgd", "is")
+    ok = holm({"b": p_below(b_mask, -MARGIN), "c": p_below(b_is, 0.0)})
+    bad = holm({"b": 1 - p_below(b_mask, 0.0), "c": 1 - p_below(b_is, 0.0)})
+    a = bool(n) and k / n >= STABLE_FRACTION
+    v = "CONFIRMED" if a and ok["b"] and ok["c"] else "REFUTED" if (n and not a) or bad["b"] or bad["c"] \
+        else "INCONCLUSIVE"
+    return {"verdict": v, "gmc_stable": [k, n], "gmc_minus_tic_mask": _iv(b_mask), "gmc_minus_is": _iv(b_is),
+            "noninferior_to_tic_mask": ok["b"], "above_is": ok["c"]}
+
+
+def _m2(runs) -> dict:
+    out, p = {}, {}
+    for e in ("gmc", "is"):
+        a = _arm(runs, "adamclip")
+        a = a[(a["estimator"] == e) & (a["delay"] == DELAY) & a["complete"]].groupby("seed")["stable"].first()
+        b = _arm(runs, "adam")
+        b = b[(b["estimator"] == e) & (b["delay"] == DELAY) & b["complete"]].groupby("seed")["stable"].first()
+        common = a.index.intersection(b.index)
+        up = int((a[common] & ~b[common]).sum())
+        down = int((~a[common] & b[common]).sum())
+        p[e] = float(stats.binomtest(up, up + down, 0.5).pvalue) if up + down else 1.0
+        out[e] = {"clipped_stable": int(a[common].sum()), "unclipped_stable": int(b[common].sum()),
+                  "n": len(common), "up": up, "down": down, "p_mcnemar": p[e]}
+    rej = holm(p)
+    higher = {e: out[e]["clipped_stable"] > out[e]["unclipped_stable"] for e in out}
+    v = "CONFIRMED" if all(higher.values()) and all(rej.values()) else \
+        "REFUTED" if not all(higher.values()) else "INCONCLUSIVE"
+    return {"verdict": v, **{e: {**out[e], "rejected": rej[e]} for e in out}}
+
+
+def _m2b(runs) -> dict:
+    baselines = [e for e in ("is", "tic_mask", "tic_trunc", "topr") if _stable(runs, "adamwclip", e)]
+    boots = {e: _diff(runs, "adamwclip", "gmc", "adamwclip", e) for e in baselines}
+    noninf = holm({e: p_below(b, -MARGIN) for e, b in boots.items()})
+    worse = holm({e: 1 - p_below(b, 0.0) for e, b in boots.items()})
+    v = "INCONCLUSIVE" if not baselines else "CONFIRMED" if all(noninf.values()) else \
+        "REFUTED" if any(worse.values()) else "INCONCLUSIVE"
+    return {"verdict": v, "margin": MARGIN, "gmc_stable": list(_share(runs, "adamwclip", "gmc")),
+            "baselines": {e: {**_iv(boots[e]), "noninferior": noninf[e], "worse": worse[e]} for e in baselines}}
+
+
+def _m3(runs) -> dict:
+    k, n = _share(runs, "adam", "gmc_cap")
+    b = _diff(runs, "adam", "gmc_cap", "adam", "tic_trunc", "mass_bias")
+    a = bool(n) and k / n >= STABLE_FRACTION
+    below = 1 - p_below(b, 0.0) <= ALPHA  # H0: gmc_cap - tic_trunc >= 0
+    v = "CONFIRMED" if a and below else "REFUTED" if (n and not a) or b["low"] > 0 else "INCONCLUSIVE"
+    k2, n2 = _share(runs, "adamk2", "gmc_cap")
+    return {"verdict": v, "gmc_cap_stable": [k, n], "mass_bias_gmc_cap_minus_tic_trunc": _iv(b),
+            "exploratory_kappa2_stable": [k2, n2],
+            "exploratory_kappa2_minus_topr_pc": _iv(_diff(runs, "adamk2", "gmc_cap", "adam", "topr"))}
+
+
+def _m4(runs) -> dict:
+    variants = ("gmc_topr", "topr_gmc")
+    boots = {v: _diff(runs, "adam", v, "adam", "topr") for v in variants}
+    noninf = holm({v: p_below(b, -MARGIN) for v, b in boots.items()})
+    worse = holm({v: 1 - p_below(b, 0.0) for v, b in boots.items()})
+    stable = {v: _stable(runs, "adam", v) for v in variants}
+    if any(stable[v] and noninf[v] for v in variants):
+        verdict = "CONFIRMED"
+    elif all((_share(runs, "adam", v)[1] and not stable[v]) or worse[v] for v in variants):
+        verdict = "REFUTED"
+    else:
+        verdict = "INCONCLUSIVE"
+    return {"verdict": verdict, "margin": MARGIN,
+            **{v: {"stable": list(_share(runs, "adam", v)), **_iv(boots[v]), "noninferior": noninf[v],
+                   "worse": worse[v]} for v in variants}}
+
+
+def _m6(root, runs) -> dict:
+    path = Path(root) / WARNING_FILE
+    if not path.is_file():
+        return {"verdict": "INCONCLUSIVE", "reason": f"{path} is missing: the signal was not pre-registered"}
+    rule = json.loads(path.read_text())
+    col, summary = rule["signal"].rsplit(":", 1)
+    held = runs[(runs["source"] == "mechanism") & (runs["delay"] == DELAY) & runs["complete"]]
+    tr = read_traces(root, (col,))
+    early = tr[tr["step"] < WARNING_WINDOW].groupby("run")[col].agg(summary)
+    x = early.reindex(held["run"]).to_numpy(float)
+    warned = x >= rule["threshold"] if rule["direction"] == "high" else x <= rule["threshold"]
+    collapsed = held["collapsed"].to_numpy(bool)
+    hit, miss = int((warned & collapsed).sum()), int((~warned & collapsed).sum())
+    fa, quiet = int((warned & ~collapsed).sum()), int((~warned & ~collapsed).sum())
+
+    def rate(k, n):
+        if not n:
+            return {"k": k, "n": n, "rate": math.nan, "ci": [math.nan, math.nan]}
+        ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - ALPHA, method="exact")
+        return {"k": k, "n": n, "rate": k / n, "ci": [float(ci.low), float(ci.high)]}
+
+    hits, alarms = rate(hit, hit + miss), rate(fa, fa + quiet)
+    p = float(stats.fisher_exact([[hit, miss], [fa, quiet]], alternative="greater").pvalue)
+    if hit + miss < 5 or fa + quiet < 5:
+        v = "INCONCLUSIVE"
+    else:
+        v = "CONFIRMED" if p < ALPHA else "REFUTED" if hits["rate"] <= alarms["rate"] else "INCONCLUSIVE"
+    return {"verdict": v, "signal": rule["signal"], "direction": rule["direction"], "threshold": rule["threshold"],
+            "hit_rate": hits, "false_alarm_rate": alarms, "p_fisher": p}
+
+
 WARNING_FILE = "warning.json"
 """M6's pre-registered signal, under the mechanism grid's folder (written by ``--select-warning``)."""
 
@@ -167,7 +398,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(study: Path, root: Path, json_out: str | None) -> int:
-    raise ValueError("the mechanism grid's analysis runs once the stopping rule is met (at least 6 whole seeds)")
+    res = analyse(study, root)
+    for h, r in res["hypotheses"].items():
+        extra = f" (interim: {r['interim_verdict']})" if "interim_verdict" in r else ""
+        print(f"{h}: {r['verdict']}{extra} -- {HYPOTHESES[h]}")
+    print(f"whole seeds: {res['seeds']}; replay of the committed Adam runs: {res['replay']['verdict']}")
+    if json_out:
+        from schema.io import write_json
+
+        write_json(json_out, res)
+        print(f"wrote {json_out}")
+    return 0
 
 
 if __name__ == "__main__":
