@@ -170,7 +170,9 @@ def read_both(study: str | Path, root: str | Path) -> tuple[pd.DataFrame, pd.Dat
     s = s[(s["horizon"] == "long") & ((s["delay"] == 0) | s["estimator"].isin(REUSED))]
     s = s[(s["delay"] == 0) | (s["delay"] == DELAY)].assign(arm="adam", source="study")
     m = read_runs(root).assign(source="mechanism")
-    m["arm"] = [arm_of(r) for r in m.to_dict("records")]
+    from schema.results import read_run_config
+
+    m["arm"] = [arm_of(read_run_config(Path(root) / run)) for run in m["run"]]
     replay = (m["arm"] == "adam") & m["estimator"].isin(REUSED)
     return pd.concat([s, m[~replay]], ignore_index=True), m[replay]
 
@@ -218,12 +220,42 @@ def _iv(b: dict) -> dict:
     return {k: b[k] for k in ("n", "mean", "low", "high")}
 
 
-def whole_seeds_of(runs: pd.DataFrame) -> list[int]:
-    """Seeds whose every cell (arm, estimator, delay) that any seed has is complete."""
-    cells = set(runs[["arm", "estimator", "delay"]].itertuples(index=False, name=None))
+def planned_cells(grid: str = "mechanism") -> set[tuple]:
+    """(arm, estimator, delay) of every run a seed of the grid plans."""
+    from llm_runs.study import STUDIES
+
+    return {(c.arm, c.estimator, c.delay) for c in STUDIES[grid].cells() if c.seed == STUDIES[grid].seeds[0]}
+
+
+def whole_seeds_of(runs: pd.DataFrame, cells: set | None = None) -> list[int]:
+    """Seeds whose every cell (arm, estimator, delay) is complete: the ``cells`` given (a grid's
+    plan, :func:`planned_cells`), else every cell any seed has."""
+    if cells is None:
+        cells = set(runs[["arm", "estimator", "delay"]].itertuples(index=False, name=None))
     done = runs[runs["complete"]].groupby("seed")
     return sorted(int(s) for s, g in done if set(g[["arm", "estimator", "delay"]].itertuples(index=False, name=None))
                   >= cells)
+
+
+def mechanism_seeds(runs: pd.DataFrame, replays: pd.DataFrame) -> list[int]:
+    """The whole seeds of the mechanism grid: every planned run of the seed complete."""
+    return whole_seeds_of(pd.concat([runs[runs["source"] == "mechanism"], replays]), planned_cells())
+
+
+def load(study: str | Path | None = None, root: str | Path | None = None) -> pd.DataFrame:
+    """The runs the figures draw (:func:`read_both`): the whole seeds, or while there is none
+    every complete run of the mechanism grid and the committed runs of those seeds (interim);
+    ``attrs["seeds"]`` lists the whole seeds."""
+    from schema.results import MECHANISM, STUDY
+
+    study, root = study or STUDY.require(), root or MECHANISM.require()
+    runs, replays = read_both(study, root)
+    seeds = mechanism_seeds(runs, replays)
+    mech = runs[(runs["source"] == "mechanism") & runs["complete"]]
+    keep = seeds or sorted(set(mech["seed"]))
+    out = runs[runs["seed"].isin(keep)].reset_index(drop=True)
+    out.attrs.update(seeds=seeds, source=str(root))
+    return out
 
 
 def per_run_means(roots: list[str | Path], columns=MECH_COLUMNS) -> pd.DataFrame:
@@ -238,7 +270,7 @@ def per_run_means(roots: list[str | Path], columns=MECH_COLUMNS) -> pd.DataFrame
 
 def analyse(study: str | Path, root: str | Path) -> dict:
     runs, replays = read_both(study, root)
-    seeds = [s for s in whole_seeds_of(runs[runs["source"] == "mechanism"]) if s in set(runs["seed"])]
+    seeds = mechanism_seeds(runs, replays)
     runs = runs[runs["seed"].isin(seeds)]
     means = per_run_means([study, root], ("stale/mass_bias",))
     key = dict(zip(zip(means["root"], means.index), means["stale/mass_bias"]))
@@ -360,6 +392,35 @@ def _m6(root, runs) -> dict:
         v = "CONFIRMED" if p < ALPHA else "REFUTED" if hits["rate"] <= alarms["rate"] else "INCONCLUSIVE"
     return {"verdict": v, "signal": rule["signal"], "direction": rule["direction"], "threshold": rule["threshold"],
             "hit_rate": hits, "false_alarm_rate": alarms, "p_fisher": p}
+
+
+def study_facts(study: str | Path) -> dict:
+    """What the committed staleness study's own data say about its first explanation of GMC's
+    failure (one heavy trajectory) and about H4's warning, at the long horizon: per delay, GMC's
+    largest weight per update (median over updates 0-49) in surviving against collapsed runs and
+    its AUC for collapse; how many positive-delay runs H4's warning fired in, and when; the share
+    of GMC's d = 64 updates whose plug-in chi^2 is <= 0."""
+    runs = read_runs(study)
+    long = runs[(runs["horizon"] == "long") & runs["complete"]]
+    tr = read_traces(study, ("train/weight_max", "stale/chi2"))
+    tr = tr[tr["horizon"] == "long"]
+    out: dict = {"weight_max": {}}
+    for d in (16, 64):
+        g = long[(long["estimator"] == "gmc") & (long["delay"] == d)].set_index("run")
+        early = tr[(tr["step"] < 50) & tr["run"].isin(g.index)].groupby("run")["train/weight_max"].median()
+        col = g["collapsed"].reindex(early.index).to_numpy(bool)
+        x = early.to_numpy(float)
+        out["weight_max"][d] = {"survived_median": float(np.median(x[~col])) if (~col).any() else math.nan,
+                                "collapsed_median": float(np.median(x[col])) if col.any() else math.nan,
+                                "survived": int((~col).sum()), "collapsed": int(col.sum()), "auc": auc(x, col)}
+    pos = long[long["delay"] > 0]
+    fired = pos["t_warning"].notna()
+    out["h4"] = {"runs": len(pos), "fired": int(fired.sum()),
+                 "median_update": float(pos.loc[fired, "t_warning"].median()) if fired.any() else math.nan,
+                 "collapsed": int(pos["collapsed"].sum())}
+    g64 = tr[(tr["estimator"] == "gmc") & (tr["delay"] == 64)]["stale/chi2"]
+    out["gmc_d64_chi2_nonpositive"] = float((g64 <= 0).mean())
+    return out
 
 
 WARNING_FILE = "warning.json"

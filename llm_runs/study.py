@@ -41,6 +41,11 @@ STUDY_MODEL = {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers":
                "num_key_value_heads": 2, "head_dim": 16}
 """A 4-layer, 64-wide Qwen3 (247k parameters): a quarter of ``tiny-cpu``'s compute per token."""
 
+STUDY_MODEL_LARGE = {"hidden_size": 128, "intermediate_size": 544, "num_hidden_layers": 8, "num_attention_heads": 4,
+                     "num_key_value_heads": 2, "head_dim": 32}
+"""An 8-layer, 128-wide Qwen3 (2,068,992 parameters with the scratchpad's 15-token vocabulary: 8.4
+times :data:`STUDY_MODEL`'s 247,424): the mechanism study's second model size (M5)."""
+
 STUDY_BASE = {"preset": "tiny-cpu", "model_kwargs": STUDY_MODEL, "digits": 1, "heldout_size": 200,
               "eval_train_size": 0, "warm_start_batch": 128, "warm_start_seed": 0,
               "prompts_per_step": 16, "group_size": 8, "lr": 1e-4, "eps": 0.2, "advantage": "loo", "steps": 200,
@@ -240,6 +245,10 @@ STUDIES = {
                            "(sgd, adamclip, adamwclip) x gmc, is, tic_mask, tic_trunc, topr + a delay-0 run each, and "
                            "scheme arms under unclipped Adam (gmc, topr, gmc_cap, gmc_topr, topr_gmc, snis; gmc_cap "
                            "kappa 2), long horizon, d = 64, 10 paired seeds (250 runs of 200 updates)"),
+    "pilot_large": Study("pilot_large", "results/llm/pilot_large", {**STUDY_BASE, "model_kwargs": STUDY_MODEL_LARGE},
+                         {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1), floor=(),
+                         doc="the larger model (STUDY_MODEL_LARGE) at delay 0, long horizon, the study's warm start "
+                             "recipe and lr, 2 seeds: its warm-start pc, gain and step cost before M5's grid"),
     "pilot_sgd": Study("pilot_sgd", "results/llm/pilot_sgd", STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(),
                        seeds=(0,), floor=(),
                        arms=tuple(Arm(f"sgd{lr:g}", {"optimizer": "sgd", "lr": lr}, ()) for lr in SGD_PILOT_LRS),

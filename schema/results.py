@@ -104,6 +104,7 @@ class _LLMSource(Source):
 LLM = _LLMSource("llm sweep", ("llm/sweep", "llm/sweep_quick"), "python -m llm_runs.sweep")
 STUDY = _LLMSource("llm study", ("llm/study",), "python -m llm_runs.study")
 STUDY_HORIZON = _LLMSource("llm horizon grid", ("llm/horizon",), "python -m llm_runs.study --grid horizon")
+MECHANISM = _LLMSource("llm mechanism grid", ("llm/mechanism",), "python -m llm_runs.study --grid mechanism")
 VERDICTS = Source("llm/study/verdicts.json", ("llm/study/verdicts.json",),
                   "python -m claims.study --json results/llm/study/verdicts.json")
 
