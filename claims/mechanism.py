@@ -394,6 +394,34 @@ def _m6(root, runs) -> dict:
             "hit_rate": hits, "false_alarm_rate": alarms, "p_fisher": p}
 
 
+DRIFT_COLUMNS = ("stale/log_ratio_abs_mean", "stale/chi2", "mech/kl", "mech/step_norm", "mech/cos_is",
+                 "mech/heavy_share", "stale/mass_cap_frac")
+"""How far the policy is from the one that sampled its batch, and what the update does, per run."""
+
+
+def drift_table(runs: pd.DataFrame, study: str | Path, root: str | Path) -> pd.DataFrame:
+    """Per (arm, estimator) at d = 64: runs, stable runs, and the median over runs of each run's
+    median over its updates of :data:`DRIFT_COLUMNS` (the committed runs have no ``mech/`` columns:
+    NaN there)."""
+    sel = runs[(runs["delay"] == DELAY) & runs["complete"]]
+    meds = []
+    for src, path in (("study", study), ("mechanism", root)):
+        names = set(sel.loc[sel["source"] == src, "run"])
+        if not names:
+            continue
+        tr = read_traces(path, DRIFT_COLUMNS)
+        meds.append(tr[tr["run"].isin(names)].groupby("run")[list(DRIFT_COLUMNS)].median().assign(source=src))
+    if not meds:
+        return pd.DataFrame()
+    per_run = pd.concat(meds).reset_index()
+    per_run = per_run.merge(sel[["run", "source", "arm", "estimator", "stable"]], on=["run", "source"])
+    g = per_run.groupby(["arm", "estimator"])
+    out = g[list(DRIFT_COLUMNS)].median()
+    out.insert(0, "stable", g["stable"].sum().astype(int))
+    out.insert(0, "runs", g.size())
+    return out.reset_index()
+
+
 def study_facts(study: str | Path) -> dict:
     """What the committed staleness study's own data say about its first explanation of GMC's
     failure (one heavy trajectory) and about H4's warning, at the long horizon: per delay, GMC's
