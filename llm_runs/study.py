@@ -358,12 +358,28 @@ def audit(root: str | Path) -> Audit:
     assembled by hand) every run must agree with the others on every setting outside
     :data:`_FREE_FIELDS` and no two runs may be the same cell; the odd ones out are foreign.
     """
+    from schema.results import metrics_path
+
+    root = Path(root)
+    folders = [p for p in sorted(root.iterdir()) if p.is_dir() and (p / "config.json").is_file()]
+    settings_file = root / "sweep.json"
+    key = (str(root.resolve()), settings_file.stat().st_mtime_ns if settings_file.is_file() else None,
+           tuple((p.name, (p / "config.json").stat().st_mtime_ns, metrics_path(p) is not None) for p in folders))
+    if key in _AUDITS:
+        return _AUDITS[key]
+    _AUDITS[key] = found = _audit(root, folders)
+    return found
+
+
+_AUDITS: dict = {}
+"""audit's results in this process, keyed by the folder's run configs and their modification times."""
+
+
+def _audit(root: Path, folders: list[Path]) -> Audit:
     from schema.results import metrics_path, read_run_config
 
     from .config import config_diff, resolve_config
 
-    root = Path(root)
-    folders = [p for p in sorted(root.iterdir()) if p.is_dir() and (p / "config.json").is_file()]
     no_metrics = [p.name for p in folders if metrics_path(p) is None]
     runs = [p for p in folders if metrics_path(p) is not None]
     foreign: dict[str, str] = {}

@@ -338,17 +338,29 @@ def check_steps(m: pd.DataFrame, path: Path, steps=None) -> None:
         raise ValueError(f"{path}: step {int(max(st))} beyond the run's T = {steps}")
 
 
+_READ_CACHE: dict = {}
+"""read_run's results in this process, keyed by the run's files and their modification times (a
+report reads one study folder several times; a file written since is read again)."""
+
+
 def read_run(run: Path) -> tuple[dict, pd.DataFrame]:
-    """A run folder: ``(settings, metrics)``, both checked (see the module docstring)."""
+    """A run folder: ``(settings, metrics)``, both checked (see the module docstring). Repeated
+    reads of unchanged files in one process come from a cache (copies: callers may modify them)."""
     run = Path(run)
-    cfg = read_run_config(run)
     path = metrics_path(run)
     if path is None:
+        read_run_config(run)  # a bad config.json is named first
         raise MissingResults(f"{run}: no {METRICS_FILE}")
-    m = read_metrics_csv(path)
-    settings = run_settings(cfg)
-    check_steps(m, path, settings["steps"])
-    return settings, m
+    cfg_file = run / "config.json"
+    key = (str(run.resolve()), path.name, cfg_file.stat().st_mtime_ns, path.stat().st_mtime_ns, path.stat().st_size)
+    hit = _READ_CACHE.get(key)
+    if hit is None:
+        cfg = read_run_config(run)
+        m = read_metrics_csv(path)
+        settings = run_settings(cfg)
+        check_steps(m, path, settings["steps"])
+        hit = _READ_CACHE[key] = (settings, m)
+    return dict(hit[0]), hit[1].copy()
 
 
 def run_folders(root: Path) -> list[Path]:
