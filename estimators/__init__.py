@@ -5,6 +5,7 @@
 [[2.4, 0.8, 0.8, 0.8]]
 """
 from . import peers  # noqa: F401  (registers topr, seq_tis_bn, seq_mis)
+from . import peers_2025  # noqa: F401  (registers seq_geo_mask, vespo)
 from .advantages import ADVANTAGE_KINDS, advantages
 from .diagnostics import diagnostics
 from .params import PARAMS, Param

@@ -46,6 +46,11 @@ STYLES: dict[str, EstimatorStyle] = {
     "cispo": EstimatorStyle(_L["cispo"], "#AA4499", "8"),
     "m2po": EstimatorStyle(_L["m2po"], "#661100", "H"),
     "opsm": EstimatorStyle(_L["opsm"], "#6699CC", "1"),
+    "seq_geo_mask": EstimatorStyle(_L["seq_geo_mask"], "#BBBB00", "s"),
+    "vespo": EstimatorStyle(_L["vespo"], "#EE3377", "D"),
+    "icepop": EstimatorStyle(_L["icepop"], "#33BBEE", "4"),
+    "sapo": EstimatorStyle(_L["sapo"], "#0077BB", "x"),
+    "dppo_tv": EstimatorStyle(_L["dppo_tv"], "#EE7733", "+"),
 }
 """estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style."""
 

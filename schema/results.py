@@ -188,7 +188,10 @@ LEGACY_FIELDS: dict[str, tuple] = {
     "gspo_eps_high": (_legacy_gspo_eps_high,
                       "GSPO's upper clip was eps_high when set, else gspo_loss's default 4e-4"),
     **{name: (None, "only the estimator it tunes reads it, and that estimator did not exist yet")
-       for name in ("cispo_eps_low", "cispo_eps_high", "m2po_tau", "opsm_delta", "tis_cap", "mis_low", "mis_high")},
+       for name in ("cispo_eps_low", "cispo_eps_high", "m2po_tau", "opsm_delta", "tis_cap", "mis_low", "mis_high",
+                    "icepop_low", "icepop_high", "geo_low", "geo_high", "geo_length", "geo_cap", "sapo_tau_pos",
+                    "sapo_tau_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
+                    "dppo_delta", "dppo_cap")},
 }
 """Config fields added after runs were made: ``{field: (value, why)}`` where ``value(cfg)`` is
 what a run whose stored ``config`` lacks the field actually used, computed from that stored
