@@ -283,6 +283,8 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     for name in STUDY_FIGURES:
         lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
         md += lines + [""]
+        if name == "f9_peers_frontier" and not miss:  # the newcomers against GMC, one sentence
+            md += [plain(newcomers_sentence(fig_module(name).load())), ""]
         if miss:
             missing.append(miss)
     return md, missing
@@ -318,6 +320,44 @@ def figure_section(name: str, report_dir: Path, figures_out: Path, draw_missing:
     lines += [f"![{name}]({rel})", ""] if png.exists() else ["*PNG missing: run `python -m figures`.*", ""]
     lines += [plain(m.caption(df))]
     return lines, None
+
+
+# --------------------------------------------------------------------------- the 2025-2026 peers against GMC (F9)
+
+NEWCOMERS = ("seq_geo_mask", "vespo", "icepop", "sapo", "dppo_tv")
+"""The corrections verl, TRL, AReaL and prime-rl added in 2025-2026 (F9 measures them beside GMC)."""
+
+
+def newcomers_sentence(df) -> str:
+    """Where each newcomer sits against GMC at the largest delay of each environment of F9's
+    table: who dominates whom in (bias, second moment), or the trade, and class membership."""
+    from claims.measures import frontier
+
+    parts = []
+    for env, d in df.groupby("env"):
+        dd = d[(d["Delta"] == d["Delta"].max()) & (d["batch_groups"] == 1)]
+        g = dd[dd["scheme"] == "gmc"].iloc[0]
+        on_front = set(frontier(dd)["scheme"])
+        said = []
+        for name in (n for n in NEWCOMERS if n in set(dd["scheme"])):
+            r = dd[dd["scheme"] == name].iloc[0]
+            b, m, gb, gm = r["bias_norm"], r["second_moment"], g["bias_norm"], g["second_moment"]
+            if b <= gb and m <= gm and (b < gb or m < gm):
+                rel = "dominates GMC"
+            elif gb <= b and gm <= m and (gb < b or gm < m):
+                rel = "is dominated by GMC"
+            else:
+                rel = ("trades a lower second moment for a higher bias" if m < gm
+                       else "trades a lower bias for a higher second moment")
+            cls = ("token-level" if r["level"] != "trajectory" else
+                   f"{'in' if bool(r['in_class']) else 'outside'} C_eps, largest group mass {r['sup_mass']:.3g}")
+            move = "; it never moves: second moment 0" if m == 0 else ""
+            said.append(f"{name} ({cls}) {rel} (bias {b:.3g} vs {gb:.3g}, second moment {m:.3g} vs {gm:.3g}; "
+                        f"{'on' if name in on_front else 'off'} the frontier{move})")
+        if said:
+            parts.append(f"{'E1' if env == 'bandit' else 'E2'} at Delta = {dd['Delta'].iloc[0]:g}: " + "; ".join(said))
+    return ("The 2025-2026 corrections against GMC (F9's table, exact enumeration, one group per batch): "
+            + ". ".join(parts) + ".") if parts else ""
 
 
 def _git_commit() -> str:

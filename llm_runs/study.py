@@ -155,6 +155,10 @@ class Study:
         return cells
 
 
+NEWCOMERS_2025 = ("icepop", "seq_geo_mask", "sapo", "vespo", "dppo_tv")
+"""The corrections verl, TRL, AReaL and prime-rl added in 2025-2026 (:mod:`estimators.peers_2025`,
+:mod:`estimators.token_peers_2025`)."""
+
 STUDIES = {
     "primary": Study("primary", "results/llm/study", STUDY_BASE, HORIZONS, ESTIMATORS, delays=(16, 64),
                      seeds=tuple(range(10)),
@@ -173,6 +177,14 @@ STUDIES = {
                               {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1, 2), floor=(),
                               doc="delay 0, long horizon, 800 updates (four times the study's), 3 seeds: how much "
                                   "of the pc gain the study's 200 updates leave (exploratory, after the grid)"),
+    "peers_2025": Study("peers_2025", "results/llm/study_2025", STUDY_BASE,
+                        {"short": {**HORIZONS["short"], "geo_length": 3.0},
+                         "long": {**HORIZONS["long"], "geo_length": 18.0}},
+                        NEWCOMERS_2025, delays=(16, 64), seeds=tuple(range(10)), floor=(), zero_delay=None,
+                        doc="exploratory, not pre-registered: the 2025-2026 corrections at the primary grid's "
+                            "delays, horizons, warm starts and seeds (200 runs); seq_geo_mask averages over "
+                            "L = 18 tokens at the long horizon (every completion has 18) and L = 3 at the short "
+                            "one (completions of at most 3 tokens: not verl's per-completion rule there)"),
 }
 
 
