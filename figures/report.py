@@ -283,8 +283,6 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     for name in STUDY_FIGURES:
         lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
         md += lines + [""]
-        if name == "f9_peers_frontier" and not miss:  # the newcomers against GMC, one sentence
-            md += [plain(newcomers_sentence(fig_module(name).load())), ""]
         if miss:
             missing.append(miss)
     return md, missing
@@ -342,7 +340,9 @@ def newcomers_sentence(df) -> str:
         for name in (n for n in NEWCOMERS if n in set(dd["scheme"])):
             r = dd[dd["scheme"] == name].iloc[0]
             b, m, gb, gm = r["bias_norm"], r["second_moment"], g["bias_norm"], g["second_moment"]
-            if b <= gb and m <= gm and (b < gb or m < gm):
+            if m == 0:
+                rel = "never moves (second moment 0: every trajectory of every group rejected or A = 0)"
+            elif b <= gb and m <= gm and (b < gb or m < gm):
                 rel = "dominates GMC"
             elif gb <= b and gm <= m and (gb < b or gm < m):
                 rel = "is dominated by GMC"
@@ -351,9 +351,8 @@ def newcomers_sentence(df) -> str:
                        else "trades a lower bias for a higher second moment")
             cls = ("token-level" if r["level"] != "trajectory" else
                    f"{'in' if bool(r['in_class']) else 'outside'} C_eps, largest group mass {r['sup_mass']:.3g}")
-            move = "; it never moves: second moment 0" if m == 0 else ""
             said.append(f"{name} ({cls}) {rel} (bias {b:.3g} vs {gb:.3g}, second moment {m:.3g} vs {gm:.3g}; "
-                        f"{'on' if name in on_front else 'off'} the frontier{move})")
+                        f"{'on' if name in on_front else 'off'} the frontier)")
         if said:
             parts.append(f"{'E1' if env == 'bandit' else 'E2'} at Delta = {dd['Delta'].iloc[0]:g}: " + "; ".join(said))
     return ("The 2025-2026 corrections against GMC (F9's table, exact enumeration, one group per batch): "
@@ -413,6 +412,8 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
     for name in (n for n in FIGURES if n not in STUDY_FIGURES):
         lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
         md += lines + [""]
+        if name == "f9_peers_frontier" and not miss:  # the newcomers against GMC, one sentence
+            md += [plain(newcomers_sentence(fig_module(name).load())), ""]
         if miss:
             missing.append(miss)
 

@@ -270,3 +270,25 @@ def test_huge_log_ratios_give_finite_loss_and_gradient(name, dtype):
 def test_bad_knobs_refused(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ----------------------------------------------------------------- the report's sentence on the newcomers
+
+
+def test_report_sentence_places_each_newcomer_against_gmc():
+    import pandas as pd
+
+    from figures.report import newcomers_sentence
+
+    rows = [("gmc", "trajectory", 0.2, 0.1, True, 1.2), ("vespo", "trajectory", 0.3, 0.05, False, 1.24),
+            ("seq_geo_mask", "trajectory", 0.4, 0.0, True, 1.0), ("sapo", "token", 0.3, 0.2, None, float("nan")),
+            ("icepop", "token", 0.1, 0.05, None, float("nan"))]
+    df = pd.DataFrame([{"env": "bandit", "Delta": D, "batch_groups": 1, "scheme": n, "key": n, "level": lv,
+                        "bias_norm": b, "second_moment": m, "in_class": c, "sup_mass": s}
+                       for D in (1.0, 4.0) for n, lv, b, m, c, s in rows])
+    text = newcomers_sentence(df)
+    assert text.startswith("The 2025-2026 corrections against GMC") and "E1 at Delta = 4" in text
+    assert "vespo (outside C_eps, largest group mass 1.24) trades a lower second moment for a higher bias" in text
+    assert "seq_geo_mask (in C_eps, largest group mass 1) never moves" in text
+    assert "sapo (token-level) is dominated by GMC" in text and "icepop (token-level) dominates GMC" in text
+    assert newcomers_sentence(df[~df["scheme"].isin(["vespo", "seq_geo_mask", "sapo", "icepop"])]) == ""
