@@ -334,6 +334,8 @@ def newcomers_sentence(df) -> str:
     parts = []
     for env, d in df.groupby("env"):
         dd = d[(d["Delta"] == d["Delta"].max()) & (d["batch_groups"] == 1)]
+        if "gmc" not in set(dd["scheme"]):
+            continue
         g = dd[dd["scheme"] == "gmc"].iloc[0]
         on_front = set(frontier(dd)["scheme"])
         said = []
