@@ -7,9 +7,9 @@ name          c_i                                                 group mass sup
 ============  ==================================================  ====================================
 seq_geo_mask  1{lo <= exp(l_i / L) <= hi}, times min(w_i, C)      1 (C = 0); min(C, hi^L) (C > 0)
               when C > 0
-vespo         phi(w_i) = w_i^k exp(lambda (1 - w_i)), (k, lambda)  max over the two signs of
-              = (k_pos, lambda_pos) if A_i >= 0 else (k_neg,      (k/lambda)^k exp(lambda - k)
-              lambda_neg)                                         (1.2416 at the defaults: outside
+vespo         phi(w_i) = w_i^k exp(lambda (1 - w_i)), with        max over the two signs of
+              (k, lambda) = (k_pos, lambda_pos) if A_i >= 0,      (k/lambda)^k exp(lambda - k)
+              else (k_neg, lambda_neg)                            (1.2416 at the defaults: outside
                                                                   C_eps for eps < 0.2416)
 ============  ==================================================  ====================================
 
