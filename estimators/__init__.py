@@ -6,6 +6,7 @@
 """
 from . import (
     peers,  # noqa: F401  (registers topr, seq_tis_bn, seq_mis)
+    peers_2025,  # noqa: F401  (registers seq_geo_mask, vespo)
     variants,  # noqa: F401  (registers gmc_cap, gmc_topr, topr_gmc)
 )
 from .advantages import ADVANTAGE_KINDS, advantages

@@ -25,7 +25,8 @@ Token-level losses users compare against (not members of the class), registered 
   tokens (``token-mean``).
 * ``gspo``: sequence geometric-mean ratio ``s = exp(mean_t log r_t)``, PPO-clipped at its own
   range (``eps_low``, ``eps_high``; the paper's 3e-4 / 4e-4).
-* ``cispo``, ``m2po``, ``opsm``: see their functions.
+* ``cispo``, ``m2po``, ``opsm``: see their functions; ``icepop``, ``sapo``, ``dppo_tv``: see
+  :mod:`estimators.token_peers_2025`.
 
 No loss computes the ratio diagnostics (:func:`estimators.diagnostics`): a caller computes
 them once per update from :attr:`LossOutput.seq_log_ratio`. ``metrics`` holds only what the
@@ -300,6 +301,8 @@ def opsm_loss(logp, old_logp, mask, advantages, group_size: int, eps: float, eps
     metrics = {"seq_clip_frac": float((~keep).float().mean())}  # sequences dropped
     return LossOutput(loss, _seq_log_ratio(log_r, B, group_size), None, metrics)
 
+
+from . import token_peers_2025  # noqa: F401  (registers icepop, sapo, dppo_tv)
 
 TOKEN_LEVEL = tuple(TOKEN_LOSSES)
 """Names of the token-level losses (not members of the trajectory family)."""

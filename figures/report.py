@@ -324,6 +324,47 @@ def figure_section(name: str, report_dir: Path, figures_out: Path, draw_missing:
     return lines, None
 
 
+# --------------------------------------------------------------------------- the 2025-2026 peers against GMC (F9)
+
+NEWCOMERS = ("seq_geo_mask", "vespo", "icepop", "sapo", "dppo_tv")
+"""The corrections verl, TRL, AReaL and prime-rl added in 2025-2026 (F9 measures them beside GMC)."""
+
+
+def newcomers_sentence(df) -> str:
+    """Where each newcomer sits against GMC at the largest delay of each environment of F9's
+    table: who dominates whom in (bias, second moment), or the trade, and class membership."""
+    from claims.measures import frontier
+
+    parts = []
+    for env, d in df.groupby("env"):
+        dd = d[(d["Delta"] == d["Delta"].max()) & (d["batch_groups"] == 1)]
+        if "gmc" not in set(dd["scheme"]):
+            continue
+        g = dd[dd["scheme"] == "gmc"].iloc[0]
+        on_front = set(frontier(dd)["scheme"])
+        said = []
+        for name in (n for n in NEWCOMERS if n in set(dd["scheme"])):
+            r = dd[dd["scheme"] == name].iloc[0]
+            b, m, gb, gm = r["bias_norm"], r["second_moment"], g["bias_norm"], g["second_moment"]
+            if m == 0:
+                rel = "never moves (second moment 0: every trajectory of every group rejected or A = 0)"
+            elif b <= gb and m <= gm and (b < gb or m < gm):
+                rel = "dominates GMC"
+            elif gb <= b and gm <= m and (gb < b or gm < m):
+                rel = "is dominated by GMC"
+            else:
+                rel = ("trades a lower second moment for a higher bias" if m < gm
+                       else "trades a lower bias for a higher second moment")
+            cls = ("token-level" if r["level"] != "trajectory" else
+                   f"{'in' if bool(r['in_class']) else 'outside'} C_eps, largest group mass {r['sup_mass']:.3g}")
+            said.append(f"{name} ({cls}) {rel} (bias {b:.3g} vs {gb:.3g}, second moment {m:.3g} vs {gm:.3g}; "
+                        f"{'on' if name in on_front else 'off'} the frontier)")
+        if said:
+            parts.append(f"{'E1' if env == 'bandit' else 'E2'} at Delta = {dd['Delta'].iloc[0]:g}: " + "; ".join(said))
+    return ("The 2025-2026 corrections against GMC (F9's table, exact enumeration, one group per batch): "
+            + ". ".join(parts) + ".") if parts else ""
+
+
 def _git_commit() -> str:
     commit = git_commit()["git_commit"]
     return commit[:7] if commit else "unknown"
@@ -382,6 +423,8 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
     for name in (n for n in FIGURES if n not in STUDY_FIGURES and n not in MECHANISM_FIGURES):
         lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
         md += lines + [""]
+        if name == "f9_peers_frontier" and not miss:  # the newcomers against GMC, one sentence
+            md += [plain(newcomers_sentence(fig_module(name).load())), ""]
         if miss:
             missing.append(miss)
 

@@ -220,6 +220,10 @@ the gradient norm clipped at 1, AdamW + decay 0.01 + clip 1: verl's actor), and 
 under the study's unclipped Adam (its gmc and topr again, with the diagnostics, as the full-length
 replay of the committed runs they reuse)."""
 
+NEWCOMERS_2025 = ("icepop", "seq_geo_mask", "sapo", "vespo", "dppo_tv")
+"""The corrections verl, TRL, AReaL and prime-rl added in 2025-2026 (:mod:`estimators.peers_2025`,
+:mod:`estimators.token_peers_2025`)."""
+
 STUDIES = {
     "primary": Study("primary", "results/llm/study", STUDY_BASE, HORIZONS, ESTIMATORS, delays=(16, 64),
                      seeds=tuple(range(10)),
@@ -255,6 +259,14 @@ STUDIES = {
                        doc="SGD (fixed step, no momentum) at delay 0, long horizon, step sizes "
                            f"{', '.join(f'{lr:g}' for lr in SGD_PILOT_LRS)}, seed 0: the step whose held-out gain "
                            "over 200 updates is closest to Adam's (the mechanism grid's SGD arm)"),
+    "peers_2025": Study("peers_2025", "results/llm/study_2025", STUDY_BASE,
+                        {"short": {**HORIZONS["short"], "geo_length": 3.0},
+                         "long": {**HORIZONS["long"], "geo_length": 18.0}},
+                        NEWCOMERS_2025, delays=(16, 64), seeds=tuple(range(10)), floor=(), zero_delay=None,
+                        doc="exploratory, not pre-registered: the 2025-2026 corrections at the primary grid's "
+                            "delays, horizons, warm starts and seeds (200 runs); seq_geo_mask averages over "
+                            "L = 18 tokens at the long horizon (every completion has 18) and L = 3 at the short "
+                            "one (completions of at most 3 tokens: not verl's per-completion rule there)"),
 }
 
 

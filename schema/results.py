@@ -190,7 +190,9 @@ LEGACY_FIELDS: dict[str, tuple] = {
                       "GSPO's upper clip was eps_high when set, else gspo_loss's default 4e-4"),
     **{name: (None, "only the estimator it tunes reads it, and that estimator did not exist yet")
        for name in ("cispo_eps_low", "cispo_eps_high", "m2po_tau", "opsm_delta", "tis_cap", "mis_low", "mis_high",
-                    "gmc_cap_kappa")},
+                    "gmc_cap_kappa", "icepop_low", "icepop_high", "geo_low", "geo_high", "geo_length", "geo_cap",
+                    "sapo_tau_pos", "sapo_tau_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+                    "vespo_lambda_neg", "dppo_delta", "dppo_cap")},
     "optimizer": (lambda cfg: "adam", "every RL update used torch.optim.Adam(params, lr)"),
     "momentum": (lambda cfg: 0.0, "Adam has no heavy-ball momentum knob"),
     "weight_decay": (lambda cfg: 0.0, "Adam without weight decay"),

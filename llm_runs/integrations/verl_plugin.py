@@ -7,8 +7,8 @@ worker). Importing this module registers, if verl is importable:
 
 * policy losses (``actor_rollout_ref.actor.policy_loss.loss_mode=<name>``) for every scheme
   of :data:`estimators.SCHEMES`: ``gmc``, ``tic_mask``, ``tic_trunc``, ``tic_ppo``, ``snis``,
-  ``is``, ``stale``, ``topr``, ``seq_tis_bn``, ``seq_mis``. Knobs (``C`` of ``seq_tis_bn``,
-  ``lo``/``hi`` of ``seq_mis``) take their defaults of :data:`estimators.params.PARAMS` (verl's
+  ``is``, ``stale``, ``topr``, ``seq_tis_bn``, ``seq_mis``, ``seq_geo_mask``, ``vespo``. Knobs (``C`` of
+  ``seq_tis_bn``, ``lo``/``hi`` of ``seq_mis``, ...) take their defaults of :data:`estimators.params.PARAMS` (verl's
   ``PolicyLossConfig`` refuses extra fields); ``seq_tis_bn``'s batch is the micro-batch the
   loss sees, not verl's whole batch. The surrogate is :func:`estimators.losses.trajectory_loss` itself:
   one trajectory log-ratio ``l_i = sum_t (log_prob - old_log_prob)`` per response, weights
