@@ -24,7 +24,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all setup setup-verl verify-bounds abstract verdicts tuned-sweep test test-main test-verl figures report llm-smoke llm-sweep llm-study sim-sweeps bench lint clean-venv help
+.PHONY: all setup setup-verl verify-bounds abstract verdicts tuned-sweep test test-main test-verl figures report llm-smoke llm-sweep llm-study llm-mechanism sim-sweeps bench lint clean-venv help
 
 help:
 	@echo "make verify-bounds   check every claim of THEORY.md, print the table"
@@ -87,6 +87,9 @@ report: abstract verdicts figures
 
 llm-study: $(STAMP)
 	$(PY) -m llm_runs.study
+
+llm-mechanism: $(STAMP)
+	$(PY) -m llm_runs.study --grid mechanism --resume
 
 llm-smoke: $(STAMP)
 	$(PY) -m llm_runs.smoke
