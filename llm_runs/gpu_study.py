@@ -63,8 +63,8 @@ What it does, offline (``make gpu-study``):
    median chi^2 at d = 4 and says whether it is in 0.5-3; if not, the next device run moves lr
    by the square root of the ratio (chi^2 grows about as (lr d)^2 while it is small).
    **Updates and seeds**: 50 updates and 2 seeds are what the cost model fits in the 8
-   minutes after the warm start (431 s; ``--dry-run`` prints the sum, and 60 updates or a
-   third seed do not fit); the summary says what fitted.
+   minutes with a margin for its errors (431 s of 480; ``--dry-run`` prints the sum: 60
+   updates would leave 16 s, a third seed needs 592 s); the summary says what fitted.
 4. **Results** under ``results/llm/gpu_study/``: the study's run folders (``config.json``,
    ``metrics.csv`` written a row per update, ``summary.json``), read by :mod:`schema.results`
    like the CPU study's, ``sweep.json`` and ``summary.csv`` of the sweep runner, and
