@@ -20,7 +20,8 @@ What it does, offline (``make gpu-study``):
    tokenizer (measured on the tokenizer and recorded in ``gpu_study.json``). Adam, lr
    :attr:`WarmStartPlan.lr` after a linear warm-up, batch 128 problems, held-out evaluation
    every :attr:`WarmStartPlan.eval_every` steps; it stops at the first evaluation whose held-out
-   pc reaches :attr:`WarmStartPlan.target_pc` = 0.50, or after ``max_steps``.
+   pc reaches :attr:`WarmStartPlan.target_pc` = 0.50, or after ``max_steps``, or at the first
+   evaluation that leaves less than one seed's time (the cost model's) before the deadline.
    Why 0.50 and 1,000 steps: the CPU study's warm start reached pc 0.514 (the start its
    estimators were compared from), so the level is the same regime, where a completion is
    right about half the time and GRPO groups of 8 carry signal. At the ``--tiny`` shape (2
@@ -345,9 +346,10 @@ def make_study(plan: GpuPlan, model_path: str) -> GpuStudy:
 # --------------------------------------------------------------------------- warm start
 
 
-def warm_start(plan: GpuPlan, tokenizer, folder: Path, log) -> dict:
-    """Build the model, train it supervised until its held-out pc reaches ``plan.warm.target_pc`` (or
-    ``max_steps``), save it to ``folder`` (``from_pretrained`` layout, float32) and return its record.
+def warm_start(plan: GpuPlan, tokenizer, folder: Path, log, deadline: float | None = None) -> dict:
+    """Build the model, train it supervised until its held-out pc reaches ``plan.warm.target_pc``, or
+    ``max_steps``, or (checked at each evaluation) ``deadline`` (``time.monotonic``) has passed; save it to
+    ``folder`` (``from_pretrained`` layout, float32) and return its record (``stopped``: which of the three).
     A folder that already holds a finished warm start (``warmstart.json``) is reused as it is."""
     import numpy as np
 
@@ -375,7 +377,7 @@ def warm_start(plan: GpuPlan, tokenizer, folder: Path, log) -> dict:
     amp = torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
     opt = torch.optim.Adam(model.parameters(), lr=w.lr)
     rng = np.random.default_rng([w.seed, 0x5F7])
-    curve, step, reached = [], 0, False
+    curve, step, reached, stopped = [], 0, False, "max_steps"
 
     def held_out():
         with amp:
@@ -390,6 +392,10 @@ def warm_start(plan: GpuPlan, tokenizer, folder: Path, log) -> dict:
         if step % w.eval_every == 0 or step == w.max_steps:
             reached = held_out() >= w.target_pc
             if reached or step == w.max_steps:
+                stopped = "target" if reached else "max_steps"
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                stopped = "time"
                 break
         idx = rng.integers(0, len(task.train), size=w.batch)
         for g in opt.param_groups:
@@ -401,7 +407,8 @@ def warm_start(plan: GpuPlan, tokenizer, folder: Path, log) -> dict:
         opt.step()
         step += 1
     model.eval()
-    info = {"steps": step, "target_pc": w.target_pc, "reached": reached, "heldout_pc": curve[-1]["heldout_pc"],
+    info = {"steps": step, "target_pc": w.target_pc, "reached": reached, "stopped": stopped,
+            "heldout_pc": curve[-1]["heldout_pc"],
             "heldout_acc": curve[-1]["heldout_acc"], "curve": curve, "plan": dataclasses.asdict(w),
             "parameters": params, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "tokenizer_vocabulary": len(tokenizer), "eos_token": tokenizer.eos_token,
@@ -414,7 +421,8 @@ def warm_start(plan: GpuPlan, tokenizer, folder: Path, log) -> dict:
     (tmp / "warmstart.json").write_text(json.dumps(info, indent=2))
     os.replace(tmp, folder)
     log(f"warm start: {step} supervised steps in {info['wall_s']:.0f} s, held-out pc {info['heldout_pc']:.3f} "
-        f"({'reached' if reached else 'did not reach'} {w.target_pc}); completions are {completion_tokens} tokens")
+        f"({'reached' if reached else 'did not reach'} {w.target_pc}; stopped at the {stopped.replace('_', ' ')}); "
+        f"completions are {completion_tokens} tokens")
     return info
 
 
@@ -664,8 +672,9 @@ def _run(plan: GpuPlan, args) -> int:
 def _study(plan: GpuPlan, args, tokenizer, out: Path, record: dict, t_start: float, log) -> int:
     """Warm start, then the seeds that fit, then the summary (``record`` becomes ``gpu_study.json``)."""
     deadline = t_start + plan.budget_s - EXPORT_MARGIN_S
-    with MemoryMonitor(plan.device) as mem:
-        ws = warm_start(plan, tokenizer, out / "warmstart", log)
+    with MemoryMonitor(plan.device) as mem:  # the warm start leaves at least one seed's time
+        ws = warm_start(plan, tokenizer, out / "warmstart", log,
+                        None if args.warm_start_only else deadline - record["cost_model"]["seed_s"])
         if plan.device.startswith("cuda"):
             torch.cuda.empty_cache()  # the warm start's model is gone: its cached blocks go back to the runs
         record.update(warm_start=ws, peak_gpu_gb_warm_start=mem.peak)

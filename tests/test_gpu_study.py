@@ -57,7 +57,7 @@ def test_tiny_study_writes_run_folders_that_schema_results_reads(tiny):
     record = json.loads((out / "gpu_study.json").read_text())
     ws = record["warm_start"]
     assert (ws["prompt_tokens"], ws["completion_tokens"]) == (14, 18)
-    assert ws["steps"] == 20 and [c["step"] for c in ws["curve"]] == [0, 10, 20]
+    assert ws["steps"] == 20 and ws["stopped"] == "max_steps" and [c["step"] for c in ws["curve"]] == [0, 10, 20]
     assert [w["seed"] for w in record["waves"]] == [0] and not record["cut_at_deadline"]
     assert {r["run"] for r in record["runs"]} == set(RUNS)
     lines = tiny["text"].splitlines()
@@ -157,3 +157,23 @@ def test_report_shows_the_gpu_study_or_says_it_has_not_run(tiny, monkeypatch, tm
     assert "| model | plain answer |" in md and "At the largest delay (d = 2) and the long horizon" in md
     assert "F14. Qwen3-0.6B on one GPU" in md and (tmp_path / "figs" / "f14_gpu_pc_vs_delay.png").is_file()
     assert "Warm start: 20 supervised steps" in md
+
+
+def test_warm_start_stops_at_the_target_or_the_deadline_and_is_reused_only_with_its_settings(tiny, tmp_path):
+    import dataclasses
+
+    from llm_runs.gpu_check import load_tokenizer
+    from llm_runs.presets import load_pretrained
+
+    tok = load_tokenizer(tiny["tok"])
+    plan = gpu_study.PLANS["tiny"]
+    easy = dataclasses.replace(plan, warm=dataclasses.replace(plan.warm, target_pc=0.0))
+    info = gpu_study.warm_start(easy, tok, tmp_path / "a", lambda msg: None)
+    assert (info["steps"], info["stopped"], info["reached"]) == (0, "target", True)
+    model, _ = load_pretrained(tmp_path / "a")
+    assert sum(p.numel() for p in model.parameters()) == info["parameters"]
+    late = gpu_study.warm_start(plan, tok, tmp_path / "b", lambda msg: None, deadline=time.monotonic() - 1)
+    assert (late["steps"], late["stopped"], late["reached"]) == (0, "time", False)
+    assert gpu_study.warm_start(easy, tok, tmp_path / "a", lambda msg: None) == info
+    with pytest.raises(ValueError, match="holds a warm start of other settings"):
+        gpu_study.warm_start(plan, tok, tmp_path / "a", lambda msg: None)
