@@ -36,7 +36,7 @@ def load() -> pd.DataFrame:
 
 def model_label(runs: pd.DataFrame) -> str:
     p = runs.attrs.get("parameters")
-    return f"Qwen3, {p / 1e6:.0f}M parameters" if p else "Qwen3"
+    return f"Qwen3, {p / 1e6:.1f}M parameters" if p else "Qwen3"
 
 
 def plot(runs: pd.DataFrame, ax=None):
