@@ -182,7 +182,7 @@ class GpuPlan:
 
 PLANS = {
     "gpu": GpuPlan("gpu", {}, "cuda", WarmStartPlan()),
-    "tiny": GpuPlan("tiny", {}, "cpu", WarmStartPlan(max_steps=20, batch=16, lr=1e-3, warmup=5, eval_every=10),
+    "tiny": GpuPlan("tiny", {}, "cpu", WarmStartPlan(max_steps=10, batch=8, lr=1e-3, warmup=5, eval_every=5),
                     delay=2, lr=1e-4, steps=3, seeds=(0,), prompts_per_step=4, group_size=4, eval_every=0,
                     heldout_size=16, eval_batch_size=16, jobs=2, budget_s=900.0, out="results/llm/gpu_study_tiny"),
 }
@@ -752,8 +752,9 @@ EXPORT_NAME = "gpu_study.tar.gz"
 
 
 def export(out: Path, dest: Path) -> Path:
-    """``dest/gpu_study.tar.gz``: ``out``'s record, sweep files, logs, the warm start's record and each run
-    folder's light files (:data:`LIGHT_FILES`), under ``<out's name>/``; weights and checkpoints stay behind.
+    """``dest/gpu_study.tar.gz``: ``out``'s record (the warm start's included), sweep files, logs and each run
+    folder's light files (:data:`LIGHT_FILES`), under ``<out's name>/``; the warm start's folder (weights),
+    checkpoints and weights stay behind.
     One small file, so that it comes back from a device whose output is a few files
     (``tar xzf gpu_study.tar.gz -C results/llm`` puts it in place)."""
     import tarfile
@@ -762,10 +763,8 @@ def export(out: Path, dest: Path) -> Path:
         rel = path.relative_to(out).parts
         if len(rel) == 1:
             return rel[0] in ("gpu_study.json", "sweep.json", "summary.csv")
-        if rel[0] == "logs":
-            return True
-        if rel[0] == "warmstart":
-            return rel[1:] == ("warmstart.json",)
+        if rel[0] in ("logs", "warmstart"):
+            return rel[0] == "logs"
         return len(rel) == 2 and rel[1] in LIGHT_FILES
 
     dest.mkdir(parents=True, exist_ok=True)
