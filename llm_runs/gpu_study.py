@@ -71,7 +71,8 @@ What it does, offline (``make gpu-study``):
    like the CPU study's, ``sweep.json`` and ``summary.csv`` of the sweep runner, and
    ``gpu_study.json`` (plan, cost model, warm start curve, tokens per completion, measured
    seconds per seed, peak GPU memory). Checkpoints are taken only at the end of a run (a
-   mid-run checkpoint with the ring and Adam state would be about 20 GB a run): at the
+   mid-run checkpoint with the ring, Adam's moments and the cosines' vectors would be 27 GB
+   a run at d = 4, and two runs' would fill half the device's 64 GB disk): at the
    deadline the running trainers are killed, their metrics so far stay readable, and a rerun
    (the same command) skips the finished runs, reuses the warm start if it is still on disk and
    starts the cut-short runs again. ``--export DIR`` writes the light files (no weights) to
