@@ -4,7 +4,10 @@
 >>> estimators.weights("gmc", np.log([[3.0, 1.0, 1.0, 1.0]]), 0.2).round(12).tolist()
 [[2.4, 0.8, 0.8, 0.8]]
 """
-from . import peers  # noqa: F401  (registers topr, seq_tis_bn, seq_mis)
+from . import (
+    peers,  # noqa: F401  (registers topr, seq_tis_bn, seq_mis)
+    variants,  # noqa: F401  (registers gmc_cap, gmc_topr, topr_gmc)
+)
 from .advantages import ADVANTAGE_KINDS, advantages
 from .diagnostics import diagnostics
 from .params import PARAMS, Param

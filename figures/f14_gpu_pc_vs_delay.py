@@ -8,10 +8,12 @@ figures`` draws (no GPU, no results): the report draws it when the folder exists
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
-from claims.study import read_runs, whole_seeds
-from schema.results import GPU_STUDY, read_json
+from claims.study import run_row, whole_seeds
+from schema.results import GPU_STUDY, read_json, run_folders
 
 from . import f11_study_pc_vs_delay as f11
 from . import style
@@ -21,11 +23,26 @@ TITLE = "F14. Qwen3-0.6B on one GPU: final held-out pc against the delay"
 SOURCES = [GPU_STUDY]
 
 
+def read_gpu_runs(root: Path) -> pd.DataFrame:
+    """One row per run folder under ``root`` (:func:`claims.study.run_row`, the study's table). Every run
+    folder must be a run the sweep planned (``sweep.json``'s ``runs``): a foreign one is a ``ValueError``,
+    never mixed in. (The study's own check, :func:`llm_runs.study.audit`, knows the CPU grids only.)"""
+    planned = set(read_json(root / "sweep.json").get("runs", [])) if (root / "sweep.json").is_file() else None
+    folders = run_folders(root)
+    foreign = [p.name for p in folders if planned is not None and p.name not in planned]
+    if foreign:
+        raise ValueError(f"{root} holds run folders its sweep did not plan: {', '.join(foreign[:6])}; move them away")
+    rows = [r for r in (run_row(p) for p in folders) if r is not None]
+    if not rows:
+        raise ValueError(f"no run folder (config.json + metrics.csv or metrics.csv.gz) under {root}")
+    return pd.DataFrame(rows)
+
+
 def load() -> pd.DataFrame:
-    """The GPU study's runs (one row per run, :func:`claims.study.read_runs`), whole seeds only;
-    ``attrs``: ``seeds``, ``source`` and the model's parameter count (from ``gpu_study.json``)."""
+    """The GPU study's runs (:func:`read_gpu_runs`), whole seeds only; ``attrs``: ``seeds``, ``source`` and
+    the model's parameter count (from ``gpu_study.json``)."""
     root = GPU_STUDY.require()
-    runs = read_runs(root)
+    runs = read_gpu_runs(root)
     seeds = whole_seeds(runs)
     out = runs[runs["seed"].isin(seeds)].reset_index(drop=True)
     record = root / "gpu_study.json"

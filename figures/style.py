@@ -46,6 +46,9 @@ STYLES: dict[str, EstimatorStyle] = {
     "cispo": EstimatorStyle(_L["cispo"], "#AA4499", "8"),
     "m2po": EstimatorStyle(_L["m2po"], "#661100", "H"),
     "opsm": EstimatorStyle(_L["opsm"], "#6699CC", "1"),
+    "gmc_cap": EstimatorStyle(_L["gmc_cap"], "#F0A070", "o"),
+    "gmc_topr": EstimatorStyle(_L["gmc_topr"], "#B05000", "s"),
+    "topr_gmc": EstimatorStyle(_L["topr_gmc"], "#2E7D6E", "D"),
 }
 """estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style."""
 

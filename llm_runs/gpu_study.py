@@ -691,6 +691,9 @@ def _study(plan: GpuPlan, args, tokenizer, out: Path, record: dict, t_start: flo
         model_path = os.path.relpath(out / "warmstart") if (out / "warmstart").is_relative_to(Path.cwd()) \
             else str(out / "warmstart")
         study = make_study(plan, model_path)
+        if not (out / "sweep.json").is_file():  # the whole plan (run_sweep would list the first seed's runs only)
+            _write_json(out / "sweep.json", {"settings": study.settings(), "doc": study.doc,
+                                             "runs": [c.name for c in study.cells()]})
         executor = DeadlineExecutor(plan.jobs, deadline)
         timer = threading.Timer(max(0.0, deadline - time.monotonic()), executor.cut)
         timer.daemon = True
@@ -742,10 +745,14 @@ def run_sweep_quiet(study: GpuStudy, out: Path, plan: GpuPlan, executor, log):
     return run_sweep(study, out, resume=True, jobs=plan.jobs, progress=False, log=log, executor=executor)
 
 
-def _write_record(out: Path, record: dict) -> None:
+def _write_json(path: Path, obj: dict) -> None:
     from schema.io import write_text
 
-    write_text(out / "gpu_study.json", json.dumps(record, indent=2, default=str))
+    write_text(path, json.dumps(obj, indent=2, default=str))
+
+
+def _write_record(out: Path, record: dict) -> None:
+    _write_json(out / "gpu_study.json", record)
 
 
 LIGHT_FILES = ("config.json", "metrics.csv", "metrics.csv.gz", "summary.json")

@@ -12,7 +12,8 @@ import time
 import pytest
 import torch
 
-from claims.study import read_runs, whole_seeds
+from claims.study import whole_seeds
+from figures.f14_gpu_pc_vs_delay import read_gpu_runs
 from llm_runs import gpu_study
 from llm_runs.gpu_check import QWEN3_0_6B_SHAPE
 from llm_runs.presets import char_tokenizer
@@ -52,8 +53,9 @@ def test_tiny_study_writes_run_folders_that_schema_results_reads(tiny):
             ("qwen3-0.6b", "bfloat16", "float32", "scratchpad", 7)
         assert settings["delay"] == (0 if "-d0-" in run.name else 2)
         assert m["train/grad_norm"].iloc[:3].notna().all()
-    runs = read_runs(out)
+    runs = read_gpu_runs(out)
     assert whole_seeds(runs) == [0] and set(runs["horizon"]) == {"long"} and runs["complete"].all()
+    assert sorted(json.loads((out / "sweep.json").read_text())["runs"]) == sorted(RUNS)
     record = json.loads((out / "gpu_study.json").read_text())
     ws = record["warm_start"]
     assert (ws["prompt_tokens"], ws["completion_tokens"]) == (14, 18)
@@ -177,3 +179,12 @@ def test_warm_start_stops_at_the_target_or_the_deadline_and_is_reused_only_with_
     assert gpu_study.warm_start(easy, tok, tmp_path / "a", lambda msg: None) == info
     with pytest.raises(ValueError, match="holds a warm start of other settings"):
         gpu_study.warm_start(plan, tok, tmp_path / "a", lambda msg: None)
+
+
+def test_the_gpu_runs_reader_refuses_a_run_its_sweep_did_not_plan(tiny, tmp_path):
+    copy = tmp_path / "gpu_study"
+    shutil.copytree(tiny["out"], copy, ignore=shutil.ignore_patterns("warmstart", "checkpoints"))
+    assert len(read_gpu_runs(copy)) == len(RUNS)
+    shutil.copytree(copy / "long-is-d2-s0", copy / "long-is-d8-s0")
+    with pytest.raises(ValueError, match="its sweep did not plan: long-is-d8-s0"):
+        read_gpu_runs(copy)
