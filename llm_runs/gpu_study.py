@@ -2,7 +2,7 @@
 
     python -m llm_runs.gpu_study --dry-run   # the plan, its memory and its estimated device time (no GPU needed)
     python -m llm_runs.gpu_study             # run (or continue) it -> results/llm/gpu_study/
-    python -m llm_runs.gpu_study --tiny      # the same code path on a tiny shape, on the CPU (< 3 minutes)
+    python -m llm_runs.gpu_study --tiny      # the same code path on a tiny shape, on the CPU (minutes)
 
 What it does, offline (``make gpu-study``):
 
@@ -43,15 +43,17 @@ What it does, offline (``make gpu-study``):
    (``python -m llm_runs.train --preset qwen3-0.6b --model-path <warm start>``), several at
    once on the one GPU through :func:`llm_runs.sweep.run_sweep` (separate processes: a
    28-layer eager forward at this batch is bound by kernel launches, and processes sharing
-   the GPU hide each other's launch gaps; two at once is what the memory allows). Seeds go one at a time, each seed's runs
-   :attr:`GpuPlan.jobs` at a time; a seed starts only if its time (the cost model for the
-   first, the previous seed's measured wall time after) fits before the deadline.
+   the GPU hide each other's launch gaps; two at once is what the memory allows). Seeds go
+   one at a time, each seed's runs :attr:`GpuPlan.jobs` at a time; a seed starts only if its
+   time (the cost model for the first, the previous seed's measured wall time after) fits
+   before the deadline.
    **Delay and lr.** The ring of the controlled delay holds d + 1 float32 snapshots (3.0 GB
    each at this shape: the tied embedding is copied twice) and the update-direction cosines keep
    three flat float32 copies of the parameters, so a run at delay d needs about 40 + 3 d GB
    (:func:`run_memory_gb`): delay 64 cannot fit at all (233 GB), and at d = 4 (52 GB) two runs
    share the GPU. The CPU study's long-horizon runs (``results/llm/study``, lr 1e-4) log
-   ``stale/chi2`` (the batch's mean w^2 - 1): its median over updates is 1.4 for GMC, 1.6 for
+   ``stale/chi2`` (the batch's mean w^2 - 1): a run's median over updates, averaged over the
+   seeds, is 1.4 for GMC, 1.6 for
    TIC-trunc, 1.0 for TOPR, 0.6 for GSPO and IS at d = 16, and 1.2, 1.5, 1.0, 0.7, 0.1 at d = 64
    (the plug-in estimate saturates), with mean |log w| 2.3 (d = 16) and 6.2 (d = 64) for GMC:
    the range 0.5-3 in which the estimators' final pc differ (0.12 to 0.63 at d = 16). The drift
