@@ -574,8 +574,9 @@ def describe(plan: GpuPlan, params: int, embed: int, cost: dict, tokens: tuple[i
         f"{plan.steps} updates of {plan.prompts_per_step} prompts x G = {plan.group_size}, lr {plan.lr:g}, "
         f"eval every {plan.eval_every or 'start/end'}; {len(plan.seeds) * plan.runs_per_seed()} runs, "
         f"{plan.jobs} at once"),
-        (f"  memory: {mem:.1f} GB a run at delay {plan.delay} (ring of {plan.delay + 1} snapshots), {plan.jobs} at once "
-        f"{plan.jobs * mem:.0f} GB of {GPU_MEMORY_GB:.0f} GB; at most {max_jobs(plan, params, embed)} fit"),
+        (f"  memory: {mem:.1f} GB a run at delay {plan.delay} (ring of {plan.delay + 1} snapshots), "
+         f"{plan.jobs} at once {plan.jobs * mem:.0f} GB of {GPU_MEMORY_GB:.0f} GB; "
+         f"at most {max_jobs(plan, params, embed)} fit"),
         (f"  cost model: {cost['flops_per_token_forward']:.2e} FLOP a token forward (x3 with backward) at {MFU:.0%} of "
         f"{H200_BF16_PEAK / 1e12:.0f} TFLOP/s, forward floor {FORWARD_LATENCY_S * 1e3:.0f} ms (a decode step), "
         f"train floor {TRAIN_LATENCY_S * 1e3:.0f} ms, {RUN_OVERHEAD_S:.0f} s start-up a run"),
