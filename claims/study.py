@@ -43,25 +43,28 @@ MIN_SEEDS = 6  # the stopping rule: the analysis uses the seeds whose runs are a
 def read_runs(root: str | Path) -> pd.DataFrame:
     """One row per run under ``root`` (read by :func:`schema.results.read_run`): settings, horizon,
     final pc, AUC of pc, stability (:func:`schema.results.run_summary`), collapse timing."""
-    from schema.results import horizon_of, read_run, read_run_config, run_summary
-
-    rows = []
-    for run in _study_folders(root):
-        settings, m = read_run(run)
-        if m.empty:
-            continue
-        steps = int(settings["steps"])
-        complete = bool(m["step"].max() >= steps)
-        meta = {**settings, "run": run.name, "steps": steps, "complete": complete}
-        verdict = run_summary(m.assign(**meta)).iloc[0]
-        ev = m.dropna(subset=["eval/heldout_pc"]).sort_values("step")
-        pc, t = ev["eval/heldout_pc"].to_numpy(float), ev["step"].to_numpy(float)
-        auc = float(np.trapezoid(pc, t) / (t[-1] - t[0])) if len(t) > 1 and t[-1] > t[0] else math.nan
-        rows.append({**meta, "horizon": horizon_of(read_run_config(run)), "pc0": float(pc[0]), "pc_final": float(pc[-1]), "auc": auc,
-                     "stable": bool(verdict["stable"]), **collapse_timing(m)})
+    rows = [r for r in (run_row(run) for run in _study_folders(root)) if r is not None]
     if not rows:
         raise ValueError(f"no run folder (config.json + metrics.csv or metrics.csv.gz) under {root}")
     return pd.DataFrame(rows)
+
+
+def run_row(run: Path) -> dict | None:
+    """The row of one run folder in :func:`read_runs`' table (None: its metrics table is empty)."""
+    from schema.results import horizon_of, read_run, read_run_config, run_summary
+
+    settings, m = read_run(run)
+    if m.empty:
+        return None
+    steps = int(settings["steps"])
+    complete = bool(m["step"].max() >= steps)
+    meta = {**settings, "run": run.name, "steps": steps, "complete": complete}
+    verdict = run_summary(m.assign(**meta)).iloc[0]
+    ev = m.dropna(subset=["eval/heldout_pc"]).sort_values("step")
+    pc, t = ev["eval/heldout_pc"].to_numpy(float), ev["step"].to_numpy(float)
+    auc = float(np.trapezoid(pc, t) / (t[-1] - t[0])) if len(t) > 1 and t[-1] > t[0] else math.nan
+    return {**meta, "horizon": horizon_of(read_run_config(run)), "pc0": float(pc[0]), "pc_final": float(pc[-1]),
+            "auc": auc, "stable": bool(verdict["stable"]), **collapse_timing(m)}
 
 
 def _study_folders(root: str | Path) -> list[Path]:

@@ -14,7 +14,8 @@ Sources:
   each with ``config.json`` and ``metrics.csv``; made by ``python -m llm_runs.sweep``.
 * ``STUDY``: the staleness study's run folders ``results/llm/study/<run>/``; made by
   ``python -m llm_runs.study``. ``STUDY_HORIZON``: its horizon grid ``results/llm/horizon/<run>/``;
-  made by ``python -m llm_runs.study --grid horizon``. ``VERDICTS``: the pre-registered
+  made by ``python -m llm_runs.study --grid horizon``. ``GPU_STUDY``: the Qwen3-0.6B study's run folders
+  ``results/llm/gpu_study/<run>/``; made by ``python -m llm_runs.gpu_study`` on one GPU. ``VERDICTS``: the pre-registered
   analysis' verdicts ``results/llm/study/verdicts.json``; made by ``python -m claims.study --json``.
 * ``VERIFY``: ``results/verify/claims.json``; made by ``python -m claims`` (``make verify-bounds``).
 * ``ABSTRACT``: ``results/verify/abstract.json``; made by ``python -m claims.abstract``.
@@ -105,6 +106,7 @@ LLM = _LLMSource("llm sweep", ("llm/sweep", "llm/sweep_quick"), "python -m llm_r
 STUDY = _LLMSource("llm study", ("llm/study",), "python -m llm_runs.study")
 STUDY_HORIZON = _LLMSource("llm horizon grid", ("llm/horizon",), "python -m llm_runs.study --grid horizon")
 MECHANISM = _LLMSource("llm mechanism grid", ("llm/mechanism",), "python -m llm_runs.study --grid mechanism")
+GPU_STUDY = _LLMSource("llm gpu study", ("llm/gpu_study",), "python -m llm_runs.gpu_study")
 VERDICTS = Source("llm/study/verdicts.json", ("llm/study/verdicts.json",),
                   "python -m claims.study --json results/llm/study/verdicts.json")
 
