@@ -60,3 +60,58 @@ def test_resume_refuses_a_config_json_edited_after_the_checkpoint(cache, tmp_pat
     info["config"] = original
     path.write_text(json.dumps(info))
     assert main(["--out", str(out), "--resume", "--no-progress"]) == 0
+
+
+# --------------------------------------------------------------------------- results root and warm-start cache
+
+
+def test_empty_gmc_results_means_unset(monkeypatch, tmp_path):
+    from schema.results import ROOT, results_root
+
+    monkeypatch.setenv("GMC_RESULTS", "")
+    assert results_root() == ROOT / "results"
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+    assert results_root() == tmp_path
+
+
+def test_default_cache_dir_follows_the_results_root(monkeypatch, tmp_path):
+    from llm_runs.config import TrainConfig
+    from llm_runs.warmstart import cache_root
+
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path / "res"))
+    assert TrainConfig().cache_dir == "results/cache"  # the value recorded in run configs is unchanged
+    assert cache_root(TrainConfig().cache_dir) == tmp_path / "res" / "cache"
+    assert cache_root(str(tmp_path / "mine")) == tmp_path / "mine"
+
+
+def _warm(cache, **kw):
+    from llm_runs.tasks import build_task
+    from llm_runs.warmstart import get_warm_start
+
+    cfg = resolve_config({**SMALL, "cache_dir": str(cache), **kw})
+    said = []
+    ws = get_warm_start(cfg, build_task(cfg), said.append)
+    return ws, "\n".join(said)
+
+
+def test_truncated_cached_warm_start_is_moved_aside_and_recomputed(tmp_path):
+    ws, _ = _warm(tmp_path)
+    weights = ws.path / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    again, said = _warm(tmp_path)
+    assert again.path == ws.path and "model.safetensors is unreadable" in said and str(ws.path) in said
+    assert [p for p in ws.path.parent.iterdir() if p.name.startswith(ws.path.name + ".corrupt-")]  # kept, aside
+    assert weights.read_bytes() != data[: len(data) // 2]
+    _, said = _warm(tmp_path)
+    assert "reusing" in said
+
+
+def test_non_finite_warm_start_is_never_cached(tmp_path, monkeypatch):
+    import llm_runs.warmstart as warmstart
+
+    real = warmstart.supervised_loss
+    monkeypatch.setattr(warmstart, "supervised_loss", lambda *a, **k: real(*a, **k) * float("nan"))
+    with pytest.raises(ValueError, match=r"non-finite weights .* not cached"):
+        _warm(tmp_path)
+    assert not any((tmp_path / "warmstart").iterdir()) if (tmp_path / "warmstart").exists() else True
