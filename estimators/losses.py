@@ -338,7 +338,8 @@ def cispo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | N
     log_r = _token_log_ratio(logp, old_logp, m)
     r = torch.exp(log_r.detach())
     w = torch.clamp(r, min=1 - p["eps_low"], max=1 + p["eps_high"])
-    per_tok = torch.where(m > 0, (w * adv.reshape(B, 1) * logp) * m, torch.zeros((), dtype=logp.dtype, device=logp.device))
+    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    per_tok = torch.where(m > 0, (w * adv.reshape(B, 1) * logp) * m, zero)
     loss = -per_tok.sum() / m.sum()
     metrics = {"token_clip_frac": float(((w != r).to(m.dtype) * m).sum() / m.sum())}
     return LossOutput(loss, _seq_log_ratio(log_r, B, group_size), None, metrics)
