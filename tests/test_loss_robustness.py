@@ -235,3 +235,25 @@ def test_verl_advantage_estimator_equal_rewards():
     assert bool(torch.isfinite(adv).all()) and bool((adv == 0).all())
     with pytest.raises(ValueError, match="delta must be a finite real number >= 0, got nan"):
         grouped_advantages("grpo", rewards, torch.ones(8, 3), index=["a"] * 4 + ["b"] * 4, epsilon=math.nan)
+
+
+# ----------------------------------------------------------------------------- verl adapter edges
+
+
+def test_verl_config_without_clip_ratios_is_refused():
+    from llm_runs.integrations.verl_plugin import eps_from
+
+    with pytest.raises(ValueError, match="clip_ratio_high and actor.clip_ratio are both None"):
+        eps_from({"clip_ratio_high": None, "clip_ratio": None})
+    assert eps_from({"clip_ratio_high": None, "clip_ratio": 0.2}) == 0.2
+
+
+def test_verl_empty_response_row_is_named_not_blamed_on_balancing():
+    from llm_runs.integrations.verl_plugin import trajectory_policy_loss
+
+    mask = torch.ones(4, 3)
+    mask[2] = 0
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])[:, None] * mask
+    with pytest.raises(ValueError, match="response 2 of the micro-batch has an empty response_mask"):
+        trajectory_policy_loss("gmc", torch.zeros(4, 3), torch.zeros(4, 3, requires_grad=True), adv, mask,
+                               {"rollout_n": 2, "clip_ratio_high": 0.2})
