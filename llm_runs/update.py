@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 import estimators
-from estimators.losses import is_batch_coupled, policy_loss
+from estimators.losses import is_batch_coupled, masked_token_log_ratio, policy_loss
 
 from .metrics import DIAGNOSTIC_COLUMNS
 from .rollout import RolloutBatch, completion_logprobs
@@ -55,7 +55,7 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
         (out.loss * share).backward()
         loss_total += float(out.loss.detach()) * share
         seq_lr.append(out.seq_log_ratio)
-        tok_lr.append((logp.detach() - part.behaviour_logp) * part.completion_mask)
+        tok_lr.append(masked_token_log_ratio(logp.detach(), part.behaviour_logp, part.completion_mask))
         if out.weights is not None:
             weights.append(out.weights)
         for key in ("token_clip_frac", "seq_clip_frac"):
