@@ -91,7 +91,7 @@ def cached_problem(path: Path) -> str | None:
     for f in files:
         try:
             with safe_open(str(f), framework="pt") as fh:
-                for name in fh.keys():
+                for name in fh.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
                     if not bool(torch.isfinite(fh.get_tensor(name)).all()):
                         return f"{f.name}: weight {name} holds NaN or inf"
         except Exception as exc:  # noqa: BLE001 (SafetensorError, OSError from a truncated file)

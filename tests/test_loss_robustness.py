@@ -75,7 +75,7 @@ def test_masked_token_log_ratio_selects():
 
 # ----------------------------------------------------------------------------- the sweep
 
-_FINITE = dict(allow_nan=False, allow_infinity=False)
+_FINITE = {"allow_nan": False, "allow_infinity": False}
 
 
 @st.composite

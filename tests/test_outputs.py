@@ -40,7 +40,7 @@ def test_claims_study_json_never_replaces_a_user_file(tmp_path, capsys):
 
 
 def test_claims_study_json_unwritable_is_refused_before_the_analysis(tmp_path, capsys, monkeypatch):
-    import claims.study as study
+    from claims import study
 
     monkeypatch.setattr(study, "read_runs", lambda root: pytest.fail("the analysis ran before the check"))
     blocker = _user_file(tmp_path / "file")
@@ -57,7 +57,7 @@ def test_claims_study_replaces_its_own_verdicts(tmp_path):
 
 
 def test_claims_abstract_out_never_replaces_a_user_file(tmp_path, capsys, monkeypatch):
-    import claims.abstract as abstract
+    from claims import abstract
 
     monkeypatch.setattr(abstract, "verdicts", lambda: pytest.fail("the verdicts were computed before the check"))
     target = _user_file(tmp_path / "abstract.json")
@@ -67,7 +67,7 @@ def test_claims_abstract_out_never_replaces_a_user_file(tmp_path, capsys, monkey
 
 
 def test_figures_report_out_never_replaces_a_user_file_and_checks_first(tmp_path, capsys, monkeypatch):
-    import figures.report as report
+    from figures import report
 
     monkeypatch.setattr(report, "build", lambda *a, **k: pytest.fail("the report was built before the check"))
     out = tmp_path / "out"

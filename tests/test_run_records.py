@@ -108,7 +108,7 @@ def test_truncated_cached_warm_start_is_moved_aside_and_recomputed(tmp_path):
 
 
 def test_non_finite_warm_start_is_never_cached(tmp_path, monkeypatch):
-    import llm_runs.warmstart as warmstart
+    from llm_runs import warmstart
 
     real = warmstart.supervised_loss
     monkeypatch.setattr(warmstart, "supervised_loss", lambda *a, **k: real(*a, **k) * float("nan"))

@@ -127,8 +127,8 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
             ),
             "mask_truncated_completions": (
                 getattr(args, "mask_truncated_completions", False),
-                "it empties the completion mask of a truncated completion, which then has no trajectory ratio; "
-                "raise max_completion_length or give truncated completions a low reward instead",
+                ("it empties the completion mask of a truncated completion, which then has no trajectory ratio; "
+                 "raise max_completion_length or give truncated completions a low reward instead"),
             ),
             "multi_objective_aggregation": (
                 args.multi_objective_aggregation != "sum_then_normalize",
