@@ -95,27 +95,35 @@ def _cases(draw):
     return name, dtype, G, B, T, lr, old, keep, pad, adv
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(_cases())
 def test_every_loss_finite_or_documented(case):
     """Bounded losses: finite value and gradient; token losses that are not bounded: +inf, never
-    NaN; ``is`` / ``tic_ppo``: finite, or a ValueError saying the surrogate overflows."""
+    NaN; ``is`` / ``tic_ppo``: finite, or a ValueError saying the surrogate overflows. And the
+    padding never matters: the same batch padded with zeros gives the same bits."""
     name, dtype, G, B, T, lr, old, keep, pad, adv = case
-    old_t = torch.tensor(old, dtype=torch.float64).reshape(B, T)
-    logp = (old_t + torch.tensor(lr, dtype=torch.float64).reshape(B, T))
     mask = torch.tensor(keep, dtype=torch.float64).reshape(B, T)
     mask[:, 0] = 1.0  # every completion has a token
-    logp[mask == 0] = pad
-    old_t[mask == 0] = pad
-    x = logp.to(dtype).requires_grad_()
     adv_t = torch.tensor(adv, dtype=torch.float64)
-    try:
+
+    def run(pad_value):
+        old_t = torch.tensor(old, dtype=torch.float64).reshape(B, T)
+        logp = old_t + torch.tensor(lr, dtype=torch.float64).reshape(B, T)
+        logp[mask == 0] = pad_value
+        old_t[mask == 0] = pad_value
+        x = logp.to(dtype).requires_grad_()
         out = policy_loss(name, x, old_t.to(dtype), mask, adv_t, G, 0.2)
         out.loss.backward()
+        return out.loss.detach(), x.grad
+
+    try:
+        loss, grad = run(pad)
     except ValueError as exc:
         assert name in ("is", "tic_ppo") and "unbounded" in str(exc), (name, str(exc))
         return
-    loss, grad = out.loss.detach(), x.grad
+    loss0, grad0 = run(0.0)
+    assert torch.equal(loss, loss0)
+    assert torch.equal(grad, grad0)
     assert not bool(torch.isnan(loss)), (name, dtype)
     assert not bool(torch.isnan(grad).any()), (name, dtype)
     assert bool((grad[mask == 0] == 0).all())
