@@ -373,16 +373,30 @@ def bound_table(runs_root: str | Path | pd.DataFrame) -> pd.DataFrame:
                                        "ratio_median", "ratio_max", "bound_zero_frac"])
 
 
+def is_verdicts_text(text: str) -> bool:
+    """True for the text of a ``verdicts.json`` that :func:`main` wrote: an object of hypotheses
+    (``H1``, ...), each a record with a ``verdict``."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return False
+    return (isinstance(obj, dict) and bool(obj)
+            and all(str(k).startswith("H") and isinstance(v, dict) and "verdict" in v for k, v in obj.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m claims.study", description=__doc__.split("\n\n")[0])
     p.add_argument("--root", default=None, help="the study's run folders (default: llm/study under the results root)")
     p.add_argument("--json", default=None, help="also write the verdicts here")
     args = p.parse_args(argv)
+    from schema.io import check_output
     from schema.results import results_root
 
     try:
+        if args.json:
+            check_output(args.json, legacy=is_verdicts_text)
         runs = read_runs(args.root or results_root() / "llm" / "study")
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     res = analyse(runs)

@@ -16,10 +16,12 @@ import importlib
 import math
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
 from claims.abstract import evidence_excerpt
+from schema.io import check_output, check_output_folder, write_text
 from schema.provenance import git_commit
 from schema.results import (
     UNSTABLE_RULE,
@@ -482,12 +484,22 @@ def write_report(out_dir: Path | None = None, figures_out: Path | None = None,
                  draw_missing: bool = True) -> tuple[Path, Path]:
     out_dir = Path(out_dir) if out_dir is not None else results_root()
     figures_out = Path(figures_out) if figures_out is not None else Path(__file__).resolve().parent / "out"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md = build(out_dir, figures_out, draw_missing)
     md_path, html_path = out_dir / "REPORT.md", out_dir / "REPORT.html"
-    md_path.write_text(md + "\n")
-    html_path.write_text(to_html(md, "GMC-GRPO toolkit report"))
+    for path in (md_path, html_path):  # before the work: a user's file is never replaced; writable now
+        check_output(path, legacy=_is_report_text)
+    check_output_folder(figures_out)
+    md = build(out_dir, figures_out, draw_missing)
+    write_text(md_path, md + "\n")
+    write_text(html_path, to_html(md, REPORT_TITLE))
     return md_path, html_path
+
+
+REPORT_TITLE = "GMC-GRPO toolkit report"
+
+
+def _is_report_text(text: str) -> bool:
+    """True for a REPORT.md or REPORT.html that :func:`write_report` wrote."""
+    return text.startswith("# GMC-GRPO toolkit") or f"<title>{REPORT_TITLE}</title>" in text[:1000]
 
 
 def main(argv=None) -> int:
@@ -497,7 +509,11 @@ def main(argv=None) -> int:
     p.add_argument("--no-draw", action="store_true", help="do not draw missing or out-of-date figures")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
-    md, html = write_report(a.out, a.figures, draw_missing=not a.no_draw)
+    try:
+        md, html = write_report(a.out, a.figures, draw_missing=not a.no_draw)
+    except (ValueError, OSError) as exc:
+        print(f"python -m figures.report: {exc}", file=sys.stderr)
+        return 2
     print(f"wrote {md} and {html} ({time.perf_counter() - t0:.1f} s)")
     return 0
 

@@ -43,7 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def results_root() -> Path:
-    return Path(os.environ.get("GMC_RESULTS", ROOT / "results"))
+    """``GMC_RESULTS`` when set and not empty, else ``results/`` of the repository."""
+    return Path(os.environ.get("GMC_RESULTS") or ROOT / "results")
 
 
 class MissingResults(FileNotFoundError):
