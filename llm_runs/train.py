@@ -81,6 +81,10 @@ CHECKPOINT_FORMAT = 1
 REPO = Path(__file__).resolve().parents[1]
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk): the message names the file and the free space."""
+
+
 @dataclass
 class RunResult:
     out: Path
@@ -188,6 +192,8 @@ class Trainer:
         self.progress = progress
         self.log = log or (lambda msg: print(msg, flush=True))
         self._stop_signal: int | None = None
+        self._in_checkpoint = False  # a checkpoint is being written: a second signal waits for it
+        self._hard_stop = False  # a second signal arrived during a checkpoint write
         if resume:
             stored = self.out / "config.json"
             if self.out.is_dir():
@@ -386,13 +392,41 @@ class Trainer:
         return row
 
     def save_checkpoint(self, step: int, complete: bool = False) -> Path:
+        """Write the checkpoint of ``step`` (a second SIGINT/SIGTERM waits until it is written). A
+        write that fails (a full disk) removes its unfinished folder and raises
+        :class:`CheckpointWriteError` naming the file and the free space; earlier checkpoints stay."""
+        self._in_checkpoint = True
+        try:
+            return self._write_checkpoint(step, complete)
+        finally:
+            self._in_checkpoint = False
+            if self._hard_stop:
+                raise KeyboardInterrupt
+
+    def _write_checkpoint(self, step: int, complete: bool) -> Path:
         self._started = True
         self.writer.sync()
         root = self.out / "checkpoints"
         final = root / f"step-{step:06d}"
         tmp = root / f"step-{step:06d}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        try:
+            tmp.mkdir(parents=True)
+            self._write_checkpoint_files(tmp, step, complete)
+        except Exception as exc:  # a full disk surfaces as OSError, RuntimeError or safetensors' own error
+            shutil.rmtree(tmp, ignore_errors=True)
+            free = shutil.disk_usage(self.out).free
+            raise CheckpointWriteError(
+                f"could not write the checkpoint of update {step} to {tmp}: {exc}; {free / 2**20:.0f} MiB free "
+                f"there. The earlier checkpoints are intact: free space, then --resume") from None
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        for old in checkpoint_dirs(self.out)[:-1 if complete else -self.config.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def _write_checkpoint_files(self, tmp: Path, step: int, complete: bool) -> None:
         save_pretrained(self.policy, self.tokenizer, tmp)
         state = {"format": CHECKPOINT_FORMAT, "step": step, "complete": complete, "elapsed_s": self.elapsed,
                  "config": self.config.to_dict()}
@@ -403,12 +437,6 @@ class Trainer:
                                   "python": random.getstate()}})
         torch.save(state, tmp / "trainer_state.pt")
         _fsync_tree(tmp)  # complete on disk before it gets the name that says "complete"
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        for old in checkpoint_dirs(self.out)[:-1 if complete else -self.config.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
-        return final
 
     # ------------------------------------------------------------------ loop
     def run(self) -> RunResult:
@@ -497,7 +525,10 @@ class Trainer:
             return None
 
         def handler(signum, frame):
-            if self._stop_signal is not None:  # a second signal: stop now
+            if self._stop_signal is not None:  # a second signal: stop now, but never inside a checkpoint write
+                if self._in_checkpoint:
+                    self._hard_stop = True
+                    return
                 raise KeyboardInterrupt
             self._stop_signal = signum  # acted on after the current update (no I/O inside a signal handler)
 
@@ -613,6 +644,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a disk or permission fault mid-run: one line, never a traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a second SIGINT/SIGTERM: stopped without a new checkpoint (any write finished)
+        print(f"stopped by a second signal: {out} continues from its last checkpoint with --resume", file=sys.stderr)
+        return 130
     if result.status == "interrupted":
         return 128 + int(signal.Signals[result.summary["signal"]])
     s = result.summary

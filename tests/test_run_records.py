@@ -115,3 +115,54 @@ def test_non_finite_warm_start_is_never_cached(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"non-finite weights .* not cached"):
         _warm(tmp_path)
     assert not any((tmp_path / "warmstart").iterdir()) if (tmp_path / "warmstart").exists() else True
+
+
+def test_a_full_disk_during_a_checkpoint_is_one_line_and_keeps_the_earlier_checkpoint(cache, tmp_path, monkeypatch,
+                                                                                        capsys):
+    import errno
+
+    import llm_runs.train as train_mod
+
+    real, calls = train_mod.save_pretrained, []
+
+    def full_disk_at_second(model, tok, folder):
+        calls.append(folder)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(folder / "model.safetensors"))
+        return real(model, tok, folder)
+
+    monkeypatch.setattr(train_mod, "save_pretrained", full_disk_at_second)
+    out = tmp_path / "run"
+    args = ["--out", str(out), "--no-progress", "--cache-dir", str(cache), "--steps", "6", "--checkpoint-every", "2",
+            "--model-kwargs", json.dumps(MODEL), "--warm-start-steps", "5", "--heldout-size", "8",
+            "--eval-train-size", "8", "--prompts-per-step", "2", "--group-size", "2", "--eval-every", "0"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "could not write the checkpoint of update 4" in err[0] and "MiB free" in err[0]
+    assert "No space left on device" in err[0]
+    assert [p.name for p in train_mod.checkpoint_dirs(out)] == ["step-000002"]  # the earlier one is intact
+    assert not list((out / "checkpoints").glob("*.tmp"))  # the unfinished write was removed
+
+
+def test_a_second_signal_during_a_checkpoint_write_waits_for_it(cache, tmp_path):
+    import signal
+
+    cfg = resolve_config({**SMALL, "cache_dir": str(cache), "steps": 4, "checkpoint_every": 0})
+    trainer = Trainer(cfg, tmp_path / "run", progress=False, log=lambda m: None)
+    trainer._open_folder()
+    trainer._setup()
+    handlers = trainer._install_signal_handlers()
+    try:
+        handler = signal.getsignal(signal.SIGTERM)
+        handler(signal.SIGTERM, None)  # the first: stop after the update
+        trainer._in_checkpoint = True
+        handler(signal.SIGTERM, None)  # the second, inside a write: deferred, not raised here
+        trainer._in_checkpoint = False
+        assert trainer._hard_stop
+        with pytest.raises(KeyboardInterrupt):  # raised once the checkpoint is complete on disk
+            trainer.save_checkpoint(1)
+        assert (tmp_path / "run" / "checkpoints" / "step-000001" / "trainer_state.pt").is_file()
+    finally:
+        trainer._restore_signal_handlers(handlers)
+        trainer.writer.close()
+        trainer._close_folder(False)
