@@ -60,6 +60,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from schema.io import write_json
 from schema.provenance import git_commit, package_versions
@@ -413,7 +414,7 @@ class Trainer:
         try:
             tmp.mkdir(parents=True)
             self._write_checkpoint_files(tmp, step, complete)
-        except Exception as exc:  # a full disk surfaces as OSError, RuntimeError or safetensors' own error
+        except (OSError, RuntimeError, SafetensorError) as exc:  # how a full disk surfaces, by writer
             shutil.rmtree(tmp, ignore_errors=True)
             free = shutil.disk_usage(self.out).free
             raise CheckpointWriteError(
