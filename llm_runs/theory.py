@@ -133,3 +133,40 @@ class DirectionTracker:
 
     def load_state_dict(self, state: dict) -> None:
         self.prev_grad, self.prev_step = state["prev_grad"], state["prev_step"]
+
+
+VERL_SAFETY_BOUND = 20.0
+"""verl clamps a sequence's summed log-ratio to +-20 before exponentiating it (``SAFETY_BOUND`` in
+``verl/trainer/ppo/rollout_corr_helper.py``, verl-project/verl at 20c30bf8)."""
+
+
+def verl_chi2_seq(seq_log_ratio: torch.Tensor) -> float:
+    """verl's ``rollout_corr/chi2_seq`` on the same ratios: ``mean(exp(2 clamp(log w, -20, 20))) - 1``
+    over the sequences (``compute_offpolicy_metrics`` in ``verl/trainer/ppo/rollout_corr_helper.py``).
+    It equals ``stale/chi2`` unless some |log w| > 20, where verl's clamp caps the tail."""
+    lr = seq_log_ratio.detach().double().reshape(-1).clamp(-VERL_SAFETY_BOUND, VERL_SAFETY_BOUND)
+    return float(torch.exp(2.0 * lr).mean() - 1.0)
+
+
+def batch_metrics(out, logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, scheme: str,
+                  eps: float) -> dict:
+    """The per-batch ratio diagnostics a training stack logs with the trainer's names, from one
+    :class:`estimators.losses.LossOutput` and the log-probs it was computed from: the raw-ratio
+    diagnostics (:func:`estimators.diagnostics`: ``stale/ess``, ``stale/mass_cap_frac``, ...), the
+    theory columns (:func:`ratio_metrics`: ``stale/chi2``, ``stale/chi2_token``, ``stale/mass_bias``,
+    ``stale/mass_bias_bound``), the weights' range (``train/weight_mean|min|max``, trajectory
+    schemes) and verl's own sequence chi^2 beside ours (``stale/chi2_seq_verl``,
+    :func:`verl_chi2_seq`). The verl plugin and the TRL adapter call it on every loss call."""
+    import estimators
+    from estimators.losses import masked_token_log_ratio
+    from schema.metrics import stale_metrics
+
+    row = stale_metrics(estimators.diagnostics(out.seq_log_ratio, eps))
+    tok = masked_token_log_ratio(logp.detach(), old_logp.detach(), mask)
+    row.update(ratio_metrics(out.seq_log_ratio, out.weights, tok, mask, scheme, eps))
+    if out.weights is not None:
+        c = out.weights
+        row.update({"train/weight_mean": float(c.mean()), "train/weight_min": float(c.min()),
+                    "train/weight_max": float(c.max())})
+    row["stale/chi2_seq_verl"] = verl_chi2_seq(out.seq_log_ratio)
+    return row

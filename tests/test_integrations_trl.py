@@ -109,6 +109,14 @@ def test_per_step_loss_is_the_core_surrogate(trained):
     logged = [h for h in trainer.state.log_history if "stale/mass_cap_frac" in h]
     assert len(logged) == 3
     assert logged[1]["stale/log_ratio_max"] == pytest.approx(float(stale.max()), abs=1e-5)
+    # the trainer's theory columns under the trainer's names, checked against estimators
+    w = stale.double().exp()
+    assert logged[1]["stale/chi2"] == pytest.approx(float((w**2).mean() - 1), rel=1e-6, abs=1e-9)
+    assert logged[1]["stale/chi2_seq_verl"] == pytest.approx(logged[1]["stale/chi2"], rel=1e-9, abs=1e-12)
+    c = estimators.weights(trainer.scheme, stale.double(), trainer.eps)
+    assert logged[1]["train/weight_max"] == pytest.approx(float(c.max()), rel=1e-5)
+    assert logged[1]["stale/mass_bias"] == pytest.approx(float((w - c).abs().mean()), rel=1e-5, abs=1e-9)
+    assert {"stale/ess", "stale/mass_bias_bound", "stale/chi2_token"} <= set(logged[1])
 
 
 def test_split_group_is_refused(trained, tmp_path):

@@ -144,3 +144,27 @@ def test_is_direction_has_cosine_one_with_itself_and_gmc_turns_away_from_it(stal
                                  mechanism=True)["mech/cos_is"]
     assert cos["is"] == pytest.approx(1.0, abs=1e-5)
     assert cos["stale"] < 1 - 1e-4
+
+
+def test_the_stacks_log_the_trainers_columns_with_the_trainers_values(stale_batch):
+    """llm_runs.theory.batch_metrics (what the verl plugin and the TRL adapter log) on the trainer's
+    own batch gives the trainer's row, name for name."""
+    from estimators.losses import policy_loss
+    from llm_runs.rollout import completion_logprobs
+    from llm_runs.theory import batch_metrics
+    from llm_runs.update import group_advantages
+
+    model, batch = stale_batch
+    m = copy.deepcopy(model)
+    with torch.no_grad():
+        logp = completion_logprobs(m, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, 1.0, batch.group_size)
+    out = policy_loss("gmc", logp, batch.behaviour_logp, batch.completion_mask, group_advantages(batch, "loo"),
+                      batch.group_size, 0.2)
+    logged = batch_metrics(out, logp, batch.behaviour_logp, batch.completion_mask, "gmc", 0.2)
+    row = policy_update(m, torch.optim.SGD(m.parameters(), lr=0.0), batch, estimator="gmc", eps=0.2)
+    common = set(logged) & set(row)
+    assert {"stale/chi2", "stale/ess", "stale/mass_bias", "stale/mass_bias_bound", "train/weight_max",
+            "stale/mass_cap_frac"} <= common
+    for k in common:
+        assert logged[k] == pytest.approx(row[k], rel=1e-6, abs=1e-9), k
+    assert logged["stale/chi2_seq_verl"] == pytest.approx(logged["stale/chi2"], rel=1e-9)  # no |log w| > 20 here

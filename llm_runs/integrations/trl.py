@@ -20,10 +20,12 @@ How it differs from TRL's ``GRPOTrainer`` (trl 1.16):
    to hold G copies of the same prompt on this process), and the loss checks that its batch
    is whole, contiguous groups (``ValueError`` otherwise). ``per_device_train_batch_size``
    must be a multiple of ``num_generations``.
-4. **Diagnostics.** :func:`estimators.diagnostics` on the raw trajectory log-ratios, logged in
-   TRL's metrics as ``stale/<key>`` (``stale/mass_cap_frac``, ``stale/clip_frac``,
-   ``stale/ess``, ``stale/log_ratio_max``, ...; see
-   :mod:`llm_runs.integrations._common`), plus TRL's ``entropy``.
+4. **Diagnostics.** :func:`llm_runs.theory.batch_metrics` on every loss call, logged in TRL's
+   metrics under the toolkit trainer's names: the raw-ratio diagnostics (``stale/ess``,
+   ``stale/mass_cap_frac``, ``stale/clip_frac``, ``stale/log_ratio_max``, ...), the theory columns
+   (``stale/chi2``, ``stale/chi2_token``, ``stale/mass_bias``, ``stale/mass_bias_bound``), the
+   weights' range (``train/weight_max``, ...) and verl's sequence chi^2 (``stale/chi2_seq_verl``),
+   plus TRL's ``entropy``.
 5. **Refused settings** (``ValueError`` at construction): ``beta != 0`` (no KL term),
    ``top_entropy_quantile < 1``, ``off_policy_mask_threshold``, an entropy bonus, vLLM
    importance-sampling correction, ``multi_objective_aggregation != "sum_then_normalize"``.
@@ -199,8 +201,11 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
         self.last_loss_output = out
 
         mode = "train" if self.model.training else "eval"
-        diag = estimators.diagnostics(out.seq_log_ratio, self.eps)  # once per loss call, on the raw ratios
-        self._log_reduced(mode, metric_names({**diag, **out.metrics}))
+        from ..theory import batch_metrics
+
+        # once per loss call, on the raw ratios, with the trainer's names (stale/chi2, stale/ess, train/weight_max, ...)
+        self._log_reduced(mode, {**batch_metrics(out, logps, old, mask, self.scheme, self.eps),
+                                 **metric_names(out.metrics)})
         ent = torch.stack([(entropies * mask).sum(), mask.sum().to(entropies.dtype)]).detach()
         ent = self.accelerator.reduce(ent, reduction="sum")
         self._metrics[mode]["entropy"].append((ent[0] / ent[1].clamp(min=1.0)).item())

@@ -371,6 +371,9 @@ def trajectory_policy_loss(scheme: str, old_log_prob, log_prob, advantages, resp
     eps = eps_from(config)
     out = policy_loss(scheme, log_prob, old_log_prob, mask, adv, G, eps)
     out.metrics = {**estimators.diagnostics(out.seq_log_ratio, eps), **out.metrics}  # once per micro-batch call
+    from ..theory import batch_metrics
+
+    out.logged = batch_metrics(out, log_prob, old_log_prob, mask, scheme, eps)  # the trainer's names
     loss = out.loss * (B * dp / gbs) if gbs is not None else out.loss
     return loss, out
 
@@ -402,7 +405,7 @@ def make_policy_loss(scheme: str, style: str = METRICS_STYLE):
         loss, out = trajectory_policy_loss(scheme, old_log_prob, log_prob, advantages, response_mask, config,
                                            rollout_is_weights, group_ids=_GROUP_IDS.get())
         if style == METRICS_STYLE:
-            return loss, metric_names(out.metrics, prefix="actor/")
+            return loss, {**{f"actor/{k}": v for k, v in out.logged.items()}, **metric_names(out.metrics, prefix="actor/")}
         import torch
 
         m = response_mask.to(log_prob.dtype)

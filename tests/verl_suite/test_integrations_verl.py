@@ -186,8 +186,11 @@ def test_snippet_loss_equals_core_surrogate_and_closed_form_gradient(snippet_cfg
 
     capped = np.mean([m["actor/stale/mass_cap_frac"] for m in metrics])
     assert 0 < capped < 1, "test data must cap some groups and leave others"
-    assert all(k.startswith("actor/stale/") for m in metrics for k in m)
-    assert {"actor/stale/clip_frac", "actor/stale/ess", "actor/stale/log_ratio_max"} <= set(metrics[0])
+    assert all(k.startswith(("actor/stale/", "actor/train/weight_")) for m in metrics for k in m)
+    assert {"actor/stale/clip_frac", "actor/stale/ess", "actor/stale/log_ratio_max", "actor/stale/chi2",
+            "actor/stale/mass_bias", "actor/stale/chi2_seq_verl", "actor/train/weight_max"} <= set(metrics[0])
+    # the trainer's names with the trainer's values: the largest weight of any micro-batch is the batch's
+    assert max(m["actor/train/weight_max"] for m in metrics) == pytest.approx(float(c.max()), rel=1e-9)
 
 
 @pytest.mark.parametrize("scheme", ["seq_geo_mask", "vespo"])
@@ -264,9 +267,13 @@ def test_engine_path_groups_rows_by_uid_in_any_order(snippet_cfg):
     want = trajectory_loss("gmc", batch.new, batch.old, batch.mask, want_adv, G, actor.clip_ratio_high)
     assert float(loss) == pytest.approx(float(want.loss), abs=1e-12)
     diag = {**estimators.diagnostics(want.seq_log_ratio, actor.clip_ratio_high), **want.metrics}
-    expected = verl_plugin.metric_names(diag, prefix="actor/")
+    from llm_runs.theory import batch_metrics
+
+    expected = {**{f"actor/{k}": v for k, v in batch_metrics(want, batch.new, batch.old, batch.mask, "gmc",
+                                                                actor.clip_ratio_high).items()},
+                **verl_plugin.metric_names(diag, prefix="actor/")}
     assert metrics.keys() == expected.keys()
-    assert all(metrics[k] == pytest.approx(v, rel=1e-12, abs=1e-12) for k, v in expected.items())
+    assert all(metrics[k] == pytest.approx(v, rel=1e-9, abs=1e-12) for k, v in expected.items())
     assert max(diag.values()) > 0 and bool((want.weights < want.seq_log_ratio.exp() - 1e-12).any())
     with pytest.raises(ValueError, match="are not one group"):
         loss_fn(**call)
