@@ -63,7 +63,7 @@ def drift_lines(runs, study: Path, root: Path) -> list[str]:
 
 
 def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
-                      figure_section) -> tuple[list[str], list[str]]:
+                      figure_sections) -> tuple[list[str], list[str]]:
     md = ["## Why GMC fails here (the mechanism study)", ""]
     missing: list[str] = []
     try:
@@ -96,9 +96,5 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
         md += [(f"Replay of the committed unclipped-Adam runs by the grid's own gmc and topr runs (every column, "
                f"every update): **{res['replay']['verdict']}** ({len(res['replay']['runs'])} runs)."), ""]
     md += drift_lines(runs, study, root)
-    for name in MECHANISM_FIGURES:
-        lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
-        md += lines + [""]
-        if miss:
-            missing.append(miss)
-    return md, missing
+    lines, missing = figure_sections(MECHANISM_FIGURES, report_dir, figures_out, draw_missing)
+    return md + lines, missing

@@ -286,7 +286,14 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
         md += bound_markdown(bound_table(STUDY.require())) + [""]
     except ValueError as e:
         md += [f"*{e}*", ""]
-    for name in STUDY_FIGURES:
+    lines, missing = figure_sections(STUDY_FIGURES, report_dir, figures_out, draw_missing)
+    return md + lines, missing
+
+
+def figure_sections(names, report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str]]:
+    """:func:`figure_section` of each figure in ``names``: (markdown lines, figures not drawn)."""
+    md, missing = [], []
+    for name in names:
         lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
         md += lines + [""]
         if miss:
@@ -420,7 +427,7 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
 
     from .mechanism_section import mechanism_section
 
-    mech_md, missing = mechanism_section(report_dir, figures_out, draw_missing, figure_section)
+    mech_md, missing = mechanism_section(report_dir, figures_out, draw_missing, figure_sections)
     md += mech_md
     study_md, study_missing = study_section(report_dir, figures_out, draw_missing)
     md += study_md
