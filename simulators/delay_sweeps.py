@@ -45,11 +45,14 @@ ASYNC_START = {
 
 
 def async_records(setting: dict, seeds: list[int]) -> dict:
-    """Run one async setting for every delay in ``setting["delays"]`` and every seed."""
+    """Run one async setting for every delay in ``setting["delays"]`` and every seed; the optimiser
+    (``optimizer``, default ``sgd``; ``eta`` its step size, default the environment's; ``clip_norm``)
+    may be set per setting (:mod:`simulators.optim`)."""
     start = ASYNC_START[setting["env"]]
     env, _, theta0, _ = make_instance(setting["env"], start["instance"])
-    cfg = AsyncConfig(setting["scheme"], start["G"], setting["eps"], start["eta"], setting["T"],
-                      setting.get("delay_kind", "fixed"), record_bias=True)
+    cfg = AsyncConfig(setting["scheme"], start["G"], setting["eps"], setting.get("eta", start["eta"]), setting["T"],
+                      setting.get("delay_kind", "fixed"), record_bias=True,
+                      optimizer=setting.get("optimizer", "sgd"), clip_norm=setting.get("clip_norm", 1.0))
     return cfg, async_sgd(env, theta0, cfg, seeds, setting["delays"])
 
 
