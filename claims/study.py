@@ -65,12 +65,19 @@ def read_runs(root: str | Path) -> pd.DataFrame:
 
 
 def _study_folders(root: str | Path) -> list[Path]:
-    """The run folders under ``root`` (:func:`schema.results.run_folders`); ``ValueError`` if it is no folder."""
-    from schema.results import run_folders
+    """The run folders under ``root`` that belong to its grid (:func:`llm_runs.study.audit`).
+    ``ValueError`` if it is no folder or holds a foreign run (never mixed in); a run folder
+    without metrics is named on stderr (it is not analysed, and not dropped silently)."""
+    from llm_runs.study import audit
 
     if not Path(root).is_dir():
         raise ValueError(f"{root} is not a folder of study runs (make them with `python -m llm_runs.study`)")
-    return run_folders(root)
+    found = audit(root)
+    found.raise_if_foreign(root)
+    if found.no_metrics:
+        print(f"warning: {len(found.no_metrics)} run folder(s) under {root} have a config.json but no metrics table "
+              f"and are not analysed: {', '.join(found.no_metrics)}", file=sys.stderr)
+    return found.runs
 
 
 def collapse_timing(m: pd.DataFrame) -> dict:

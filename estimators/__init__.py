@@ -5,6 +5,7 @@
 [[2.4, 0.8, 0.8, 0.8]]
 """
 from . import peers  # noqa: F401  (registers topr, seq_tis_bn, seq_mis)
+from . import variants  # noqa: F401  (registers gmc_cap, gmc_topr, topr_gmc)
 from .advantages import ADVANTAGE_KINDS, advantages
 from .diagnostics import diagnostics
 from .params import PARAMS, Param

@@ -25,6 +25,7 @@ gspo           eps_high    4e-4       GSPO §5.1: right clip 4e-4
 seq_tis_bn     C           2.0        verl ``rollout_is_threshold`` default (rollout_corr_helper.py)
 seq_mis        lo          0.5        verl ``decoupled_seq_is_rs`` rs_threshold "0.5_2.0" (seq_sum_k1)
 seq_mis        hi          2.0        same
+gmc_cap        kappa       1.0        this toolkit (estimators.variants): C = 1+eps, the TIC-trunc level
 =============  ==========  =========  ===============================================================
 """
 from __future__ import annotations
@@ -75,6 +76,8 @@ PARAMS: dict[str, tuple[Param, ...]] = {
              Param("eps_high", 4e-4, "epsilon_high (GSPO)", "GSPO: upper clip of the sequence ratio, 1 + eps_high")),
     "seq_tis_bn": (Param("C", 2.0, "C", "seq_tis_bn: truncation level of the sequence ratio before the batch "
                          "normalisation"),),
+    "gmc_cap": (Param("kappa", 1.0, "kappa", "gmc_cap: per-trajectory cap C = kappa (1+eps) applied after GMC's "
+                      "group rescaling (1: no trajectory above 1+eps)"),),
     "seq_mis": (Param("lo", 0.5, "w_lo", "seq_mis: keep a sequence when w_lo <= w <= w_hi", lo_open=False),
                 Param("hi", 2.0, "w_hi", "seq_mis: upper end of the kept ratio interval")),
 }

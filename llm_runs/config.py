@@ -90,12 +90,21 @@ class TrainConfig:
     tis_cap: float = _knob("seq_tis_bn", "C")
     mis_low: float = _knob("seq_mis", "lo")
     mis_high: float = _knob("seq_mis", "hi")
+    gmc_cap_kappa: float = _knob("gmc_cap", "kappa")
     advantage: str = _f("loo", "A_i", "advantage (THEORY §1): loo (canonical), grpo, drgrpo")
     group_size: int = _f(8, "G", "completions per prompt (one group)")
     prompts_per_step: int = _f(32, "-", "groups (prompts) per update; batch = prompts_per_step * G completions")
     steps: int = _f(200, "T", "number of updates")
     lr: float = _f(1e-4, "eta", "Adam learning rate (constant)")
     max_grad_norm: float | None = _f(None, "-", "clip the gradient norm (None: never; the estimator's own bound is what is studied)")
+    optimizer: str = _f("adam", "-", "optimiser of the RL updates (llm_runs.optim.OPTIMIZERS): adam (the study's), adamw "
+                        "(decoupled weight decay; verl's actor), sgd (a fixed step eta, THEORY §4's setting)")
+    momentum: float = _f(0.0, "beta", "sgd only: heavy-ball momentum (0: plain SGD, THEORY §4's setting)")
+    weight_decay: float = _f(0.0, "-", "weight decay: decoupled for adamw (verl's actor default 0.01, TRL's 0), the "
+                             "L2 term of the gradient for adam and sgd; 0: none")
+    mechanism_diagnostics: bool = _f(False, "-", "log the mech/ columns every update (update direction against IS's, "
+                                     "heaviest trajectory's share of the gradient, step norm, KL to the behaviour "
+                                     "policy; llm_runs.mechanism): one more backward pass per update")
     micro_batch_groups: int = _f(0, "-", "groups per forward/backward chunk (0: all); the gradient is the same up to rounding")
 
     # --- rollouts and delay ----------------------------------------------------------------
@@ -180,6 +189,11 @@ class TrainConfig:
         need(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
         need(isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0, f"lr eta must be > 0, got {self.lr!r}")
         need(self.max_grad_norm is None or self.max_grad_norm > 0, f"max_grad_norm must be None or > 0, got {self.max_grad_norm!r}")
+        from .optim import check_optimizer
+
+        check_optimizer(self.optimizer, self.momentum, self.weight_decay)
+        need(isinstance(self.mechanism_diagnostics, bool),
+             f"mechanism_diagnostics must be true or false, got {self.mechanism_diagnostics!r}")
         need(self.temperature > 0 and math.isfinite(self.temperature), f"temperature must be > 0, got {self.temperature!r}")
         need(self.top_k >= 0, f"top_k must be >= 0 (0 disables it), got {self.top_k}")
         for name in ("max_staleness", "sync_every", "queue_size"):
@@ -248,7 +262,8 @@ class TrainConfig:
 
 
 _RUN_ONLY = ("seed", "estimator", "delay", "delay_mode", "eps", "eps_high", "lr", "steps", "eval_every",
-             "checkpoint_every", "keep_checkpoints", "mode", "max_staleness", "sync_every", "queue_size", "advantage")
+             "checkpoint_every", "keep_checkpoints", "mode", "max_staleness", "sync_every", "queue_size", "advantage",
+             "optimizer", "momentum", "weight_decay", "max_grad_norm", "mechanism_diagnostics")
 """Settings no task factory reads: configurations differing only in them share one task check."""
 _TASK_CHECKED: set[str] = set()
 

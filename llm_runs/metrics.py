@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from schema.io import write_text
-from schema.metrics import STALE
+from schema.metrics import MECHANISM, STALE
 
 COLUMNS = [
     "step",
@@ -72,6 +72,17 @@ COLUMNS = [
     "perf/tokens_per_s",  # completion tokens per second of step time
     "perf/samples_per_s",
 ]
+
+MECHANISM_COLUMNS = list(MECHANISM)
+"""Appended to :data:`COLUMNS` in runs that set ``mechanism_diagnostics`` (:func:`run_columns`);
+absent otherwise, so runs without them keep the table every earlier run has."""
+
+
+def run_columns(config) -> list[str]:
+    """The metrics columns of a run of ``config``: :data:`COLUMNS`, plus :data:`MECHANISM_COLUMNS`
+    when it logs the mechanism diagnostics."""
+    return COLUMNS + (MECHANISM_COLUMNS if getattr(config, "mechanism_diagnostics", False) else [])
+
 
 DIAGNOSTIC_COLUMNS = STALE  # estimators.diagnostics key -> column (schema.metrics)
 

@@ -93,6 +93,14 @@ and end only, and no checkpoint before the end."""
 ESTIMATORS = ("gmc", "is", "tic_mask", "tic_trunc", "token_clip", "gspo", "m2po", "cispo", "topr", "opsm",
               "seq_tis_bn")
 
+SGD_PILOT_LRS = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3)
+"""SGD step sizes of the pilot (one seed). Adam's per-coordinate step of lr 1e-4 moves the 247k
+parameters by about 1e-4 sqrt(247k) = 0.05 per update and the study's gradient norms at delay 0
+have a median of about 23, so SGD at eta ~ 2e-3 would move them as far; but a first pilot found
+eta = 1e-3 and 3e-3 (and 1e-2, 3e-2, stopped early) collapsing at delay 0 within 20 updates
+(the reward fell from 0.42 to 0.09 after one step at 1e-3: the gradient is concentrated on few
+coordinates), so the grid reaches down to 3e-5."""
+
 STEP_COST_S = {"short": 0.121, "long": 0.532}
 """Median seconds per update (rollout + update) measured by the pilots (``--cost-from
 results/llm/pilot`` and ``results/llm/pilot_short`` recompute them), one run at a time on the
@@ -107,13 +115,27 @@ RUN_OVERHEAD_S = 8.0
 
 @dataclass(frozen=True)
 class StudyCell(Cell):
-    """One run of the study: a :class:`~llm_runs.sweep.Cell` with its horizon in the name."""
+    """One run of the study: a :class:`~llm_runs.sweep.Cell` with its horizon (and arm) in the name."""
 
     horizon: str = "long"
+    arm: str = ""
 
     @property
     def name(self) -> str:
-        return f"{self.horizon}-{self.estimator}-d{self.delay}-s{self.seed}"
+        arm = f"{self.arm}-" if self.arm else ""
+        return f"{self.horizon}-{arm}{self.estimator}-d{self.delay}-s{self.seed}"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of an intervention grid: settings on top of the study's (``overrides``, e.g. the
+    optimiser), the estimators run under them at every positive delay, and whether the arm has
+    its own delay-0 run per seed (the delay-0 run stands for every scheme of the arm)."""
+
+    label: str
+    overrides: dict
+    estimators: tuple[str, ...]
+    zero_delay: bool = True
 
 
 @dataclass(frozen=True)
@@ -131,9 +153,13 @@ class Study:
     zero_delay: str | None = "gmc"  # the estimator that stands for every scheme at delay 0 (None: no delay-0 run)
     doc: str = ""
     async_estimators: tuple[str, ...] = ()  # (the sweep driver's field; the study has none)
+    arms: tuple[Arm, ...] = ()  # intervention arms; none: ``estimators`` under ``base`` only
 
     def settings(self) -> dict:
-        return json.loads(json.dumps({k: v for k, v in dataclasses.asdict(self).items() if k not in ("out", "doc")}))
+        """What ``sweep.json`` records (and a continued grid must match); a grid without arms
+        records exactly what it recorded before arms existed."""
+        drop = ("out", "doc") + (() if self.arms else ("arms",))
+        return json.loads(json.dumps({k: v for k, v in dataclasses.asdict(self).items() if k not in drop}))
 
     def default_out(self) -> Path:
         """``out`` under the results root (``GMC_RESULTS`` or ``results/``)."""
@@ -142,17 +168,30 @@ class Study:
         return results_root() / Path(self.out).relative_to("results")
 
     def cells(self) -> list[StudyCell]:
-        """Seed-major: all runs of seed s (both horizons) before any run of seed s + 1."""
+        """Seed-major: all runs of seed s (every horizon and arm) before any run of seed s + 1."""
         cells = []
         for s in self.seeds:
             for h, task in self.horizons.items():
                 base = {**self.base, **task, "seed": s}
-                runs = [(self.zero_delay, 0)] if self.zero_delay else []
-                runs += [(e, d) for d in self.delays for e in self.estimators]
-                runs += [(e, max(self.delays)) for e in self.floor] if self.delays else []
-                cells += [StudyCell(e, "controlled", d, s, {**base, "estimator": e, "delay": d}, horizon=h)
-                          for e, d in runs]
+                if not self.arms:
+                    runs = [(self.zero_delay, 0)] if self.zero_delay else []
+                    runs += [(e, d) for d in self.delays for e in self.estimators]
+                    runs += [(e, max(self.delays)) for e in self.floor] if self.delays else []
+                    cells += [StudyCell(e, "controlled", d, s, {**base, "estimator": e, "delay": d}, horizon=h)
+                              for e, d in runs]
+                    continue
+                for arm in self.arms:
+                    runs = [(self.zero_delay or "gmc", 0)] if arm.zero_delay else []
+                    runs += [(e, d) for d in self.delays for e in arm.estimators]
+                    cells += [StudyCell(e, "controlled", d, s, {**base, **arm.overrides, "estimator": e, "delay": d},
+                                        horizon=h, arm=arm.label) for e, d in runs]
         return cells
+
+    def estimator_names(self) -> list[str]:
+        """Every estimator a run of the grid uses."""
+        names = [*self.estimators, *self.floor, *([self.zero_delay] if self.zero_delay else [])]
+        names += [e for arm in self.arms for e in arm.estimators]
+        return list(dict.fromkeys(names))
 
 
 STUDIES = {
@@ -173,6 +212,12 @@ STUDIES = {
                               {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1, 2), floor=(),
                               doc="delay 0, long horizon, 800 updates (four times the study's), 3 seeds: how much "
                                   "of the pc gain the study's 200 updates leave (exploratory, after the grid)"),
+    "pilot_sgd": Study("pilot_sgd", "results/llm/pilot_sgd", STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(),
+                       seeds=(0,), floor=(),
+                       arms=tuple(Arm(f"sgd{lr:g}", {"optimizer": "sgd", "lr": lr}, ()) for lr in SGD_PILOT_LRS),
+                       doc="SGD (fixed step, no momentum) at delay 0, long horizon, step sizes "
+                           f"{', '.join(f'{lr:g}' for lr in SGD_PILOT_LRS)}, seed 0: the step whose held-out gain "
+                           "over 200 updates is closest to Adam's (the mechanism grid's SGD arm)"),
 }
 
 
@@ -231,8 +276,102 @@ def missing_estimators(study: Study) -> list[str]:
     from estimators.losses import loss_names
 
     known = set(loss_names())
-    return [e for e in (*study.estimators, *study.floor, *([study.zero_delay] if study.zero_delay else []))
-            if e not in known]
+    return [e for e in study.estimator_names() if e not in known]
+
+
+# --------------------------------------------------------------------------- the grid check
+
+
+@dataclass
+class Audit:
+    """What :func:`audit` found under a grid folder. ``foreign``: folders that are no run of the
+    grid (an unknown name, or a known name run with other settings: ``{name: why}``);
+    ``no_metrics``: run folders of the grid holding a ``config.json`` but no metrics table;
+    ``runs``: the folders a reader may use."""
+
+    grid: str | None
+    runs: list[Path]
+    foreign: dict[str, str]
+    no_metrics: list[str]
+
+    def raise_if_foreign(self, root) -> None:
+        if self.foreign:
+            listed = "; ".join(f"{k}: {v}" for k, v in list(self.foreign.items())[:6])
+            more = f" (and {len(self.foreign) - 6} more)" if len(self.foreign) > 6 else ""
+            raise ValueError(f"{root} holds {len(self.foreign)} folder(s) that are not runs of grid "
+                             f"{self.grid or '(no sweep.json)'}: {listed}{more}. Move them away; the analysis "
+                             f"never mixes foreign runs into a grid")
+
+
+_FREE_FIELDS = ("estimator", "delay", "seed", "task", "terms", "train_size", "heldout_size", "warm_start_steps",
+                "warm_start_lr", "cache_dir", "optimizer", "lr", "momentum", "weight_decay", "max_grad_norm",
+                "mechanism_diagnostics", "gmc_cap_kappa")
+"""Fields that may differ between the runs of a folder without a ``sweep.json``: the cell
+(estimator, delay, seed), the horizon's task settings, an arm's optimiser settings, and where the
+warm start is cached."""
+
+
+def audit(root: str | Path) -> Audit:
+    """Check every folder under ``root`` against the grid that made it.
+
+    A folder with a ``sweep.json`` naming a grid of :data:`STUDIES` (what :func:`run_sweep`
+    writes) is checked run by run against that grid's plan: a folder whose name is no cell of
+    the grid, or whose stored settings differ from the cell's (:func:`llm_runs.config.config_diff`,
+    the check ``--dry-run`` and ``--resume`` make), is foreign. Without a ``sweep.json`` (a folder
+    assembled by hand) every run must agree with the others on every setting outside
+    :data:`_FREE_FIELDS` and no two runs may be the same cell; the odd ones out are foreign.
+    """
+    from schema.results import metrics_path, read_run_config
+
+    from .config import config_diff, resolve_config
+
+    root = Path(root)
+    folders = [p for p in sorted(root.iterdir()) if p.is_dir() and (p / "config.json").is_file()]
+    no_metrics = [p.name for p in folders if metrics_path(p) is None]
+    runs = [p for p in folders if metrics_path(p) is not None]
+    foreign: dict[str, str] = {}
+    stored = {p.name: read_run_config(p) for p in runs}
+    grid = None
+    settings_file = root / "sweep.json"
+    if settings_file.is_file():
+        grid = json.loads(settings_file.read_text()).get("settings", {}).get("name")
+        if grid not in STUDIES:
+            raise ValueError(f"{settings_file} names grid {grid!r}, which is not one of {sorted(STUDIES)}")
+        cells = {c.name: c for c in STUDIES[grid].cells()}
+        for p in folders:
+            cell = cells.get(p.name)
+            if cell is None:
+                foreign[p.name] = f"no cell of grid {grid} has this name"
+                continue
+            if p.name in stored:
+                diff = config_diff(stored[p.name], resolve_config(cell.overrides).to_dict())
+                diff.pop("cache_dir", None)  # where the warm start was cached does not change the run
+                if diff:
+                    foreign[p.name] = "run with other settings (" + ", ".join(
+                        f"{k}: {a!r}, planned {b!r}" for k, (a, b) in diff.items()) + ")"
+    else:
+        from collections import Counter
+
+        def common(cfg):
+            return json.dumps({k: v for k, v in cfg.items() if k not in _FREE_FIELDS}, sort_keys=True, default=str)
+
+        keys = {name: common(cfg) for name, cfg in stored.items()}
+        majority = Counter(keys.values()).most_common(1)[0][0] if keys else None
+        base = next((stored[n] for n, k in keys.items() if k == majority), {})
+        for name, k in keys.items():
+            if k != majority:
+                diff = config_diff(base, stored[name])
+                foreign[name] = "settings differ from the folder's other runs (" + ", ".join(
+                    f"{f}: {b!r} vs {a!r}" for f, (a, b) in diff.items() if f not in _FREE_FIELDS) + ")"
+        seen: dict[tuple, str] = {}
+        for name, cfg in stored.items():
+            if name in foreign:
+                continue
+            cell = tuple(json.dumps(cfg.get(f), sort_keys=True, default=str) for f in _FREE_FIELDS)
+            if cell in seen:
+                foreign[name] = f"the same cell as {seen[cell]}"
+            seen.setdefault(cell, name)
+    return Audit(grid, [p for p in runs if p.name not in foreign], foreign, no_metrics)
 
 
 # --------------------------------------------------------------------------- CLI

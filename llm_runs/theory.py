@@ -120,7 +120,9 @@ class DirectionTracker:
     def before(self, model) -> None:
         self._theta = _flat(model.parameters())
 
-    def after(self, model, skipped: bool) -> dict:
+    def after(self, model, skipped: bool, mechanism: bool = False) -> dict:
+        """The cosines with the previous update; with ``mechanism`` also ``mech/step_norm`` and
+        ``mech/step_cos_grad`` (:data:`schema.metrics.MECHANISM`)."""
         params = list(model.parameters())
         if skipped or self._theta is None or any(p.grad is None for p in params):
             self.prev_grad = self.prev_step = None
@@ -128,6 +130,8 @@ class DirectionTracker:
         grad = _flat(p.grad for p in params)
         step = _flat(params) - self._theta
         out = {"train/grad_cos": _cos(grad, self.prev_grad), "train/update_cos": _cos(step, self.prev_step)}
+        if mechanism:
+            out.update({"mech/step_norm": float(step.double().norm()), "mech/step_cos_grad": _cos(step, -grad)})
         self.prev_grad, self.prev_step, self._theta = grad, step, None
         return out
 

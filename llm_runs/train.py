@@ -68,7 +68,8 @@ from schema.runlock import LOCK_NAME, RunLock, check_free, entries
 
 from .config import TrainConfig, config_diff, config_fields, resolve_config
 from .delay import ROLLOUT_SOURCES, RolloutSourceError
-from .metrics import COLUMNS, MetricsWriter
+from .metrics import MetricsWriter, run_columns
+from .optim import make_optimizer
 from .presets import load_pretrained, save_pretrained
 from .rollout import evaluate, warn_truncation
 from .tasks import build_task
@@ -274,7 +275,7 @@ class Trainer:
         self.info = {"config": cfg.to_dict(), "out": str(self.out), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                      "command": sys.argv, **git_commit(), "versions": package_versions(),
                      "symbols": {f.name: f.metadata["symbol"] for f in config_fields()},
-                     "metric_columns": COLUMNS}
+                     "metric_columns": run_columns(cfg)}
         if not self.resume:
             _write_json(self.out / "config.json", self.info)
         else:
@@ -293,9 +294,9 @@ class Trainer:
         else:
             self.policy, self.tokenizer = loaded
         self.policy.train()
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr)
+        self.optimizer = make_optimizer(self.policy.parameters(), cfg)
         self.source = ROLLOUT_SOURCES[cfg.mode](cfg, self.task, self.tokenizer, self.max_new_tokens)
-        self.writer = MetricsWriter(self.out / METRICS_FILE)
+        self.writer = MetricsWriter(self.out / METRICS_FILE, run_columns(cfg))
         self.directions = DirectionTracker()
         start, self.complete = 0, False
         if ckpt is not None:
@@ -356,9 +357,10 @@ class Trainer:
             self.directions.before(self.policy)
             row = policy_update(self.policy, self.optimizer, batch, estimator=cfg.estimator, eps=cfg.eps,
                                 advantage=cfg.advantage, loss_options=cfg.loss_options(), temperature=cfg.temperature,
-                                max_grad_norm=cfg.max_grad_norm, micro_batch_groups=cfg.micro_batch_groups)
+                                max_grad_norm=cfg.max_grad_norm, micro_batch_groups=cfg.micro_batch_groups,
+                                mechanism=cfg.mechanism_diagnostics)
         t2 = time.perf_counter()
-        row.update(self.directions.after(self.policy, bool(row["train/update_skipped"])))
+        row.update(self.directions.after(self.policy, bool(row["train/update_skipped"]), cfg.mechanism_diagnostics))
         row.update(staleness_metrics(batch, step))
         row.update(self.source.step_metrics())
         self.last_batch = batch
@@ -532,6 +534,12 @@ def _parse_value(field: dataclasses.Field, text: str):
         if not isinstance(value, dict):
             raise argparse.ArgumentTypeError(f"--{field.name.replace('_', '-')} needs a JSON object, got {text!r}")
         return value
+    if kind.startswith("bool"):
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise argparse.ArgumentTypeError(f"--{field.name.replace('_', '-')}: {text!r} is not true or false")
     for typ in ("int", "float"):
         if kind.startswith(typ):
             try:

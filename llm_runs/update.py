@@ -16,6 +16,7 @@ import torch
 import estimators
 from estimators.losses import is_batch_coupled, policy_loss
 
+from .mechanism import MechanismProbe, ratio_mechanism
 from .metrics import DIAGNOSTIC_COLUMNS
 from .rollout import RolloutBatch, completion_logprobs
 from .theory import ratio_metrics
@@ -28,13 +29,14 @@ def group_advantages(batch: RolloutBatch, kind: str) -> torch.Tensor:
 
 def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps: float, advantage: str = "loo",
                   loss_options: dict | None = None, temperature: float = 1.0, max_grad_norm: float | None = None,
-                  micro_batch_groups: int = 0) -> dict:
+                  micro_batch_groups: int = 0, mechanism: bool = False) -> dict:
     """Compute the surrogate, backpropagate, step the optimiser; return ``train/`` and ``stale/`` metrics.
 
     ``loss_options`` are the estimator's knobs (``TrainConfig.loss_options()``). The ratio
     diagnostics are computed once, on the whole batch's log-ratios, after the backward passes.
     A non-finite gradient is not applied (``train/update_skipped = 1``) rather than written
-    into the weights.
+    into the weights. ``mechanism`` adds the ``mech/`` columns (:mod:`llm_runs.mechanism`; one
+    more backward pass) without changing the update.
     """
     model.train()
     G, n_groups = batch.group_size, batch.num_groups
@@ -45,6 +47,7 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
         raise ValueError(f"estimator {estimator!r} uses a statistic of the whole batch: it cannot be split into "
                          f"micro-batches of {chunk} groups (set micro_batch_groups = 0)")
     optimizer.zero_grad(set_to_none=True)
+    probe = MechanismProbe(model) if mechanism else None
     loss_total, seq_lr, weights, extra, extra_w, tok_lr = 0.0, [], [], {}, {}, []
     for g0 in range(0, n_groups, chunk):
         g1 = min(g0 + chunk, n_groups)
@@ -52,7 +55,9 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
         logp = completion_logprobs(model, part.prompt_ids, part.prompt_mask, part.completion_ids, temperature, G)
         out = policy_loss(estimator, logp, part.behaviour_logp, part.completion_mask, adv[g0:g1], G, eps, **kw)
         share = (g1 - g0) / n_groups
-        (out.loss * share).backward()
+        (out.loss * share).backward(retain_graph=probe is not None)
+        if probe is not None:
+            probe.chunk(out.loss, logp, part, adv[g0:g1].reshape(-1), share, g0)
         loss_total += float(out.loss.detach()) * share
         seq_lr.append(out.seq_log_ratio)
         tok_lr.append((logp.detach() - part.behaviour_logp) * part.completion_mask)
@@ -66,6 +71,7 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
     params = [p for p in model.parameters() if p.grad is not None]
     grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in params]))
     skipped = not math.isfinite(grad_norm)
+    mech = probe.finish(temperature) if probe is not None else {}
     if skipped:
         optimizer.zero_grad(set_to_none=True)
     else:
@@ -93,6 +99,9 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
         row[f"stale/{key}"] = total / extra_w[key]
     row.update(ratio_metrics(lr_all, torch.cat(weights) if weights else None, torch.cat(tok_lr),
                              batch.completion_mask, estimator, eps))
+    if probe is not None:
+        row.update(mech)
+        row.update(ratio_mechanism(lr_all, torch.cat(tok_lr), batch.completion_mask, eps))
     return row
 
 

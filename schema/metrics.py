@@ -20,6 +20,22 @@ STALE = {  # estimators.diagnostics key -> metric name
 }
 
 
+MECHANISM = {
+    "mech/cos_is": "cosine between the update's gradient estimate and the IS gradient estimate (c_i = w_i) on the "
+                   "same batch and the same forward pass",
+    "mech/heavy_share": "||gradient of the single heaviest trajectory|| / ||batch gradient||, the heaviest being the "
+                        "trajectory with the largest total |d loss / d log pi(o_t)|",
+    "mech/lambda_min": "smallest GMC group scale lambda of the batch (on the raw ratios, whatever the estimator)",
+    "mech/step_norm": "||theta_{t+1} - theta_t||, the parameter step the optimiser took",
+    "mech/step_cos_grad": "cosine between the parameter step and minus the (clipped) gradient: how far the optimiser "
+                          "turns the estimator's direction",
+    "mech/kl": "KL(pi_b || pi_theta) per completion token, the k3 estimate mean((r_t - 1) - log r_t) over the batch",
+}
+"""The mechanism diagnostics (:mod:`llm_runs.mechanism`), logged per update when a run sets
+``mechanism_diagnostics``: name -> meaning. GMC's share of capped groups and mean lambda are
+``stale/mass_cap_frac`` and ``stale/gmc_lambda_mean`` (:data:`STALE`)."""
+
+
 def stale_metrics(diagnostics: dict, prefix: str = "") -> dict[str, float]:
     """``{prefix + name: value}`` for every diagnostic, named by :data:`STALE` (a key not in it is
     logged as ``stale/<key>``); verl passes ``prefix="actor/"``."""
@@ -30,7 +46,7 @@ ESTIMATOR_LABELS = {
     "gmc": "GMC", "tic_mask": "TIC-mask", "tic_trunc": "TIC-trunc", "is": "IS", "stale": "stale ($c=1$)",
     "snis": "SNIS", "tic_ppo": "TIC-PPO", "token_clip": "token GRPO (clip)", "gspo": "GSPO",
     "topr": "TOPR", "seq_tis_bn": "seq. TIS + batch norm", "seq_mis": "seq. MIS", "cispo": "CISPO", "m2po": "M2PO",
-    "opsm": "OPSM",
+    "opsm": "OPSM", "gmc_cap": "GMC + trajectory cap", "gmc_topr": "GMC(+) / TOPR(-)", "topr_gmc": "TOPR(+) / GMC(-)",
 }
 """estimator name (``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> display name."""
 

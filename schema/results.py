@@ -188,7 +188,12 @@ LEGACY_FIELDS: dict[str, tuple] = {
     "gspo_eps_high": (_legacy_gspo_eps_high,
                       "GSPO's upper clip was eps_high when set, else gspo_loss's default 4e-4"),
     **{name: (None, "only the estimator it tunes reads it, and that estimator did not exist yet")
-       for name in ("cispo_eps_low", "cispo_eps_high", "m2po_tau", "opsm_delta", "tis_cap", "mis_low", "mis_high")},
+       for name in ("cispo_eps_low", "cispo_eps_high", "m2po_tau", "opsm_delta", "tis_cap", "mis_low", "mis_high",
+                    "gmc_cap_kappa")},
+    "optimizer": (lambda cfg: "adam", "every RL update used torch.optim.Adam(params, lr)"),
+    "momentum": (lambda cfg: 0.0, "Adam has no heavy-ball momentum knob"),
+    "weight_decay": (lambda cfg: 0.0, "Adam without weight decay"),
+    "mechanism_diagnostics": (lambda cfg: False, "the mech/ columns did not exist"),
 }
 """Config fields added after runs were made: ``{field: (value, why)}`` where ``value(cfg)`` is
 what a run whose stored ``config`` lacks the field actually used, computed from that stored

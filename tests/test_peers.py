@@ -186,7 +186,7 @@ def test_paper_defaults_and_config_fields():
     d = {name: {p.name: p.default for p in ps} for name, ps in PARAMS.items()}
     assert d == {"m2po": {"tau": 0.04}, "cispo": {"eps_low": 10.0, "eps_high": 0.2}, "opsm": {"delta": 0.5},
                  "gspo": {"eps_low": 3e-4, "eps_high": 4e-4}, "seq_tis_bn": {"C": 2.0},
-                 "seq_mis": {"lo": 0.5, "hi": 2.0}}
+                 "seq_mis": {"lo": 0.5, "hi": 2.0}, "gmc_cap": {"kappa": 1.0}}
     knobs = {f.metadata["knob"]: f for f in config_fields() if "knob" in f.metadata}
     assert set(knobs) == {(n, p.name) for n, ps in PARAMS.items() for p in ps}  # every knob has a field
     cfg = TrainConfig()

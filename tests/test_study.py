@@ -19,6 +19,8 @@ from llm_runs.theory import (
 
 # --------------------------------------------------------------------------- task
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def test_scratchpad_writes_every_partial_sum_with_a_fixed_horizon():
     t = ScratchpadTask(digits=1, terms=7, heldout_size=50, train_size=500, seed=3)
@@ -468,3 +470,64 @@ def test_the_abstracts_llm_claim_without_the_study_is_not_checked(tmp_path, monk
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     llm = next(v for v in verdicts() if not v["claim_ids"])
     assert llm["verdict"] == "not checked" and "python -m llm_runs.study" in llm["evidence"]
+
+
+# --------------------------------------------------------------------------- the grid check
+
+
+def _copy_committed(tmp_path, names):
+    import shutil
+
+    src = REPO / "results" / "llm" / "study"
+    root = tmp_path / "study"
+    root.mkdir()
+    shutil.copy(src / "sweep.json", root / "sweep.json")
+    for n in names:
+        shutil.copytree(src / n, root / n, ignore=shutil.ignore_patterns("logs"))
+    return root
+
+
+def test_analysis_refuses_a_foreign_run_placed_under_a_grid_name(tmp_path, capsys):
+    import json
+
+    from claims.study import read_runs
+
+    root = _copy_committed(tmp_path, ["long-gmc-d0-s0", "long-gmc-d64-s0"])
+    assert len(read_runs(root)) == 2
+    cfg_file = root / "long-gmc-d0-s0" / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    cfg["config"]["steps"] = 800  # a longer pilot run dropped in as seed 0's delay-0 run
+    cfg_file.write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"long-gmc-d0-s0: run with other settings \(steps: 800, planned 200\)"):
+        read_runs(root)
+    (root / "long-gmc-d0-s0").rename(root / "long-gmc-d0-s0-pilot")
+    with pytest.raises(ValueError, match="long-gmc-d0-s0-pilot: no cell of grid primary"):
+        read_runs(root)
+
+
+def test_a_run_folder_without_metrics_is_named_not_dropped(tmp_path, capsys):
+    from claims.study import read_runs
+    from schema.results import metrics_path
+
+    root = _copy_committed(tmp_path, ["long-gmc-d0-s0", "long-gmc-d64-s0"])
+    metrics_path(root / "long-gmc-d64-s0").unlink()
+    assert len(read_runs(root)) == 1
+    assert "no metrics table and are not analysed: long-gmc-d64-s0" in capsys.readouterr().err
+
+
+def test_a_hand_assembled_folder_must_agree_on_shared_settings_and_hold_each_cell_once(tmp_path):
+    from claims.study import read_runs
+
+    _fake_study(tmp_path / "s", effect_long=0.1, n_seeds=2)
+    assert len(read_runs(tmp_path / "s")) == 2 * 2 * 4
+    base = {"task": "scratchpad", "eps": 0.2, "heldout_size": 200, "seed": 0, "mode": "controlled",
+            "estimator": "gmc", "delay": 64}
+    _fake_run(tmp_path / "s", "long-gmc-d64-s0-long", {**base, "steps": 80}, [0.2, 0.4, 0.6])
+    with pytest.raises(ValueError, match=r"long-gmc-d64-s0-long: settings differ .*steps: 80 vs 40"):
+        read_runs(tmp_path / "s")
+    import shutil
+
+    shutil.rmtree(tmp_path / "s" / "long-gmc-d64-s0-long")
+    _fake_run(tmp_path / "s", "long-gmc-d64-s0-copy", {**base, "steps": 40}, [0.2, 0.4, 0.6])
+    with pytest.raises(ValueError, match="long-gmc-d64-s0-copy: the same cell as long-gmc-d64-s0"):
+        read_runs(tmp_path / "s")
