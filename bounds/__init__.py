@@ -13,7 +13,7 @@ The claims of §5 that these bounds state are checked by :mod:`claims` (``python
 
 The bounds are THEORY.md's reconstruction ([R]), not the paper's text.
 """
-from .mass import MASS_BOUNDS, MASS_FORMS, mass_bound, mass_bound_name  # noqa: E402  (light: twins load lazily)
+from .mass import MASS_BOUNDS, MASS_FORMS, mass_bound, mass_bound_name
 
 
 def __getattr__(name):  # bounds.delay imports sympy: loaded on first use

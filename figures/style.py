@@ -46,6 +46,8 @@ STYLES: dict[str, EstimatorStyle] = {
     "cispo": EstimatorStyle(_L["cispo"], "#AA4499", "8"),
     "m2po": EstimatorStyle(_L["m2po"], "#661100", "H"),
     "opsm": EstimatorStyle(_L["opsm"], "#6699CC", "1"),
+    "gmc_cap": EstimatorStyle(_L["gmc_cap"], "#E8A33C", "*"),
+    "gmc_topr": EstimatorStyle(_L["gmc_topr"], "#8C2D04", "d"),
 }
 """estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style."""
 

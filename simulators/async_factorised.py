@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import PER_SAMPLE_SCHEMES
-from .delay import DELAY_KINDS, RECORDS as SGD_RECORDS, AsyncConfig, ParameterHistory
 from ._validate import check_positive_int
+from .core import PER_SAMPLE_SCHEMES
+from .delay import DELAY_KINDS, AsyncConfig, ParameterHistory
+from .delay import RECORDS as SGD_RECORDS
 from .optim import Optimizer
 
 RECORDS = (*SGD_RECORDS, "bias_var")

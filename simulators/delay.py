@@ -20,7 +20,6 @@ import numpy as np
 from estimators import get_scheme
 
 from ._validate import check_eps, check_G, check_positive_int, finite_array
-from .optim import Optimizer, OptimizerConfig
 from .core import (
     PER_SAMPLE_SCHEMES,
     bound_M,
@@ -30,6 +29,7 @@ from .core import (
     per_sample_batch,
     ratio_moments,
 )
+from .optim import Optimizer, OptimizerConfig
 
 DELAY_KINDS = ("fixed", "uniform")
 

@@ -86,9 +86,10 @@ def registry() -> dict[str, Sweep]:
     from .lognormal.sweeps import SWEEPS as e3
     from .optimizer_sweeps import SWEEPS as optimizers
     from .peers import SWEEPS as peers
+    from .second_moment_sweeps import SWEEPS as second
 
     out = {}
-    for group in (e1, e4, e3, delay, peers, optimizers):
+    for group in (e1, e4, e3, delay, peers, optimizers, second):
         out.update({s.name: s for s in group})
     return out
 

@@ -18,13 +18,14 @@ def test_every_form_is_a_registered_bound_and_theorem2_is_what_the_delay_terms_c
 
     for scheme, forms in MASS_BOUNDS.items():
         assert set(forms) == set(bounds.MASS_FORMS) and set(forms.values()) <= set(names())
-    s2, G, eps, C2, M, d, eta = sp.symbols("s2 G eps C2 M d eta", positive=True)
+    G, eps, C2, M, d, eta = sp.symbols("G eps C2 M d eta", positive=True)
     R = eta * d * (1 + eps) * M
     for scheme in ("gmc", "tic_trunc", "stale"):  # D = M^2 m^2 at sigma^2 = C2 R^2, m the theorem2 form
         m = getattr(bias, MASS_BOUNDS[scheme]["theorem2"])
         args = {"gmc": (C2 * R**2, G, eps), "tic_trunc": (C2 * R**2, eps), "stale": (C2 * R**2,)}[scheme]
         D = delay_term(scheme)
-        kw = {k: v for k, v in dict(eta=eta, d=d, G=G, eps=eps, C2=C2, M=M).items() if k in D.signature.parameters}
+        kw = {k: v for k, v in {"eta": eta, "d": d, "G": G, "eps": eps, "C2": C2, "M": M}.items()
+              if k in D.signature.parameters}
         assert sp.simplify(D(**kw) - M**2 * m(*args) ** 2) == 0
     assert set(DELAY_TERMS) == set(MASS_BOUNDS)
 
