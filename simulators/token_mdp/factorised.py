@@ -172,13 +172,13 @@ class FactorisedTokenMDP(TokenTreeMDP):
         return out, gap, lr
 
 
-def start_logits(V: int, H: int, J0: float, target=None) -> np.ndarray:
-    """``(H, V)`` logits with the target token at probability ``J0^(1/H)`` at every position (so
-    ``J(theta_0) = J0`` whatever H) and the other tokens equally likely."""
-    if not (0 < J0 < 1):
-        raise ValueError(f"J0 must be in (0, 1), got {J0!r}")
+def start_logits(V: int, H: int, p: float, target=None) -> np.ndarray:
+    """``(H, V)`` logits with the target token at probability ``p`` at every position (so
+    ``J(theta_0) = p^H``: a longer sequence is harder to get right, as a longer completion is) and
+    the other tokens equally likely."""
+    if not (1.0 / V < p < 1):
+        raise ValueError(f"p (the target token's start probability) must be in (1/V, 1), got {p!r}")
     t = np.ones(H, dtype=np.int64) if target is None else np.asarray(target, dtype=np.int64)
-    p = J0 ** (1.0 / H)
     theta = np.full((H, V), np.log((1 - p) / (V - 1)))
     theta[np.arange(H), t] = np.log(p)
     return theta
