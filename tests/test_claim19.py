@@ -95,13 +95,18 @@ def test_f14_and_f15_draw_every_series_and_caption(quick_results, monkeypatch):
     assert "GMC/TIC-trunc" in f14.caption(df) and "(quick sweep)" in f14.caption(df)
     df = f15.load()
     fig = f15.plot(df)
-    assert len(style.series_lines(fig)) == 2 * df["optimizer"].nunique() * df["scheme"].nunique()
+    n_s, n_o = df["scheme"].nunique(), df["optimizer"].nunique()
+    paired = len(set(df["scheme"]) - set(f15.NOT_PAIRED))
+    assert len(style.series_lines(fig)) == n_o * (2 * n_s + paired)
     cap = f15.caption(df)
     assert "GMC-TIC-mask" in cap and "collapsed" in cap
     cm = f15.cell_means(df)
     g = df[(df["d"] == df["d"].max()) & (df["optimizer"] == "adam") & (df["scheme"] == "gmc") & (df["H"] == 6)]
     row = cm[(cm["optimizer"] == "adam") & (cm["scheme"] == "gmc") & (cm["H"] == 6)].iloc[0]
     assert row["final_J"] == pytest.approx(g["final_J"].mean())
+    t = df[(df["d"] == df["d"].max()) & (df["optimizer"] == "adam") & (df["scheme"] == "topr") & (df["H"] == 6)]
+    diff = g.set_index("seed")["final_J"] - t.set_index("seed")["final_J"]
+    assert row["final_J_vs_topr"] == pytest.approx(diff.mean())
     from figures.report import simulator_ordering_paragraph
 
     assert "reproduce" in simulator_ordering_paragraph(df)

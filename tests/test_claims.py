@@ -17,7 +17,7 @@ from claims import __main__ as cli
 from claims import closed_forms, enumeration, table
 from claims.result import Result, combine
 
-QUICK_CHEAP = [1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 18]
+QUICK_CHEAP = [1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 18, 19]
 
 
 def test_registry_shape():
@@ -28,7 +28,7 @@ def test_registry_shape():
         assert callable(c.check)
     assert claims.STATUSES == ("PASS", "FAIL", "ERROR")
     with pytest.raises(ValueError, match="unknown claim id"):
-        claims.get_claim(19)
+        claims.get_claim(20)
 
 
 @pytest.mark.parametrize("cid", QUICK_CHEAP)
@@ -269,7 +269,7 @@ def test_writability_check_makes_the_folders_and_leaves_no_probe(tmp_path):
     assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == []
 
 
-@pytest.mark.parametrize("bad", ["0", "3,x", "19", ""])
+@pytest.mark.parametrize("bad", ["0", "3,x", "20", ""])
 def test_cli_rejects_bad_only(bad, tmp_path):
     with pytest.raises(SystemExit) as exc:
         cli.main(["--only", bad, "--json", str(tmp_path / "c.json")])
