@@ -16,7 +16,7 @@ from schema.results import Sim, read_sim, source_note
 from . import style
 
 NAME = "f14_second_moment_vs_chi2"
-TITLE = r"F14. Realised second moment $\mathbb{E}\|\hat g\|^2$ against $\chi^2$ and $G$, beside $(1+\epsilon)^2M^2$"
+TITLE = "F14. Realised second moment E||g_hat||^2 against chi^2 and G, beside (1+eps)^2 M^2"
 SOURCES = [Sim("second_moment_vs_chi2")]
 ENV_TITLE = {"bandit": "E1 rare-arm bandit", "token_mdp": "E2 token MDP ($H=4$)", "lognormal": "E3 lognormal (MC)"}
 SCHEMES = ["gmc", "gmc_cap", "gmc_topr", "tic_trunc", "tic_mask", "topr", "snis", "stale", "is"]

@@ -330,8 +330,9 @@ def simulator_ordering_paragraph(df) -> str:
                        for o in [o for o in names if o in set(cell["optimizer"])])
     return (f"{verdict}: at H = {H} and d = {d}, GMC's final J is below both TOPR's and TIC-trunc's (paired 95% "
             f"t-intervals below 0) under {', '.join(repro) or 'no optimiser'}; but the largest difference there is "
-            f"{size:.4f} in J, and at most {coll:.0%} of any of these schemes' runs collapse (the LLM study's "
-            f"differences and collapses are in its section above). Per optimiser (J(theta_0) = {cell['J0'].iloc[0]:.3f}): {cells}. Mean final J "
+            f"{size:.4f} in J, and " + ("no run of GMC, TOPR, TIC-trunc or TIC-mask collapses" if coll == 0 else
+                                         f"up to {coll:.0%} of one of these schemes' runs collapse")
+            + f" (the LLM study's differences and collapses are in its section above). Per optimiser (J(theta_0) = {cell['J0'].iloc[0]:.3f}): {cells}. Mean final J "
             f"there: {finals}. Claim 17's ordering (GMC's average ||grad J||^2 at most TIC-mask's) "
             + (f"fails (GMC significantly worse) in {', '.join(worse)}." if worse else
                "is contradicted in no (optimiser, horizon) cell.")
