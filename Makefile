@@ -24,13 +24,14 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all setup setup-verl verify-bounds abstract verdicts tuned-sweep test test-main test-verl figures report llm-smoke llm-sweep llm-study sim-sweeps bench lint clean-venv help
+.PHONY: all setup setup-verl verify-bounds abstract verdicts tuned-sweep test test-main test-verl figures report llm-smoke llm-sweep llm-study llm-mechanism gpu-study sim-sweeps bench lint clean-venv help
 
 help:
 	@echo "make verify-bounds   check every claim of THEORY.md, print the table"
 	@echo "make test            run the whole test suite (main suite in .venv, verl suite in .venv-verl)"
 	@echo "make setup | setup-verl   build .venv | .venv-verl"
 	@echo "make figures | report | llm-smoke | llm-sweep | llm-study | sim-sweeps | tuned-sweep | bench | lint"
+	@echo "make gpu-study       the Qwen3-0.6B study on one CUDA GPU (8 minutes; --dry-run: python -m llm_runs.gpu_study --dry-run)"
 	@echo "make all             every producer, then the figures and the report"
 
 # $(call venv,DIR,EXTRAS,ABSENT): DIR with torch, the toolkit and EXTRAS, the package ABSENT
@@ -87,6 +88,13 @@ report: abstract verdicts figures
 
 llm-study: $(STAMP)
 	$(PY) -m llm_runs.study
+
+llm-mechanism: $(STAMP)
+	$(PY) -m llm_runs.study --grid mechanism --resume
+
+# One CUDA GPU, at most 8 minutes; needs the [gpu] extra (the Qwen3 tokenizer files).
+gpu-study: $(STAMP)
+	$(PY) -m llm_runs.gpu_study
 
 llm-smoke: $(STAMP)
 	$(PY) -m llm_runs.smoke

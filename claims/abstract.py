@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from schema.io import check_writable, write_json
+from schema.io import check_output, write_json
 from schema.metrics import estimator_label as label
 from schema.provenance import provenance
 from schema.results import (
@@ -272,7 +272,7 @@ def verdicts() -> list[dict]:
 def write_abstract(path: Path | None = None) -> Path:
     """Compute :func:`verdicts` and write them to ``path`` (default ``results/verify/abstract.json``)."""
     path = Path(path) if path is not None else ABSTRACT_SOURCE_PATH()
-    check_writable(path)
+    check_output(path)  # a file the toolkit did not write is never replaced
     doc = {"format": ABSTRACT_FORMAT, "provenance": provenance(), "claims": verdicts()}
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_json(path, doc)

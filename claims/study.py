@@ -43,25 +43,28 @@ MIN_SEEDS = 6  # the stopping rule: the analysis uses the seeds whose runs are a
 def read_runs(root: str | Path) -> pd.DataFrame:
     """One row per run under ``root`` (read by :func:`schema.results.read_run`): settings, horizon,
     final pc, AUC of pc, stability (:func:`schema.results.run_summary`), collapse timing."""
-    from schema.results import horizon_of, read_run, read_run_config, run_summary
-
-    rows = []
-    for run in _study_folders(root):
-        settings, m = read_run(run)
-        if m.empty:
-            continue
-        steps = int(settings["steps"])
-        complete = bool(m["step"].max() >= steps)
-        meta = {**settings, "run": run.name, "steps": steps, "complete": complete}
-        verdict = run_summary(m.assign(**meta)).iloc[0]
-        ev = m.dropna(subset=["eval/heldout_pc"]).sort_values("step")
-        pc, t = ev["eval/heldout_pc"].to_numpy(float), ev["step"].to_numpy(float)
-        auc = float(np.trapezoid(pc, t) / (t[-1] - t[0])) if len(t) > 1 and t[-1] > t[0] else math.nan
-        rows.append({**meta, "horizon": horizon_of(read_run_config(run)), "pc0": float(pc[0]), "pc_final": float(pc[-1]), "auc": auc,
-                     "stable": bool(verdict["stable"]), **collapse_timing(m)})
+    rows = [r for r in (run_row(run) for run in _study_folders(root)) if r is not None]
     if not rows:
         raise ValueError(f"no run folder (config.json + metrics.csv or metrics.csv.gz) under {root}")
     return pd.DataFrame(rows)
+
+
+def run_row(run: Path) -> dict | None:
+    """The row of one run folder in :func:`read_runs`' table (None: its metrics table is empty)."""
+    from schema.results import horizon_of, read_run, read_run_config, run_summary
+
+    settings, m = read_run(run)
+    if m.empty:
+        return None
+    steps = int(settings["steps"])
+    complete = bool(m["step"].max() >= steps)
+    meta = {**settings, "run": run.name, "steps": steps, "complete": complete}
+    verdict = run_summary(m.assign(**meta)).iloc[0]
+    ev = m.dropna(subset=["eval/heldout_pc"]).sort_values("step")
+    pc, t = ev["eval/heldout_pc"].to_numpy(float), ev["step"].to_numpy(float)
+    auc = float(np.trapezoid(pc, t) / (t[-1] - t[0])) if len(t) > 1 and t[-1] > t[0] else math.nan
+    return {**meta, "horizon": horizon_of(read_run_config(run)), "pc0": float(pc[0]), "pc_final": float(pc[-1]),
+            "auc": auc, "stable": bool(verdict["stable"]), **collapse_timing(m)}
 
 
 def _study_folders(root: str | Path) -> list[Path]:
@@ -411,16 +414,30 @@ def bound_table(runs_root: str | Path | pd.DataFrame, form: str = "logged") -> p
                                        "ratio_median", "ratio_max", "bound_zero_frac"])
 
 
+def is_verdicts_text(text: str) -> bool:
+    """True for the text of a ``verdicts.json`` that :func:`main` wrote: an object of hypotheses
+    (``H1``, ...), each a record with a ``verdict``."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return False
+    return (isinstance(obj, dict) and bool(obj)
+            and all(str(k).startswith("H") and isinstance(v, dict) and "verdict" in v for k, v in obj.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m claims.study", description=__doc__.split("\n\n")[0])
     p.add_argument("--root", default=None, help="the study's run folders (default: llm/study under the results root)")
     p.add_argument("--json", default=None, help="also write the verdicts here")
     args = p.parse_args(argv)
+    from schema.io import check_output
     from schema.results import results_root
 
     try:
+        if args.json:
+            check_output(args.json, legacy=is_verdicts_text)
         runs = read_runs(args.root or results_root() / "llm" / "study")
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     res = analyse(runs)

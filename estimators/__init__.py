@@ -4,8 +4,11 @@
 >>> estimators.weights("gmc", np.log([[3.0, 1.0, 1.0, 1.0]]), 0.2).round(12).tolist()
 [[2.4, 0.8, 0.8, 0.8]]
 """
-from . import peers  # noqa: F401  (registers topr, seq_tis_bn, seq_mis)
-from . import variants  # noqa: F401  (registers gmc_cap, gmc_topr, topr_gmc)
+from . import (
+    peers,  # noqa: F401  (registers topr, seq_tis_bn, seq_mis)
+    peers_2025,  # noqa: F401  (registers seq_geo_mask, vespo)
+    variants,  # noqa: F401  (registers gmc_cap, gmc_topr, topr_gmc)
+)
 from .advantages import ADVANTAGE_KINDS, advantages
 from .diagnostics import diagnostics
 from .params import PARAMS, Param

@@ -85,11 +85,15 @@ class TorchOps:
     where = staticmethod(lambda cond, a, b: torch.where(cond, a, b))
     full_like = staticmethod(lambda x, value: torch.full_like(x, value))
     logsumexp = staticmethod(lambda x, axis=-1: torch.logsumexp(x, dim=axis, keepdim=True))
-    global_max = staticmethod(lambda x: float(x.max()))
+    global_max = staticmethod(lambda x: float(x.detach().max()))
     rowmax = staticmethod(lambda x: x.amax(-1, keepdim=True))
     log_max = staticmethod(lambda x: math.log(torch.finfo(x.dtype).max))
     rowsum = staticmethod(lambda x: x.sum(-1, keepdim=True))
-    scale_ = staticmethod(lambda x, s: x.mul_(s))
+    @staticmethod
+    def scale_(x, s):
+        """``x * s``, in place unless autograd records the input (an in-place op on a tensor an
+        earlier op saved for its backward breaks ``backward()``)."""
+        return x * s if x.requires_grad else x.mul_(s)
 
 
 

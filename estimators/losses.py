@@ -25,7 +25,17 @@ Token-level losses users compare against (not members of the class), registered 
   tokens (``token-mean``).
 * ``gspo``: sequence geometric-mean ratio ``s = exp(mean_t log r_t)``, PPO-clipped at its own
   range (``eps_low``, ``eps_high``; the paper's 3e-4 / 4e-4).
-* ``cispo``, ``m2po``, ``opsm``: see their functions.
+* ``cispo``, ``m2po``, ``opsm``: see their functions; ``icepop``, ``sapo``, ``dppo_tv``: see
+  :mod:`estimators.token_peers_2025`.
+
+Padding and extremes, for every loss and dtype: log-ratios are formed by
+:func:`masked_token_log_ratio`, which *selects* 0 outside the mask, so ``-inf`` or NaN padding
+never reaches a value or a gradient; float16 / bfloat16 log-probs are widened to float32 for the
+loss; PPO-clipped terms are selected (:func:`ppo_clip_objective`), never ``0 * inf``. Bounded
+losses (:func:`is_bounded`) give a finite value and gradient for every finite input. The
+unbounded ones: ``token_clip``, ``gspo``, ``opsm`` give ``+inf`` where A < 0 and a ratio
+overflows (never NaN); ``is`` and ``tic_ppo`` refuse, with a ValueError naming the trajectory,
+a surrogate or gradient that overflows the log-probs' dtype.
 
 No loss computes the ratio diagnostics (:func:`estimators.diagnostics`): a caller computes
 them once per update from :attr:`LossOutput.seq_log_ratio`. ``metrics`` holds only what the
@@ -70,19 +80,34 @@ class TokenLoss:
     options: tuple  # option names beyond the knobs of estimators.params.PARAMS[name]
     batch_coupled: bool  # depends on a statistic of the whole batch passed (not separable by group)
     doc: str
+    bounded: bool = True  # finite value and gradient for every finite input (else: +inf, never NaN)
 
 
 TOKEN_LOSSES: dict[str, TokenLoss] = {}
 
 
-def register_token_loss(name: str, *, options: tuple = (), batch_coupled: bool = False):
+def register_token_loss(name: str, *, options: tuple = (), batch_coupled: bool = False, bounded: bool = True):
+    """Register a token-level loss. ``bounded=False`` declares a loss whose value is unbounded for
+    some finite input (PPO's one-sided clip with A < 0): it must give ``+inf`` there, never NaN."""
     def deco(fn):
         if name in TOKEN_LOSSES or name in SCHEMES:
             raise ValueError(f"a loss named {name!r} is already registered")
-        TOKEN_LOSSES[name] = TokenLoss(name, fn, tuple(options), batch_coupled, (fn.__doc__ or "").strip())
+        TOKEN_LOSSES[name] = TokenLoss(name, fn, tuple(options), batch_coupled, (fn.__doc__ or "").strip(), bounded)
         return fn
 
     return deco
+
+
+def is_bounded(name: str) -> bool:
+    """True when ``name``'s loss and gradient are finite for every finite input in every dtype.
+    Unbounded: the schemes ``is`` and ``tic_ppo`` (an overflowing surrogate is a ValueError) and
+    the token losses with PPO's one-sided clip (``token_clip``, ``gspo``, ``opsm``: ``+inf`` where
+    A < 0 and a ratio overflows, never NaN)."""
+    if name in SCHEMES:
+        return SCHEMES[name].bounded
+    if name in TOKEN_LOSSES:
+        return TOKEN_LOSSES[name].bounded
+    raise ValueError(f"unknown loss {name!r}; valid: {', '.join(loss_names())}")
 
 
 def loss_names() -> list[str]:
@@ -97,6 +122,28 @@ def is_batch_coupled(name: str) -> bool:
     if name in TOKEN_LOSSES:
         return TOKEN_LOSSES[name].batch_coupled
     raise ValueError(f"unknown loss {name!r}; valid: {', '.join(loss_names())}")
+
+
+def _check_advantages(advantages, B: int, group_size: int, dtype, device):
+    """The advantages as a ``(B // G, G)`` tensor of ``dtype``: shape ``(B,)`` or ``(B // G, G)``
+    only (any other shape is refused, never reshaped), finite before and after the cast."""
+    adv = advantages if isinstance(advantages, torch.Tensor) else torch.as_tensor(advantages)
+    if not (torch.is_floating_point(adv) or adv.dtype in (torch.int8, torch.int16, torch.int32, torch.int64)):
+        raise ValueError(f"advantages must be a real numeric tensor, got dtype {adv.dtype}")
+    shapes = ((B,), (B // group_size, group_size))
+    if tuple(adv.shape) not in shapes:
+        raise ValueError(f"advantages must have shape {shapes[0]} (one per row) or {shapes[1]} (num_groups, G), "
+                         f"got {tuple(adv.shape)}")
+    wide = adv.detach().to(torch.float64)
+    if not bool(torch.isfinite(wide).all()):
+        idx = tuple(int(i) for i in torch.nonzero(~torch.isfinite(wide))[0])
+        raise ValueError(f"advantages contain a non-finite value ({float(wide[idx])}) at index {idx}")
+    out = adv.to(dtype=dtype, device=device).reshape(B // group_size, group_size)
+    if not bool(torch.isfinite(out).all()):
+        idx = tuple(int(i) for i in torch.nonzero(~torch.isfinite(out.reshape(adv.shape)))[0])
+        raise ValueError(f"advantage {float(wide[idx])} at index {idx} overflows the log-probs' dtype {dtype} "
+                         f"(largest finite {torch.finfo(dtype).max:g}); pass log-probs of a wider dtype")
+    return out
 
 
 def _check_batch(logp, old_logp, mask, advantages, group_size):
@@ -115,18 +162,13 @@ def _check_batch(logp, old_logp, mask, advantages, group_size):
         raise ValueError(
             f"batch of {B} rows does not split into groups of G = {group_size}: a group must stay whole in one batch"
         )
-    adv = torch.as_tensor(advantages, dtype=logp.dtype, device=logp.device)
-    if adv.numel() != B:
-        raise ValueError(f"advantages must have one value per row ({B}), got shape {tuple(adv.shape)}")
-    adv = adv.reshape(B // group_size, group_size)
+    adv = _check_advantages(advantages, B, group_size, logp.dtype, logp.device)
     m = mask.to(logp.dtype)
     for name, t in (("logp", logp), ("old_logp", old_logp)):
         masked = torch.where(m > 0, t.detach(), torch.zeros_like(t.detach()))
         if not bool(torch.isfinite(masked).all()):
             idx = tuple(int(i) for i in torch.nonzero(~torch.isfinite(masked))[0])
             raise ValueError(f"{name} contains a non-finite value at completion token {idx}")
-    if not bool(torch.isfinite(adv).all()):
-        raise ValueError("advantages contain a non-finite value")
     lengths = m.sum(-1)
     if bool((lengths <= 0).any()):
         row = int(torch.nonzero(lengths <= 0)[0])
@@ -134,10 +176,34 @@ def _check_batch(logp, old_logp, mask, advantages, group_size):
     return B, T, m, adv
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _widen(logp, old_logp):
+    """Half-precision log-probs are widened to float32 for the loss (autograd casts the gradient
+    back): a float16 ratio overflows at log r = 11 and a float16 group sum at 65504. float32 and
+    float64 pass through untouched."""
+    if isinstance(logp, torch.Tensor) and logp.dtype in _HALF:
+        logp = logp.float()
+        if isinstance(old_logp, torch.Tensor) and old_logp.dtype in _HALF:
+            old_logp = old_logp.float()
+    return logp, old_logp
+
+
+def masked_token_log_ratio(logp, old_logp, mask):
+    """Per-token ``(logp - old_logp) * mask``, **selected** to exactly 0 where the mask is 0.
+
+    Padding may hold any value, ``-inf`` and NaN included (``-inf * 0`` is NaN): positions
+    outside the mask never influence a value or a gradient. Every loss forms its log-ratios
+    here. No stop-gradient is applied: pass ``old_logp.detach()`` for a surrogate."""
+    m = mask.to(logp.dtype) if mask.dtype != logp.dtype else mask
+    return torch.where(m > 0, (logp - old_logp) * m, torch.zeros((), dtype=logp.dtype, device=logp.device))
+
+
 def trajectory_log_ratio(logp, old_logp, mask):
-    """Per-row sum over completion tokens of ``logp - old_logp``: the log of the trajectory ratio."""
-    m = mask.to(logp.dtype)
-    return ((logp - old_logp) * m).sum(-1)
+    """Per-row sum over completion tokens of ``logp - old_logp``: the log of the trajectory ratio
+    (positions outside the mask never count, whatever they hold: :func:`masked_token_log_ratio`)."""
+    return masked_token_log_ratio(logp, old_logp, mask).sum(-1)
 
 
 def trajectory_loss(scheme: str, logp, old_logp, mask, advantages, group_size: int, eps: float,
@@ -155,20 +221,61 @@ def trajectory_loss(scheme: str, logp, old_logp, mask, advantages, group_size: i
     """
     spec = get_scheme(scheme)
     eps = check_eps(eps)
+    in_dtype = logp.dtype if isinstance(logp, torch.Tensor) else None
+    logp, old_logp = _widen(logp, old_logp)
     B, _, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
     lr = trajectory_log_ratio(logp, old_logp.detach(), m).reshape(B // group_size, group_size)
     lr_d = lr.detach()
     c = weights(scheme, lr_d, eps, adv if spec.needs_advantages else None, **params)
+    # A = 0 contributes nothing, whatever its weight: an overflowed c never meets 0 (inf * 0)
+    c_used = torch.where(adv == 0, torch.zeros((), dtype=c.dtype, device=c.device), c)
     if spec.surrogate == "clamp":
         factor = torch.exp(torch.clamp(lr, max=math.log1p(eps)))
     else:
-        factor = c * torch.exp(lr - lr_d)
+        factor = c_used * torch.exp(lr - lr_d)
     loss = -(factor * adv).mean()
+    if not spec.bounded:
+        _refuse_overflow(scheme, loss, c_used, adv, lr_d, in_dtype)
     return LossOutput(loss, lr_d, c, {})
 
 
+def _refuse_overflow(scheme: str, loss, c, adv, lr_d, in_dtype) -> None:
+    """An unbounded scheme (``is``, ``tic_ppo``) whose surrogate or gradient overflows is refused:
+    weights of +inf with advantages of both signs have no value (``inf - inf``), and a term
+    ``c A`` beyond the log-probs' dtype is an infinite gradient there."""
+    bad = ~torch.isfinite((c * adv).to(in_dtype))
+    if bool(torch.isfinite(loss.detach())) and not bool(bad.any()):
+        return
+    where = ""
+    if bool(bad.any()):
+        g, i = (int(v) for v in torch.nonzero(bad)[0])
+        where = f" (group {g}, completion {i}: trajectory log-ratio {float(lr_d[g, i]):.6g})"
+    wider = "" if in_dtype == torch.float64 else " or float64 log-probs"
+    raise ValueError(f"scheme {scheme!r} is unbounded and its surrogate overflows {in_dtype}{where}; "
+                     f"use a bounded scheme (gmc, tic_trunc, ...){wider}")
+
+
 def _token_log_ratio(logp, old_logp, m):
-    return (logp - old_logp.detach()) * m
+    return masked_token_log_ratio(logp, old_logp.detach(), m)
+
+
+def ppo_clip_objective(log_r, a, lo: float, hi: float, keep=None):
+    """PPO's ``min(r A, clip(r, lo, hi) A)`` elementwise, ``r = exp(log_r)``, by **selection**:
+    an element whose clipped branch is the minimum (``A > 0, r > hi`` or ``A < 0, r < lo``), whose
+    ``A = 0``, or that ``keep`` (a bool tensor broadcastable to ``log_r``) drops is a constant
+    (``clip(r) A``, exactly 0 when dropped) with no gradient, and its ``exp`` is never formed, so
+    an overflowed ``r`` cannot reach the backward pass as ``0 * inf``. Every other element is
+    ``r A``, with the gradient ``r A grad log_r``: unbounded above when ``A < 0`` (``+inf`` loss
+    once ``r`` overflows the dtype, never NaN)."""
+    r_d = torch.exp(log_r.detach())
+    frozen = ((r_d > hi) & (a > 0)) | ((r_d < lo) & (a < 0)) | (a == 0)
+    if keep is not None:
+        frozen = frozen | ~keep
+    r = torch.exp(torch.where(frozen, torch.zeros((), dtype=log_r.dtype, device=log_r.device), log_r))
+    const = torch.clamp(r_d, lo, hi) * a
+    if keep is not None:
+        const = torch.where(keep, const, torch.zeros((), dtype=const.dtype, device=const.device))
+    return torch.where(frozen, const, r * a)
 
 
 def _aggregate(per_tok, m, agg: str):
@@ -183,7 +290,7 @@ def _seq_log_ratio(log_r, B, G):
     return log_r.detach().sum(-1).reshape(B // G, G)
 
 
-@register_token_loss("token_clip", options=("eps_high", "agg"))
+@register_token_loss("token_clip", options=("eps_high", "agg"), bounded=False)
 def token_clip_loss(logp, old_logp, mask, advantages, group_size: int, eps: float, eps_high: float | None = None,
                     agg: str = "seq-mean-token-mean") -> LossOutput:
     """GRPO/PPO token-level clipped surrogate (reference (f) of THEORY §2): per token
@@ -192,16 +299,16 @@ def token_clip_loss(logp, old_logp, mask, advantages, group_size: int, eps: floa
     eps_high = eps if eps_high is None else check_eps(eps_high)
     B, _, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
     log_r = _token_log_ratio(logp, old_logp, m)
-    r = torch.exp(log_r)
     a = adv.reshape(B, 1)
-    per_tok = -torch.minimum(r * a, torch.clamp(r, 1 - eps, 1 + eps_high) * a)
+    per_tok = -ppo_clip_objective(log_r, a, 1 - eps, 1 + eps_high)
     loss = _aggregate(per_tok, m, agg)
-    clipped = ((r.detach() > 1 + eps_high) & (a > 0)) | ((r.detach() < 1 - eps) & (a < 0))
+    r = torch.exp(log_r.detach())
+    clipped = ((r > 1 + eps_high) & (a > 0)) | ((r < 1 - eps) & (a < 0))
     metrics = {"token_clip_frac": float((clipped.to(m.dtype) * m).sum() / m.sum())}
     return LossOutput(loss, _seq_log_ratio(log_r, B, group_size), None, metrics)
 
 
-@register_token_loss("gspo")
+@register_token_loss("gspo", bounded=False)
 def gspo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
               eps_low: float = 3e-4, eps_high: float = 4e-4) -> LossOutput:
     """GSPO (Zheng et al., arXiv 2507.18071, the J_GSPO objective with s_i = (pi_theta/pi_old)^(1/|y_i|)): sequence ratio
@@ -212,10 +319,10 @@ def gspo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | No
     eps_low, eps_high = p["eps_low"], p["eps_high"]
     B, _, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
     log_r = _token_log_ratio(logp, old_logp, m)
-    s = torch.exp(log_r.sum(-1) / m.sum(-1))
+    log_s = log_r.sum(-1) / m.sum(-1)
     a = adv.reshape(B)
-    loss = -torch.minimum(s * a, torch.clamp(s, 1 - eps_low, 1 + eps_high) * a).mean()
-    sd = s.detach()
+    loss = -ppo_clip_objective(log_s, a, 1 - eps_low, 1 + eps_high).mean()
+    sd = torch.exp(log_s.detach())
     metrics = {"seq_clip_frac": float((((sd > 1 + eps_high) & (a > 0)) | ((sd < 1 - eps_low) & (a < 0))).float().mean())}
     return LossOutput(loss, _seq_log_ratio(log_r, B, group_size), None, metrics)
 
@@ -232,7 +339,9 @@ def cispo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | N
     log_r = _token_log_ratio(logp, old_logp, m)
     r = torch.exp(log_r.detach())
     w = torch.clamp(r, min=1 - p["eps_low"], max=1 + p["eps_high"])
-    loss = -((w * adv.reshape(B, 1) * logp) * m).sum() / m.sum()
+    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    per_tok = torch.where(m > 0, (w * adv.reshape(B, 1) * logp) * m, zero)
+    loss = -per_tok.sum() / m.sum()
     metrics = {"token_clip_frac": float(((w != r).to(m.dtype) * m).sum() / m.sum())}
     return LossOutput(loss, _seq_log_ratio(log_r, B, group_size), None, metrics)
 
@@ -279,7 +388,7 @@ def m2po_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | No
     return LossOutput(loss, _seq_log_ratio(log_r, B, group_size), None, metrics)
 
 
-@register_token_loss("opsm", options=("eps_high",))
+@register_token_loss("opsm", options=("eps_high",), bounded=False)
 def opsm_loss(logp, old_logp, mask, advantages, group_size: int, eps: float, eps_high: float | None = None, *,
               delta: float = 0.5) -> LossOutput:
     """DeepSeek-V3.2 off-policy sequence masking (arXiv 2512.02556, the masked GRPO objective and its mask M_i,t, eq. (9) as TRL cites it): the token-level
@@ -294,12 +403,13 @@ def opsm_loss(logp, old_logp, mask, advantages, group_size: int, eps: float, eps
     a = adv.reshape(B, 1)
     kl = -(log_r.detach().sum(-1) / m.sum(-1))  # mean_t log(pi_b / pi_theta)
     keep = ~((a[:, 0] < 0) & (kl > delta))
-    r = torch.exp(log_r)
-    per_tok = -torch.minimum(r * a, torch.clamp(r, 1 - eps, 1 + eps_high) * a) * keep[:, None].to(m.dtype)
+    per_tok = -ppo_clip_objective(log_r, a, 1 - eps, 1 + eps_high, keep=keep[:, None])
     loss = _aggregate(per_tok, m, "seq-mean-token-mean")
     metrics = {"seq_clip_frac": float((~keep).float().mean())}  # sequences dropped
     return LossOutput(loss, _seq_log_ratio(log_r, B, group_size), None, metrics)
 
+
+from . import token_peers_2025  # noqa: F401  (registers icepop, sapo, dppo_tv)
 
 TOKEN_LEVEL = tuple(TOKEN_LOSSES)
 """Names of the token-level losses (not members of the trajectory family)."""
@@ -323,4 +433,5 @@ def policy_loss(name: str, logp, old_logp, mask, advantages, group_size: int, ep
     opts = check_options(name, options)
     if name in SCHEMES:
         return trajectory_loss(name, logp, old_logp, mask, advantages, group_size, eps, **opts)
+    logp, old_logp = _widen(logp, old_logp)
     return TOKEN_LOSSES[name].fn(logp, old_logp, mask, advantages, group_size, eps, **opts)

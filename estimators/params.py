@@ -26,7 +26,25 @@ seq_tis_bn     C           2.0        verl ``rollout_is_threshold`` default (rol
 seq_mis        lo          0.5        verl ``decoupled_seq_is_rs`` rs_threshold "0.5_2.0" (seq_sum_k1)
 seq_mis        hi          2.0        same
 gmc_cap        kappa       1.0        this toolkit (estimators.variants): C = 1+eps, the TIC-trunc level
+icepop         lo, hi      0.5, 5.0   verl ``RolloutCorrectionConfig.bypass_pg_token_icepop`` (threshold_lower 0.5,
+                                      threshold 5.0; IcePop's alpha, beta)
+seq_geo_mask   lo, hi      0.999,     verl Geo-RS presets, rs_threshold "0.999_1.001"
+                           1.001
+seq_geo_mask   length      1          tokens per completion the geometric mean averages over (not in verl:
+                                      a trajectory scheme does not see lengths; E1: 1)
+seq_geo_mask   C           0          0: no IS weight (``bypass_pg_geo_rs``); verl's seq-TIS variant uses 2.0
+sapo           tau_pos     1.0        verl ``ActorConfig.tau_pos``; TRL ``sapo_temperature_pos``
+sapo           tau_neg     1.05       verl ``ActorConfig.tau_neg``; TRL ``sapo_temperature_neg``
+vespo          k_pos, ...  2, 3,      TRL ``vespo_k_pos`` 2, ``vespo_lambda_pos`` 3, ``vespo_k_neg`` 3,
+                           3, 2       ``vespo_lambda_neg`` 2 (grpo_config.py)
+dppo_tv        delta       0.15       verl ``examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh``
+                                      (dppo_tv: clip_ratio_low = high = 0.15; prime-rl: 0.2)
+dppo_tv        C           1e4        same script, ``clip_ratio_c=10000.0`` (the truncation of the ratio)
 =============  ==========  =========  ===============================================================
+
+(verl: verl-project/verl at 1dda039b9c6311889a9c9a26040677e1254814f9; TRL: huggingface/trl at
+f2cd57710ae345ea6428ae95363267fcf38a3dc8; prime-rl: PrimeIntellect-ai/prime-rl at
+559b44772e471d1538537b8805cc77f3824a5e64.)
 """
 from __future__ import annotations
 
@@ -80,6 +98,26 @@ PARAMS: dict[str, tuple[Param, ...]] = {
                       "group rescaling (1: no trajectory above 1+eps)"),),
     "seq_mis": (Param("lo", 0.5, "w_lo", "seq_mis: keep a sequence when w_lo <= w <= w_hi", lo_open=False),
                 Param("hi", 2.0, "w_hi", "seq_mis: upper end of the kept ratio interval")),
+    "icepop": (Param("lo", 0.5, "alpha", "icepop: keep a token's ratio r_t when alpha <= r_t <= beta (zero "
+                     "elsewhere)"),
+               Param("hi", 5.0, "beta", "icepop: upper end of the kept token-ratio interval")),
+    "seq_geo_mask": (Param("lo", 0.999, "rho_lo", "seq_geo_mask: keep a sequence when its geometric-mean ratio "
+                           "exp(l / L) is >= rho_lo"),
+                     Param("hi", 1.001, "rho_hi", "seq_geo_mask: ... and <= rho_hi"),
+                     Param("length", 1.0, "L", "seq_geo_mask: tokens per completion the geometric mean averages "
+                           "over (exact when every completion has L tokens)"),
+                     Param("C", 0.0, "C_geo", "seq_geo_mask: 0 = kept sequences get weight 1; C > 0 = min(w, C) "
+                           "(verl's sequence-TIS variant)", lo_open=False)),
+    "sapo": (Param("tau_pos", 1.0, "tau_pos", "sapo: gate temperature of tokens with A > 0"),
+             Param("tau_neg", 1.05, "tau_neg", "sapo: gate temperature of tokens with A <= 0")),
+    "vespo": (Param("k_pos", 2.0, "k_pos", "vespo: power k of phi(w) = w^k exp(lambda (1 - w)) when A >= 0",
+                    lo_open=False, hi=1e6),
+              Param("lambda_pos", 3.0, "lambda_pos", "vespo: decay lambda of phi when A >= 0"),
+              Param("k_neg", 3.0, "k_neg", "vespo: power k of phi when A < 0", lo_open=False, hi=1e6),
+              Param("lambda_neg", 2.0, "lambda_neg", "vespo: decay lambda of phi when A < 0")),
+    "dppo_tv": (Param("delta", 0.15, "delta_TV", "dppo_tv: drop a token when pi - mu > delta (A > 0) or "
+                      "pi - mu < -delta (A <= 0)"),
+                Param("C", 1e4, "C_DPPO", "dppo_tv: truncation of the detached token ratio, min(r, C)")),
 }
 """Knobs per estimator name (trajectory schemes and token-level losses alike)."""
 
@@ -101,6 +139,9 @@ def resolve(name: str, given: dict | None) -> dict[str, float]:
         valid = ", ".join(specs) if specs else "none"
         raise ValueError(f"{name!r} takes no option(s) {unknown}; its options: {valid}")
     out = {k: p.check(given.get(k, p.default), repr(name)) for k, p in specs.items()}
+    if name in ("icepop", "seq_geo_mask") and not out["lo"] <= out["hi"]:
+        raise ValueError(f"{name!r}: needs lo <= hi (a non-empty kept interval), got lo = {out['lo']!r}, "
+                         f"hi = {out['hi']!r}")
     if name == "seq_mis" and not out["lo"] < out["hi"]:
         raise ValueError(f"'seq_mis': needs lo < hi (a non-empty kept interval), got lo = {out['lo']!r}, "
                          f"hi = {out['hi']!r}")

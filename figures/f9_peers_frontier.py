@@ -4,8 +4,8 @@ Each panel is one environment at one delay Delta; each point is one estimator: x
 second moment ``E||g_hat||^2``, y its exact bias norm ``||E g_hat - grad J(theta)||`` (Monte
 Carlo with +-1 standard error where a batch statistic couples groups: ``seq_tis_bn`` and
 ``m2po`` with B groups per batch). Filled markers: members of C_eps (THEORY §2); open:
-outside the class (IS, ``seq_mis``, batch-normalised ``seq_tis_bn`` with B > 1) and the
-token-level losses (not in the family). The step line joins the non-dominated points (the
+outside the class (IS, ``seq_mis``, ``vespo``, batch-normalised ``seq_tis_bn`` with B > 1) and
+the token-level losses (not in the family). The step line joins the non-dominated points (the
 frontier: no other estimator has both a smaller bias and a smaller second moment).
 Reads ``results/sim/peers/`` only (through :func:`claims.measures.load_peers`; the frontier
 and the caption's numbers are :func:`claims.measures.peers_summary`).

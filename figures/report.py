@@ -16,10 +16,12 @@ import importlib
 import math
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
 from claims.abstract import evidence_excerpt
+from schema.io import check_output, check_output_folder, write_text
 from schema.provenance import git_commit
 from schema.results import (
     UNSTABLE_RULE,
@@ -32,15 +34,16 @@ from schema.results import (
 
 from . import style
 from .mdhtml import to_html
+from .mechanism_section import MECHANISM_FIGURES
 
 STUDY_FIGURES = ["f10_study_differences", "f11_study_pc_vs_delay", "f12_chi2_vs_horizon", "f13_theory_in_the_loop"]
 """The staleness study's figures: drawn by ``python -m figures`` with the others, shown in the
 report's first section (:func:`study_section`) instead of its figure list."""
-OPTIMIZER_FIGURES = ["f14_second_moment_vs_chi2", "f15_async_optimizers"]
+OPTIMIZER_FIGURES = ["f15_second_moment_vs_chi2", "f16_async_optimizers"]
 """The exact simulators against the LLM's ordering: shown in their own section (:func:`optimizer_section`)."""
 FIGURES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
            "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier", *STUDY_FIGURES,
-           *OPTIMIZER_FIGURES]
+           *MECHANISM_FIGURES, *OPTIMIZER_FIGURES]
 def fig_module(name: str):
     return importlib.import_module(f"figures.{name}")
 
@@ -124,7 +127,9 @@ def verdict_numbers(key: str, r: dict) -> str:
         lo, hi = r["ci"]
         return (f"{r['warned_before_collapse']} of {r['collapsed_runs']} collapsed runs warned first "
                 f"(`{r['diagnostic']}` rolling median > {r['threshold']:g}), 95% CI [{_num(lo)}, {_num(hi)}]; "
-                f"false alarms {r['false_alarms']} of {r['non_collapsed_runs']} other runs")
+                f"false alarms {r['false_alarms']} of {r['non_collapsed_runs']} other runs. Not specific: it fires in "
+                f"nearly every long-horizon run at positive delay (the report's 'Why GMC fails here' counts them), so it "
+                f"separates the horizons, not the runs")
     return ""
 
 
@@ -343,7 +348,7 @@ def simulator_ordering_paragraph(df) -> str:
 
 
 def optimizer_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str]]:
-    """The report's section on the exact simulators across optimisers and horizons (F14, F15) and the
+    """The report's section on the exact simulators across optimisers and horizons (F15, F16) and the
     paragraph of :func:`simulator_ordering_paragraph`. Returns (markdown lines, figures not drawn)."""
     from claims.optimizers import SOURCE
     from schema.results import read_sim
@@ -362,6 +367,40 @@ def optimizer_section(report_dir: Path, figures_out: Path, draw_missing: bool) -
         if miss:
             missing.append(miss)
     return md, missing
+
+
+# ----------------------------------------------------------------------------------- Qwen3-0.6B on one GPU
+
+GPU_FIGURE = "f14_gpu_pc_vs_delay"
+"""The GPU study's figure: drawn here (not by ``python -m figures``, which runs without a GPU's results)."""
+
+
+def gpu_study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> list[str]:
+    """The Qwen3-0.6B study (``python -m llm_runs.gpu_study``), beside the CPU study's figures: its row of the
+    plain answer (:func:`plain_answer`, the same rule) and F14; "not yet run on a GPU" without its folder."""
+    from schema.results import GPU_STUDY, read_json
+
+    md = ["### Qwen3-0.6B on one GPU", ""]
+    root = GPU_STUDY.find()
+    if root is None:
+        return md + [(f"Not yet run on a GPU: `{GPU_STUDY.command}` (one CUDA GPU, at most 8 minutes) writes "
+                     "`results/llm/gpu_study/`, and this section then shows its plain answer and F14."), ""]
+    runs = fig_module(GPU_FIGURE).load()
+    record = read_json(root / "gpu_study.json") if (root / "gpu_study.json").is_file() else {}
+    ws, plan = record.get("warm_start", {}), record.get("plan", {})
+    if ws:
+        md += [(f"Warm start: {ws.get('steps')} supervised steps to held-out pc {_num(ws.get('heldout_pc'))} (target "
+                f"{ws.get('target_pc')}, {'reached' if ws.get('reached') else 'not reached'}); completions of "
+                f"{ws.get('completion_tokens')} Qwen3 tokens. GRPO: {plan.get('steps')} updates at lr "
+                f"{plan.get('lr')}, "
+                f"seeds run {[w['seed'] for w in record.get('waves', [])]}, peak GPU memory "
+                f"{_num(record.get('peak_gpu_gb'), '.1f')} GB. Source: "
+                f"`{os.path.relpath(root, results_root().parent)}/gpu_study.json`."), ""]
+    md += ["| model | plain answer |", "|---|---|",
+           (f"| {fig_module(GPU_FIGURE).model_label(runs)}, one GPU | "
+           f"{plain_answer(runs).replace('|', '/')} |"), ""]
+    lines, _ = figure_section(GPU_FIGURE, report_dir, figures_out, draw_missing)
+    return md + lines + [""]
 
 
 def _newest_mtime(path: Path) -> float:
@@ -396,6 +435,47 @@ def figure_section(name: str, report_dir: Path, figures_out: Path, draw_missing:
     return lines, None
 
 
+# --------------------------------------------------------------------------- the 2025-2026 peers against GMC (F9)
+
+NEWCOMERS = ("seq_geo_mask", "vespo", "icepop", "sapo", "dppo_tv")
+"""The corrections verl, TRL, AReaL and prime-rl added in 2025-2026 (F9 measures them beside GMC)."""
+
+
+def newcomers_sentence(df) -> str:
+    """Where each newcomer sits against GMC at the largest delay of each environment of F9's
+    table: who dominates whom in (bias, second moment), or the trade, and class membership."""
+    from claims.measures import frontier
+
+    parts = []
+    for env, d in df.groupby("env"):
+        dd = d[(d["Delta"] == d["Delta"].max()) & (d["batch_groups"] == 1)]
+        if "gmc" not in set(dd["scheme"]):
+            continue
+        g = dd[dd["scheme"] == "gmc"].iloc[0]
+        on_front = set(frontier(dd)["scheme"])
+        said = []
+        for name in (n for n in NEWCOMERS if n in set(dd["scheme"])):
+            r = dd[dd["scheme"] == name].iloc[0]
+            b, m, gb, gm = r["bias_norm"], r["second_moment"], g["bias_norm"], g["second_moment"]
+            if m == 0:
+                rel = "never moves (second moment 0: every trajectory of every group rejected or A = 0)"
+            elif b <= gb and m <= gm and (b < gb or m < gm):
+                rel = "dominates GMC"
+            elif gb <= b and gm <= m and (gb < b or gm < m):
+                rel = "is dominated by GMC"
+            else:
+                rel = ("trades a lower second moment for a higher bias" if m < gm
+                       else "trades a lower bias for a higher second moment")
+            cls = ("token-level" if r["level"] != "trajectory" else
+                   f"{'in' if bool(r['in_class']) else 'outside'} C_eps, largest group mass {r['sup_mass']:.3g}")
+            said.append(f"{name} ({cls}) {rel} (bias {b:.3g} vs {gb:.3g}, second moment {m:.3g} vs {gm:.3g}; "
+                        f"{'on' if name in on_front else 'off'} the frontier)")
+        if said:
+            parts.append(f"{'E1' if env == 'bandit' else 'E2'} at Delta = {dd['Delta'].iloc[0]:g}: " + "; ".join(said))
+    return ("The 2025-2026 corrections against GMC (F9's table, exact enumeration, one group per batch): "
+            + ". ".join(parts) + ".") if parts else ""
+
+
 def _git_commit() -> str:
     commit = git_commit()["git_commit"]
     return commit[:7] if commit else "unknown"
@@ -413,8 +493,14 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
           "Every number and verdict below is computed from the results files when the report is made. The bounds "
           "are THEORY.md's reconstruction ([R]) of the paper (only its abstract is public), not the paper's text."), ""]
 
-    study_md, missing = study_section(report_dir, figures_out, draw_missing)
+    from .mechanism_section import mechanism_section
+
+    mech_md, missing = mechanism_section(report_dir, figures_out, draw_missing, figure_section)
+    md += mech_md
+    study_md, study_missing = study_section(report_dir, figures_out, draw_missing)
     md += study_md
+    missing += study_missing
+    md += gpu_study_section(report_dir, figures_out, draw_missing)
 
     md += ["## Verdicts on the abstract's claims", ""]
     disagreements = []
@@ -450,9 +536,12 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
     missing += opt_missing
 
     md += ["## Figures", ""]
-    for name in (n for n in FIGURES if n not in STUDY_FIGURES and n not in OPTIMIZER_FIGURES):
+    for name in (n for n in FIGURES if n not in STUDY_FIGURES and n not in MECHANISM_FIGURES
+                 and n not in OPTIMIZER_FIGURES):
         lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
         md += lines + [""]
+        if name == "f9_peers_frontier" and not miss:  # the newcomers against GMC, one sentence
+            md += [plain(newcomers_sentence(fig_module(name).load())), ""]
         if miss:
             missing.append(miss)
 
@@ -475,12 +564,22 @@ def write_report(out_dir: Path | None = None, figures_out: Path | None = None,
                  draw_missing: bool = True) -> tuple[Path, Path]:
     out_dir = Path(out_dir) if out_dir is not None else results_root()
     figures_out = Path(figures_out) if figures_out is not None else Path(__file__).resolve().parent / "out"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md = build(out_dir, figures_out, draw_missing)
     md_path, html_path = out_dir / "REPORT.md", out_dir / "REPORT.html"
-    md_path.write_text(md + "\n")
-    html_path.write_text(to_html(md, "GMC-GRPO toolkit report"))
+    for path in (md_path, html_path):  # before the work: a user's file is never replaced; writable now
+        check_output(path, legacy=_is_report_text)
+    check_output_folder(figures_out)
+    md = build(out_dir, figures_out, draw_missing)
+    write_text(md_path, md + "\n")
+    write_text(html_path, to_html(md, REPORT_TITLE))
     return md_path, html_path
+
+
+REPORT_TITLE = "GMC-GRPO toolkit report"
+
+
+def _is_report_text(text: str) -> bool:
+    """True for a REPORT.md or REPORT.html that :func:`write_report` wrote."""
+    return text.startswith("# GMC-GRPO toolkit") or f"<title>{REPORT_TITLE}</title>" in text[:1000]
 
 
 def main(argv=None) -> int:
@@ -490,7 +589,11 @@ def main(argv=None) -> int:
     p.add_argument("--no-draw", action="store_true", help="do not draw missing or out-of-date figures")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
-    md, html = write_report(a.out, a.figures, draw_missing=not a.no_draw)
+    try:
+        md, html = write_report(a.out, a.figures, draw_missing=not a.no_draw)
+    except (ValueError, OSError) as exc:
+        print(f"python -m figures.report: {exc}", file=sys.stderr)
+        return 2
     print(f"wrote {md} and {html} ({time.perf_counter() - t0:.1f} s)")
     return 0
 

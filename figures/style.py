@@ -46,8 +46,14 @@ STYLES: dict[str, EstimatorStyle] = {
     "cispo": EstimatorStyle(_L["cispo"], "#AA4499", "8"),
     "m2po": EstimatorStyle(_L["m2po"], "#661100", "H"),
     "opsm": EstimatorStyle(_L["opsm"], "#6699CC", "1"),
-    "gmc_cap": EstimatorStyle(_L["gmc_cap"], "#E8A33C", "*"),
-    "gmc_topr": EstimatorStyle(_L["gmc_topr"], "#8C2D04", "d"),
+    "gmc_cap": EstimatorStyle(_L["gmc_cap"], "#F0A070", "o"),
+    "gmc_topr": EstimatorStyle(_L["gmc_topr"], "#B05000", "s"),
+    "topr_gmc": EstimatorStyle(_L["topr_gmc"], "#2E7D6E", "D"),
+    "seq_geo_mask": EstimatorStyle(_L["seq_geo_mask"], "#BBBB00", "s"),
+    "vespo": EstimatorStyle(_L["vespo"], "#EE3377", "D"),
+    "icepop": EstimatorStyle(_L["icepop"], "#33BBEE", "4"),
+    "sapo": EstimatorStyle(_L["sapo"], "#0077BB", "x"),
+    "dppo_tv": EstimatorStyle(_L["dppo_tv"], "#EE7733", "+"),
 }
 """estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style."""
 

@@ -64,7 +64,32 @@ from .delay import RolloutSourceError, prompts_at, register_rollout_source
 from .rollout import RolloutBatch, sample_groups, sample_keys
 
 _POLL_S = 0.2  # how often a waiting side re-checks stop / liveness
-STARTUP_TIMEOUT_S = 600.0  # a worker not ready after this long (spawn, imports, model copy) is a failure
+FOLDER_PREFIX = "gmc-rollouts-"
+"""Batch files go to ``<tmp>/gmc-rollouts-<learner pid>-<random>/``, removed by :meth:`AsyncRollout.close`;
+one a killed learner left behind is removed by the next learner's start (:func:`remove_orphan_folders`)."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_orphan_folders(tmp: str | None = None) -> list[Path]:
+    """Remove the batch folders whose learner (the pid in the name) is no longer running: what a
+    SIGKILLed learner left behind. Returns the folders removed."""
+    removed = []
+    for folder in Path(tmp or tempfile.gettempdir()).glob(FOLDER_PREFIX + "*"):
+        pid = folder.name[len(FOLDER_PREFIX):].split("-", 1)[0]
+        if not folder.is_dir() or not pid.isdigit() or _pid_alive(int(pid)):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
 
 
 @dataclass
@@ -186,8 +211,10 @@ class AsyncRollout:
         import torch.multiprocessing as mp
 
         ctx = mp.get_context("spawn")
+        remove_orphan_folders()
+        folder = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
         self._ch = _Channels(
-            queue=ctx.Queue(maxsize=self.config.queue_size), folder=tempfile.mkdtemp(prefix="gmc-rollouts-"),
+            queue=ctx.Queue(maxsize=self.config.queue_size), folder=folder,
             weights={k: v.detach().to("cpu", copy=True).share_memory_() for k, v in policy.state_dict().items()},
             lock=ctx.Lock(), published=ctx.Value("q", step, lock=False), progress=ctx.Value("q", 0, lock=False),
             wake=ctx.Semaphore(0), stop=ctx.Value("b", 0, lock=False), ready=ctx.Value("b", 0, lock=False))
@@ -224,20 +251,21 @@ class AsyncRollout:
 
     def _check_worker(self, step: int, since: float, waiting_for: str) -> None:
         """RolloutSourceError if the worker has died, or has shown no progress since ``since``
-        for ``worker_timeout_s`` (``STARTUP_TIMEOUT_S`` from the spawn while it is not ready)."""
+        for ``worker_timeout_s`` (counted from the spawn while it is not ready)."""
         pid, now = self._proc.pid, time.monotonic()
         if not self._proc.is_alive():
             error = Path(self._ch.folder) / "worker-error.txt"
             detail = error.read_text() if error.exists() else ""
             raise RolloutSourceError(f"the rollout worker (pid {pid}) died (exit code {self._proc.exitcode}) while "
                                      f"update {step} waited for it {waiting_for}" + (f":\n{detail}" if detail else ""))
+        timeout = self.config.worker_timeout_s
         if not self._ch.ready.value:
-            if now - self._started_at > STARTUP_TIMEOUT_S:
-                raise RolloutSourceError(f"the rollout worker (pid {pid}) did not start within {STARTUP_TIMEOUT_S:g} s")
+            if now - self._started_at > timeout:
+                raise RolloutSourceError(f"the rollout worker (pid {pid}) did not start within {timeout:g} s "
+                                         "(worker_timeout_s)")
             return
         if self._ready_at is None:  # the wait for the first batch counts from here at the earliest
             self._ready_at = now
-        timeout = self.config.worker_timeout_s
         if now - max(since, self._ready_at) > timeout:
             raise RolloutSourceError(
                 f"the rollout worker (pid {pid}) did nothing for {timeout:g} s (worker_timeout_s) while update {step} "

@@ -77,7 +77,8 @@ class TrainConfig:
 
     # --- GRPO ----------------------------------------------------------------------------
     estimator: str = _f("gmc", "c_i", "weighting scheme (THEORY §2): is, stale, tic_mask, tic_trunc, tic_ppo, gmc, snis, "
-                        "topr, seq_tis_bn, seq_mis; or a token-level loss: token_clip (f), gspo, cispo, m2po, opsm")
+                        "topr, seq_tis_bn, seq_mis, seq_geo_mask, vespo, gmc_cap, gmc_topr, topr_gmc; or a token-level loss: token_clip (f), gspo, "
+                        "cispo, m2po, opsm, icepop, sapo, dppo_tv")
     eps: float = _f(0.2, "epsilon", "ratio threshold 1+epsilon (GMC mass cap, TIC clip; token_clip/opsm: lower clip)")
     eps_high: float | None = _f(None, "epsilon_high", "token_clip/opsm upper clip (None: = eps); ignored by the others",
                                 knob_for=("token_clip", "opsm"))
@@ -91,6 +92,20 @@ class TrainConfig:
     mis_low: float = _knob("seq_mis", "lo")
     mis_high: float = _knob("seq_mis", "hi")
     gmc_cap_kappa: float = _knob("gmc_cap", "kappa")
+    icepop_low: float = _knob("icepop", "lo")
+    icepop_high: float = _knob("icepop", "hi")
+    geo_low: float = _knob("seq_geo_mask", "lo")
+    geo_high: float = _knob("seq_geo_mask", "hi")
+    geo_length: float = _knob("seq_geo_mask", "length")
+    geo_cap: float = _knob("seq_geo_mask", "C")
+    sapo_tau_pos: float = _knob("sapo", "tau_pos")
+    sapo_tau_neg: float = _knob("sapo", "tau_neg")
+    vespo_k_pos: float = _knob("vespo", "k_pos")
+    vespo_lambda_pos: float = _knob("vespo", "lambda_pos")
+    vespo_k_neg: float = _knob("vespo", "k_neg")
+    vespo_lambda_neg: float = _knob("vespo", "lambda_neg")
+    dppo_delta: float = _knob("dppo_tv", "delta")
+    dppo_cap: float = _knob("dppo_tv", "C")
     advantage: str = _f("loo", "A_i", "advantage (THEORY §1): loo (canonical), grpo, drgrpo")
     group_size: int = _f(8, "G", "completions per prompt (one group)")
     prompts_per_step: int = _f(32, "-", "groups (prompts) per update; batch = prompts_per_step * G completions")

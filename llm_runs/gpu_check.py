@@ -87,8 +87,8 @@ def load_tokenizer(folder: str | Path):
     return tokenizer
 
 
-def build_model(shape: dict, tokenizer, device: str, seed: int = 0):
-    """Random-init ``Qwen3ForCausalLM`` of ``shape`` in bfloat16 on ``device``."""
+def build_model(shape: dict, tokenizer, device: str, seed: int = 0, dtype: torch.dtype = torch.bfloat16):
+    """Random-init ``Qwen3ForCausalLM`` of ``shape`` in ``dtype`` (bfloat16 unless told) on ``device``."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     vocab = shape.get("vocab_size", len(tokenizer))
@@ -99,7 +99,7 @@ def build_model(shape: dict, tokenizer, device: str, seed: int = 0):
     with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config)
-    model = model.to(torch.bfloat16)
+    model = model.to(dtype)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model

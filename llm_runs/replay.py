@@ -45,22 +45,25 @@ def metric_rows(path: str | Path) -> tuple[list[str], dict[int, list[str]]]:
 
 
 def compare_metrics(reference: str | Path, replayed: str | Path, steps: int) -> list[str]:
-    """Differences between rows ``0 .. steps-1`` of two ``metrics.csv`` files, ``perf/`` columns
-    excepted, one line per differing field (empty: byte-identical). A missing row or column is a
-    difference."""
+    """Differences between rows ``0 .. steps-1`` of two ``metrics.csv`` files in every column of
+    the reference, ``perf/`` columns excepted, one line per differing field (empty:
+    byte-identical). A missing row, or a reference column the replay lacks, is a difference;
+    columns only the replay has (opt-in diagnostics such as ``mech/``, which never change the
+    update) are not compared."""
     ref_header, ref = metric_rows(reference)
     new_header, new = metric_rows(replayed)
-    if ref_header != new_header:
-        return [f"columns differ: {ref_header} vs {new_header}"]
-    cols = [i for i, c in enumerate(ref_header) if not c.startswith(TIMING_PREFIX)]
+    missing = [c for c in ref_header if c not in new_header]
+    if missing:
+        return [f"columns missing from the replay: {missing}"]
+    cols = [(i, new_header.index(c)) for i, c in enumerate(ref_header) if not c.startswith(TIMING_PREFIX)]
     diffs = []
     for step in range(steps):
         if step not in ref or step not in new:
             diffs.append(f"step {step}: missing from {'the reference' if step not in ref else 'the replay'}")
             continue
-        for i in cols:
-            if ref[step][i] != new[step][i]:
-                diffs.append(f"step {step} {ref_header[i]}: {ref[step][i]!r} vs {new[step][i]!r}")
+        for i, j in cols:
+            if ref[step][i] != new[step][j]:
+                diffs.append(f"step {step} {ref_header[i]}: {ref[step][i]!r} vs {new[step][j]!r}")
     return diffs
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from .config import resolve_config
 from .train import Trainer
@@ -17,13 +18,20 @@ from .train import Trainer
 SMOKE = {"preset": "tiny-cpu", "estimator": "gmc", "delay": 4, "steps": 50, "eval_every": 10, "seed": 0}
 
 
+def default_out() -> Path:
+    """``llm/smoke-<UTC time>`` under the results root (``GMC_RESULTS`` or ``results/``)."""
+    from schema.results import results_root
+
+    return results_root() / "llm" / f"smoke-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m llm_runs.smoke", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=None, help="run folder (default: results/llm/smoke-<UTC time>)")
+    p.add_argument("--out", default=None, help="run folder (default: llm/smoke-<UTC time> under the results root)")
     p.add_argument("--steps", type=int, default=SMOKE["steps"], help="updates T")
     p.add_argument("--cache-dir", default=None, help="warm-start cache (default: the config default)")
     args = p.parse_args(argv)
-    out = args.out or f"results/llm/smoke-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    out = args.out or default_out()
     overrides = {**SMOKE, "steps": args.steps}
     if args.cache_dir:
         overrides["cache_dir"] = args.cache_dir

@@ -41,6 +41,11 @@ STUDY_MODEL = {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers":
                "num_key_value_heads": 2, "head_dim": 16}
 """A 4-layer, 64-wide Qwen3 (247k parameters): a quarter of ``tiny-cpu``'s compute per token."""
 
+STUDY_MODEL_LARGE = {"hidden_size": 128, "intermediate_size": 544, "num_hidden_layers": 8, "num_attention_heads": 4,
+                     "num_key_value_heads": 2, "head_dim": 32}
+"""An 8-layer, 128-wide Qwen3 (2,068,992 parameters with the scratchpad's 15-token vocabulary: 8.4
+times :data:`STUDY_MODEL`'s 247,424): the mechanism study's second model size (M5)."""
+
 STUDY_BASE = {"preset": "tiny-cpu", "model_kwargs": STUDY_MODEL, "digits": 1, "heldout_size": 200,
               "eval_train_size": 0, "warm_start_batch": 128, "warm_start_seed": 0,
               "prompts_per_step": 16, "group_size": 8, "lr": 1e-4, "eps": 0.2, "advantage": "loo", "steps": 200,
@@ -194,6 +199,31 @@ class Study:
         return list(dict.fromkeys(names))
 
 
+SGD_LR = 1e-4
+"""The mechanism grid's SGD step eta: of the pilot's step sizes whose held-out pc never fell below
+the warm start's at delay 0, the one whose gain over 200 updates is closest to Adam's (seed 0:
+SGD 1e-4 +0.161, Adam lr 1e-4 +0.163; 3e-4 gained +0.162 but fell to 0.476 on the way; 1e-3 and
+above collapse at delay 0; docs/PREREGISTRATION-MECHANISM.md)."""
+
+MECHANISM_ESTIMATORS = ("gmc", "is", "tic_mask", "tic_trunc", "topr")
+"""The optimiser arms' estimators: GMC, IS (no correction), the two TIC schemes, TOPR."""
+
+MECHANISM_ARMS = (
+    Arm("sgd", {"optimizer": "sgd", "lr": SGD_LR}, MECHANISM_ESTIMATORS),
+    Arm("adamclip", {"max_grad_norm": 1.0}, MECHANISM_ESTIMATORS),
+    Arm("adamwclip", {"optimizer": "adamw", "weight_decay": 0.01, "max_grad_norm": 1.0}, MECHANISM_ESTIMATORS),
+    Arm("adam", {}, ("gmc", "topr", "gmc_cap", "gmc_topr", "topr_gmc", "snis"), zero_delay=False),
+    Arm("adamk2", {"gmc_cap_kappa": 2.0}, ("gmc_cap",), zero_delay=False),
+)
+"""docs/PREREGISTRATION-MECHANISM.md's arms: the optimiser arms (SGD with a fixed step, Adam with
+the gradient norm clipped at 1, AdamW + decay 0.01 + clip 1: verl's actor), and the scheme arm
+under the study's unclipped Adam (its gmc and topr again, with the diagnostics, as the full-length
+replay of the committed runs they reuse)."""
+
+NEWCOMERS_2025 = ("icepop", "seq_geo_mask", "sapo", "vespo", "dppo_tv")
+"""The corrections verl, TRL, AReaL and prime-rl added in 2025-2026 (:mod:`estimators.peers_2025`,
+:mod:`estimators.token_peers_2025`)."""
+
 STUDIES = {
     "primary": Study("primary", "results/llm/study", STUDY_BASE, HORIZONS, ESTIMATORS, delays=(16, 64),
                      seeds=tuple(range(10)),
@@ -212,12 +242,31 @@ STUDIES = {
                               {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1, 2), floor=(),
                               doc="delay 0, long horizon, 800 updates (four times the study's), 3 seeds: how much "
                                   "of the pc gain the study's 200 updates leave (exploratory, after the grid)"),
+    "mechanism": Study("mechanism", "results/llm/mechanism", {**STUDY_BASE, "mechanism_diagnostics": True},
+                       {"long": HORIZONS["long"]}, (), delays=(64,), seeds=tuple(range(10)), floor=(),
+                       arms=MECHANISM_ARMS,
+                       doc="why GMC fails on long completions (docs/PREREGISTRATION-MECHANISM.md): optimiser arms "
+                           "(sgd, adamclip, adamwclip) x gmc, is, tic_mask, tic_trunc, topr + a delay-0 run each, and "
+                           "scheme arms under unclipped Adam (gmc, topr, gmc_cap, gmc_topr, topr_gmc, snis; gmc_cap "
+                           "kappa 2), long horizon, d = 64, 10 paired seeds (250 runs of 200 updates)"),
+    "pilot_large": Study("pilot_large", "results/llm/pilot_large", {**STUDY_BASE, "model_kwargs": STUDY_MODEL_LARGE},
+                         {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1), floor=(),
+                         doc="the larger model (STUDY_MODEL_LARGE) at delay 0, long horizon, the study's warm start "
+                             "recipe and lr, 2 seeds: its warm-start pc, gain and step cost before M5's grid"),
     "pilot_sgd": Study("pilot_sgd", "results/llm/pilot_sgd", STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(),
                        seeds=(0,), floor=(),
                        arms=tuple(Arm(f"sgd{lr:g}", {"optimizer": "sgd", "lr": lr}, ()) for lr in SGD_PILOT_LRS),
                        doc="SGD (fixed step, no momentum) at delay 0, long horizon, step sizes "
                            f"{', '.join(f'{lr:g}' for lr in SGD_PILOT_LRS)}, seed 0: the step whose held-out gain "
                            "over 200 updates is closest to Adam's (the mechanism grid's SGD arm)"),
+    "peers_2025": Study("peers_2025", "results/llm/study_2025", STUDY_BASE,
+                        {"short": {**HORIZONS["short"], "geo_length": 3.0},
+                         "long": {**HORIZONS["long"], "geo_length": 18.0}},
+                        NEWCOMERS_2025, delays=(16, 64), seeds=tuple(range(10)), floor=(), zero_delay=None,
+                        doc="exploratory, not pre-registered: the 2025-2026 corrections at the primary grid's "
+                            "delays, horizons, warm starts and seeds (200 runs); seq_geo_mask averages over "
+                            "L = 18 tokens at the long horizon (every completion has 18) and L = 3 at the short "
+                            "one (completions of at most 3 tokens: not verl's per-completion rule there)"),
 }
 
 
@@ -321,12 +370,28 @@ def audit(root: str | Path) -> Audit:
     assembled by hand) every run must agree with the others on every setting outside
     :data:`_FREE_FIELDS` and no two runs may be the same cell; the odd ones out are foreign.
     """
+    from schema.results import metrics_path
+
+    root = Path(root)
+    folders = [p for p in sorted(root.iterdir()) if p.is_dir() and (p / "config.json").is_file()]
+    settings_file = root / "sweep.json"
+    key = (str(root.resolve()), settings_file.stat().st_mtime_ns if settings_file.is_file() else None,
+           tuple((p.name, (p / "config.json").stat().st_mtime_ns, metrics_path(p) is not None) for p in folders))
+    if key in _AUDITS:
+        return _AUDITS[key]
+    _AUDITS[key] = found = _audit(root, folders)
+    return found
+
+
+_AUDITS: dict = {}
+"""audit's results in this process, keyed by the folder's run configs and their modification times."""
+
+
+def _audit(root: Path, folders: list[Path]) -> Audit:
     from schema.results import metrics_path, read_run_config
 
     from .config import config_diff, resolve_config
 
-    root = Path(root)
-    folders = [p for p in sorted(root.iterdir()) if p.is_dir() and (p / "config.json").is_file()]
     no_metrics = [p.name for p in folders if metrics_path(p) is None]
     runs = [p for p in folders if metrics_path(p) is not None]
     foreign: dict[str, str] = {}

@@ -301,7 +301,25 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
 
     ``executor`` (an :class:`execution.Executor`) says where runs execute; default: a local
     pool of ``jobs`` processes. The caller keeps ownership of an executor it passes in.
+    One sweep per folder: the sweep holds ``out``'s lock (:mod:`schema.runlock`) while it runs,
+    and a second sweep on it is refused (``RunLocked``, naming the first one's pid).
     """
+    from schema.runlock import LOCK_NAME, RunLock
+
+    out = (Path(out) if out else sweep.default_out()).absolute()  # runs start in this working directory: cache_dir is relative to it
+    made = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with RunLock(out):
+            return _run_sweep(sweep, out, resume=resume, jobs=jobs, progress=progress, log=log, executor=executor)
+    except BaseException:
+        if made and [p.name for p in out.iterdir()] in ([], [LOCK_NAME]):  # refused before anything was written
+            (out / LOCK_NAME).unlink(missing_ok=True)
+            out.rmdir()
+        raise
+
+
+def _run_sweep(sweep: Sweep, out: Path, *, resume: bool, jobs: int, progress: bool, log, executor) -> Outcome:
     from tqdm.auto import tqdm
 
     from execution import LocalExecutor
@@ -313,7 +331,6 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
     log = log or (lambda msg: print(msg, flush=True))
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    out = (Path(out) if out else sweep.default_out()).absolute()  # runs start in this working directory: cache_dir is relative to it
     settings_file = out / "sweep.json"
     if settings_file.is_file():
         stored = json.loads(settings_file.read_text())["settings"]

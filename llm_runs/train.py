@@ -63,7 +63,7 @@ import torch
 
 from schema.io import write_json
 from schema.provenance import git_commit, package_versions
-from schema.results import METRICS_FILE, PACKED_METRICS_FILE, read_json, read_run, read_run_config
+from schema.results import METRICS_FILE, PACKED_METRICS_FILE, legacy_fields, read_json, read_run, read_run_config
 from schema.runlock import LOCK_NAME, RunLock, check_free, entries
 
 from .config import TrainConfig, config_diff, config_fields, resolve_config
@@ -270,6 +270,20 @@ class Trainer:
                              + "; ".join(str(e) for e in bad) + " (the unreadable ones were moved aside, not deleted)")
         return None, None, None
 
+    def _check_checkpoint_config(self, ckpt: Path, state: dict) -> None:
+        """The settings a checkpoint was trained with (``trainer_state.pt`` stores them) are the
+        truth: a ``config.json`` edited since, or other flags, are refused, naming the fields."""
+        saved = state.get("config")
+        if not isinstance(saved, dict):
+            return
+        saved = {**saved, **{k: v for k, v in legacy_fields(saved).items() if v is not None}}
+        diff = config_diff(saved, self.config.to_dict())
+        if diff:
+            raise ValueError(f"--resume: the settings of {self.out / 'config.json'} differ from those checkpoint "
+                             f"{ckpt.name} was trained with: "
+                             + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
+                             + " (restore them; a run continues with the settings it was made with)")
+
     def _setup(self) -> int:
         cfg = self.config
         self.info = {"config": cfg.to_dict(), "out": str(self.out), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -287,6 +301,8 @@ class Trainer:
         ckpt, state = None, None
         if self.resume:
             ckpt, state, loaded = self._intact_checkpoint()
+            if ckpt is not None:
+                self._check_checkpoint_config(ckpt, state)
         if ckpt is None:
             ws = get_warm_start(cfg, self.task, self.log)
             self.info["warm_start"] = {"path": str(ws.path), **ws.info}

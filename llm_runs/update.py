@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 import estimators
-from estimators.losses import is_batch_coupled, policy_loss
+from estimators.losses import is_batch_coupled, masked_token_log_ratio, policy_loss
 
 from .mechanism import MechanismProbe, ratio_mechanism
 from .metrics import DIAGNOSTIC_COLUMNS
@@ -60,7 +60,7 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
             probe.chunk(out.loss, logp, part, adv[g0:g1].reshape(-1), share, g0)
         loss_total += float(out.loss.detach()) * share
         seq_lr.append(out.seq_log_ratio)
-        tok_lr.append((logp.detach() - part.behaviour_logp) * part.completion_mask)
+        tok_lr.append(masked_token_log_ratio(logp.detach(), part.behaviour_logp, part.completion_mask))
         if out.weights is not None:
             weights.append(out.weights)
         for key in ("token_clip_frac", "seq_clip_frac"):

@@ -1,6 +1,7 @@
 """Warm start: a short supervised phase so RL starts from a policy that sometimes succeeds.
 
-The result is saved with ``save_pretrained`` under ``<cache_dir>/warmstart/<preset>-<hash>/``,
+The result is saved with ``save_pretrained`` under ``<cache_dir>/warmstart/<preset>-<hash>/``
+(the default ``cache_dir`` is ``cache/`` under the results root, :func:`cache_root`),
 the hash covering every setting that changes it (model, task split, SFT settings, threads,
 library versions), and every run with the same settings loads it back with
 :func:`llm_runs.presets.load_pretrained`. It is written to a temporary folder and renamed,
@@ -52,17 +53,73 @@ def supervised_loss(model, tokenizer, problems, device) -> torch.Tensor:
     return -(logp * mask).sum() / mask.sum()
 
 
+def cache_root(cache_dir: str | os.PathLike) -> Path:
+    """The warm-start cache folder a config's ``cache_dir`` names. The default (``results/cache``,
+    the value recorded in run configs) is resolved now, under the results root
+    (:func:`schema.results.results_root`, ``GMC_RESULTS``); any other value is taken as given."""
+    from schema.results import results_root
+
+    from .config import TrainConfig
+
+    if str(cache_dir) == TrainConfig.__dataclass_fields__["cache_dir"].default:
+        return results_root() / "cache"
+    return Path(cache_dir)
+
+
+def nonfinite_parameter(model) -> str | None:
+    """The name of the first parameter holding a NaN or inf, or None."""
+    for name, p in model.named_parameters():
+        if not bool(torch.isfinite(p.detach()).all()):
+            return name
+    return None
+
+
+def cached_problem(path: Path) -> str | None:
+    """Why the cached warm start in ``path`` cannot be used (None: it can): ``warmstart.json`` and
+    every ``*.safetensors`` file must read whole, and every weight must be finite."""
+    try:
+        info = json.loads((path / "warmstart.json").read_text())
+        if not isinstance(info, dict) or "heldout_acc" not in info:
+            return "warmstart.json lacks its record"
+    except (OSError, ValueError) as exc:
+        return f"warmstart.json is unreadable ({type(exc).__name__})"
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        return "it holds no *.safetensors weights"
+    from safetensors import safe_open
+
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as fh:
+                for name in fh.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
+                    if not bool(torch.isfinite(fh.get_tensor(name)).all()):
+                        return f"{f.name}: weight {name} holds NaN or inf"
+        except Exception as exc:  # noqa: BLE001 (SafetensorError, OSError from a truncated file)
+            return f"{f.name} is unreadable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+    return None
+
+
 def get_warm_start(config, task, log=print) -> WarmStart:
-    """The cached warm start for ``config`` (computed once)."""
+    """The cached warm start for ``config`` (computed once). A cached one is checked before use
+    (:func:`cached_problem`): a bad one is moved aside (``<name>.corrupt-<time>``, never deleted),
+    saying so, and computed again. A warm start whose weights are not finite is never cached."""
     if config.warm_start_steps == 0 and config.model_path:
         return WarmStart(Path(config.model_path), {"steps": 0, "source": config.model_path})
     key = warm_start_key(config)
-    path = Path(config.cache_dir) / "warmstart" / f"{config.preset}-{key}"
+    path = cache_root(config.cache_dir) / "warmstart" / f"{config.preset}-{key}"
     done = path / "warmstart.json"
-    if done.is_file():
-        info = json.loads(done.read_text())
-        log(f"warm start: reusing {path} (held-out greedy accuracy {info['heldout_acc']:.3f})")
-        return WarmStart(path, info)
+    if path.is_dir() and (done.is_file() or any(path.glob("*.safetensors"))):
+        problem = cached_problem(path)
+        if problem is None:
+            info = json.loads(done.read_text())
+            log(f"warm start: reusing {path} (held-out greedy accuracy {info['heldout_acc']:.3f})")
+            return WarmStart(path, info)
+        import time
+
+        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(path, aside)
+        log(f"warning: the cached warm start {path} is unusable ({problem}); moved it to {aside.name} "
+            "and computing it again")
     info = _train(config, task, path, log)
     return WarmStart(path, info)
 
@@ -86,6 +143,11 @@ def _train(config, task, path: Path, log) -> dict:
             loss.backward()
             opt.step()
     model.eval()
+    bad = nonfinite_parameter(model)
+    if bad is not None:
+        raise ValueError(f"the warm start ({config.warm_start_steps} supervised steps, dtype {config.dtype}, "
+                         f"lr {config.warm_start_lr}) trained to non-finite weights ({bad}); not cached in {path}. "
+                         "Use dtype float32 (or amp bfloat16) or a smaller --warm-start-lr")
     held = evaluate(model, tokenizer, task, task.heldout, max_new, config.eval_batch_size)
     train = evaluate(model, tokenizer, task, task.train[:config.eval_train_size], max_new, config.eval_batch_size)
     info = {"steps": config.warm_start_steps, "key": warm_start_key(config),

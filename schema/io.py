@@ -110,3 +110,48 @@ def same_settings_or_move_aside(out, cfg: dict, keys, force: bool = False) -> bo
     out.rename(aside)
     print(f"moved the old results to {aside}", file=sys.stderr)
     return False
+
+
+TOOLKIT_FORMAT_PREFIX = "gmc-grpo-"
+"""The toolkit's own outputs say so: a JSON file's top-level ``"format"`` starts with this
+(``gmc-grpo-claims/1``, ``gmc-grpo-abstract/1``), a Markdown file's first line is an HTML comment
+``<!-- gmc-grpo-...``."""
+
+
+def written_by_toolkit(path, legacy=None) -> bool:
+    """True when the file ``path`` is one the toolkit wrote (see :data:`TOOLKIT_FORMAT_PREFIX`), or
+    one ``legacy(text)`` recognises: an output format written before the marker existed."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if text.startswith("<!-- " + TOOLKIT_FORMAT_PREFIX):
+        return True
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict) and str(obj.get("format", "")).startswith(TOOLKIT_FORMAT_PREFIX):
+        return True
+    return bool(legacy is not None and legacy(text))
+
+
+def check_output(path, legacy=None) -> Path:
+    """The one rule for an output file named by a user, applied before any work starts: a file
+    the toolkit did not write (:func:`written_by_toolkit`) is never replaced (``ValueError``), and
+    the path must be writable now (:func:`check_writable`, an ``OSError`` naming it)."""
+    path = Path(path)
+    if path.is_file() and not written_by_toolkit(path, legacy):
+        raise ValueError(f"{path} exists and was not written by the toolkit; not replacing it "
+                         "(name another file or move it away)")
+    return check_writable(path)
+
+
+def check_output_folder(folder) -> Path:
+    """A folder the toolkit will write files into: created now if missing, and writable now
+    (``OSError`` naming it otherwise); a file of that name is a ``NotADirectoryError``."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{folder} is a file, not a folder")
+    check_writable(folder / ".probe")
+    return folder

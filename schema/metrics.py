@@ -47,6 +47,8 @@ ESTIMATOR_LABELS = {
     "snis": "SNIS", "tic_ppo": "TIC-PPO", "token_clip": "token GRPO (clip)", "gspo": "GSPO",
     "topr": "TOPR", "seq_tis_bn": "seq. TIS + batch norm", "seq_mis": "seq. MIS", "cispo": "CISPO", "m2po": "M2PO",
     "opsm": "OPSM", "gmc_cap": "GMC + trajectory cap", "gmc_topr": "GMC(+) / TOPR(-)", "topr_gmc": "TOPR(+) / GMC(-)",
+    "icepop": "IcePop", "seq_geo_mask": "seq. geo-mean mask", "sapo": "SAPO", "vespo": "VESPO",
+    "dppo_tv": "DPPO-TV",
 }
 """estimator name (``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> display name."""
 

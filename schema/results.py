@@ -14,7 +14,8 @@ Sources:
   each with ``config.json`` and ``metrics.csv``; made by ``python -m llm_runs.sweep``.
 * ``STUDY``: the staleness study's run folders ``results/llm/study/<run>/``; made by
   ``python -m llm_runs.study``. ``STUDY_HORIZON``: its horizon grid ``results/llm/horizon/<run>/``;
-  made by ``python -m llm_runs.study --grid horizon``. ``VERDICTS``: the pre-registered
+  made by ``python -m llm_runs.study --grid horizon``. ``GPU_STUDY``: the Qwen3-0.6B study's run folders
+  ``results/llm/gpu_study/<run>/``; made by ``python -m llm_runs.gpu_study`` on one GPU. ``VERDICTS``: the pre-registered
   analysis' verdicts ``results/llm/study/verdicts.json``; made by ``python -m claims.study --json``.
 * ``VERIFY``: ``results/verify/claims.json``; made by ``python -m claims`` (``make verify-bounds``).
 * ``ABSTRACT``: ``results/verify/abstract.json``; made by ``python -m claims.abstract``.
@@ -42,7 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def results_root() -> Path:
-    return Path(os.environ.get("GMC_RESULTS", ROOT / "results"))
+    """``GMC_RESULTS`` when set and not empty, else ``results/`` of the repository."""
+    return Path(os.environ.get("GMC_RESULTS") or ROOT / "results")
 
 
 class MissingResults(FileNotFoundError):
@@ -104,6 +106,8 @@ class _LLMSource(Source):
 LLM = _LLMSource("llm sweep", ("llm/sweep", "llm/sweep_quick"), "python -m llm_runs.sweep")
 STUDY = _LLMSource("llm study", ("llm/study",), "python -m llm_runs.study")
 STUDY_HORIZON = _LLMSource("llm horizon grid", ("llm/horizon",), "python -m llm_runs.study --grid horizon")
+MECHANISM = _LLMSource("llm mechanism grid", ("llm/mechanism",), "python -m llm_runs.study --grid mechanism")
+GPU_STUDY = _LLMSource("llm gpu study", ("llm/gpu_study",), "python -m llm_runs.gpu_study")
 VERDICTS = Source("llm/study/verdicts.json", ("llm/study/verdicts.json",),
                   "python -m claims.study --json results/llm/study/verdicts.json")
 
@@ -189,7 +193,9 @@ LEGACY_FIELDS: dict[str, tuple] = {
                       "GSPO's upper clip was eps_high when set, else gspo_loss's default 4e-4"),
     **{name: (None, "only the estimator it tunes reads it, and that estimator did not exist yet")
        for name in ("cispo_eps_low", "cispo_eps_high", "m2po_tau", "opsm_delta", "tis_cap", "mis_low", "mis_high",
-                    "gmc_cap_kappa")},
+                    "gmc_cap_kappa", "icepop_low", "icepop_high", "geo_low", "geo_high", "geo_length", "geo_cap",
+                    "sapo_tau_pos", "sapo_tau_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+                    "vespo_lambda_neg", "dppo_delta", "dppo_cap")},
     "optimizer": (lambda cfg: "adam", "every RL update used torch.optim.Adam(params, lr)"),
     "momentum": (lambda cfg: 0.0, "Adam has no heavy-ball momentum knob"),
     "weight_decay": (lambda cfg: 0.0, "Adam without weight decay"),
@@ -337,17 +343,29 @@ def check_steps(m: pd.DataFrame, path: Path, steps=None) -> None:
         raise ValueError(f"{path}: step {int(max(st))} beyond the run's T = {steps}")
 
 
+_READ_CACHE: dict = {}
+"""read_run's results in this process, keyed by the run's files and their modification times (a
+report reads one study folder several times; a file written since is read again)."""
+
+
 def read_run(run: Path) -> tuple[dict, pd.DataFrame]:
-    """A run folder: ``(settings, metrics)``, both checked (see the module docstring)."""
+    """A run folder: ``(settings, metrics)``, both checked (see the module docstring). Repeated
+    reads of unchanged files in one process come from a cache (copies: callers may modify them)."""
     run = Path(run)
-    cfg = read_run_config(run)
     path = metrics_path(run)
     if path is None:
+        read_run_config(run)  # a bad config.json is named first
         raise MissingResults(f"{run}: no {METRICS_FILE}")
-    m = read_metrics_csv(path)
-    settings = run_settings(cfg)
-    check_steps(m, path, settings["steps"])
-    return settings, m
+    cfg_file = run / "config.json"
+    key = (str(run.resolve()), path.name, cfg_file.stat().st_mtime_ns, path.stat().st_mtime_ns, path.stat().st_size)
+    hit = _READ_CACHE.get(key)
+    if hit is None:
+        cfg = read_run_config(run)
+        m = read_metrics_csv(path)
+        settings = run_settings(cfg)
+        check_steps(m, path, settings["steps"])
+        hit = _READ_CACHE[key] = (settings, m)
+    return dict(hit[0]), hit[1].copy()
 
 
 def run_folders(root: Path) -> list[Path]:

@@ -41,8 +41,26 @@ from .delay import static_behaviour
 from .delay_sweeps import make_instance
 from .sweep import Sweep, derive_seed
 
-TRAJECTORY = ["is", "stale", "tic_mask", "tic_trunc", "gmc", "snis", "topr", "seq_mis", "seq_tis_bn"]
-TOKEN = ["token_clip", "gspo", "cispo", "opsm", "m2po"]
+TRAJECTORY = ["is", "stale", "tic_mask", "tic_trunc", "gmc", "snis", "topr", "seq_mis", "seq_tis_bn",
+              "seq_geo_mask", "vespo"]
+TOKEN = ["token_clip", "gspo", "cispo", "opsm", "m2po", "icepop", "sapo", "dppo_tv"]
+
+LENGTH_KNOB = {"seq_geo_mask": "length"}
+"""Schemes whose knob is the completion length (a trajectory scheme does not see it): set to the
+environment's H (E1: 1, E2: every completion has H tokens), the rest at their defaults."""
+
+
+def options_for(name: str, H: int) -> dict | None:
+    """The knobs ``name`` runs with on an environment of horizon ``H``."""
+    return {LENGTH_KNOB[name]: float(H)} if name in LENGTH_KNOB else None
+
+
+def _extremal_ratios(name: str) -> list[float]:
+    """Ratios where a scheme's weight peaks inside the grid's gaps (VESPO: w = k / lambda per sign)."""
+    if name == "vespo":
+        p = estimators.params.defaults(name)
+        return [p["k_pos"] / p["lambda_pos"], p["k_neg"] / p["lambda_neg"]]
+    return []
 
 
 # --------------------------------------------------------------------------- per-token view
@@ -163,7 +181,8 @@ def mc_moments(view: dict, G: int, eps: float, name: str, batch_groups: int, n_b
 def grid_max_mass(name: str, eps: float, G: int = 3, batch_groups: int = 1) -> tuple[float, list]:
     """Largest group mass ``(1/G) sum_i c_i`` over an enumerated grid of ratio vectors (the
     counterexample search of claim 2): every G-tuple of ratios from {1e-9, 0.5, 1, 2, 10, 1e3,
-    1e9} and the edges of the scheme's thresholds (1+eps, C, lo, hi, each +-1e-9), with every
+    1e9}, the edges of the scheme's thresholds (1+eps, C, lo, hi, each +-1e-9) and the ratios where
+    its weight peaks (:func:`_extremal_ratios`), with every
     advantage sign pattern for schemes that read advantages. With ``batch_groups`` B > 1 the
     other B - 1 groups of the batch hold ratios 1e-9 (the extremal batch of a batch-normalised
     scheme) or 1; a batch-coupled scheme is called on one batch at a time. Returns the maximum and
@@ -172,6 +191,7 @@ def grid_max_mass(name: str, eps: float, G: int = 3, batch_groups: int = 1) -> t
 
     spec = estimators.get_scheme(name)
     edges = [1 + eps] + [v for k, v in estimators.params.defaults(name).items()]
+    edges += _extremal_ratios(name)
     vals = sorted({1e-9, 0.5, 1.0, 2.0, 10.0, 1e3, 1e9} | {max(e + d, 1e-12) for e in edges for d in (-1e-9, 0.0, 1e-9)})
     lr = np.log(np.array(list(itertools.product(vals, repeat=G))))
     signs = ([np.full(G, -1.0), np.full(G, 1.0)] + [np.array(s) for s in itertools.product([-1.0, 1.0], repeat=G)]
@@ -213,25 +233,27 @@ def run_peers(setting: dict, seeds: list[int]) -> pd.DataFrame:
     view = token_view(env, theta, theta_b)
     G, eps, Bmc = case["G"], setting["eps"], setting["batch_groups"]
     names = list(TRAJECTORY) + (list(TOKEN) if case["env"] == "token_mdp" else [])
+    H = view["lp"].shape[1]
     rows = []
     for name in names:
         level = "trajectory" if name in estimators.SCHEMES else "token"
+        opts = options_for(name, H)
         runs = [(1, None)]
         if is_batch_coupled(name):
             runs += [(Bmc, s) for s in seeds]
         for B, seed in runs:
             if B == 1:
-                r = exact_moments(view, G, eps, name)
+                r = exact_moments(view, G, eps, name, opts)
             else:
                 rng = np.random.default_rng(derive_seed(seed, setting, B, sum(map(ord, name))))
-                r = mc_moments(view, G, eps, name, B, setting["n_batches"], rng)
+                r = mc_moments(view, G, eps, name, B, setting["n_batches"], rng, opts)
             spec = estimators.SCHEMES.get(name)
             grid = grid_max_mass(name, eps, 3, B)[0] if spec else float("nan")
             rows.append({"scheme": name, "level": level, "env": case["env"], "instance": case["instance"],
                          "G": G, "batch_groups": B, "seed": -1 if seed is None else seed, **r,
-                         "sup_mass": spec.group_mass_sup(eps, B) if spec else float("nan"),
+                         "sup_mass": spec.group_mass_sup(eps, B, **(opts or {})) if spec else float("nan"),
                          "grid_max_mass": grid,
-                         "in_class": bool(spec.member(eps, B)) if spec else None})
+                         "in_class": bool(spec.member(eps, B, **(opts or {}))) if spec else None})
     return pd.DataFrame(rows)
 
 

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 import execution
-from schema.io import same_settings_or_move_aside, write_json, write_parquet
+from schema.io import check_output_folder, same_settings_or_move_aside, write_json, write_parquet
 from schema.provenance import git_commit, package_versions
 from schema.results import results_root
 from schema.runlock import LOCK_NAME, RunLock
@@ -148,7 +148,7 @@ def run_sweep(name: str, quick: bool = False, out: Path | None = None, force: bo
     if out.is_dir() and not cfg_path.exists() and [p for p in out.iterdir() if p.name != LOCK_NAME]:
         raise ValueError(f"{out} is not empty and holds no simulator sweep (no config.json): it is never written "
                          f"into; choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    check_output_folder(out)  # writable now (OSError naming it), before any setting runs
     with RunLock(out) as lock:  # one process per results folder (RunLocked names the other one's pid)
         return _run_locked(sweep, name, quick, out, cfg, cfg_path, force, progress, lock, executor)
 
@@ -259,7 +259,7 @@ def main(argv=None):
             try:
                 d = run_sweep(n, quick=a.quick, out=a.out, force=a.force, progress=not a.no_progress,
                               executor=executor)
-            except ValueError as exc:
+            except (ValueError, OSError) as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
             print(f"{n}: {d / 'results.parquet'} ({time.time() - t0:.1f} s)")

@@ -1,4 +1,4 @@
-"""Claim 19 (claims.optimizers), the second-moment sweep, and figures F14 and F15."""
+"""Claim 19 (claims.optimizers), the second-moment sweep, and figures F15 and F16."""
 from __future__ import annotations
 
 import numpy as np
@@ -81,9 +81,9 @@ def test_second_moment_sweep_exact_rows_obey_lemma2_and_claim16(quick_results):
     np.testing.assert_allclose(zero["gmc"], zero["is"], rtol=1e-12)  # no delay: every weight is 1
 
 
-def test_f14_and_f15_draw_every_series_and_caption(quick_results, monkeypatch):
-    from figures import f14_second_moment_vs_chi2 as f14
-    from figures import f15_async_optimizers as f15
+def test_f15_and_f16_draw_every_series_and_caption(quick_results, monkeypatch):
+    from figures import f15_second_moment_vs_chi2 as f14
+    from figures import f16_async_optimizers as f15
     from figures import style
 
     monkeypatch.setenv("GMC_RESULTS", str(quick_results))

@@ -36,7 +36,8 @@ def test_gmc_weights_worked_example():
 
 def test_schemes_registered():
     assert set(ALL) >= {"is", "stale", "tic_mask", "tic_trunc", "tic_ppo", "gmc", "snis"}
-    assert set(IN_CLASS) == {"stale", "tic_mask", "tic_trunc", "gmc", "snis", "topr", "gmc_cap", "gmc_topr", "topr_gmc"}
+    assert set(IN_CLASS) == {"stale", "tic_mask", "tic_trunc", "gmc", "snis", "topr", "seq_geo_mask", "gmc_cap",
+                             "gmc_topr", "topr_gmc"}
 
 
 # ----------------------------------------------------------------- the class C_eps (Lemma 2)

@@ -150,3 +150,11 @@ def test_every_registered_loss_runs_through_the_adapter(trained):
         trainer.scheme, trainer.scheme_options = saved
     assert set(estimators.SCHEMES) <= set(loss_names())
     assert "stale/mass_cap_frac" in trainer._metrics["train"]
+
+
+def test_mask_truncated_completions_is_refused_up_front(tmp_path):
+    tok = char_tokenizer()
+    ds = Dataset.from_dict({"prompt": ["ab", "cd", "ef", "gh"]})
+    with pytest.raises(ValueError, match="does not support mask_truncated_completions = True"):
+        TrajectoryGRPOTrainer(model=tiny_qwen3(len(tok)), reward_funcs=reward, processing_class=tok,
+                              args=make_args(tmp_path, mask_truncated_completions=True), train_dataset=ds)

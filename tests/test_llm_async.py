@@ -155,7 +155,7 @@ def _run_and_break(config, out, resume: bool, after_rows: int, sig: int) -> tupl
 
 
 def test_killed_or_hung_worker_stops_with_a_checkpoint_and_resume_completes(cache, tmp_path, controlled):
-    config = async_config(cache, worker_timeout_s=2.0)
+    config = async_config(cache, worker_timeout_s=60.0)  # it bounds the worker's start (spawn, imports) too
     out = tmp_path / "run"
     msg, elapsed = _run_and_break(config, out, resume=False, after_rows=3, sig=signal.SIGKILL)
     assert "rollout worker" in msg and "died (exit code -9)" in msg and "--resume" in msg, msg
@@ -165,10 +165,45 @@ def test_killed_or_hung_worker_stops_with_a_checkpoint_and_resume_completes(cach
     assert 3 <= stopped_at < STEPS and f"checkpoint saved at update {stopped_at}" in msg
     assert len(pd_read(out)) == stopped_at  # every finished update kept its row, nothing after it
     msg, elapsed = _run_and_break(config, out, resume=True, after_rows=stopped_at + 2, sig=signal.SIGSTOP)
-    assert "did nothing for 2 s (worker_timeout_s)" in msg and "hung" in msg, msg
-    assert elapsed < 2.0 + 3
+    assert "did nothing for 60 s (worker_timeout_s)" in msg and "hung" in msg, msg
+    assert elapsed < 60.0 + 3
     assert int(latest_checkpoint(out).name[5:]) > stopped_at
     Trainer(config, out, resume=True, progress=False, log=lambda m: None).run()
     steps = [int(r[0]) for r in _metrics_without_perf(out)[1:]]
     assert steps == list(range(STEPS + 1))  # no row lost or duplicated
     assert _metrics_without_perf(out) == _metrics_without_perf(controlled[0])  # and exactly the delay-0 run
+
+
+# --------------------------------------------------------------------------- start-up and leftovers
+
+
+def test_a_worker_that_never_gets_ready_is_bounded_by_worker_timeout_s(cache):
+    """The wait before the worker reports ready follows worker_timeout_s (no fixed 600 s)."""
+    from types import SimpleNamespace
+
+    source = AsyncRollout(async_config(cache, worker_timeout_s=3.0), None, None, 4)
+    source._proc = SimpleNamespace(pid=12345, is_alive=lambda: True, exitcode=None)
+    source._ch = SimpleNamespace(ready=SimpleNamespace(value=0), folder="/nonexistent")
+    source._started_at = time.monotonic() - 2.0
+    source._check_worker(0, time.monotonic(), "to deliver its batch")  # 2 s < 3 s: still waiting
+    source._started_at = time.monotonic() - 3.5
+    with pytest.raises(RolloutSourceError, match=r"did not start within 3 s \(worker_timeout_s\)"):
+        source._check_worker(0, time.monotonic(), "to deliver its batch")
+
+
+def test_batch_folders_of_a_killed_learner_are_removed_on_the_next_start(tmp_path):
+    import subprocess
+    import sys
+
+    from llm_runs.async_rollout import FOLDER_PREFIX, remove_orphan_folders
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    orphan = tmp_path / f"{FOLDER_PREFIX}{dead.pid}-abc"
+    live = tmp_path / f"{FOLDER_PREFIX}{os.getpid()}-def"
+    unknown = tmp_path / f"{FOLDER_PREFIX}xyz"  # not this naming: never touched
+    for folder in (orphan, live, unknown):
+        folder.mkdir()
+        (folder / "batch-000001.pt").write_bytes(b"x")
+    assert remove_orphan_folders(str(tmp_path)) == [orphan]
+    assert not orphan.exists() and live.exists() and unknown.exists()

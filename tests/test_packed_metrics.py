@@ -133,8 +133,12 @@ def test_the_study_packs_only_its_finished_runs_and_reads_them_unchanged(finishe
     study = STUDIES["pilot"]
     out = tmp_path / "study"
     names = [c.name for c in study.cells()]
-    for name in names:
-        shutil.copytree(finished_run, out / name)
+    for cell in study.cells():  # one finished run stands for each cell (its seed set to the cell's)
+        shutil.copytree(finished_run, out / cell.name)
+        cfg_file = out / cell.name / "config.json"
+        cfg = json.loads(cfg_file.read_text())
+        cfg["config"]["seed"] = cell.seed
+        cfg_file.write_text(json.dumps(cfg))
     (out / names[-1] / "summary.json").unlink()  # one run is not finished
     before = read_runs(out)
     assert study_main(["--grid", "pilot", "--out", str(out), "--pack"]) == 0

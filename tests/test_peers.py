@@ -17,8 +17,8 @@ from estimators import PARAMS, SCHEMES, advantages, weights
 from estimators.losses import TOKEN_LOSSES, check_options, loss_names, m2po_keep_mask, policy_loss
 from llm_runs.config import TrainConfig, config_fields
 
-PEERS_TRAJ = ("topr", "seq_tis_bn", "seq_mis")
-PEERS_TOKEN = ("m2po", "cispo", "opsm")
+PEERS_TRAJ = ("topr", "seq_tis_bn", "seq_mis", "seq_geo_mask", "vespo")
+PEERS_TOKEN = ("m2po", "cispo", "opsm", "icepop", "sapo", "dppo_tv")
 
 
 # ----------------------------------------------------------------- hand-derived values
@@ -154,6 +154,19 @@ def test_token_peer_gradient_equals_closed_form(name, scale):
     elif name == "m2po":  # (1/N) sum_{i,t} M r A_i s_t, M from the batch second moment
         coef = m2po_keep_mask(log_r, mask, 0.04) * r * A[:, None] * mask / mask.sum()
         assert 0 < float(m2po_keep_mask(log_r, mask, 0.04).sum()) <= float(mask.sum())
+    elif name == "icepop":  # (1/B) sum_i (1/|o_i|) sum_t r 1{0.5 <= r <= 5} A_i s_t
+        inside = (r >= 0.5) & (r <= 5.0)
+        coef = inside * r * A[:, None] * mask / mask.sum(-1, keepdim=True) / len(A)
+    elif name == "sapo":  # (1/B) sum_i (1/|o_i|) sum_t 4 sigmoid(x) sigmoid(-x) r A_i s_t, x = tau (r - 1)
+        tau = torch.where(A[:, None] > 0, torch.ones_like(r), torch.full_like(r, 1.05))
+        x = tau * (r - 1)
+        gate_slope = 4 * torch.sigmoid(x) * torch.sigmoid(-x) * r
+        coef = gate_slope * A[:, None] * mask / mask.sum(-1, keepdim=True) / len(A)
+    elif name == "dppo_tv":  # (1/N) sum_{i,t} 1{TV mask} min(r, 1e4) A_i s_t
+        diff = torch.exp(logp.detach()) - torch.exp(old)
+        valid = torch.where(A[:, None] > 0, diff <= 0.15, diff >= -0.15)
+        coef = valid * torch.clamp(r, max=1e4) * A[:, None] * mask / mask.sum()
+        assert 0 < int(valid.sum()) < valid.numel() or scale < 0.1
     else:  # opsm: (1/B) sum_i keep_i (1/|o_i|) sum_t r 1{unclipped} A_i s_t
         kl = -(log_r.sum(-1) / mask.sum(-1))
         keep = ~((A < 0) & (kl > 0.5))
@@ -186,7 +199,11 @@ def test_paper_defaults_and_config_fields():
     d = {name: {p.name: p.default for p in ps} for name, ps in PARAMS.items()}
     assert d == {"m2po": {"tau": 0.04}, "cispo": {"eps_low": 10.0, "eps_high": 0.2}, "opsm": {"delta": 0.5},
                  "gspo": {"eps_low": 3e-4, "eps_high": 4e-4}, "seq_tis_bn": {"C": 2.0},
-                 "seq_mis": {"lo": 0.5, "hi": 2.0}, "gmc_cap": {"kappa": 1.0}}
+                 "seq_mis": {"lo": 0.5, "hi": 2.0}, "icepop": {"lo": 0.5, "hi": 5.0},
+                 "seq_geo_mask": {"lo": 0.999, "hi": 1.001, "length": 1.0, "C": 0.0},
+                 "sapo": {"tau_pos": 1.0, "tau_neg": 1.05},
+                 "vespo": {"k_pos": 2.0, "lambda_pos": 3.0, "k_neg": 3.0, "lambda_neg": 2.0},
+                 "dppo_tv": {"delta": 0.15, "C": 1e4}, "gmc_cap": {"kappa": 1.0}}
     knobs = {f.metadata["knob"]: f for f in config_fields() if "knob" in f.metadata}
     assert set(knobs) == {(n, p.name) for n, ps in PARAMS.items() for p in ps}  # every knob has a field
     cfg = TrainConfig()

@@ -3,7 +3,10 @@ from pathlib import Path
 
 from claims import __main__ as claims_cli
 from claims.abstract import ABSTRACT_SOURCE_PATH
+from llm_runs import smoke
 from llm_runs import sweep as llm_sweep
+from llm_runs.config import TrainConfig
+from llm_runs.warmstart import cache_root
 from schema.results import results_root
 from simulators import sweep as sim_sweep
 from simulators import tuned_sweep
@@ -20,6 +23,8 @@ def test_producers_honour_the_results_root(tmp_path, monkeypatch):
     assert claims_cli.default_paths() == tuple(tmp_path / "verify" / n for n in
                                                ("claims.json", "claims.md", "abstract.json"))
     assert ABSTRACT_SOURCE_PATH() == tmp_path / "verify" / "abstract.json"
+    assert smoke.default_out().parent == tmp_path / "llm"
+    assert cache_root(TrainConfig().cache_dir) == tmp_path / "cache"  # the trainer's warm-start cache
 
 
 def test_default_results_root_is_the_repository_folder(monkeypatch):

@@ -213,6 +213,26 @@ def test_a_sweep_never_starts_a_second_trainer_on_a_held_folder(tmp_path):
     assert run_state(run, {}) == "new"  # only the (free) lock file: nothing of a run
 
 
+def test_two_sweeps_on_one_folder_the_second_is_refused(cache, tmp_path):
+    """The sweep holds its folder's lock: a second sweep on the same --out is refused naming the
+    first one's pid (before, each started trainers and reported the other's runs FAILED)."""
+    from llm_runs.sweep import run_sweep
+
+    out = tmp_path / "sweep"
+    out.mkdir()
+    code = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from schema.runlock import RunLock; "
+            f"RunLock({str(out)!r}).acquire(); print('locked', flush=True); time.sleep(60)")
+    first = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "locked"
+        with pytest.raises(RunLocked, match=rf"pid {first.pid}"):
+            run_sweep(_tiny_sweep(out, cache), out, jobs=1, progress=False, log=lambda m: None)
+        assert [p.name for p in out.iterdir()] == [LOCK_NAME]  # nothing started, nothing written
+    finally:
+        first.kill()
+        first.wait()
+
+
 # --------------------------------------------------------------------------- corrupt checkpoints
 
 

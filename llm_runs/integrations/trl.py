@@ -125,6 +125,11 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
                 self.use_vllm and self.vllm_importance_sampling_correction,
                 "set it False; the scheme corrects with old_per_token_logps",
             ),
+            "mask_truncated_completions": (
+                getattr(args, "mask_truncated_completions", False),
+                ("it empties the completion mask of a truncated completion, which then has no trajectory ratio; "
+                 "raise max_completion_length or give truncated completions a low reward instead"),
+            ),
             "multi_objective_aggregation": (
                 args.multi_objective_aggregation != "sum_then_normalize",
                 "rewards are summed then turned into group advantages by estimators.advantages",

@@ -7,8 +7,8 @@ worker). Importing this module registers, if verl is importable:
 
 * policy losses (``actor_rollout_ref.actor.policy_loss.loss_mode=<name>``) for every scheme
   of :data:`estimators.SCHEMES`: ``gmc``, ``tic_mask``, ``tic_trunc``, ``tic_ppo``, ``snis``,
-  ``is``, ``stale``, ``topr``, ``seq_tis_bn``, ``seq_mis``. Knobs (``C`` of ``seq_tis_bn``,
-  ``lo``/``hi`` of ``seq_mis``) take their defaults of :data:`estimators.params.PARAMS` (verl's
+  ``is``, ``stale``, ``topr``, ``seq_tis_bn``, ``seq_mis``, ``seq_geo_mask``, ``vespo``. Knobs (``C`` of
+  ``seq_tis_bn``, ``lo``/``hi`` of ``seq_mis``, ...) take their defaults of :data:`estimators.params.PARAMS` (verl's
   ``PolicyLossConfig`` refuses extra fields); ``seq_tis_bn``'s batch is the micro-batch the
   loss sees, not verl's whole batch. The surrogate is :func:`estimators.losses.trajectory_loss` itself:
   one trajectory log-ratio ``l_i = sum_t (log_prob - old_log_prob)`` per response, weights
@@ -211,7 +211,16 @@ def group_size_from(config) -> int:
 def eps_from(config) -> float:
     """eps of the cap 1+eps: ``actor.clip_ratio_high`` (else ``actor.clip_ratio``)."""
     eps = _cfg(config, "clip_ratio_high")
-    return float(eps if eps is not None else _cfg(config, "clip_ratio"))
+    if eps is None:
+        eps = _cfg(config, "clip_ratio")
+    if eps is None:
+        raise ValueError("actor.clip_ratio_high and actor.clip_ratio are both None: the cap 1+eps needs eps; set "
+                         "actor_rollout_ref.actor.clip_ratio_high (e.g. 0.28)")
+    try:
+        return float(eps)
+    except (TypeError, ValueError):
+        raise ValueError(f"actor.clip_ratio_high / clip_ratio must be a number (eps of the cap 1+eps), got {eps!r}") \
+            from None
 
 
 def _check_layout_config(config, B: int, G: int) -> tuple[int, int | None]:
@@ -345,6 +354,14 @@ def trajectory_policy_loss(scheme: str, old_log_prob, log_prob, advantages, resp
             if rollout_is_weights is not None:
                 rollout_is_weights = rollout_is_weights.index_select(0, idx)
     mask = response_mask.bool()
+    empty = ~mask.any(-1)
+    if bool(empty.any()):
+        import torch
+
+        rows = [int(i) for i in torch.nonzero(empty)[:, 0]]
+        raise ValueError(f"response {rows[0]} of the micro-batch has an empty response_mask (no response token; "
+                         f"{len(rows)} such rows): a trajectory loss needs a log-ratio for every response. Drop "
+                         "empty responses before the update, or give each at least its EOS token")
     adv = _per_response(advantages.detach(), mask, "advantage")
     _check_zero_sum(adv, G)
     if rollout_is_weights is not None:

@@ -190,6 +190,37 @@ def test_snippet_loss_equals_core_surrogate_and_closed_form_gradient(snippet_cfg
     assert {"actor/stale/clip_frac", "actor/stale/ess", "actor/stale/log_ratio_max"} <= set(metrics[0])
 
 
+@pytest.mark.parametrize("scheme", ["seq_geo_mask", "vespo"])
+def test_2025_trajectory_peers_register_through_verl_and_equal_their_closed_form(snippet_cfg, scheme):
+    # verl ships its own sapo / dppo_tv (token-level here, never registered by the plugin); the
+    # trajectory-level newcomers are plugin losses like gmc
+    assert core_algos.get_policy_loss_fn(scheme).gmc_plugin_scheme == scheme
+    assert core_algos.get_policy_loss_fn("sapo").__module__.startswith("verl.")
+    cfg = verl_config(snippet_overrides() + [f"actor_rollout_ref.actor.policy_loss.loss_mode={scheme}"])
+    actor = actor_config(cfg)
+    G, eps = cfg.actor_rollout_ref.rollout.n, cfg.actor_rollout_ref.actor.clip_ratio_high
+    batch = random_batch(seed=11, num_groups=4, G=G)
+    adv_fn = core_algos.get_adv_estimator_fn(cfg.algorithm.adv_estimator)
+    adv, _ = adv_fn(token_level_rewards=batch.rewards, response_mask=batch.mask.double(), index=batch.index,
+                    config=instantiate(cfg.algorithm))
+    A = adv[:, 0].reshape(-1, G)
+    loss, grad, _ = run_micro_batches(core_algos.get_policy_loss_fn(scheme), actor, batch, adv)
+    core = trajectory_loss(scheme, batch.new, batch.old, batch.mask, A, G, eps)
+    assert abs(float(loss) - float(core.loss)) <= 1e-12
+    lr = ((batch.new - batch.old) * batch.mask).sum(-1).reshape(-1, G)
+    w = lr.exp()
+    if scheme == "vespo":  # w^k e^(lambda (1 - w)), (k, lambda) = (2, 3) if A >= 0 else (3, 2)
+        pos = A >= 0
+        k = torch.where(pos, torch.full_like(w, 2.0), torch.full_like(w, 3.0))
+        lam = torch.where(pos, torch.full_like(w, 3.0), torch.full_like(w, 2.0))
+        c = w**k * torch.exp(lam * (1 - w))
+    else:  # kept iff 0.999 <= w <= 1.001 (L = 1), weight 1
+        c = ((w >= 0.999) & (w <= 1.001)).to(w.dtype)
+    assert torch.allclose(c, estimators.weights(scheme, lr, eps, A), atol=1e-12)
+    expected = -(c * A).reshape(-1, 1) * batch.mask / batch.B
+    assert torch.allclose(grad, expected, atol=1e-12)
+
+
 def test_tic_trunc_without_capping_is_plain_is_and_not_vanilla(snippet_cfg):
     big = 1e6
     cfg = verl_config(snippet_overrides() + [f"actor_rollout_ref.actor.clip_ratio_high={big}"])

@@ -1,4 +1,4 @@
-"""F14: the realised second moment E||g_hat||^2 of each scheme against the trajectory chi^2, for
+"""F15: the realised second moment E||g_hat||^2 of each scheme against the trajectory chi^2, for
 each group size G, beside Lemma 2's uniform bound (1+eps)^2 M^2 (E1, E2 exact; E3 Monte Carlo).
 
 One column per environment (E1 rare-arm bandit, E2 token MDP H = 4, E3 lognormal), one row per
@@ -15,8 +15,8 @@ from schema.results import Sim, read_sim, source_note
 
 from . import style
 
-NAME = "f14_second_moment_vs_chi2"
-TITLE = "F14. Realised second moment E||g_hat||^2 against chi^2 and G, beside (1+eps)^2 M^2"
+NAME = "f15_second_moment_vs_chi2"
+TITLE = "F15. Realised second moment E||g_hat||^2 against chi^2 and G, beside (1+eps)^2 M^2"
 SOURCES = [Sim("second_moment_vs_chi2")]
 ENV_TITLE = {"bandit": "E1 rare-arm bandit", "token_mdp": "E2 token MDP ($H=4$)", "lognormal": "E3 lognormal (MC)"}
 SCHEMES = ["gmc", "gmc_cap", "gmc_topr", "tic_trunc", "tic_mask", "topr", "snis", "stale", "is"]

@@ -1,4 +1,4 @@
-"""F15: asynchronous training across optimisers and horizons at the largest delay (claim 19).
+"""F16: asynchronous training across optimisers and horizons at the largest delay (claim 19).
 
 Long-horizon E2 (:mod:`simulators.token_mdp.factorised`: V = 2, reward 1{every token right},
 the right token at probability p0 = 0.8 at every position at theta_0). One column per optimiser
@@ -18,8 +18,8 @@ from schema.results import read_sim, source_note
 
 from . import style
 
-NAME = "f15_async_optimizers"
-TITLE = "F15. Asynchronous training across optimisers and horizons at the largest delay (E2, claim 19)"
+NAME = "f16_async_optimizers"
+TITLE = "F16. Asynchronous training across optimisers and horizons at the largest delay (E2, claim 19)"
 SOURCES = [SOURCE]
 OPT_ORDER = ["sgd", "adam", "adam_clip", "adamw_clip"]
 OPT_TITLE = {"sgd": "SGD", "adam": "Adam", "adam_clip": "Adam + clip", "adamw_clip": "AdamW + clip"}

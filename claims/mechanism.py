@@ -1,0 +1,504 @@
+"""The mechanism study's pre-registered analysis (docs/PREREGISTRATION-MECHANISM.md), applied as written.
+
+    python -m claims.mechanism --select-warning     # M6's signal from the committed study only -> warning.json
+    python -m claims.mechanism [--json results/llm/mechanism/verdicts.json]
+
+Reuses the staleness study's machinery unchanged (:mod:`claims.study`: the run reader with its
+grid check, the stability rule, paired bootstrap intervals, Holm, whole seeds). A run's
+``arm`` is its optimiser setting (:func:`arm_of`); the committed study's runs are the
+unclipped-Adam arm ``adam``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from .study import (
+    ALPHA,
+    BOOT_SEED,
+    MARGIN,
+    MIN_SEEDS,
+    STABLE_FRACTION,
+    bootstrap,
+    holm,
+    p_below,
+    read_runs,
+    read_traces,
+)
+
+WARNING_WINDOW = 20  # updates 0-19: before the first evaluation that can detect a collapse
+WARNING_SUMMARIES = ("median", "mean", "min", "max")
+WARNING_MIN_FINITE = 0.9  # a candidate must be finite in at least this share of the training runs
+WARNING_EXCLUDE_PREFIXES = ("eval/", "perf/", "stale/staleness_", "stale/dropped")
+
+
+def arm_of(config: dict) -> str:
+    """The optimiser arm of a run's settings: ``sgd``, ``adamclip``, ``adamwclip``, ``adam`` (the
+    committed study's: Adam, no clipping, no decay), ``adamk2`` (gmc_cap with kappa 2 under
+    ``adam``), else a description."""
+    opt = config.get("optimizer") or "adam"
+    clip = config.get("max_grad_norm")
+    if opt == "sgd":
+        return "sgd"
+    if opt == "adam" and clip is None and not config.get("weight_decay"):
+        return "adamk2" if config.get("estimator") == "gmc_cap" and config.get("gmc_cap_kappa") == 2.0 else "adam"
+    if opt == "adam" and clip == 1.0 and not config.get("weight_decay"):
+        return "adamclip"
+    if opt == "adamw" and clip == 1.0 and config.get("weight_decay") == 0.01:
+        return "adamwclip"
+    return f"{opt}-clip{clip}-wd{config.get('weight_decay')}"
+
+
+# --------------------------------------------------------------------------- M6: the early warning
+
+
+def warning_candidates(traces: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: every candidate signal of M6, ``<column>:<summary>`` over updates
+    0 .. WARNING_WINDOW - 1 (docs/PREREGISTRATION-MECHANISM.md)."""
+    from llm_runs.metrics import COLUMNS
+
+    cols = [c for c in COLUMNS if c != "step" and not c.startswith(WARNING_EXCLUDE_PREFIXES) and c in traces]
+    early = traces[traces["step"] < WARNING_WINDOW]
+    agg = early.groupby("run")[cols].agg(list(WARNING_SUMMARIES))
+    agg.columns = [f"{c}:{s}" for c, s in agg.columns]
+    return agg
+
+
+def auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """P(score of a positive > score of a negative) + 1/2 P(tie): the Mann-Whitney AUC."""
+    pos, neg = scores[labels], scores[~labels]
+    if not len(pos) or not len(neg):
+        return math.nan
+    u = stats.mannwhitneyu(pos, neg, alternative="two-sided").statistic
+    return float(u) / (len(pos) * len(neg))
+
+
+def stratified_auc(scores: np.ndarray, labels: np.ndarray, strata: np.ndarray) -> float:
+    """The AUC over the (positive, negative) pairs that share a stratum (estimator x delay)."""
+    num = den = 0.0
+    for s in np.unique(strata):
+        sel = strata == s
+        p, n = int(labels[sel].sum()), int((~labels[sel]).sum())
+        if p and n:
+            num += auc(scores[sel], labels[sel]) * p * n
+            den += p * n
+    return num / den if den else math.nan
+
+
+def select_warning(study_root: str | Path) -> dict:
+    """M6's signal, chosen on the committed staleness study only (every complete long-horizon run
+    at positive delay): the candidate of largest pooled AUC for collapse (direction free) whose
+    AUC stratified by estimator x delay is on the same side of 1/2; its threshold maximises
+    Youden's J on those runs. Returns the record written to ``warning.json``."""
+    runs = read_runs(study_root)
+    runs = runs[(runs["horizon"] == "long") & (runs["delay"] > 0) & runs["complete"]].set_index("run")
+    traces = read_traces(study_root, _trace_columns())
+    traces = traces[traces["run"].isin(runs.index)]
+    cand = warning_candidates(traces).reindex(runs.index)
+    labels = runs["collapsed"].to_numpy(bool)
+    strata = (runs["estimator"] + "-d" + runs["delay"].astype(str)).to_numpy()
+    table = []
+    for name in cand.columns:
+        x = cand[name].to_numpy(float)
+        ok = np.isfinite(x)
+        if ok.mean() < WARNING_MIN_FINITE or len(np.unique(x[ok])) < 2:
+            continue
+        a, sa = auc(x[ok], labels[ok]), stratified_auc(x[ok], labels[ok], strata[ok])
+        sign = 1.0 if a >= 0.5 else -1.0
+        table.append({"signal": name, "auc": a, "stratified_auc": sa, "direction": sign,
+                      "score": abs(a - 0.5), "consistent": (sa - 0.5) * (a - 0.5) > 0, "n": int(ok.sum())})
+    ranked = pd.DataFrame(table).sort_values("score", ascending=False)
+    best = ranked[ranked["consistent"]].iloc[0]
+    x = cand[best["signal"]].to_numpy(float)
+    ok = np.isfinite(x)
+    s, y = best["direction"] * x[ok], labels[ok]
+    thresholds = np.unique(s)
+    j = [(np.mean(s[y] >= t) - np.mean(s[~y] >= t), t) for t in thresholds]
+    jbest, tbest = max(j)
+    boot = stats.bootstrap((np.arange(len(s)),), lambda i: auc(s[i.astype(int)], y[i.astype(int)]),
+                           n_resamples=2000, method="percentile", confidence_level=1 - ALPHA,
+                           random_state=np.random.default_rng(BOOT_SEED))
+    return {"signal": best["signal"], "direction": "high" if best["direction"] > 0 else "low",
+            "threshold": float(best["direction"] * tbest), "youden_j": float(jbest),
+            "auc": float(best["auc"]) if best["direction"] > 0 else 1 - float(best["auc"]),
+            "auc_ci": [float(boot.confidence_interval.low), float(boot.confidence_interval.high)],
+            "stratified_auc": float(best["stratified_auc"]) if best["direction"] > 0 else 1 - float(best["stratified_auc"]),
+            "training_runs": int(ok.sum()), "training_collapsed": int(y.sum()),
+            "ranking": ranked.head(15).round(4).to_dict("records"),
+            "rule": "warned = the summary of the signal over updates 0-19 is >= threshold (direction high) or <= "
+                    "threshold (direction low)"}
+
+
+def _trace_columns() -> tuple[str, ...]:
+    from llm_runs.metrics import COLUMNS
+
+    return tuple(c for c in COLUMNS if c != "step" and not c.startswith(WARNING_EXCLUDE_PREFIXES))
+
+
+# --------------------------------------------------------------------------- reading both grids
+
+DELAY = 64  # every hypothesis is at the long horizon and this delay
+REUSED = ("gmc", "is", "tic_mask", "tic_trunc", "topr")  # the committed study's unclipped-Adam runs reused
+MECH_COLUMNS = ("mech/cos_is", "mech/heavy_share", "mech/lambda_min", "mech/step_norm", "mech/step_cos_grad",
+                "mech/kl", "stale/gmc_lambda_mean", "stale/mass_cap_frac", "stale/mass_bias", "train/weight_max",
+                "train/grad_norm")
+"""Per-update columns averaged per run for the mechanism table and figure."""
+
+HYPOTHESES = {
+    "M1": "under SGD GMC is stable, not below TIC-mask and above IS (THEORY claim 17's setting)",
+    "M2": "clipping the gradient norm at 1 raises GMC's and IS's shares of stable seeds under Adam",
+    "M2b": "under AdamW + clip 1 (verl's actor) GMC is at least as good as every stable baseline",
+    "M3": "a per-trajectory cap after GMC (gmc_cap) is stable and keeps less mass bias than TIC-trunc",
+    "M4": "GMC on one sign and TOPR on the other is stable and not worse than TOPR",
+    "M5": "the ordering GMC < TOPR at d = 64 holds at a model 8 times larger",
+    "M6": "the pre-registered early-warning signal fires more often before collapse than without one",
+}
+
+
+def read_both(study: str | Path, root: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(runs, replays)``: one row per run of the long horizon with its ``arm`` (the committed
+    study's reused cells as arm ``adam``, the mechanism grid's others), and the mechanism grid's
+    ``adam``-arm runs of estimators the committed study already has (the full-length replays)."""
+    s = read_runs(study)
+    s = s[(s["horizon"] == "long") & ((s["delay"] == 0) | s["estimator"].isin(REUSED))]
+    s = s[(s["delay"] == 0) | (s["delay"] == DELAY)].assign(arm="adam", source="study")
+    m = read_runs(root).assign(source="mechanism")
+    from schema.results import read_run_config
+
+    m["arm"] = [arm_of(read_run_config(Path(root) / run)) for run in m["run"]]
+    replay = (m["arm"] == "adam") & m["estimator"].isin(REUSED)
+    return pd.concat([s, m[~replay]], ignore_index=True), m[replay]
+
+
+def replay_check(study: str | Path, root: str | Path, replays: pd.DataFrame) -> dict:
+    """The mechanism grid's unclipped-Adam runs of gmc and topr against the committed study's runs
+    of the same seed: every common column of every update, compared as text (llm_runs.replay)."""
+    from llm_runs.replay import compare_metrics
+    from schema.results import metrics_path
+
+    out = {}
+    for r in replays[replays["complete"]].itertuples():
+        ref = Path(study) / f"long-{r.estimator}-d{int(r.delay)}-s{int(r.seed)}"
+        diffs = compare_metrics(metrics_path(ref), metrics_path(Path(root) / r.run), int(r.steps))
+        out[r.run] = {"reference": ref.name, "differences": len(diffs), "first": diffs[:3]}
+    same = all(v["differences"] == 0 for v in out.values())
+    return {"verdict": ("byte-identical" if same else "DIFFERS") if out else "no replay complete yet", "runs": out}
+
+
+def _arm(runs: pd.DataFrame, arm: str) -> pd.DataFrame:
+    return runs[runs["arm"] == arm]
+
+
+def _share(runs: pd.DataFrame, arm: str, estimator: str) -> tuple[int, int]:
+    sel = _arm(runs, arm)
+    sel = sel[(sel["estimator"] == estimator) & (sel["delay"] == DELAY) & sel["complete"]]
+    return int(sel["stable"].sum()), len(sel)
+
+
+def _stable(runs, arm, estimator) -> bool:
+    k, n = _share(runs, arm, estimator)
+    return bool(n) and k / n >= STABLE_FRACTION
+
+
+def _diff(runs, arm_a, a, arm_b, b, metric="pc_final") -> dict:
+    x = _arm(runs, arm_a)
+    x = x[(x["estimator"] == a) & (x["delay"] == DELAY) & x["complete"]].groupby("seed")[metric].first()
+    y = _arm(runs, arm_b)
+    y = y[(y["estimator"] == b) & (y["delay"] == DELAY) & y["complete"]].groupby("seed")[metric].first()
+    common = x.index.intersection(y.index)
+    return bootstrap((x[common] - y[common]).to_numpy(float))
+
+
+def _iv(b: dict) -> dict:
+    return {k: b[k] for k in ("n", "mean", "low", "high")}
+
+
+def planned_cells(grid: str = "mechanism") -> set[tuple]:
+    """(arm, estimator, delay) of every run a seed of the grid plans."""
+    from llm_runs.study import STUDIES
+
+    return {(c.arm, c.estimator, c.delay) for c in STUDIES[grid].cells() if c.seed == STUDIES[grid].seeds[0]}
+
+
+def whole_seeds_of(runs: pd.DataFrame, cells: set | None = None) -> list[int]:
+    """Seeds whose every cell (arm, estimator, delay) is complete: the ``cells`` given (a grid's
+    plan, :func:`planned_cells`), else every cell any seed has."""
+    if cells is None:
+        cells = set(runs[["arm", "estimator", "delay"]].itertuples(index=False, name=None))
+    done = runs[runs["complete"]].groupby("seed")
+    return sorted(int(s) for s, g in done if set(g[["arm", "estimator", "delay"]].itertuples(index=False, name=None))
+                  >= cells)
+
+
+def mechanism_seeds(runs: pd.DataFrame, replays: pd.DataFrame) -> list[int]:
+    """The whole seeds of the mechanism grid: every planned run of the seed complete."""
+    return whole_seeds_of(pd.concat([runs[runs["source"] == "mechanism"], replays]), planned_cells())
+
+
+def load(study: str | Path | None = None, root: str | Path | None = None) -> pd.DataFrame:
+    """The runs the figures draw (:func:`read_both`): the whole seeds, or while there is none
+    every complete run of the mechanism grid and the committed runs of those seeds (interim);
+    ``attrs["seeds"]`` lists the whole seeds."""
+    from schema.results import MECHANISM, STUDY
+
+    study, root = study or STUDY.require(), root or MECHANISM.require()
+    runs, replays = read_both(study, root)
+    seeds = mechanism_seeds(runs, replays)
+    mech = runs[(runs["source"] == "mechanism") & runs["complete"]]
+    keep = seeds or sorted(set(mech["seed"]))
+    out = runs[runs["seed"].isin(keep)].reset_index(drop=True)
+    out.attrs.update(seeds=seeds, source=str(root))
+    return out
+
+
+def per_run_means(roots: list[str | Path], columns=MECH_COLUMNS) -> pd.DataFrame:
+    """Per run (name, source root): the mean of each of ``columns`` over its updates."""
+    frames = []
+    for root in roots:
+        tr = read_traces(root, tuple(columns))
+        means = tr.groupby("run")[list(columns)].mean()
+        frames.append(means.assign(root=str(root)))
+    return pd.concat(frames)
+
+
+def analyse(study: str | Path, root: str | Path) -> dict:
+    runs, replays = read_both(study, root)
+    seeds = mechanism_seeds(runs, replays)
+    runs = runs[runs["seed"].isin(seeds)]
+    means = per_run_means([study, root], ("stale/mass_bias",))
+    key = dict(zip(zip(means["root"], means.index), means["stale/mass_bias"]))
+    runs = runs.assign(mass_bias=[key.get((str(study) if r.source == "study" else str(root), r.run), math.nan)
+                                  for r in runs.itertuples()])
+    hyp = {"M1": _m1(runs), "M2": _m2(runs), "M2b": _m2b(runs), "M3": _m3(runs), "M4": _m4(runs),
+           "M5": {"verdict": "NOT DECIDED", "reason": "the larger model's grid has not been run"},
+           "M6": _m6(root, runs)}
+    for h, r in hyp.items():
+        r["seeds"] = seeds
+        if h != "M5" and len(seeds) < MIN_SEEDS:
+            r["interim_verdict"], r["verdict"] = r["verdict"], "NOT DECIDED"
+            r["reason"] = f"{len(seeds)} whole seeds, fewer than the pre-registered minimum of {MIN_SEEDS}"
+    shares = {f"{a}/{e}": list(_share(runs, a, e)) for a, e in
+              sorted(set(runs.loc[runs["delay"] == DELAY, ["arm", "estimator"]].itertuples(index=False, name=None)))}
+    d0 = {a: float(g["pc_final"].mean() - g["pc0"].mean()) for a, g in runs[runs["delay"] == 0].groupby("arm")}
+    return {"hypotheses": hyp, "seeds": seeds, "stable_shares": shares, "delay0_gain": d0,
+            "replay": replay_check(study, root, replays)}
+
+
+def _m1(runs) -> dict:
+    k, n = _share(runs, "sgd", "gmc")
+    b_mask, b_is = _diff(runs, "sgd", "gmc", "sgd", "tic_mask"), _diff(runs, "sgd", "gmc", "sgd", "is")
+    ok = holm({"b": p_below(b_mask, -MARGIN), "c": p_below(b_is, 0.0)})
+    bad = holm({"b": 1 - p_below(b_mask, 0.0), "c": 1 - p_below(b_is, 0.0)})
+    a = bool(n) and k / n >= STABLE_FRACTION
+    v = "CONFIRMED" if a and ok["b"] and ok["c"] else "REFUTED" if (n and not a) or bad["b"] or bad["c"] \
+        else "INCONCLUSIVE"
+    return {"verdict": v, "gmc_stable": [k, n], "gmc_minus_tic_mask": _iv(b_mask), "gmc_minus_is": _iv(b_is),
+            "noninferior_to_tic_mask": ok["b"], "above_is": ok["c"]}
+
+
+def _m2(runs) -> dict:
+    out, p = {}, {}
+    for e in ("gmc", "is"):
+        a = _arm(runs, "adamclip")
+        a = a[(a["estimator"] == e) & (a["delay"] == DELAY) & a["complete"]].groupby("seed")["stable"].first()
+        b = _arm(runs, "adam")
+        b = b[(b["estimator"] == e) & (b["delay"] == DELAY) & b["complete"]].groupby("seed")["stable"].first()
+        common = a.index.intersection(b.index)
+        up = int((a[common] & ~b[common]).sum())
+        down = int((~a[common] & b[common]).sum())
+        p[e] = float(stats.binomtest(up, up + down, 0.5).pvalue) if up + down else 1.0
+        out[e] = {"clipped_stable": int(a[common].sum()), "unclipped_stable": int(b[common].sum()),
+                  "n": len(common), "up": up, "down": down, "p_mcnemar": p[e]}
+    rej = holm(p)
+    higher = {e: out[e]["clipped_stable"] > out[e]["unclipped_stable"] for e in out}
+    v = "CONFIRMED" if all(higher.values()) and all(rej.values()) else \
+        "REFUTED" if not all(higher.values()) else "INCONCLUSIVE"
+    return {"verdict": v, **{e: {**out[e], "rejected": rej[e]} for e in out}}
+
+
+def _m2b(runs) -> dict:
+    baselines = [e for e in ("is", "tic_mask", "tic_trunc", "topr") if _stable(runs, "adamwclip", e)]
+    boots = {e: _diff(runs, "adamwclip", "gmc", "adamwclip", e) for e in baselines}
+    noninf = holm({e: p_below(b, -MARGIN) for e, b in boots.items()})
+    worse = holm({e: 1 - p_below(b, 0.0) for e, b in boots.items()})
+    v = "INCONCLUSIVE" if not baselines else "CONFIRMED" if all(noninf.values()) else \
+        "REFUTED" if any(worse.values()) else "INCONCLUSIVE"
+    return {"verdict": v, "margin": MARGIN, "gmc_stable": list(_share(runs, "adamwclip", "gmc")),
+            "baselines": {e: {**_iv(boots[e]), "noninferior": noninf[e], "worse": worse[e]} for e in baselines}}
+
+
+def _m3(runs) -> dict:
+    k, n = _share(runs, "adam", "gmc_cap")
+    b = _diff(runs, "adam", "gmc_cap", "adam", "tic_trunc", "mass_bias")
+    a = bool(n) and k / n >= STABLE_FRACTION
+    below = 1 - p_below(b, 0.0) <= ALPHA  # H0: gmc_cap - tic_trunc >= 0
+    v = "CONFIRMED" if a and below else "REFUTED" if (n and not a) or b["low"] > 0 else "INCONCLUSIVE"
+    k2, n2 = _share(runs, "adamk2", "gmc_cap")
+    return {"verdict": v, "gmc_cap_stable": [k, n], "mass_bias_gmc_cap_minus_tic_trunc": _iv(b),
+            "exploratory_kappa2_stable": [k2, n2],
+            "exploratory_kappa2_minus_topr_pc": _iv(_diff(runs, "adamk2", "gmc_cap", "adam", "topr"))}
+
+
+def _m4(runs) -> dict:
+    variants = ("gmc_topr", "topr_gmc")
+    boots = {v: _diff(runs, "adam", v, "adam", "topr") for v in variants}
+    noninf = holm({v: p_below(b, -MARGIN) for v, b in boots.items()})
+    worse = holm({v: 1 - p_below(b, 0.0) for v, b in boots.items()})
+    stable = {v: _stable(runs, "adam", v) for v in variants}
+    if any(stable[v] and noninf[v] for v in variants):
+        verdict = "CONFIRMED"
+    elif all((_share(runs, "adam", v)[1] and not stable[v]) or worse[v] for v in variants):
+        verdict = "REFUTED"
+    else:
+        verdict = "INCONCLUSIVE"
+    return {"verdict": verdict, "margin": MARGIN,
+            **{v: {"stable": list(_share(runs, "adam", v)), **_iv(boots[v]), "noninferior": noninf[v],
+                   "worse": worse[v]} for v in variants}}
+
+
+def _m6(root, runs) -> dict:
+    path = Path(root) / WARNING_FILE
+    if not path.is_file():
+        return {"verdict": "INCONCLUSIVE", "reason": f"{path} is missing: the signal was not pre-registered"}
+    rule = json.loads(path.read_text())
+    col, summary = rule["signal"].rsplit(":", 1)
+    held = runs[(runs["source"] == "mechanism") & (runs["delay"] == DELAY) & runs["complete"]]
+    tr = read_traces(root, (col,))
+    early = tr[tr["step"] < WARNING_WINDOW].groupby("run")[col].agg(summary)
+    x = early.reindex(held["run"]).to_numpy(float)
+    warned = x >= rule["threshold"] if rule["direction"] == "high" else x <= rule["threshold"]
+    collapsed = held["collapsed"].to_numpy(bool)
+    hit, miss = int((warned & collapsed).sum()), int((~warned & collapsed).sum())
+    fa, quiet = int((warned & ~collapsed).sum()), int((~warned & ~collapsed).sum())
+
+    def rate(k, n):
+        if not n:
+            return {"k": k, "n": n, "rate": math.nan, "ci": [math.nan, math.nan]}
+        ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - ALPHA, method="exact")
+        return {"k": k, "n": n, "rate": k / n, "ci": [float(ci.low), float(ci.high)]}
+
+    hits, alarms = rate(hit, hit + miss), rate(fa, fa + quiet)
+    p = float(stats.fisher_exact([[hit, miss], [fa, quiet]], alternative="greater").pvalue)
+    if hit + miss < 5 or fa + quiet < 5:
+        v = "INCONCLUSIVE"
+    else:
+        v = "CONFIRMED" if p < ALPHA else "REFUTED" if hits["rate"] <= alarms["rate"] else "INCONCLUSIVE"
+    return {"verdict": v, "signal": rule["signal"], "direction": rule["direction"], "threshold": rule["threshold"],
+            "hit_rate": hits, "false_alarm_rate": alarms, "p_fisher": p}
+
+
+DRIFT_COLUMNS = ("stale/log_ratio_abs_mean", "stale/chi2", "mech/kl", "mech/step_norm", "mech/cos_is",
+                 "mech/heavy_share", "stale/mass_cap_frac")
+"""How far the policy is from the one that sampled its batch, and what the update does, per run."""
+
+
+def drift_table(runs: pd.DataFrame, study: str | Path, root: str | Path) -> pd.DataFrame:
+    """Per (arm, estimator) at d = 64: runs, stable runs, and the median over runs of each run's
+    median over its updates of :data:`DRIFT_COLUMNS` (the committed runs have no ``mech/`` columns:
+    NaN there)."""
+    sel = runs[(runs["delay"] == DELAY) & runs["complete"]]
+    meds = []
+    for src, path in (("study", study), ("mechanism", root)):
+        names = set(sel.loc[sel["source"] == src, "run"])
+        if not names:
+            continue
+        tr = read_traces(path, DRIFT_COLUMNS)
+        meds.append(tr[tr["run"].isin(names)].groupby("run")[list(DRIFT_COLUMNS)].median().assign(source=src))
+    if not meds:
+        return pd.DataFrame()
+    per_run = pd.concat(meds).reset_index()
+    per_run = per_run.merge(sel[["run", "source", "arm", "estimator", "stable"]], on=["run", "source"])
+    g = per_run.groupby(["arm", "estimator"])
+    out = g[list(DRIFT_COLUMNS)].median()
+    out.insert(0, "stable", g["stable"].sum().astype(int))
+    out.insert(0, "runs", g.size())
+    return out.reset_index()
+
+
+def study_facts(study: str | Path) -> dict:
+    """What the committed staleness study's own data say about its first explanation of GMC's
+    failure (one heavy trajectory) and about H4's warning, at the long horizon: per delay, GMC's
+    largest weight per update (median over updates 0-49) in surviving against collapsed runs and
+    its AUC for collapse; how many positive-delay runs H4's warning fired in, and when; the share
+    of GMC's d = 64 updates whose plug-in chi^2 is <= 0."""
+    runs = read_runs(study)
+    long = runs[(runs["horizon"] == "long") & runs["complete"]]
+    tr = read_traces(study, ("train/weight_max", "stale/chi2"))
+    tr = tr[tr["horizon"] == "long"]
+    out: dict = {"weight_max": {}}
+    for d in (16, 64):
+        g = long[(long["estimator"] == "gmc") & (long["delay"] == d)].set_index("run")
+        early = tr[(tr["step"] < 50) & tr["run"].isin(g.index)].groupby("run")["train/weight_max"].median()
+        col = g["collapsed"].reindex(early.index).to_numpy(bool)
+        x = early.to_numpy(float)
+        out["weight_max"][d] = {"survived_median": float(np.median(x[~col])) if (~col).any() else math.nan,
+                                "collapsed_median": float(np.median(x[col])) if col.any() else math.nan,
+                                "survived": int((~col).sum()), "collapsed": int(col.sum()), "auc": auc(x, col)}
+    pos = long[long["delay"] > 0]
+    fired = pos["t_warning"].notna()
+    out["h4"] = {"runs": len(pos), "fired": int(fired.sum()),
+                 "median_update": float(pos.loc[fired, "t_warning"].median()) if fired.any() else math.nan,
+                 "collapsed": int(pos["collapsed"].sum())}
+    g64 = tr[(tr["estimator"] == "gmc") & (tr["delay"] == 64)]["stale/chi2"]
+    out["gmc_d64_chi2_nonpositive"] = float((g64 <= 0).mean())
+    return out
+
+
+WARNING_FILE = "warning.json"
+"""M6's pre-registered signal, under the mechanism grid's folder (written by ``--select-warning``)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    from schema.results import results_root
+
+    p = argparse.ArgumentParser(prog="python -m claims.mechanism", description=__doc__.split("\n\n")[0])
+    p.add_argument("--study", default=None, help="the committed staleness study (default: <results>/llm/study)")
+    p.add_argument("--root", default=None, help="the mechanism grid (default: <results>/llm/mechanism)")
+    p.add_argument("--select-warning", action="store_true",
+                   help="choose M6's signal on the committed study only and write <root>/warning.json")
+    p.add_argument("--json", default=None, help="write the verdicts here")
+    args = p.parse_args(argv)
+    study = Path(args.study) if args.study else results_root() / "llm" / "study"
+    root = Path(args.root) if args.root else results_root() / "llm" / "mechanism"
+    try:
+        if args.select_warning:
+            from schema.io import write_json
+
+            target = root / WARNING_FILE
+            if target.exists():
+                raise ValueError(f"{target} exists: the signal is chosen once, before the held-out runs are read; "
+                                 f"it is never replaced")
+            rec = select_warning(study)
+            write_json(target, {**rec, "training_set": str(study)})
+            print(f"M6 signal: {rec['signal']} ({rec['direction']}, threshold {rec['threshold']:.4g}); training AUC "
+                  f"{rec['auc']:.3f} [{rec['auc_ci'][0]:.3f}, {rec['auc_ci'][1]:.3f}] -> {target}")
+            return 0
+        return _report(study, root, args.json)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _report(study: Path, root: Path, json_out: str | None) -> int:
+    res = analyse(study, root)
+    for h, r in res["hypotheses"].items():
+        extra = f" (interim: {r['interim_verdict']})" if "interim_verdict" in r else ""
+        print(f"{h}: {r['verdict']}{extra} -- {HYPOTHESES[h]}")
+    print(f"whole seeds: {res['seeds']}; replay of the committed Adam runs: {res['replay']['verdict']}")
+    if json_out:
+        from schema.io import write_json
+
+        write_json(json_out, res)
+        print(f"wrote {json_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The mechanism study's decision rules (claims.mechanism) on planted outcomes, the arm of a
+run's settings, and the replay comparison that lets the committed runs stand for unclipped Adam."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from claims.mechanism import _m1, _m2, _m3, _m4, arm_of, auc, stratified_auc, whole_seeds_of
+
+
+def _runs(cells: dict) -> pd.DataFrame:
+    """``{(arm, estimator): (stable flags per seed, final pc per seed)}`` -> a runs frame at d = 64."""
+    rows = []
+    for (arm, est), (stable, pc) in cells.items():
+        for s, (st, p) in enumerate(zip(stable, pc)):
+            rows.append({"arm": arm, "estimator": est, "delay": 64, "seed": s, "complete": True, "stable": bool(st),
+                         "pc_final": float(p), "pc0": 0.514, "mass_bias": float(p), "source": "mechanism",
+                         "run": f"{arm}-{est}-s{s}"})
+    return pd.DataFrame(rows)
+
+
+GOOD, BAD = [True] * 10, [False] * 7 + [True] * 3
+RNG = np.random.default_rng(0)
+
+
+def _pc(level):
+    return level + RNG.normal(0, 0.01, 10)
+
+
+def test_arm_of_reads_the_optimiser_setting():
+    assert arm_of({"estimator": "gmc"}) == "adam"  # a committed run (legacy fields: Adam, no clip, no decay)
+    assert arm_of({"optimizer": "sgd", "lr": 1e-4}) == "sgd"
+    assert arm_of({"optimizer": "adam", "max_grad_norm": 1.0, "weight_decay": 0.0}) == "adamclip"
+    assert arm_of({"optimizer": "adamw", "max_grad_norm": 1.0, "weight_decay": 0.01}) == "adamwclip"
+    assert arm_of({"estimator": "gmc_cap", "gmc_cap_kappa": 2.0}) == "adamk2"
+    assert arm_of({"optimizer": "adamw", "max_grad_norm": None, "weight_decay": 0.1}) == "adamw-clipNone-wd0.1"
+
+
+def test_m2_confirms_a_planted_rise_in_stability_and_refutes_a_fall():
+    up = _runs({("adamclip", "gmc"): (GOOD, _pc(0.6)), ("adam", "gmc"): (BAD, _pc(0.2)),
+                ("adamclip", "is"): (GOOD, _pc(0.6)), ("adam", "is"): ([False] * 10, _pc(0.0))})
+    r = _m2(up)
+    assert r["verdict"] == "CONFIRMED" and r["gmc"]["up"] == 7 and r["is"]["up"] == 10
+    assert r["gmc"]["p_mcnemar"] == pytest.approx(2 * 0.5**7)
+    down = _runs({("adamclip", "gmc"): (BAD, _pc(0.2)), ("adam", "gmc"): (GOOD, _pc(0.6)),
+                  ("adamclip", "is"): (GOOD, _pc(0.6)), ("adam", "is"): ([False] * 10, _pc(0.0))})
+    assert _m2(down)["verdict"] == "REFUTED"
+
+
+def test_m1_m4_m3_on_planted_orderings():
+    ok = _runs({("sgd", "gmc"): (GOOD, _pc(0.65)), ("sgd", "tic_mask"): (GOOD, _pc(0.6)),
+                ("sgd", "is"): (BAD, _pc(0.2))})
+    assert _m1(ok)["verdict"] == "CONFIRMED"
+    bad = _runs({("sgd", "gmc"): (BAD, _pc(0.2)), ("sgd", "tic_mask"): (GOOD, _pc(0.6)),
+                 ("sgd", "is"): (BAD, _pc(0.2))})
+    assert _m1(bad)["verdict"] == "REFUTED"
+    sign = _runs({("adam", "topr"): (GOOD, _pc(0.62)), ("adam", "gmc_topr"): (BAD, _pc(0.2)),
+                  ("adam", "topr_gmc"): (GOOD, _pc(0.62))})
+    r = _m4(sign)
+    assert r["verdict"] == "CONFIRMED" and r["topr_gmc"]["noninferior"] and r["gmc_topr"]["worse"]
+    both_bad = _runs({("adam", "topr"): (GOOD, _pc(0.62)), ("adam", "gmc_topr"): (BAD, _pc(0.2)),
+                      ("adam", "topr_gmc"): (BAD, _pc(0.1))})
+    assert _m4(both_bad)["verdict"] == "REFUTED"
+    cap = _runs({("adam", "gmc_cap"): (GOOD, _pc(0.05)), ("adam", "tic_trunc"): (GOOD, _pc(0.5)),
+                 ("adamk2", "gmc_cap"): (GOOD, _pc(0.6)), ("adam", "topr"): (GOOD, _pc(0.6))})
+    assert _m3(cap)["verdict"] == "CONFIRMED"  # mass bias (planted as pc) below TIC-trunc's, stable
+    assert _m3(cap.assign(stable=cap["arm"] != "adam"))["verdict"] == "REFUTED"
+
+
+def test_whole_seeds_need_every_cell():
+    r = _runs({("sgd", "gmc"): (GOOD, _pc(0.6)), ("sgd", "is"): (GOOD, _pc(0.6))})
+    r.loc[(r["estimator"] == "is") & (r["seed"] == 3), "complete"] = False
+    assert whole_seeds_of(r) == [s for s in range(10) if s != 3]
+
+
+def test_auc_and_stratified_auc():
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    y = np.array([False, False, True, True])
+    assert auc(x, y) == 1.0 and auc(-x, y) == 0.0
+    # within each stratum every positive is below its negative (0); pooled, one pair of four is above
+    x2 = np.array([1.0, 0.0, 11.0, 10.0])
+    strata = np.array(["a", "a", "b", "b"])
+    y2 = np.array([False, True, False, True])
+    assert stratified_auc(x2, y2, strata) == 0.0 and auc(x2, y2) == 0.25
+
+
+def test_replay_comparison_ignores_columns_only_the_replay_has(tmp_path):
+    from llm_runs.replay import compare_metrics
+
+    ref = tmp_path / "ref.csv"
+    new = tmp_path / "new.csv"
+    ref.write_text("step,train/loss,perf/step_s\n0,0.5,1.0\n1,0.25,2.0\n")
+    new.write_text("step,train/loss,perf/step_s,mech/cos_is\n0,0.5,9.0,0.9\n1,0.25,9.0,0.8\n")
+    assert compare_metrics(ref, new, 2) == []
+    new.write_text("step,train/loss,perf/step_s,mech/cos_is\n0,0.5,9.0,0.9\n1,0.26,9.0,0.8\n")
+    assert compare_metrics(ref, new, 2) == ["step 1 train/loss: '0.25' vs '0.26'"]
+    new.write_text("step,perf/step_s\n0,1.0\n1,1.0\n")
+    assert compare_metrics(ref, new, 2) == ["columns missing from the replay: ['train/loss']"]

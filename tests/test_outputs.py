@@ -1,0 +1,93 @@
+"""Outputs named by a user: a file the toolkit did not write is never replaced, and an output
+path that cannot be written is refused before the work starts (one rule: ``schema.io.check_output``)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schema.io import check_output, written_by_toolkit
+
+USER_TEXT = "my own notes, not the toolkit's\n"
+
+
+def _user_file(path):
+    path.write_text(USER_TEXT)
+    return path
+
+
+def test_check_output_rule(tmp_path):
+    ours = tmp_path / "a.json"
+    ours.write_text(json.dumps({"format": "gmc-grpo-claims/1"}))
+    assert written_by_toolkit(ours) and check_output(ours) == ours
+    md = tmp_path / "a.md"
+    md.write_text("<!-- gmc-grpo-claims: written by python -m claims -->\n")
+    assert written_by_toolkit(md)
+    with pytest.raises(ValueError, match="not written by the toolkit"):
+        check_output(_user_file(tmp_path / "b.json"))
+    assert check_output(tmp_path / "new" / "c.json")  # a new file in a new folder: fine
+    with pytest.raises(NotADirectoryError):
+        check_output(tmp_path / "b.json" / "d.json")
+
+
+def test_claims_study_json_never_replaces_a_user_file(tmp_path, capsys):
+    from claims.study import main
+
+    target = _user_file(tmp_path / "verdicts.json")
+    assert main(["--root", str(tmp_path / "nothing"), "--json", str(target)]) == 2
+    assert "not written by the toolkit" in capsys.readouterr().err
+    assert target.read_text() == USER_TEXT
+
+
+def test_claims_study_json_unwritable_is_refused_before_the_analysis(tmp_path, capsys, monkeypatch):
+    from claims import study
+
+    monkeypatch.setattr(study, "read_runs", lambda root: pytest.fail("the analysis ran before the check"))
+    blocker = _user_file(tmp_path / "file")
+    assert study.main(["--json", str(blocker / "verdicts.json")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+
+
+def test_claims_study_replaces_its_own_verdicts(tmp_path):
+    from claims.study import is_verdicts_text
+
+    assert is_verdicts_text(json.dumps({"H1": {"verdict": "REFUTED"}, "H2": {"verdict": "NOT DECIDED"}}))
+    assert not is_verdicts_text(json.dumps({"H1": 3}))
+    assert not is_verdicts_text(USER_TEXT)
+
+
+def test_claims_abstract_out_never_replaces_a_user_file(tmp_path, capsys, monkeypatch):
+    from claims import abstract
+
+    monkeypatch.setattr(abstract, "verdicts", lambda: pytest.fail("the verdicts were computed before the check"))
+    target = _user_file(tmp_path / "abstract.json")
+    assert abstract.main(["--out", str(target)]) == 2
+    assert "not written by the toolkit" in capsys.readouterr().err
+    assert target.read_text() == USER_TEXT
+
+
+def test_figures_report_out_never_replaces_a_user_file_and_checks_first(tmp_path, capsys, monkeypatch):
+    from figures import report
+
+    monkeypatch.setattr(report, "build", lambda *a, **k: pytest.fail("the report was built before the check"))
+    out = tmp_path / "out"
+    out.mkdir()
+    target = _user_file(out / "REPORT.md")
+    assert report.main(["--out", str(out), "--no-draw"]) == 2
+    err = capsys.readouterr().err
+    assert "REPORT.md" in err and "not written by the toolkit" in err
+    assert target.read_text() == USER_TEXT
+    target.unlink()
+    assert report.main(["--out", str(_user_file(tmp_path / "file") / "sub"), "--no-draw"]) == 2
+    assert "cannot write" in capsys.readouterr().err
+    # its own report (the committed form) is replaced
+    assert report._is_report_text("# GMC-GRPO toolkit: theory against measurement\n")
+
+
+def test_simulator_sweep_unwritable_out_is_one_line(tmp_path, capsys):
+    from simulators.sweep import main
+
+    blocker = _user_file(tmp_path / "file")
+    assert main(["bias_vs_G", "--quick", "--no-progress", "--out", str(blocker / "sweep")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "file" in err
