@@ -3,6 +3,7 @@
 * :mod:`bounds.symbols`     every symbol, declared once with its assumptions
 * :mod:`bounds.assumptions` §1: A1-A5 constants and the drift lemma
 * :mod:`bounds.bias`        §2-§3: beta functionals, mass-bias bounds, key inequalities, laws
+* :mod:`bounds.mass`        §3: the one scheme -> mass-bias bound table, ``mass_bound(scheme, ...)``
 * :mod:`bounds.delay`       §4: Lemma 3, Theorem 2's delay terms, Corollary 3
 * :mod:`bounds.exponents`   exponent of a variable in an expression, derived by sympy
 * :mod:`bounds.numeric`     ``twin(name)``: the lambdified numeric twin of a bound
@@ -12,3 +13,15 @@ The claims of §5 that these bounds state are checked by :mod:`claims` (``python
 
 The bounds are THEORY.md's reconstruction ([R]), not the paper's text.
 """
+from .mass import MASS_BOUNDS, MASS_FORMS, mass_bound, mass_bound_name
+
+
+def __getattr__(name):  # bounds.delay imports sympy: loaded on first use
+    if name == "DELAY_TERMS":
+        from .delay import DELAY_TERMS
+
+        return DELAY_TERMS
+    raise AttributeError(name)
+
+
+__all__ = ["DELAY_TERMS", "MASS_BOUNDS", "MASS_FORMS", "mass_bound", "mass_bound_name"]

@@ -1,4 +1,4 @@
-"""Registry of the 18 machine-checkable claims of THEORY.md §5.
+"""Registry of the 19 machine-checkable claims of THEORY.md §5 (19: an addition, stated in §7).
 
 Each :class:`Claim` names its check, a function of ``quick`` returning a
 :class:`~claims.result.Result`; the checks live by family:
@@ -7,6 +7,7 @@ Each :class:`Claim` names its check, a function of ``quick`` returning a
 * :mod:`claims.closed_forms`      key inequalities and closed forms (5, 6, 10, 15)
 * :mod:`claims.delay_terms`       delay orders, Theorem 2's terms, Corollary 3, async SGD (11, 12, 13, 17)
 * :mod:`claims.enumeration`       claims checked by exact enumeration (7, 8, 9, 14, 16, 18)
+* :mod:`claims.optimizers`        claim 17's ordering under Adam, AdamW, clipping and long horizons (19)
 
 Each check keeps its tolerances beside it. An exception inside a check becomes an ERROR
 row, never a crash of the whole table.
@@ -21,6 +22,7 @@ from . import class_optimality as co
 from . import closed_forms as cf
 from . import delay_terms as dt
 from . import enumeration as en
+from . import optimizers as op
 from .result import Result, jsonable
 
 KINDS = ("symbolic", "exact", "monte-carlo", "numeric")  # a claim's kind joins one or more with "+"
@@ -81,6 +83,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(16, "GMC 2nd moment <= min(E||g_IS||^2, (1+eps)^2 M^2)", "§3 second moments; §5 #16", "exact", en),
     Claim(17, "Async SGD: realised bias <= Thm 2 term; GMC <= TIC-mask", "§4; §5 #17", "monte-carlo", dt),
     Claim(18, "Trajectory-ratio variance exponential in horizon H", "§5 #18; §6 E2", "symbolic+exact", en),
+    Claim(19, "Claim 17's GMC <= TIC-mask under SGD/Adam/AdamW+clip, H <= 16", "§7 claim 19; §5 #19",
+          "exact+monte-carlo", op),
 )
 
 BY_ID: dict[int, Claim] = {c.id: c for c in CLAIMS}

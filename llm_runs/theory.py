@@ -13,9 +13,9 @@ Per update (columns of :data:`llm_runs.metrics.COLUMNS`):
   every scheme with c <= w: GMC, TIC-mask, TIC-trunc), an unbiased estimate of THEORY §3's m.
   Empty for losses that have no trajectory weight (token-level baselines).
 * ``stale/mass_bias_bound``: THEORY §3's bound on that m evaluated at the estimated chi^2 (and
-  mu_4): :data:`SCHEME_BOUNDS` names the lambdified twin (:func:`bounds.numeric.twin`) per
-  scheme. Empty for schemes without one (IS: m = 0 exactly). The plug-in chi^2 of a batch can
-  be negative (a heavy right tail under-sampled); the bound is then evaluated at 0, so such a
+  mu_4): the one table :data:`bounds.MASS_BOUNDS` in its :data:`BOUND_FORM` form (Theorem 2's
+  bounds; :data:`SCHEME_BOUNDS` lists the twin per scheme). Empty for schemes without one (IS:
+  m = 0 exactly). The plug-in chi^2 of a batch can be negative (a heavy right tail under-sampled); the bound is then evaluated at 0, so such a
   batch with a positive realised mass bias counts as one where the plug-in bound fails.
 * ``train/grad_cos``: cosine between this update's gradient estimate and the previous one's;
   ``train/update_cos``: cosine between consecutive parameter changes theta_{t+1} - theta_t
@@ -29,28 +29,35 @@ import math
 import numpy as np
 import torch
 
-SCHEME_BOUNDS = {
-    "gmc": "m_gmc_quadratic",  # m_GMC <= sigma^2 / (4 G eps)
-    "tic_trunc": "m_trunc_quadratic",  # m_trunc <= sigma^2 / (4 eps)
-    "tic_mask": "m_mask_markov",  # m_mask <= sqrt(1 + sigma^2) sqrt(mu_4) / eps^2
-    "stale": "m_stale_bound",  # E_b |w - 1| <= sigma
-}
-"""Scheme -> the registered bound (``bounds.numeric.twin`` name) on its mass bias m (THEORY §3)."""
+from bounds import MASS_BOUNDS, mass_bound
+
+BOUND_FORM = "theorem2"
+"""The column of :data:`bounds.MASS_BOUNDS` that ``stale/mass_bias_bound`` evaluates.
+
+Theorem 2's form (the quadratic ``sigma^2/(4 G eps)`` and ``sigma^2/(4 eps)`` for GMC and
+TIC-trunc; Markov for TIC-mask; ``sigma`` for c = 1), not the tighter Scarf form, for two
+reasons. It is the bound the convergence theorem is built from (``bounds.delay.DELAY_TERMS``
+composes exactly these), so a batch above it is a batch where Theorem 2's accounting of the
+bias fails; and it is what every committed run has logged since the column exists, so runs
+replay byte for byte. The tight form is evaluated from the same raw columns (``stale/chi2``,
+``stale/mu4``, ``stale/mass_bias``) afterwards, by ``claims.study.bound_table``.
+"""
+
+SCHEME_BOUNDS = {s: forms[BOUND_FORM] for s, forms in MASS_BOUNDS.items()}
+"""Scheme -> the registered bound this column evaluates (a view of :data:`bounds.MASS_BOUNDS`)."""
 
 
 def mass_bias_bound(scheme: str, chi2: float, mu4: float, G: int, eps: float) -> float:
-    """THEORY §3's bound on the mass bias of ``scheme`` at (chi^2, mu_4); NaN if it has none."""
-    from bounds.numeric import twin
-
-    name = SCHEME_BOUNDS.get(scheme)
-    if name is None or not math.isfinite(chi2):
+    """THEORY §3's bound (:data:`BOUND_FORM`) on the mass bias of ``scheme`` at (chi^2, mu_4);
+    NaN if it has none (IS, whose m is 0 exactly, logs no bound)."""
+    if scheme not in MASS_BOUNDS or not math.isfinite(chi2):
         return math.nan
     chi2 = max(chi2, 0.0)  # a negative estimate (few samples, heavy tail) is clamped: the bound is then 0
-    f = twin(name)
-    args = {"sigma2": chi2, "mu4": mu4, "G": G, "eps": eps}
-    if "mu4" in f.params and not (math.isfinite(mu4) and mu4 >= 0):
+    from bounds.numeric import twin
+
+    if "mu4" in twin(SCHEME_BOUNDS[scheme]).params and not (math.isfinite(mu4) and mu4 >= 0):
         return math.nan
-    return float(f(**{k: args[k] for k in f.params}))
+    return float(mass_bound(scheme, chi2, mu4, G, eps, form=BOUND_FORM))
 
 
 def ratio_metrics(seq_log_ratio: torch.Tensor, weights: torch.Tensor | None, token_log_ratio: torch.Tensor,

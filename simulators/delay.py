@@ -3,10 +3,13 @@
 The delay is a parameter history, never an ``if`` inside an environment (STYLE.md): the
 asynchronous learner of THEORY §1 holds theta_t and receives a group drawn from
 ``pi_{theta_{t - d_t}}``, with ``d_t = d`` (``fixed``) or ``d_t ~ U{0..d}`` (``uniform``);
-ratios and scores are evaluated at theta_t and ``theta_{t+1} = theta_t + eta g_hat_t``.
+ratios and scores are evaluated at theta_t and ``theta_{t+1} = theta_t + eta g_hat_t`` (SGD, the
+default), or one step of Adam, Adam with the gradient norm clipped, or AdamW with clipping
+(:mod:`simulators.optim`; ``eta`` is then its learning rate).
 Each step records, per run, the exact bias ``b_t`` at ``(theta_t, theta_{t-d_t})`` (by
 enumeration, or the single-outcome sums of per-sample schemes), the realised
-``sigma_t^2`` and ``mu_{4,t}``, ``||grad J(theta_t)||^2`` and more (claim 17).
+``sigma_t^2`` and ``mu_{4,t}``, ``||grad J(theta_t)||^2``, the estimate's norm, the step norm
+``||theta_{t+1} - theta_t||`` and more (claim 17).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from .core import (
     per_sample_batch,
     ratio_moments,
 )
+from .optim import Optimizer, OptimizerConfig
 
 DELAY_KINDS = ("fixed", "uniform")
 
@@ -69,13 +73,17 @@ class AsyncConfig:
     scheme: str  # weighting scheme of estimators.SCHEMES
     G: int  # G, group size
     eps: float  # eps, cap 1 + eps
-    eta: float  # eta, step size
+    eta: float  # eta, step size (the optimiser's learning rate)
     T: int  # T, number of steps
     delay_kind: str = "fixed"  # d_t = d ("fixed") or d_t ~ U{0..d} ("uniform")
     advantage: str = "loo"  # advantage kind (leave-one-out for every theory check)
     record_bias: bool = True  # compute the exact bias b_t at every step
+    optimizer: str = "sgd"  # simulators.optim.OPTIMIZERS
+    clip_norm: float = 1.0  # max ||g_hat|| per run for the *_clip optimisers
+    weight_decay: float = 0.01  # AdamW's decoupled weight decay
 
     def __post_init__(self):
+        self.optimizer_config()
         get_scheme(self.scheme)
         check_G(self.G)
         check_eps(self.eps)
@@ -88,8 +96,11 @@ class AsyncConfig:
     def as_dict(self):
         return asdict(self)
 
+    def optimizer_config(self) -> OptimizerConfig:
+        return OptimizerConfig(self.optimizer, self.eta, self.clip_norm, self.weight_decay)
 
-RECORDS = ("J", "grad_sq", "bias_sq", "mass_bias", "sigma2", "mu4", "drift", "lag", "ghat_norm", "M")
+
+RECORDS = ("J", "grad_sq", "bias_sq", "mass_bias", "sigma2", "mu4", "drift", "lag", "ghat_norm", "M", "step_norm")
 
 
 def _exact_bias(lr, lpb, rew, S, cfg: AsyncConfig):
@@ -121,6 +132,7 @@ def async_sgd(env, theta0, cfg: AsyncConfig, seeds, delays) -> dict:
     rngs = [np.random.default_rng([s, d]) for d in delays for s in seeds]
     theta = np.broadcast_to(theta0, (B,) + theta0.shape).copy()
     hist = ParameterHistory(theta, T + 1)
+    opt = Optimizer(cfg.optimizer_config(), theta)
     rec = {k: np.full((B, T), np.nan) for k in RECORDS}
     diverged = np.full(B, -1)
     alive = np.ones(B, dtype=bool)
@@ -156,7 +168,11 @@ def async_sgd(env, theta0, cfg: AsyncConfig, seeds, delays) -> dict:
         for k, v in vals.items():
             rec[k][alive, t] = np.asarray(v)[alive]
         step = np.where(alive[:, None], ghat, 0.0).reshape(theta.shape)
-        theta = theta + cfg.eta * step
+        new = opt.step(theta, step)
+        if cfg.optimizer != "sgd":  # a frozen run stays put (its moments would still move it)
+            new = np.where(alive.reshape((B,) + (1,) * theta0.ndim), new, theta)
+        rec["step_norm"][alive, t] = np.sqrt(((new - theta).reshape(B, -1) ** 2).sum(-1))[alive]
+        theta = new
         hist.append(theta)
     out = {k: v.reshape(nd, ns, T) for k, v in rec.items()}
     out["diverged_at"] = diverged.reshape(nd, ns)

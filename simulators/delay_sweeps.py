@@ -45,11 +45,14 @@ ASYNC_START = {
 
 
 def async_records(setting: dict, seeds: list[int]) -> dict:
-    """Run one async setting for every delay in ``setting["delays"]`` and every seed."""
+    """Run one async setting for every delay in ``setting["delays"]`` and every seed; the optimiser
+    (``optimizer``, default ``sgd``; ``eta`` its step size, default the environment's; ``clip_norm``)
+    may be set per setting (:mod:`simulators.optim`)."""
     start = ASYNC_START[setting["env"]]
     env, _, theta0, _ = make_instance(setting["env"], start["instance"])
-    cfg = AsyncConfig(setting["scheme"], start["G"], setting["eps"], start["eta"], setting["T"],
-                      setting.get("delay_kind", "fixed"), record_bias=True)
+    cfg = AsyncConfig(setting["scheme"], start["G"], setting["eps"], setting.get("eta", start["eta"]), setting["T"],
+                      setting.get("delay_kind", "fixed"), record_bias=True,
+                      optimizer=setting.get("optimizer", "sgd"), clip_norm=setting.get("clip_norm", 1.0))
     return cfg, async_sgd(env, theta0, cfg, seeds, setting["delays"])
 
 
@@ -89,9 +92,9 @@ def async_summary(cfg: AsyncConfig, rec: dict, delays, seeds) -> pd.DataFrame:
                     "step_bound_violations": int(viol.sum()) if np.isfinite(step_bound).all() else -1,
                     "max_ghat_norm": float(gn.max()), "mean_ghat_norm": float(gn.mean()),
                     "median_ghat_norm": float(np.median(gn)),
-                    "class_norm_bound": float((1 + cfg.eps) * M),
+                    "class_norm_bound": float(theory.estimator_norm_bound(cfg.eps, M)),
                     "C2_hat": C2, "C4_hat": C4, "r0_hat": r0, "M_hat": M,
-                    "max_drift": r0, "drift_radius_R": float(cfg.eta * d * (1 + cfg.eps) * M),
+                    "max_drift": r0, "drift_radius_R": float(theory.drift_radius(cfg.eta, d, cfg.eps, M)),
                     "avg_sigma2": float(np.mean(r["sigma2"][ok])), "avg_mu4": float(np.mean(r["mu4"][ok])),
                     "diverged_at": int(rec["diverged_at"][i, j]),
                     "G": cfg.G, "eta": cfg.eta,

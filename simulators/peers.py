@@ -35,6 +35,7 @@ from scipy.special import softmax
 import estimators
 from estimators.losses import TOKEN_LOSSES, is_batch_coupled, policy_loss
 
+from . import theory
 from .core import bound_M, configurations
 from .delay import static_behaviour
 from .delay_sweeps import make_instance
@@ -141,7 +142,7 @@ def _summary(view, eps, g_mean, cov, second, second_se, max_norm, extra) -> dict
         out[f"{key}_norm"], out[f"{key}_norm_se"] = nb, se
     out["bias_vec"] = (g_mean - view["grad_J"]).tolist()
     out.update(second_moment=float(second), second_moment_se=float(second_se), max_norm=float(max_norm), M=M,
-               max_norm_ratio=float(max_norm / ((1 + eps) * M)) if M > 0 else float("nan"),
+               max_norm_ratio=float(max_norm / theory.estimator_norm_bound(eps, M)) if M > 0 else float("nan"),
                grad_J_norm=float(np.linalg.norm(view["grad_J"])),
                grad_J_b_norm=float(np.linalg.norm(view["grad_J_b"])))
     return out

@@ -84,10 +84,12 @@ def registry() -> dict[str, Sweep]:
     from .delay_sweeps import SWEEPS as delay
     from .extremal.sweeps import SWEEPS as e4
     from .lognormal.sweeps import SWEEPS as e3
+    from .optimizer_sweeps import SWEEPS as optimizers
     from .peers import SWEEPS as peers
+    from .second_moment_sweeps import SWEEPS as second
 
     out = {}
-    for group in (e1, e4, e3, delay, peers):
+    for group in (e1, e4, e3, delay, peers, optimizers, second):
         out.update({s.name: s for s in group})
     return out
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bounds import mass_bound as _mass_bound
 from bounds.delay import (
     DELAY_TERMS,  # scheme -> the bounds/ name of Theorem 2's delay term D
 )
@@ -15,14 +16,6 @@ from bounds.delay import (
 FP_SLACK = 1e-9
 """Relative slack when comparing an exact bias with its bound (floating-point rounding of
 the bound's ``sqrt(a) - b`` forms and of sums over up to 1e6 configurations)."""
-
-MASS_BOUNDS = {
-    "gmc": "m_gmc_scarf",  # E(Wbar-1-eps)_+ <= (sqrt(sigma^2/G + eps^2) - eps)/2 <= sigma^2/(4 G eps)
-    "tic_trunc": "m_trunc_scarf",  # (sqrt(sigma^2 + eps^2) - eps)/2
-    "tic_mask": "m_mask_markov",  # sqrt(1+sigma^2) sqrt(mu4) / eps^2
-    "stale": "m_stale_bound",  # sigma
-}
-"""scheme -> the bounds/ name of its mass-bias bound m (THEORY §3), with ||b|| <= M m."""
 
 
 
@@ -33,18 +26,19 @@ def _twin(name):
 
 
 def mass_bound(scheme: str, sigma2, mu4, G: int, eps: float):
-    """THEORY §3's bound on the mass-bias m of ``scheme`` (0 for IS); arrays broadcast.
+    """THEORY §3's tightest bound on the mass bias m of ``scheme`` (0 for IS, NaN for schemes
+    without one): :func:`bounds.mass_bound` in its ``"tight"`` form, the one table every reader uses."""
+    return _mass_bound(scheme, sigma2, mu4, G, eps, form="tight")
 
-    ``nan`` for schemes without a bound in THEORY (snis, tic_ppo).
-    """
-    sigma2 = np.asarray(sigma2, dtype=np.float64)
-    if scheme == "is":
-        return np.zeros_like(sigma2)
-    if scheme not in MASS_BOUNDS:
-        return np.full_like(sigma2, np.nan)
-    f = _twin(MASS_BOUNDS[scheme])
-    kw = {"sigma2": sigma2, "mu4": mu4, "G": G, "eps": eps}
-    return f(**{k: kw[k] for k in f.params})
+
+def estimator_norm_bound(eps: float, M):
+    """Lemma 2 / the drift lemma: ``||g_hat|| <= (1+eps) M`` for every member of C_eps."""
+    return _twin("estimator_norm_bound")(eps=eps, M=M)
+
+
+def drift_radius(eta: float, d, eps: float, M):
+    """The drift lemma's radius ``R = eta d (1+eps) M`` bounding ``||theta_t - theta_{t-d_t}||`` under SGD."""
+    return _twin("drift_radius")(eta=eta, d=d, eps=eps, M=M)
 
 
 def gmc_quadratic(sigma2, G: int, eps: float):

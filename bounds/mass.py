@@ -1,0 +1,70 @@
+"""THEORY §3: the one scheme -> mass-bias bound table, and its numeric evaluation.
+
+Every reader of a mass-bias bound m (``||b|| <= M m``) looks it up here: the simulators'
+exact checks, the LLM trainer's theory-in-the-loop column and the claims. §3 gives two
+bounds per scheme, and the table names both under a *form*:
+
+* ``"tight"``: the tightest bound §3 states. Scarf's bound for GMC and TIC-trunc
+  (``(sqrt(sigma^2/G + eps^2) - eps)/2`` and ``(sqrt(sigma^2 + eps^2) - eps)/2``), the
+  Markov bound for TIC-mask, ``sigma`` for c = 1.
+* ``"theorem2"``: the bound Theorem 2's delay term is composed from
+  (:data:`bounds.delay.DELAY_TERMS`): the quadratic ``sigma^2/(4 G eps)`` and
+  ``sigma^2/(4 eps)`` for GMC and TIC-trunc (``(y-eps)_+ <= y^2/(4 eps)`` applied to Scarf),
+  the same Markov and ``sigma`` bounds for TIC-mask and c = 1. It is never below ``"tight"``.
+
+Plain IS has ``m = 0`` exactly (Lemma 1); every other scheme of :data:`estimators.SCHEMES`
+has no bound in THEORY, and :func:`mass_bound` gives NaN for it.
+
+>>> float(mass_bound("gmc", 1.0, 0.0, 4, 0.25, form="theorem2"))
+0.25
+>>> round(float(mass_bound("gmc", 1.0, 0.0, 4, 0.25)), 6)
+0.176777
+>>> mass_bound("gmc", 1.0, 0.0, 4, 0.25, form="loose")
+Traceback (most recent call last):
+...
+ValueError: unknown mass-bound form 'loose'; valid: tight, theorem2
+"""
+from __future__ import annotations
+
+import numpy as np
+
+MASS_FORMS = ("tight", "theorem2")
+
+MASS_BOUNDS = {
+    # scheme: {form: registered bound (bounds.numeric.twin name)}
+    "gmc": {"tight": "m_gmc_scarf", "theorem2": "m_gmc_quadratic"},
+    "tic_trunc": {"tight": "m_trunc_scarf", "theorem2": "m_trunc_quadratic"},
+    "tic_mask": {"tight": "m_mask_markov", "theorem2": "m_mask_markov"},
+    "stale": {"tight": "m_stale_bound", "theorem2": "m_stale_bound"},
+}
+"""scheme -> form -> the registered bound on its mass bias m (THEORY §3); IS (m = 0) is not listed."""
+
+
+def mass_bound_name(scheme: str, form: str = "tight") -> str | None:
+    """The registered bound of ``scheme`` in ``form``; None for a scheme without one (IS included)."""
+    if form not in MASS_FORMS:
+        raise ValueError(f"unknown mass-bound form {form!r}; valid: {', '.join(MASS_FORMS)}")
+    entry = MASS_BOUNDS.get(scheme)
+    return None if entry is None else entry[form]
+
+
+def mass_bound(scheme: str, sigma2, mu4, G, eps, form: str = "tight"):
+    """THEORY §3's bound on the mass bias m of ``scheme`` at (sigma^2, mu_4, G, eps); arrays broadcast.
+
+    0 for IS (unbiased, Lemma 1); NaN for a scheme without a bound in THEORY (snis, topr, ...).
+    ``form`` picks the table's column (module docstring).
+    """
+    name = mass_bound_name(scheme, form)
+    sigma2 = np.asarray(sigma2, dtype=np.float64)
+    if scheme == "is":
+        return np.zeros_like(sigma2)
+    if name is None:
+        return np.full_like(sigma2, np.nan)
+    from .numeric import twin
+
+    f = twin(name)
+    kw = {"sigma2": sigma2, "mu4": mu4, "G": G, "eps": eps}
+    return f(**{k: kw[k] for k in f.params})
+
+
+__all__ = ["MASS_BOUNDS", "MASS_FORMS", "mass_bound", "mass_bound_name"]
