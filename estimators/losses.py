@@ -26,7 +26,7 @@ Token-level losses users compare against (not members of the class), registered 
 * ``gspo``: sequence geometric-mean ratio ``s = exp(mean_t log r_t)``, PPO-clipped at its own
   range (``eps_low``, ``eps_high``; the paper's 3e-4 / 4e-4).
 * ``cispo``, ``m2po``, ``opsm``: see their functions; ``icepop``, ``sapo``, ``dppo_tv``: see
-  :mod:`estimators.token_peers_2025`.
+  their section at the end of this module.
 
 Padding and extremes, for every loss and dtype: log-ratios are formed by
 :func:`masked_token_log_ratio`, which *selects* 0 outside the mask, so ``-inf`` or NaN padding
@@ -409,7 +409,131 @@ def opsm_loss(logp, old_logp, mask, advantages, group_size: int, eps: float, eps
     return LossOutput(loss, _seq_log_ratio(log_r, B, group_size), None, metrics)
 
 
-from . import token_peers_2025  # noqa: F401  (registers icepop, sapo, dppo_tv)
+# --------------------------------------------------------------------------- 2025-2026 token-level corrections
+#
+# Token-level stale-rollout corrections that verl, TRL and prime-rl ship since late 2025 (knobs in
+# estimators.params.PARAMS; eps is not used by any of them): icepop (token masked IS), sapo (SAPO's
+# soft gate in place of the clip), dppo_tv (DPPO's binary total-variation mask, truncated IS on the
+# rest). Masked positions never reach a value: the token log-ratio is where(mask, logp - old, 0) and
+# every per-token term is selected with torch.where, so padding holding -inf or NaN is harmless, and
+# no exp of an unbounded log-ratio reaches the loss or its gradient.
+
+def _masked_log_ratio(logp, old_logp, mask):
+    """``(keep, log_r)``: ``keep = mask > 0`` and ``log_r = where(keep, logp - old_logp, 0)``."""
+    keep = mask > 0
+    return keep, torch.where(keep, logp - old_logp.detach(), torch.zeros_like(logp))
+
+
+def _zero(x):
+    return torch.zeros_like(x)
+
+
+def _seq_mean_token_mean(per_tok, keep, m):
+    return (torch.where(keep, per_tok, _zero(per_tok)).sum(-1) / m.sum(-1)).mean()
+
+
+def _token_mean(per_tok, keep, m):
+    return torch.where(keep, per_tok, _zero(per_tok)).sum() / m.sum()
+
+
+def _frac(sel, keep, m):
+    return float(torch.where(keep, sel.to(m.dtype), _zero(m)).sum() / m.sum())
+
+
+def _seq(log_r, B, G):
+    return log_r.detach().sum(-1).reshape(B // G, G)
+
+
+@register_token_loss("icepop")
+def icepop_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
+                lo: float = 0.5, hi: float = 5.0) -> LossOutput:
+    """IcePop (Ling team, arXiv 2510.18855), token-level masked importance sampling: a token's
+    ratio ``r_t = pi_theta / pi_b`` is kept where ``alpha <= r_t <= beta`` and zeroed elsewhere;
+    the surrogate is ``r_t A`` on the kept tokens (gradient ``r_t A grad log pi``), averaged per
+    sequence then over sequences (``seq-mean-token-mean``, the GRPO objective IcePop masks).
+    The boundaries are kept (``>=``, ``<=``), compared on ``log r_t``.
+
+    Followed: verl-project/verl ``verl/trainer/ppo/rollout_corr_helper.py``
+    (``compute_rollout_correction_weights``, a ``"lower_upper"`` threshold: zero weights outside
+    ``[lower, upper]``) and ``verl/trainer/config/algorithm.py`` (``bypass_pg_token_icepop``:
+    REINFORCE with the masked token weight, 0.5 and 5.0) at commit
+    1dda039b9c6311889a9c9a26040677e1254814f9; TRL's ``vllm_importance_sampling_mode="token_mask"``
+    (huggingface/trl ``trl/trainer/grpo_trainer.py`` at f2cd57710ae345ea6428ae95363267fcf38a3dc8)
+    is the same mask. Unlike verl, no ratio is clamped at exp(+-20) first."""
+    p = resolve("icepop", {"lo": lo, "hi": hi})
+    B, _, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
+    keep, log_r = _masked_log_ratio(logp, old_logp, m)
+    ld = log_r.detach()
+    inside = keep & (ld >= math.log(p["lo"])) & (ld <= math.log(p["hi"]))
+    r = torch.exp(torch.where(inside, log_r, _zero(log_r)))  # kept tokens: r_t <= beta
+    per_tok = torch.where(inside, r * adv.reshape(B, 1), _zero(r))
+    loss = -_seq_mean_token_mean(per_tok, keep, m)
+    metrics = {"token_clip_frac": _frac(~inside, keep, m)}  # tokens masked
+    return LossOutput(loss, _seq(log_r, B, group_size), None, metrics)
+
+
+@register_token_loss("sapo")
+def sapo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
+              tau_pos: float = 1.0, tau_neg: float = 1.05) -> LossOutput:
+    """SAPO (Qwen team, arXiv 2511.20347), the soft gate in place of the clip: per token
+    ``f(r_t) A`` with ``f(r) = (4 / tau) sigmoid(tau (r - 1))``, ``tau = tau_pos`` when ``A > 0``
+    and ``tau_neg`` otherwise; ``seq-mean-token-mean``. Its gradient is
+    ``4 sigmoid(x) sigmoid(-x) r_t A grad log pi`` with ``x = tau (r_t - 1)`` (= ``r_t A grad log pi``
+    at ``r_t = 1``), computed in log space (``log 4 + logsigmoid(x) + logsigmoid(-x) + log r_t``)
+    and applied as ``sg(f) A + sg(f') (l - sg(l)) A``: same value and gradient as the plain
+    formula, but finite where ``r_t`` overflows (the plain formula's gradient is ``0 * inf``).
+
+    Followed: verl-project/verl ``verl/trainer/ppo/core_algos.py`` (``compute_policy_loss_sapo``)
+    and ``verl/workers/config/actor.py`` (tau_pos 1.0, tau_neg 1.05) at commit
+    1dda039b9c6311889a9c9a26040677e1254814f9; huggingface/trl ``trl/trainer/grpo_trainer.py``
+    (``loss_type="sapo"``) at f2cd57710ae345ea6428ae95363267fcf38a3dc8; inclusionAI/AReaL
+    ``areal/utils/functional/functional.py`` (``sapo_loss_fn``, token mean) at
+    4aef98d8d818af55b43621aaadba047ae10f4e77. Unlike verl, no ratio is clamped at exp(+-20)."""
+    p = resolve("sapo", {"tau_pos": tau_pos, "tau_neg": tau_neg})
+    B, _, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
+    keep, log_r = _masked_log_ratio(logp, old_logp, m)
+    a = adv.reshape(B, 1)
+    ld = log_r.detach()
+    tau = torch.where(a > 0, torch.full_like(ld, p["tau_pos"]), torch.full_like(ld, p["tau_neg"]))
+    x = tau * torch.expm1(ld)  # tau (r - 1), exact near r = 1
+    gate = torch.sigmoid(x) * (4.0 / tau)
+    slope = torch.exp(math.log(4.0) + torch.nn.functional.logsigmoid(x) + torch.nn.functional.logsigmoid(-x) + ld)
+    per_tok = torch.where(keep, (gate + slope * (log_r - ld)) * a, _zero(ld))
+    loss = -_seq_mean_token_mean(per_tok, keep, m)
+    return LossOutput(loss, _seq(log_r, B, group_size), None, {})
+
+
+@register_token_loss("dppo_tv")
+def dppo_tv_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
+                 delta: float = 0.15, C: float = 1e4) -> LossOutput:
+    """DPPO-Binary-TV (Qi et al., arXiv 2602.04879): a token is dropped when its probability moved
+    too far in the direction its advantage pushes, ``pi_t - mu_t > delta`` with ``A > 0`` or
+    ``pi_t - mu_t < -delta`` with ``A <= 0`` (``pi_t = exp(logp)``, ``mu_t = exp(old_logp)``: the
+    probabilities of the sampled token; the boundaries are kept); the others get the truncated
+    IS policy gradient ``J = sg(min(r_t, C)) A log pi_theta(o_t)``, token mean over the batch.
+    Log-probabilities are <= 0 as for any policy.
+
+    Followed: verl-project/verl ``verl/trainer/ppo/core_algos.py`` (``compute_policy_loss_dppo_tv``,
+    ``loss_agg_mode`` default ``token-mean``) and ``examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh``
+    (delta 0.15, ``clip_ratio_c=10000``) at commit 1dda039b9c6311889a9c9a26040677e1254814f9;
+    PrimeIntellect-ai/prime-rl ``src/prime_rl/trainer/rl/loss.py`` (``default_loss_fn``: the same
+    mask, ``r_t A`` untruncated, plus a KL term not used here) at
+    559b44772e471d1538537b8805cc77f3824a5e64. Unlike verl, no ratio is clamped at exp(+-20) first
+    (``min(r, C)`` is taken in log space)."""
+    p = resolve("dppo_tv", {"delta": delta, "C": C})
+    B, _, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
+    keep, log_r = _masked_log_ratio(logp, old_logp, m)
+    a = adv.reshape(B, 1)
+    lp = torch.where(keep, logp.detach(), _zero(log_r))
+    lo = torch.where(keep, old_logp.detach(), _zero(log_r))
+    diff = torch.exp(lp) - torch.exp(lo)  # pi_t - mu_t
+    valid = keep & torch.where(a > 0, diff <= p["delta"], diff >= -p["delta"])
+    w = torch.exp(torch.clamp(torch.where(valid, log_r.detach(), _zero(log_r)), max=math.log(p["C"])))
+    per_tok = torch.where(valid, w * a * torch.where(keep, logp, _zero(log_r)), _zero(log_r))
+    loss = -_token_mean(per_tok, keep, m)
+    metrics = {"token_clip_frac": _frac(~valid, keep, m)}  # tokens dropped
+    return LossOutput(loss, _seq(log_r, B, group_size), None, metrics)
+
 
 TOKEN_LEVEL = tuple(TOKEN_LOSSES)
 """Names of the token-level losses (not members of the trajectory family)."""

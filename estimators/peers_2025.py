@@ -14,7 +14,7 @@ vespo         phi(w_i) = w_i^k exp(lambda (1 - w_i)), with        max over the t
 ============  ==================================================  ====================================
 
 The token-level newcomers (``icepop``, ``sapo``, ``dppo_tv``) are in
-:mod:`estimators.token_peers_2025`.
+:mod:`estimators.losses`.
 """
 from __future__ import annotations
 

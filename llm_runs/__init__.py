@@ -18,7 +18,7 @@ _EXPORTS = {
     "read_metrics": "metrics", "COLUMNS": "metrics",
     "register_preset": "presets", "PRESETS": "presets", "Preset": "presets", "load_pretrained": "presets",
     "register_task": "tasks", "TASKS": "tasks", "Problem": "tasks", "ArithmeticTask": "tasks",
-    "ROLLOUT_SOURCES": "delay", "register_rollout_source": "delay",
+    "ROLLOUT_SOURCES": "rollout_sources", "register_rollout_source": "rollout_sources",
 }
 
 

@@ -35,7 +35,7 @@ The pieces:
    version samples a batch depends on timing: the run is valid but not reproducible.
 7. **Faults**: if the worker dies (any exit), raises (its traceback is forwarded) or delivers
    nothing for ``worker_timeout_s`` seconds (hung), the learner raises
-   :class:`~llm_runs.delay.RolloutSourceError`; the trainer then saves a checkpoint at the
+   :class:`~llm_runs.sources.RolloutSourceError`; the trainer then saves a checkpoint at the
    update that could not start (every finished update's metrics row is kept) and stops.
    ``--resume`` starts a new worker at the first batch index not yet taken, from the
    checkpoint's weights. The worker ignores SIGINT/SIGTERM (the learner owns its lifetime)
@@ -60,8 +60,9 @@ import torch
 
 from schema.io import atomic
 
-from .delay import RolloutSourceError, prompts_at, register_rollout_source
+from .delay import prompts_at
 from .rollout import RolloutBatch, sample_groups, sample_keys
+from .sources import RolloutSourceError, register_rollout_source
 
 _POLL_S = 0.2  # how often a waiting side re-checks stop / liveness
 FOLDER_PREFIX = "gmc-rollouts-"

@@ -123,7 +123,7 @@ class TrainConfig:
     micro_batch_groups: int = _f(0, "-", "groups per forward/backward chunk (0: all); the gradient is the same up to rounding")
 
     # --- rollouts and delay ----------------------------------------------------------------
-    mode: str = _f("controlled", "-", "rollout source (llm_runs.delay.ROLLOUT_SOURCES): controlled = delay from a snapshot ring; async = a rollout worker process (llm_runs.async_rollout)")
+    mode: str = _f("controlled", "-", "rollout source (llm_runs.rollout_sources.ROLLOUT_SOURCES): controlled = delay from a snapshot ring; async = a rollout worker process (llm_runs.async_rollout)")
     delay: int = _f(0, "d", "rollout delay in policy versions: update t uses samples from theta_{t-d_t}")
     delay_mode: str = _f("fixed", "d_t", "fixed: d_t = min(d, t); uniform: d_t ~ U{0..d}, capped at t")
     max_staleness: int = _f(4, "d", "async: maximum staleness t - version of a sample used by update t; older samples are dropped and counted (stale/dropped)")
@@ -150,8 +150,8 @@ class TrainConfig:
         from estimators import ADVANTAGE_KINDS
         from estimators.losses import is_batch_coupled, loss_names
 
-        from .delay import ROLLOUT_SOURCES
         from .presets import check_device, get_preset
+        from .rollout_sources import ROLLOUT_SOURCES
         from .tasks import get_task_factory
 
         def need(cond: bool, msg: str):

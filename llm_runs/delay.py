@@ -21,12 +21,8 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-from .registry import Registry
 from .rollout import RolloutBatch, sample_groups, sample_keys
-
-
-class RolloutSourceError(RuntimeError):
-    """A rollout source cannot deliver the batch of an update (its worker died, failed or hung)."""
+from .sources import RolloutSourceError, register_rollout_source  # noqa: F401  (RolloutSourceError: re-exported)
 
 
 class SnapshotRing:
@@ -121,14 +117,4 @@ class ControlledDelay:
         pass
 
 
-ROLLOUT_SOURCES = Registry("mode")
-
-
-def register_rollout_source(name: str, cls: type) -> type:
-    """Register a rollout source class ``cls(config, task, tokenizer, max_new_tokens)`` as ``mode = name``."""
-    return ROLLOUT_SOURCES.register(name, cls)
-
-
 register_rollout_source("controlled", ControlledDelay)
-
-from . import async_rollout  # noqa: F401  (registers mode "async"; imports the names above)

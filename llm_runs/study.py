@@ -222,7 +222,7 @@ replay of the committed runs they reuse)."""
 
 NEWCOMERS_2025 = ("icepop", "seq_geo_mask", "sapo", "vespo", "dppo_tv")
 """The corrections verl, TRL, AReaL and prime-rl added in 2025-2026 (:mod:`estimators.peers_2025`,
-:mod:`estimators.token_peers_2025`)."""
+:mod:`estimators.losses`)."""
 
 STUDIES = {
     "primary": Study("primary", "results/llm/study", STUDY_BASE, HORIZONS, ESTIMATORS, delays=(16, 64),

@@ -138,7 +138,7 @@ def _grid_cells(sweep: Sweep) -> list[Cell]:
 def async_available() -> bool:
     """True once ``mode = async`` is registered and the config has ``max_staleness``."""
     from .config import config_fields
-    from .delay import ROLLOUT_SOURCES
+    from .rollout_sources import ROLLOUT_SOURCES
 
     return "async" in ROLLOUT_SOURCES and "max_staleness" in {f.name for f in config_fields()}
 

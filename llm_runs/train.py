@@ -68,11 +68,11 @@ from schema.results import METRICS_FILE, PACKED_METRICS_FILE, legacy_fields, rea
 from schema.runlock import LOCK_NAME, RunLock, check_free, entries
 
 from .config import TrainConfig, config_diff, config_fields, resolve_config
-from .delay import ROLLOUT_SOURCES, RolloutSourceError
 from .metrics import MetricsWriter, run_columns
 from .optim import make_optimizer
 from .presets import load_pretrained, save_pretrained
 from .rollout import evaluate, warn_truncation
+from .rollout_sources import ROLLOUT_SOURCES, RolloutSourceError
 from .tasks import build_task
 from .theory import DirectionTracker
 from .update import policy_update, staleness_metrics

@@ -9,7 +9,7 @@ from . import theory
 from ._rows import MOMENT_COLUMNS, moment_rows
 from .bandit import sweeps as e1
 from .delay import AsyncConfig, async_sgd, static_behaviour
-from .sweep import Sweep, derive_seed
+from .sweep_spec import Sweep, derive_seed
 from .token_mdp import sweeps as e2
 
 ENVS = {"bandit": e1.instance, "token_mdp": e2.instance}

@@ -29,7 +29,7 @@ from .async_factorised import async_factorised
 from .core import PER_SAMPLE_SCHEMES
 from .delay import AsyncConfig
 from .optim import clip_at_quantile
-from .sweep import Sweep
+from .sweep_spec import Sweep
 from .token_mdp.factorised import FactorisedTokenMDP, start_logits
 
 BASE_SCHEMES = ["gmc", "is", "tic_mask", "tic_trunc", "topr", "snis", "stale"]

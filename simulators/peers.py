@@ -39,7 +39,7 @@ from . import theory
 from .core import bound_M, configurations
 from .delay import static_behaviour
 from .delay_sweeps import make_instance
-from .sweep import Sweep, derive_seed
+from .sweep_spec import Sweep, derive_seed
 
 TRAJECTORY = ["is", "stale", "tic_mask", "tic_trunc", "gmc", "snis", "topr", "seq_mis", "seq_tis_bn",
               "seq_geo_mask", "vespo"]

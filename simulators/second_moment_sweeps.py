@@ -22,7 +22,7 @@ import estimators
 from . import theory
 from .delay import static_behaviour
 from .delay_sweeps import make_instance
-from .sweep import Sweep, derive_seed
+from .sweep_spec import Sweep, derive_seed
 
 BASE_SCHEMES = ["is", "stale", "tic_mask", "tic_trunc", "gmc", "snis", "topr"]
 

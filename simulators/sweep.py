@@ -23,17 +23,11 @@ Deterministic per seed: a setting's Monte Carlo stream is seeded by (seed, setti
 from __future__ import annotations
 
 import argparse
-import hashlib
-import itertools
-import json
 import os
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 import execution
@@ -42,41 +36,9 @@ from schema.provenance import git_commit, package_versions
 from schema.results import results_root
 from schema.runlock import LOCK_NAME, RunLock
 
+from .sweep_spec import Sweep, derive_seed, setting_key  # noqa: F401  (the spec every sweep module defines its sweeps with)
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """A sweep: ``settings[scale] = {"grid": {key: [values]}, "fixed": {...}, "seeds": [...]}``."""
-
-    name: str
-    description: str
-    settings: dict
-    run: Callable  # (setting: dict, seeds: list[int]) -> DataFrame | (DataFrame, steps DataFrame)
-    columns: dict = field(default_factory=dict)  # result column -> meaning
-
-    def table(self, quick: bool = False) -> list[dict]:
-        spec = self.settings["quick" if quick else "full"]
-        grid = spec["grid"]
-        keys = list(grid)
-        rows = []
-        for values in itertools.product(*(grid[k] for k in keys)):
-            rows.append({**spec.get("fixed", {}), **dict(zip(keys, values))})
-        return rows
-
-    def seeds(self, quick: bool = False) -> list[int]:
-        return list(self.settings["quick" if quick else "full"]["seeds"])
-
-
-def setting_key(setting: dict) -> str:
-    return hashlib.sha1(json.dumps(setting, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def derive_seed(seed: int, setting: dict, *extra) -> int:
-    """A 63-bit seed from (seed, setting key, extra): deterministic, independent across settings."""
-    key = int(setting_key(setting), 16)
-    ss = np.random.SeedSequence([int(seed), key, *[int(e) for e in extra]])
-    return int(ss.generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
 
 
 def registry() -> dict[str, Sweep]:

@@ -128,3 +128,81 @@ def test_figures_start_no_program():
     for path in (ROOT / "figures").rglob("*.py"):
         mods = {m.split(".")[0] for m, _ in imports_of(path)}
         assert "subprocess" not in mods, path
+
+
+def module_edges() -> dict[str, dict[str, str]]:
+    """``{module: {imported toolkit module: where}}`` over every module of every package, function-level
+    imports included; ``from pkg import name`` counts as importing ``pkg.name`` when that is a module."""
+    modules = {_module_name(p): p for pkg in LAYERS for p in (ROOT / pkg).rglob("*.py")}
+    edges: dict[str, dict[str, str]] = {m: {} for m in modules}
+    for mod, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(node.module or "", node.level, mod, is_pkg)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for t in targets:
+                while t and t not in modules:
+                    t = t.rpartition(".")[0]
+                if t and t != mod:
+                    edges[mod].setdefault(t, f"{path.relative_to(ROOT)}:{node.lineno}")
+    return edges
+
+
+def _cycles(edges: dict[str, dict[str, str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (Tarjan)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+
+    def strong(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    import sys
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for v in edges:
+            if v not in index:
+                strong(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return out
+
+
+def test_no_import_cycle_between_modules():
+    """A package's ``__init__`` importing its own submodules, which import names back from it, is a
+    package's normal shape; every other cycle between modules is a defect."""
+    edges = module_edges()
+    for mod in edges:  # a submodule importing its own package's __init__ is not a cycle through other modules
+        edges[mod] = {t: w for t, w in edges[mod].items() if not mod.startswith(t + ".")}
+    cycles = _cycles(edges)
+    where = ["; ".join(f"{a} -> {b} ({edges[a][b]})" for a in c for b in c if b in edges[a]) for c in cycles]
+    assert not cycles, "module import cycles:\n" + "\n".join(where)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b": ""}, "b": {"c": ""}, "c": {"a": ""}, "d": {"a": ""}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b": ""}, "b": {}}) == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._rows import MOMENT_COLUMNS, moment_rows
-from ..sweep import Sweep, derive_seed
+from ..sweep_spec import Sweep, derive_seed
 from .env import SoftmaxBandit, rare_arm_instance
 
 INSTANCES = {

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from .. import theory
-from ..sweep import Sweep
+from ..sweep_spec import Sweep
 from .laws import rare_jump, scarf, two_point_mask
 
 LAWS = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import theory
-from ..sweep import Sweep, derive_seed
+from ..sweep_spec import Sweep, derive_seed
 from .env import GaussianPolicy
 
 
