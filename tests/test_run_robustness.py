@@ -288,7 +288,9 @@ def test_corrupt_only_checkpoint_is_refused_naming_the_file(cache, tmp_path, mon
 
 
 def test_checkpoint_is_written_under_a_temporary_name_then_renamed(cache, tmp_path, monkeypatch):
-    """A crash while a checkpoint is written leaves step-N.tmp, never a checkpoint; resume removes it."""
+    """A checkpoint is written under step-N.tmp: a write that fails removes it and names the fault; one
+    cut short by a crash (the process killed mid-write) leaves step-N.tmp, never a checkpoint, and resume
+    removes it."""
     out = tmp_path / "run"
     import llm_runs.train as train_mod
 
@@ -300,7 +302,8 @@ def test_checkpoint_is_written_under_a_temporary_name_then_renamed(cache, tmp_pa
     with pytest.raises(OSError, match="disk full"):
         trainer.save_checkpoint(9)
     monkeypatch.undo()
-    assert (out / "checkpoints" / "step-000009.tmp").is_dir()
+    assert not (out / "checkpoints" / "step-000009.tmp").exists()
+    (out / "checkpoints" / "step-000009.tmp").mkdir()  # what a process killed mid-write leaves
     assert [p.name for p in train_mod.checkpoint_dirs(out)] == ["step-000004", "step-000008"]
     # resuming removes the cut-short write (it was never a checkpoint) and continues from step 8
     (out / "checkpoints" / "step-000011.tmp").mkdir()  # a cut-short write of a step the resumed run never saves
