@@ -88,7 +88,7 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
     seeds = runs.attrs["seeds"]
     n_done = int(((runs["source"] == "mechanism") & runs["complete"]).sum())
     md += [(f"**Progress: {len(seeds)} whole seed(s)** ({', '.join(map(str, seeds)) or 'none'}) of the 10 "
-           f"planned; {n_done} runs of the grid complete. Below 6 whole seeds every verdict is NOT DECIDED "
+           f"planned; {n_done} intervention runs complete (besides the replays below). Below 6 whole seeds every verdict is NOT DECIDED "
            "and the pre-registered rule's outcome on the seeds so far is shown beside it, deciding nothing."), ""]
     if seeds:
         res = analyse(study, root)
