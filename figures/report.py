@@ -367,13 +367,8 @@ def optimizer_section(report_dir: Path, figures_out: Path, draw_missing: bool) -
         md += [simulator_ordering_paragraph(read_sim(SOURCE)), ""]
     except MissingResults as e:
         md += [f"*{e}*", ""]
-    missing = []
-    for name in OPTIMIZER_FIGURES:
-        lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
-        md += lines + [""]
-        if miss:
-            missing.append(miss)
-    return md, missing
+    lines, missing = figure_sections(OPTIMIZER_FIGURES, report_dir, figures_out, draw_missing)
+    return md + lines, missing
 
 
 # ----------------------------------------------------------------------------------- Qwen3-0.6B on one GPU
