@@ -26,14 +26,14 @@ import torch
 import estimators
 
 from .rollout import completion_logprobs
+from .theory import _cos
 
 
-def is_direction_loss(logp, behaviour_logp, mask, adv_rows, log_scale: float) -> torch.Tensor:
+def is_direction_loss(logp, seq_log_ratio, mask, adv_rows, log_scale: float) -> torch.Tensor:
     """``-(1/N) sum_i sg(exp(l_i - log_scale)) A_i sum_t log pi(o_it)``: a surrogate whose gradient
-    is the IS gradient estimate divided by ``exp(log_scale)`` (``l_i`` the trajectory log-ratio)."""
+    is the IS gradient estimate divided by ``exp(log_scale)`` (``l_i = seq_log_ratio[i]``, detached)."""
     sel = mask.bool()
-    lr = torch.where(sel, logp.detach().double() - behaviour_logp.double(), 0.0).sum(-1)
-    coef = (torch.exp(lr - log_scale) * adv_rows.double()).to(logp.dtype)
+    coef = (torch.exp(seq_log_ratio - log_scale) * adv_rows.double()).to(logp.dtype)
     return -(coef * torch.where(sel, logp, 0.0).sum(-1)).sum() / logp.shape[0]
 
 
@@ -56,7 +56,7 @@ class MechanismProbe:
         self.is_parts: list[tuple[float, torch.Tensor]] = []  # (log scale, flat IS-direction gradient) per chunk
         self.heavy: tuple[float, object, int, torch.Tensor] | None = None  # (size, group batch, row, coef row)
 
-    def chunk(self, loss, logp, part, adv_rows, share: float, first_group: int) -> None:
+    def chunk(self, loss, logp, part, adv_rows, share: float) -> None:
         sel = part.completion_mask.bool()
         coef = torch.autograd.grad(loss * share, logp, retain_graph=True)[0].detach()
         size = torch.where(sel, coef.abs(), 0.0).sum(-1)
@@ -67,7 +67,7 @@ class MechanismProbe:
             self.heavy = (float(size[k]), part.groups(g, g + 1), k - g * G, coef[k].clone())
         lr = torch.where(sel, logp.detach().double() - part.behaviour_logp.double(), 0.0).sum(-1)
         log_scale = float(lr.max())
-        surrogate = is_direction_loss(logp, part.behaviour_logp, part.completion_mask, adv_rows, log_scale) * share
+        surrogate = is_direction_loss(logp, lr, part.completion_mask, adv_rows, log_scale) * share
         grads = torch.autograd.grad(surrogate, self.params, allow_unused=True)
         self.is_parts.append((log_scale, _flat(grads, self.params)))
 
@@ -87,13 +87,6 @@ class MechanismProbe:
             if norm > 0 and math.isfinite(norm):
                 out["mech/heavy_share"] = float(_flat(gk, self.params).norm()) / norm
         return out
-
-
-def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
-    na, nb = float(a.norm()), float(b.norm())
-    if not (na > 0 and nb > 0 and math.isfinite(na) and math.isfinite(nb)):
-        return math.nan
-    return float(torch.dot(a, b)) / (na * nb)
 
 
 def ratio_mechanism(seq_log_ratio: torch.Tensor, token_log_ratio: torch.Tensor, mask: torch.Tensor,

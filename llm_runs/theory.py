@@ -156,19 +156,20 @@ def verl_chi2_seq(seq_log_ratio: torch.Tensor) -> float:
 
 
 def batch_metrics(out, logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, scheme: str,
-                  eps: float) -> dict:
+                  eps: float, diagnostics: dict | None = None) -> dict:
     """The per-batch ratio diagnostics a training stack logs with the trainer's names, from one
     :class:`estimators.losses.LossOutput` and the log-probs it was computed from: the raw-ratio
     diagnostics (:func:`estimators.diagnostics`: ``stale/ess``, ``stale/mass_cap_frac``, ...), the
     theory columns (:func:`ratio_metrics`: ``stale/chi2``, ``stale/chi2_token``, ``stale/mass_bias``,
     ``stale/mass_bias_bound``), the weights' range (``train/weight_mean|min|max``, trajectory
     schemes) and verl's own sequence chi^2 beside ours (``stale/chi2_seq_verl``,
-    :func:`verl_chi2_seq`). The verl plugin and the TRL adapter call it on every loss call."""
+    :func:`verl_chi2_seq`). The verl plugin and the TRL adapter call it on every loss call; a caller
+    that already has ``estimators.diagnostics(out.seq_log_ratio, eps)`` passes it as ``diagnostics``."""
     import estimators
     from estimators.losses import masked_token_log_ratio
     from schema.metrics import stale_metrics
 
-    row = stale_metrics(estimators.diagnostics(out.seq_log_ratio, eps))
+    row = stale_metrics(diagnostics if diagnostics is not None else estimators.diagnostics(out.seq_log_ratio, eps))
     tok = masked_token_log_ratio(logp.detach(), old_logp.detach(), mask)
     row.update(ratio_metrics(out.seq_log_ratio, out.weights, tok, mask, scheme, eps))
     if out.weights is not None:

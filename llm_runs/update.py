@@ -57,7 +57,7 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
         share = (g1 - g0) / n_groups
         (out.loss * share).backward(retain_graph=probe is not None)
         if probe is not None:
-            probe.chunk(out.loss, logp, part, adv[g0:g1].reshape(-1), share, g0)
+            probe.chunk(out.loss, logp, part, adv[g0:g1].reshape(-1), share)
         loss_total += float(out.loss.detach()) * share
         seq_lr.append(out.seq_log_ratio)
         tok_lr.append(masked_token_log_ratio(logp.detach(), part.behaviour_logp, part.completion_mask))

@@ -370,10 +370,11 @@ def trajectory_policy_loss(scheme: str, old_log_prob, log_prob, advantages, resp
 
     eps = eps_from(config)
     out = policy_loss(scheme, log_prob, old_log_prob, mask, adv, G, eps)
-    out.metrics = {**estimators.diagnostics(out.seq_log_ratio, eps), **out.metrics}  # once per micro-batch call
+    diag = estimators.diagnostics(out.seq_log_ratio, eps)  # once per micro-batch call
+    out.metrics = {**diag, **out.metrics}
     from ..theory import batch_metrics
 
-    out.logged = batch_metrics(out, log_prob, old_log_prob, mask, scheme, eps)  # the trainer's names
+    out.logged = batch_metrics(out, log_prob, old_log_prob, mask, scheme, eps, diag)  # the trainer's names
     loss = out.loss * (B * dp / gbs) if gbs is not None else out.loss
     return loss, out
 
