@@ -204,6 +204,8 @@ def main(argv=None):
     p.add_argument("--out", type=Path, default=None, help="output directory (default results/sim/NAME[-quick])")
     p.add_argument("--force", action="store_true", help="move aside results made with a different table")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--jobs", type=int, default=1, help="settings at a time (--executor local; default 1: in this "
+                                                        "process)")
     execution.add_arguments(p)
     a = p.parse_args(argv)
     names = sweeps_names if a.name == "all" else [a.name]
@@ -212,7 +214,7 @@ def main(argv=None):
     if a.name != "all" and a.name not in sweeps_names:
         p.error(f"unknown sweep {a.name!r}; valid: {', '.join(sweeps_names)}, all")
     try:
-        executor = execution.from_arguments(a)
+        executor = execution.from_arguments(a, jobs=a.jobs)
     except ValueError as exc:
         p.error(str(exc))
     with executor:

@@ -199,14 +199,14 @@ def test_exit_status_reads_without_reaping_and_matches_popen():
     for code, expected in (("import sys; sys.exit(143)", 143), ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", -9)):
         proc = subprocess.Popen([sys.executable, "-c", code])
         deadline = time.monotonic() + 30
-        while (rc := execution._exit_status(proc.pid)) is None and time.monotonic() < deadline:
+        while (rc := execution.ray_executor._exit_status(proc.pid)) is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert rc == expected
-        assert execution._exit_status(proc.pid) == expected  # not reaped by the first read
+        assert execution.ray_executor._exit_status(proc.pid) == expected  # not reaped by the first read
         assert proc.wait() == expected
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert execution._exit_status(proc.pid) is None
+        assert execution.ray_executor._exit_status(proc.pid) is None
     finally:
         proc.kill()
         proc.wait()
@@ -237,13 +237,13 @@ class _FakeRay:
 
 def test_a_dropped_cancel_is_repeated_until_the_task_ends(monkeypatch):
     """Ray can drop a cancel that races with the task's start: the job repeats it until the task ends."""
-    monkeypatch.setattr(execution, "CANCEL_REPEAT_S", 0.0)
+    monkeypatch.setattr(execution.ray_executor, "CANCEL_REPEAT_S", 0.0)
     ray = _FakeRay(ends_after=3)  # the first two cancels are lost
-    job = execution._RayJob(ray, "ref")
+    job = execution.ray_executor._RayJob(ray, "ref")
     job.terminate()
     assert job.result() == 143 and ray.cancels == 3
     quiet = _FakeRay(waits=3)  # no stop requested: never cancelled
-    job = execution._RayJob(quiet, "ref")
+    job = execution.ray_executor._RayJob(quiet, "ref")
     assert job.poll() is None and job.result() == 143 and quiet.cancels == 0
 
 
@@ -254,8 +254,18 @@ def test_a_ray_task_lets_cancels_in_when_sigint_was_inherited_ignored():
 
     code = ("import signal, execution\n"
             "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-            "execution._let_cancel_in()\n"
+            "execution.ray_executor._let_cancel_in()\n"
             "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n")
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True,
                          cwd=Path(execution.__file__).resolve().parents[1], timeout=60)
     assert out.stdout.strip() == "True", out.stderr
+
+
+def test_the_simulator_sweep_takes_jobs_and_names_a_bad_value(tmp_path, capsys):
+    from simulators import sweep
+
+    name = next(iter(sweep.registry()))
+    with pytest.raises(SystemExit):
+        sweep.main([name, "--quick", "--jobs", "0", "--out", str(tmp_path / "out")])
+    assert "jobs must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
