@@ -1,0 +1,318 @@
+"""A run folder: its settings (``config.json``, with the fields a run predates read as the values it
+used), its metrics table (plain or packed, parsed strictly) and the horizon its task implies.
+:mod:`schema.results` describes the whole contract."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from .sources import MissingResults, Source, read_json, results_root
+
+
+def run_settings(cfg: dict) -> dict:
+    """The settings a run is plotted and ranked by, from its ``config.json`` ``config`` block.
+
+    An asynchronous run is placed at its staleness bound: ``delay`` is ``max_staleness``.
+    """
+    mode = cfg.get("mode") or "controlled"
+    delay = cfg.get("delay")
+    if mode != "controlled" and cfg.get("max_staleness") is not None:
+        delay = cfg["max_staleness"]
+    return {"estimator": cfg.get("estimator"), "delay": delay, "seed": cfg.get("seed"), "mode": mode,
+            "eps": cfg.get("eps"), "steps": cfg.get("steps"), "group_size": cfg.get("group_size"),
+            "heldout_size": cfg.get("heldout_size")}
+
+
+def _legacy_gspo_eps_high(cfg: dict):
+    return 4e-4 if cfg.get("eps_high") is None else cfg["eps_high"]
+
+
+LEGACY_FIELDS: dict[str, tuple] = {
+    "amp": (lambda cfg: "none", "no mixed precision existed: float32 throughout"),
+    "gspo_eps_low": (lambda cfg: cfg.get("eps"),
+                     "the trainer passed its eps to GSPO as the lower clip: GSPO clipped at 1 - eps"),
+    "gspo_eps_high": (_legacy_gspo_eps_high,
+                      "GSPO's upper clip was eps_high when set, else gspo_loss's default 4e-4"),
+    **{name: (None, "only the estimator it tunes reads it, and that estimator did not exist yet")
+       for name in ("cispo_eps_low", "cispo_eps_high", "m2po_tau", "opsm_delta", "tis_cap", "mis_low", "mis_high",
+                    "gmc_cap_kappa", "icepop_low", "icepop_high", "geo_low", "geo_high", "geo_length", "geo_cap",
+                    "sapo_tau_pos", "sapo_tau_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+                    "vespo_lambda_neg", "dppo_delta", "dppo_cap")},
+    "optimizer": (lambda cfg: "adam", "every RL update used torch.optim.Adam(params, lr)"),
+    "momentum": (lambda cfg: 0.0, "Adam has no heavy-ball momentum knob"),
+    "weight_decay": (lambda cfg: 0.0, "Adam without weight decay"),
+    "mechanism_diagnostics": (lambda cfg: False, "the mech/ columns did not exist"),
+}
+"""Config fields added after runs were made: ``{field: (value, why)}`` where ``value(cfg)`` is
+what a run whose stored ``config`` lacks the field actually used, computed from that stored
+config (``None``: today's default, which cannot have mattered). :func:`read_run_config`
+fills these in, so an old GSPO run of ``eps = 0.2`` reads as the clip range
+``[1 - 0.2, 1 + 4e-4]`` it was trained with, not today's ``[1 - 3e-4, 1 + 4e-4]``. A field
+missing from a stored config and absent here is filled by nobody: it reads as missing
+(``llm_runs.config.load_run_config`` then takes today's default). Every field added to the
+run configuration must get an entry here (a test checks it against the committed runs)."""
+
+
+def legacy_fields(cfg: dict) -> dict[str, object]:
+    """``{field: value}`` of the :data:`LEGACY_FIELDS` that ``cfg`` (a stored ``config`` block)
+    lacks, with the values the run actually used (``None``: today's default applies)."""
+    return {name: (value(cfg) if value is not None else None)
+            for name, (value, _why) in LEGACY_FIELDS.items() if name not in cfg}
+
+
+def read_run_config(run: Path, legacy: bool = True) -> dict:
+    """The ``config`` block of ``run/config.json`` (``ValueError`` naming the file if it is bad).
+
+    With ``legacy`` (the default) a field the run predates takes the value the run actually
+    used (:data:`LEGACY_FIELDS`); ``legacy=False`` gives the stored block as written.
+    """
+    path = Path(run) / "config.json"
+    j = read_json(path)
+    cfg = j.get("config", j) if isinstance(j, dict) else None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path}: expected an object with a 'config' object")
+    cfg = dict(cfg)
+    if legacy:
+        cfg.update({k: v for k, v in legacy_fields(cfg).items() if v is not None})
+    return cfg
+
+
+METRICS_FILE = "metrics.csv"
+"""The per-step metrics table of a run folder (written by ``llm_runs.metrics.MetricsWriter``)."""
+PACKED_METRICS_FILE = METRICS_FILE + ".gz"
+"""A finished run's table packed: exactly the bytes of ``metrics.csv``, gzip-compressed."""
+
+
+def metrics_path(run: Path) -> Path | None:
+    """The run folder's metrics table, plain or packed (None: neither). Both at once is a
+    ``ValueError``: two copies of one table would be free to disagree."""
+    run = Path(run)
+    plain, packed = run / METRICS_FILE, run / PACKED_METRICS_FILE
+    if plain.is_file() and packed.is_file():
+        raise ValueError(f"{run}: both {METRICS_FILE} and {PACKED_METRICS_FILE}; keep one (they may disagree)")
+    return plain if plain.is_file() else packed if packed.is_file() else None
+
+
+def metrics_text(path: Path) -> str:
+    """The text of a metrics table, plain or packed (``ValueError`` naming an unreadable file)."""
+    import gzip
+
+    path = Path(path)
+    if path.name.endswith(".gz"):
+        try:
+            with gzip.open(path, "rb") as fh:
+                data = fh.read()
+        except (OSError, EOFError) as exc:
+            raise ValueError(f"{path}: not a readable gzip file ({exc})") from None
+    else:
+        data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc})") from None
+
+
+def pack_metrics(run: Path) -> Path:
+    """Replace a finished run's ``metrics.csv`` by ``metrics.csv.gz`` holding the same bytes
+    (deterministic: no name or time in the gzip header, so packing twice gives one file).
+
+    Only a finished run (its ``summary.json`` written) is packed, and the packed file is
+    decompressed and compared with the original before the original is removed. A run that is
+    already packed is left as it is. Returns the packed file."""
+    import gzip
+
+    from .io import write_bytes
+
+    run = Path(run)
+    path = metrics_path(run)
+    if path is None:
+        raise MissingResults(f"{run}: no {METRICS_FILE} to pack")
+    if path.name == PACKED_METRICS_FILE:
+        return path
+    if not (run / "summary.json").is_file():
+        raise ValueError(f"{run}: not finished (no summary.json): only a finished run's {METRICS_FILE} is packed")
+    data = path.read_bytes()
+    read_metrics_csv(path)  # a corrupt table is refused, not packed
+    packed = gzip.compress(data, compresslevel=9, mtime=0)
+    if gzip.decompress(packed) != data:  # pragma: no cover (zlib round trip)
+        raise ValueError(f"{path}: the packed bytes do not decompress to the original")
+    out = write_bytes(run / PACKED_METRICS_FILE, packed)
+    path.unlink()
+    return out
+
+
+def read_metrics_csv(path: Path) -> pd.DataFrame:
+    """``metrics.csv`` (or its packed ``metrics.csv.gz``) parsed strictly: every line has the
+    header's fields, ``step`` is an integer and every other field a number or empty; otherwise
+    ``ValueError`` naming the file and line."""
+    import csv
+    import io
+
+    path = Path(path)
+    rows = list(csv.reader(io.StringIO(metrics_text(path), newline="")))
+    if not rows:
+        raise ValueError(f"{path}: empty file (no header)")
+    head, body = rows[0], rows[1:]
+    if not head or head[0] != "step":
+        raise ValueError(f"{path}, line 1: the header must start with 'step', got {head[:3]}")
+    data = []
+    for i, r in enumerate(body, start=2):
+        if not r:
+            continue
+        if len(r) != len(head):
+            raise ValueError(f"{path}, line {i}: {len(r)} fields, the header has {len(head)}")
+        try:
+            step = int(r[0])
+            vals = [float(v) if v != "" else math.nan for v in r[1:]]
+        except ValueError:
+            raise ValueError(f"{path}, line {i}: not a number in {','.join(r)[:120]!r}") from None
+        data.append([step, *vals])
+    df = pd.DataFrame(data, columns=head)
+    df["step"] = df["step"].astype(int) if len(df) else df["step"]
+    return df
+
+
+def check_steps(m: pd.DataFrame, path: Path, steps=None) -> None:
+    """Steps must be 0, 1, ..., k once each (k <= T = ``steps`` when known): ``ValueError`` otherwise."""
+    st = m["step"].to_numpy()
+    dup = sorted({int(x) for x in st[pd.Series(st).duplicated().to_numpy()]})
+    if dup:
+        raise ValueError(f"{path}: step(s) {dup[:5]} appear more than once (a corrupted run)")
+    if len(st) and (sorted(st) != list(range(len(st)))):
+        missing = sorted(set(range(int(max(st)) + 1)) - {int(x) for x in st})
+        raise ValueError(f"{path}: steps are not 0..{int(max(st))} once each (missing {missing[:5]})")
+    if steps is not None and len(st) and int(max(st)) > int(steps):
+        raise ValueError(f"{path}: step {int(max(st))} beyond the run's T = {steps}")
+
+
+_READ_CACHE: dict = {}
+"""read_run's results in this process, keyed by the run's files and their modification times (a
+report reads one study folder several times; a file written since is read again)."""
+
+
+def read_run(run: Path) -> tuple[dict, pd.DataFrame]:
+    """A run folder: ``(settings, metrics)``, both checked (see the module docstring). Repeated
+    reads of unchanged files in one process come from a cache (copies: callers may modify them)."""
+    run = Path(run)
+    path = metrics_path(run)
+    if path is None:
+        read_run_config(run)  # a bad config.json is named first
+        raise MissingResults(f"{run}: no {METRICS_FILE}")
+    cfg_file = run / "config.json"
+    key = (str(run.resolve()), path.name, cfg_file.stat().st_mtime_ns, path.stat().st_mtime_ns, path.stat().st_size)
+    hit = _READ_CACHE.get(key)
+    if hit is None:
+        cfg = read_run_config(run)
+        m = read_metrics_csv(path)
+        settings = run_settings(cfg)
+        check_steps(m, path, settings["steps"])
+        hit = _READ_CACHE[key] = (settings, m)
+    return dict(hit[0]), hit[1].copy()
+
+
+def run_folders(root: Path) -> list[Path]:
+    """The run folders directly under ``root``, sorted: folders with a ``config.json`` and a
+    metrics table, plain or packed (:func:`metrics_path`). None if ``root`` is not a folder."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return [p for p in sorted(root.iterdir())
+            if p.is_dir() and (p / "config.json").is_file() and metrics_path(p) is not None]
+
+
+def _run_index(root: Path) -> list[dict]:
+    """Run folders under ``root`` (:func:`run_folders`) with their settings, sweep runs only."""
+    out = []
+    for run in run_folders(root):
+        metrics = metrics_path(run)
+        cfg = run_settings(read_run_config(run))
+        if cfg["estimator"] is None or cfg["delay"] is None:
+            continue
+        done = (run / "summary.json").exists()
+        out.append({"run": run.name, "path": run, "metrics": metrics, "complete": done, **cfg})
+    return out
+
+
+class _LLMSource(Source):
+    """The LLM sweep: a folder of run folders; the full sweep counts only once it holds a finished run."""
+
+    def find(self) -> Path | None:
+        for rel in self.candidates:
+            p = results_root() / rel
+            if any(r["complete"] for r in _run_index(p)):
+                return p
+        for rel in self.candidates:  # no finished run anywhere: take any run folder
+            p = results_root() / rel
+            if _run_index(p):
+                return p
+        return None
+
+
+LLM = _LLMSource("llm sweep", ("llm/sweep", "llm/sweep_quick"), "python -m llm_runs.sweep")
+STUDY = _LLMSource("llm study", ("llm/study",), "python -m llm_runs.study")
+STUDY_HORIZON = _LLMSource("llm horizon grid", ("llm/horizon",), "python -m llm_runs.study --grid horizon")
+MECHANISM = _LLMSource("llm mechanism grid", ("llm/mechanism",), "python -m llm_runs.study --grid mechanism")
+GPU_STUDY = _LLMSource("llm gpu study", ("llm/gpu_study",), "python -m llm_runs.gpu_study")
+
+
+def read_llm_runs() -> pd.DataFrame:
+    """Every run's metrics, long: one row per (run, step), the run's settings as columns.
+
+    Columns: run, estimator, mode, delay, seed, eps, steps, complete, step and every metric
+    column (``train/...``, ``eval/...``, ``stale/...``, ``perf/...``). A run is complete when
+    its metrics reach step = steps (the final evaluation row) or it wrote ``summary.json``.
+    A run whose files are corrupt (duplicated steps, a garbage line) raises ``ValueError``.
+    """
+    root = LLM.require()
+    frames = []
+    for r in _run_index(root):
+        _, m = read_run(r["path"])
+        if m.empty:
+            continue
+        complete = r["complete"] or (r["steps"] is not None and m["step"].max() >= r["steps"])
+        meta = {k: r[k] for k in ("run", "estimator", "mode", "delay", "seed", "eps", "steps", "heldout_size")}
+        frames.append(m.assign(**meta, complete=bool(complete)))
+    if not frames:
+        raise MissingResults(f"no run under {root} has a non-empty metrics file; make them with `{LLM.command}`")
+    df = pd.concat(frames, ignore_index=True)
+    df.attrs["source"] = str(root)
+    df.attrs["quick"] = LLM.is_quick()
+    return df
+
+
+HORIZON_TASKS = {"short": "arithmetic", "long": "scratchpad"}
+"""The staleness study's horizon labels and the task each names (``llm_runs.study.HORIZONS``
+holds the rest of each horizon's settings)."""
+
+
+def horizon_of(config: dict) -> str:
+    """The horizon label of a run's settings (from its task), else the task name itself."""
+    label = {task: h for h, task in HORIZON_TASKS.items()}
+    return label.get(config.get("task"), str(config.get("task")))
+
+
+def sum_width(digits: int, terms: int) -> int:
+    """Characters of the largest sum of ``terms`` operands of ``digits`` digits: the arithmetic
+    task's longest answer and the scratchpad's zero-padded field width (one definition, read by
+    :mod:`llm_runs.tasks` and by the figures)."""
+    return len(str((10**int(digits) - 1) * int(terms)))
+
+
+def scratchpad_horizon(digits: int, terms: int) -> int:
+    """H, the number of completion tokens (EOS included) of every scratchpad completion:
+    ``terms - 1`` partial sums of :func:`sum_width` characters, each followed by a comma or EOS."""
+    return (int(terms) - 1) * (sum_width(digits, terms) + 1)
+
+
+def horizon_tokens(config: dict) -> int:
+    """The horizon H of a run from its stored settings: exactly :func:`scratchpad_horizon` for
+    the scratchpad tasks, and for the arithmetic task its longest completion (answer and EOS:
+    ``sum_width + 1``; shorter sums finish earlier). Another task is a ``ValueError``."""
+    task, digits, terms = config.get("task"), config.get("digits"), config.get("terms")
+    if task in ("scratchpad", "scratchpad_answer"):
+        return scratchpad_horizon(digits, terms)
+    if task == "arithmetic":
+        return sum_width(digits, terms) + 1
+    raise ValueError(f"no fixed horizon for task {task!r} (scratchpad, scratchpad_answer or arithmetic)")

@@ -1,0 +1,128 @@
+"""Where the results live, which command makes each of them, and how the non-run results (simulator
+tables, claim verdicts) are read. :mod:`schema.results` describes the whole contract."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def results_root() -> Path:
+    """``GMC_RESULTS`` when set and not empty, else ``results/`` of the repository."""
+    return Path(os.environ.get("GMC_RESULTS") or ROOT / "results")
+
+
+class MissingResults(FileNotFoundError):
+    """A figure's results are not there; the message names them and the command that makes them."""
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    candidates: tuple[str, ...]  # paths relative to the results root, preferred first
+    command: str  # the quick command that makes the last candidate
+
+    def find(self) -> Path | None:
+        for rel in self.candidates:
+            p = results_root() / rel
+            if p.exists():
+                return p
+        return None
+
+    def require(self) -> Path:
+        p = self.find()
+        if p is None:
+            raise MissingResults(
+                f"missing results {self.name}: none of "
+                + ", ".join(str(results_root() / c) for c in self.candidates)
+                + f" exists; make them with `{self.command}`")
+        return p
+
+    def is_quick(self) -> bool:
+        p = self.find()
+        return p is not None and "quick" in str(p.relative_to(results_root()))
+
+
+def Sim(name: str) -> Source:
+    return Source(f"sim/{name}", (f"sim/{name}/results.parquet", f"sim/{name}-quick/results.parquet"),
+                  f"python -m simulators.sweep {name}")
+
+
+TUNED = Source("sim/tuned_delay", ("sim/tuned_delay/results.parquet",), "python -m simulators.tuned_sweep")
+VERIFY = Source("verify/claims.json", ("verify/claims.json",), "python -m claims")
+ABSTRACT = Source("verify/abstract.json", ("verify/abstract.json",), "python -m claims.abstract")
+
+
+VERDICTS = Source("llm/study/verdicts.json", ("llm/study/verdicts.json",),
+                  "python -m claims.study --json results/llm/study/verdicts.json")
+
+
+def read_sim(source: Source, steps: bool = False) -> pd.DataFrame:
+    """The tidy table of a simulator sweep (``steps=True``: its ``steps.parquet``)."""
+    path = source.require()
+    if steps:
+        path = path.with_name("steps.parquet")
+        if not path.exists():
+            raise MissingResults(f"missing results {path} (per-step records); make them with `{source.command}`")
+    df = pd.read_parquet(path)
+    df.attrs["source"] = str(path)
+    df.attrs["quick"] = source.is_quick()
+    return df
+
+
+def read_json(path: Path):
+    """The JSON in ``path``; a truncated or garbled file is a ``ValueError`` naming it and the line."""
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+
+
+def read_claims_doc() -> dict:
+    """``claims.json`` as ``{"complete", "quick", "provenance", "claims": [rows]}`` (a bare list of rows,
+    the older format, is read as such a document with unknown provenance)."""
+    path = VERIFY.require()
+    doc = read_json(path)
+    if isinstance(doc, list):
+        doc = {"complete": len(doc) == 18, "quick": None, "provenance": None, "claims": doc}
+    rows = doc.get("claims") if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and {"id", "status"} <= set(r) for r in rows):
+        raise ValueError(f"{path} is not a claims table (a list of claim objects with 'id' and 'status')")
+    return doc
+
+
+def read_claims() -> list[dict]:
+    return read_claims_doc()["claims"]
+
+
+def verify_was_quick() -> bool | None:
+    """Whether claims.json came from ``--quick`` (None if unknown)."""
+    return read_claims_doc().get("quick")
+
+
+def read_abstract() -> dict:
+    """``abstract.json``: ``{"claims": [{"text", "claim_ids", "verdict", "evidence"}], ...}``."""
+    path = ABSTRACT.require()
+    doc = read_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
+        raise ValueError(f"{path} is not the abstract's verdicts (an object with a 'claims' list)")
+    return doc
+
+
+def source_note(df: pd.DataFrame) -> str:
+    """'Source: `file`' (several files: ``attrs["source"]`` may be a list) and '(quick sweep)', for captions."""
+    src = df.attrs.get("source")
+    if not src:
+        return ""
+    rels = []
+    for p in ([src] if isinstance(src, str) else list(src)):
+        try:
+            rels.append(str(Path(p).relative_to(results_root().parent)))
+        except ValueError:
+            rels.append(str(p))
+    return "Source: " + ", ".join(f"`{r}`" for r in rels) + (" (quick sweep)." if df.attrs.get("quick") else ".")
