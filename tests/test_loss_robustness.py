@@ -235,7 +235,7 @@ def test_grpo_bad_delta_refused(delta):
 
 
 def test_verl_advantage_estimator_equal_rewards():
-    from llm_runs.integrations.verl_plugin import grouped_advantages
+    from llm_runs.integrations.verl import grouped_advantages
 
     rewards = torch.zeros(8, 3)
     rewards[:4, -1] = 1.0  # group "a": all 1; group "b": all 0
@@ -249,7 +249,7 @@ def test_verl_advantage_estimator_equal_rewards():
 
 
 def test_verl_config_without_clip_ratios_is_refused():
-    from llm_runs.integrations.verl_plugin import eps_from
+    from llm_runs.integrations.verl import eps_from
 
     with pytest.raises(ValueError, match="clip_ratio_high and actor.clip_ratio are both None"):
         eps_from({"clip_ratio_high": None, "clip_ratio": None})
@@ -257,7 +257,7 @@ def test_verl_config_without_clip_ratios_is_refused():
 
 
 def test_verl_empty_response_row_is_named_not_blamed_on_balancing():
-    from llm_runs.integrations.verl_plugin import trajectory_policy_loss
+    from llm_runs.integrations.verl import trajectory_policy_loss
 
     mask = torch.ones(4, 3)
     mask[2] = 0

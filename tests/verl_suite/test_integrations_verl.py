@@ -19,7 +19,8 @@ from verl.utils.import_utils import import_external_libs
 
 import estimators
 from estimators.losses import trajectory_loss
-from llm_runs.integrations import verl_plugin
+from llm_runs.integrations import verl as verl_integration
+from llm_runs.integrations import verl_plugin  # noqa: F401 (importing it installs the plugin into verl, as external_lib does)
 from llm_runs.integrations._common import check_contiguous_groups
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,7 +131,8 @@ import llm_runs.integrations.verl_plugin as vp
 assert vp.REGISTERED == [], vp.REGISTERED
 assert not [m for m in sys.modules if m == "verl" or m.startswith("verl.")]
 try:
-    vp.register()
+    import llm_runs.integrations.verl as pkg
+    pkg.register()
 except ImportError as exc:
     assert "verl is not installed" in str(exc), exc
 else:
@@ -147,7 +149,7 @@ def test_snippet_registers_through_verl(snippet_cfg):
     for name in ("gmc", "tic_mask", "tic_trunc"):
         assert core_algos.get_policy_loss_fn(name).gmc_plugin_scheme == name
     assert core_algos.get_adv_estimator_fn(snippet_cfg.algorithm.adv_estimator) is not None
-    assert verl_plugin.return_style(core_algos) == verl_plugin.METRICS_STYLE
+    assert verl_integration.return_style(core_algos) == verl_integration.METRICS_STYLE
 
 
 @pytest.mark.parametrize("scheme", ["gmc", "tic_mask", "tic_trunc"])
@@ -261,7 +263,7 @@ def test_engine_path_groups_rows_by_uid_in_any_order(snippet_cfg):
         check_contiguous_groups(list(batch.index[perm.numpy()]))
     call = {"old_log_prob": batch.old[perm], "log_prob": batch.new[perm], "advantages": adv[perm],
             "response_mask": batch.mask[perm], "loss_agg_mode": "token-mean", "config": actor}
-    with verl_plugin.group_ids(batch.index[perm.numpy()]):
+    with verl_integration.group_ids(batch.index[perm.numpy()]):
         loss, metrics = loss_fn(**call)
     want_adv = (adv * batch.mask).sum(-1) / batch.mask.sum(-1)
     want = trajectory_loss("gmc", batch.new, batch.old, batch.mask, want_adv, G, actor.clip_ratio_high)
@@ -271,14 +273,14 @@ def test_engine_path_groups_rows_by_uid_in_any_order(snippet_cfg):
 
     expected = {**{f"actor/{k}": v for k, v in batch_metrics(want, batch.new, batch.old, batch.mask, "gmc",
                                                                 actor.clip_ratio_high).items()},
-                **verl_plugin.metric_names(diag, prefix="actor/")}
+                **verl_integration.metric_names(diag, prefix="actor/")}
     assert metrics.keys() == expected.keys()
     assert all(metrics[k] == pytest.approx(v, rel=1e-9, abs=1e-12) for k, v in expected.items())
     assert max(diag.values()) > 0 and bool((want.weights < want.seq_log_ratio.exp() - 1e-12).any())
     with pytest.raises(ValueError, match="are not one group"):
         loss_fn(**call)
     half = perm[: 2 * G]  # a multiple of G rows, but scattered rows hold parts of groups
-    with verl_plugin.group_ids(batch.index[half.numpy()]), pytest.raises(ValueError, match=f"not G = {G}"):
+    with verl_integration.group_ids(batch.index[half.numpy()]), pytest.raises(ValueError, match=f"not G = {G}"):
         loss_fn(**{**call, **{k: v[: len(half)] for k, v in call.items() if torch.is_tensor(v)}})
 
 
@@ -351,13 +353,13 @@ def test_old_style_four_tuple_detected_and_returned():
     T = torch.Tensor
     old_ret = tuple[T, T, T, T]
     fake = _fake_core_algos(old_ret, old_ret, with_rollout_arg=False)  # verl 0.4-style
-    assert verl_plugin.return_style(fake) == verl_plugin.TUPLE4_STYLE
-    names = verl_plugin.register(fake)
+    assert verl_integration.return_style(fake) == verl_integration.TUPLE4_STYLE
+    names = verl_integration.register(fake)
     assert {"gmc", "tic_mask", "tic_trunc"} <= set(names) <= set(fake.POLICY_LOSS_REGISTRY)
 
     G, eps = 4, 0.2
     batch = random_batch(seed=8, num_groups=3, G=G, spread=0.5)
-    adv, _ = verl_plugin.grouped_advantages("loo", batch.rewards, batch.mask.double(), batch.index)
+    adv, _ = verl_integration.grouped_advantages("loo", batch.rewards, batch.mask.double(), batch.index)
     old_cfg = OmegaConf.create({"clip_ratio": eps, "clip_ratio_high": None, "shuffle": False,
                                 "ppo_micro_batch_size_per_gpu": batch.B, "policy_loss": {"group_size": G}})
     # the old actor's call: pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = policy_loss_fn(...)
@@ -383,18 +385,18 @@ def test_old_style_four_tuple_detected_and_returned():
     # an installed name that is not ours is never overwritten
     fake.POLICY_LOSS_REGISTRY["gmc"] = lambda *a, **k: None
     with pytest.raises(ValueError, match="already has a policy loss named 'gmc'"):
-        verl_plugin.register(fake)
+        verl_integration.register(fake)
 
 
 def test_return_style_is_read_not_guessed():
     T = torch.Tensor
     new_ret = tuple[T, dict[str, typing.Any]]
-    assert verl_plugin.return_style(_fake_core_algos(new_ret, None, True)) == verl_plugin.METRICS_STYLE
-    assert verl_plugin.return_style(_fake_core_algos(None, "tuple[torch.Tensor, dict[str, Any]]", True)) == "metrics"
+    assert verl_integration.return_style(_fake_core_algos(new_ret, None, True)) == verl_integration.METRICS_STYLE
+    assert verl_integration.return_style(_fake_core_algos(None, "tuple[torch.Tensor, dict[str, Any]]", True)) == "metrics"
     with pytest.raises(RuntimeError, match="refusing to guess"):
-        verl_plugin.return_style(_fake_core_algos(None, None, True))
+        verl_integration.return_style(_fake_core_algos(None, None, True))
     with pytest.raises(RuntimeError, match="refusing to guess"):
-        verl_plugin.return_style(_fake_core_algos(new_ret, tuple[T, T, T, T], True))
+        verl_integration.return_style(_fake_core_algos(new_ret, tuple[T, T, T, T], True))
 
 
 def test_rollout_is_weights_sequence_level_only(snippet_cfg):

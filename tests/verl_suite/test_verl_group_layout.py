@@ -24,7 +24,8 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.utils.losses import ppo_loss
 
 import estimators
-from llm_runs.integrations import verl_plugin
+from llm_runs.integrations import verl as verl_integration
+from llm_runs.integrations import verl_plugin  # noqa: F401 (importing it installs the plugin into verl, as external_lib does)
 from llm_runs.integrations._common import check_contiguous_groups
 
 G, GROUPS, T = 4, 6, 9
@@ -67,16 +68,16 @@ class Rank:
     """A stand-in TrainingWorker: the plugin's loss set, ``train_batch`` wrapped by the plugin."""
 
     def __init__(self, actor):
-        self.loss_fn = verl_plugin.EngineLoss(partial(ppo_loss, config=actor), "gmc")
+        self.loss_fn = verl_integration.EngineLoss(partial(ppo_loss, config=actor), "gmc")
         self.received = None
 
-    @verl_plugin._regrouping
+    @verl_integration.engine._regrouping
     def train_batch(self, data):
         self.received = data
         return data
 
 
-@pytest.mark.parametrize("name, kind", sorted(verl_plugin.ADVANTAGE_ESTIMATORS.items()))
+@pytest.mark.parametrize("name, kind", sorted(verl_integration.ADVANTAGE_ESTIMATORS.items()))
 def test_estimators_group_rows_by_uid_in_any_order(name, kind):
     batch = rollout(seed=1)
     want = advantages(name, batch)
@@ -119,7 +120,7 @@ def test_balance_batch_with_several_ranks_is_refused_and_unbalanced_batches_pass
     shares = balanced.chunk(dp_size)
     refused = 0
     for share in shares:
-        sizes = [len(r) for r in verl_plugin.rows_by_uid(list(share.non_tensor_batch["uid"])).values()]
+        sizes = [len(r) for r in verl_integration.rows_by_uid(list(share.non_tensor_batch["uid"])).values()]
         rank = Rank(actor)
         if all(n == G for n in sizes):
             rank.train_batch(share.to_tensordict())

@@ -24,7 +24,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 import estimators
 from estimators.losses import trajectory_loss
-from llm_runs.integrations import verl_plugin
+from llm_runs.integrations import verl as verl_integration
+from llm_runs.integrations import verl_plugin  # noqa: F401 (importing it installs the plugin into verl, as external_lib does)
 from llm_runs.integrations._common import check_contiguous_groups, metric_names
 from llm_runs.presets import char_tokenizer
 
@@ -83,7 +84,7 @@ def build_actor(cfg):
     engine.max_token_len_per_gpu = ar.actor.ppo_max_token_len_per_gpu
     engine.micro_batch_size_per_gpu = ar.actor.ppo_micro_batch_size_per_gpu
     engine.use_remove_padding = model_config.get("use_remove_padding", False)
-    verl_plugin.init_cpu_process_group()
+    verl_integration.init_cpu_process_group()
     worker = TrainingWorker(config=training_config)
     worker.reset()
     worker.set_loss_fn(partial(ppo_loss, config=actor_config))
@@ -189,10 +190,10 @@ def test_batch_is_shuffled_and_loss_is_selected_through_config_and_external_lib(
     config = trained["actor_config"]
     assert config.policy_loss.loss_mode == "gmc" and config.rollout_n == G
     loss_fn = trained["worker"].loss_fn
-    assert isinstance(loss_fn, verl_plugin.EngineLoss) and loss_fn.scheme == "gmc"
+    assert isinstance(loss_fn, verl_integration.EngineLoss) and loss_fn.scheme == "gmc"
     from verl.trainer.ppo import core_algos
 
-    assert core_algos.get_policy_loss_fn("gmc") is verl_plugin.make_policy_loss("gmc")
+    assert core_algos.get_policy_loss_fn("gmc") is verl_integration.make_policy_loss("gmc")
 
 
 def test_loss_verl_applied_equals_trajectory_loss_on_the_same_groups(trained):

@@ -1,0 +1,143 @@
+"""The patch of verl's engine path (``TrainingWorker``) that gives the plugin's losses whole groups,
+taken from the prompt uids the data carries (see :mod:`llm_runs.integrations.verl`)."""
+from __future__ import annotations
+
+from .compat import _cfg
+from .losses import group_ids, group_size_from, policy_loss_names, rows_by_uid, whole_groups
+
+
+def _uids(data) -> list | None:
+    """The prompt uid of every row of a verl TensorDict (None: the data carries none)."""
+    if data is None or "uid" not in data.keys():  # noqa: SIM118 (TensorDict wants keys())
+        return None
+    from verl.utils import tensordict_utils as tu
+
+    uids = tu.get(data, "uid")
+    return list(uids) if isinstance(uids, (list, tuple)) or hasattr(uids, "__len__") else None
+
+
+def _plugin_scheme(loss_fn) -> str | None:
+    """The plugin scheme a verl engine loss (``partial(ppo_loss, config=actor_config)``) selects, else None."""
+    config = getattr(loss_fn, "keywords", {}).get("config") if loss_fn is not None else None
+    policy_loss = _cfg(config, "policy_loss") if config is not None else None
+    mode = _cfg(policy_loss, "loss_mode") if policy_loss is not None else None
+    return mode if mode in policy_loss_names() else None
+
+
+class EngineLoss:
+    """verl's engine loss (``partial(ppo_loss, config=...)``) with the micro-batch's prompt uids
+    handed to the plugin's policy loss, which ``ppo_loss`` calls without them."""
+
+    def __init__(self, inner, scheme: str):
+        self.inner, self.scheme = inner, scheme
+        self.keywords = getattr(inner, "keywords", {})  # still looks like the partial verl built
+
+    def __call__(self, model_output, data, dp_group=None):
+        with group_ids(_uids(data)):  # by keyword, as verl's engines call it (config is bound by keyword)
+            return self.inner(model_output=model_output, data=data, dp_group=dp_group)
+
+    def __repr__(self):
+        return f"EngineLoss({self.scheme!r}, {self.inner!r})"
+
+
+def regroup_by_uid(data):
+    """``data`` (a verl TensorDict) with the rows of each prompt uid made contiguous, groups in
+    order of first appearance (unchanged when they already are, or when there is no uid)."""
+    ids = _uids(data)
+    if ids is None:
+        return data
+    order = [i for r in rows_by_uid(ids).values() for i in r]
+    if order == list(range(len(ids))):
+        return data
+    from verl.utils import tensordict_utils as tu
+
+    return tu.index_select_tensor_dict(data, order)
+
+
+def check_whole_groups_on_rank(data, G: int) -> None:
+    """Refuse a rank's training batch that holds part of a group (``ValueError`` naming the uid).
+
+    Each data-parallel rank trains on its own share of the batch; the regrouping inside the
+    rank cannot bring back rows that verl dispatched to another rank. With several ranks
+    verl's ``trainer.balance_batch=True`` partitions the rows by sequence length, ignoring the
+    prompt uids, so a group's responses end up on different ranks.
+    """
+    ids = _uids(data)
+    if ids is None:
+        return
+    whole_groups(ids, G, "in this rank's training batch",
+                 "the group is split across data-parallel ranks. With several data-parallel ranks set trainer.balance_batch=False (verl's balancing partitions "
+                 "rows by length, ignoring groups) and keep train_batch_size a multiple of the number of ranks")
+
+
+def _regrouping(method):
+    """A TrainingWorker method that first checks and regroups its batch by uid when the plugin's loss is set."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, data, *args, **kwargs):
+        loss_fn = getattr(self, "loss_fn", None)
+        if isinstance(loss_fn, EngineLoss):
+            config = loss_fn.keywords.get("config")
+            if config is not None:
+                check_whole_groups_on_rank(data, group_size_from(config))
+            data = regroup_by_uid(data)
+        return method(self, data, *args, **kwargs)
+
+    wrapper.gmc_plugin_wrapped = method
+    return wrapper
+
+
+def _wrapping_set_loss_fn(method):
+    import functools
+
+    @functools.wraps(method)
+    def set_loss_fn(self, loss_fn):
+        scheme = _plugin_scheme(loss_fn)
+        if scheme is not None and not isinstance(loss_fn, EngineLoss):
+            loss_fn = EngineLoss(loss_fn, scheme)
+        return method(self, loss_fn)
+
+    set_loss_fn.gmc_plugin_wrapped = method
+    return set_loss_fn
+
+
+def patch_engine_path(engine_workers=None) -> bool:
+    """Make verl's engine path give the plugin's losses whole groups, taken from the data.
+
+    Why a patch: verl's engine loss ``ppo_loss`` (verl/workers/utils/losses.py) calls a
+    registered policy loss with log-probs, advantages and the mask only, although the
+    micro-batch it holds carries every row's prompt ``uid``; and the batch reaches
+    ``TrainingWorker`` in whatever order the trainer left it (``balance_batch`` sorts rows by
+    length), which then cuts it into mini- and micro-batches of consecutive rows. Three
+    methods of ``verl.workers.engine_workers.TrainingWorker`` are wrapped (idempotent):
+
+    * ``set_loss_fn``: a loss whose ``config.policy_loss.loss_mode`` is a plugin scheme is
+      wrapped in :class:`EngineLoss`, which hands the micro-batch's uids to the policy loss;
+      the policy loss then forms the groups from them (any row order inside a micro-batch)
+      and refuses a micro-batch holding part of a group;
+    * ``train_mini_batch`` and ``train_batch``: with such a loss, the batch is first
+      regrouped by uid (:func:`regroup_by_uid`), so that consecutive rows, and so every
+      mini- and micro-batch of a multiple of G rows, hold whole groups.
+
+    Other losses pass through untouched. Tested with verl 0.9.1 (``ActorRolloutRefWorker``
+    builds ``partial(ppo_loss, config=actor_config)`` after importing ``external_lib`` and
+    hands it to its ``TrainingWorker`` with ``set_loss_fn``). Returns False when verl's
+    engine workers cannot be imported (older verl: the layout checks of the loss remain).
+    """
+    if engine_workers is None:
+        try:
+            from verl.workers import engine_workers
+        except ImportError:
+            return False
+    worker = getattr(engine_workers, "TrainingWorker", None)
+    if worker is None:
+        return False
+    for name, wrap in (("set_loss_fn", _wrapping_set_loss_fn), ("train_mini_batch", _regrouping),
+                       ("train_batch", _regrouping)):
+        method = worker.__dict__.get(name)
+        if method is None:
+            raise RuntimeError(f"verl's TrainingWorker has no {name}: this verl is not one the plugin is tested with")
+        if not hasattr(method, "gmc_plugin_wrapped"):
+            setattr(worker, name, wrap(method))
+    return True
