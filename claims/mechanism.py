@@ -222,7 +222,7 @@ def _iv(b: dict) -> dict:
 
 def planned_cells(grid: str = "mechanism") -> set[tuple]:
     """(arm, estimator, delay) of every run a seed of the grid plans."""
-    from llm_runs.study import STUDIES
+    from llm_runs.grids import STUDIES
 
     return {(c.arm, c.estimator, c.delay) for c in STUDIES[grid].cells() if c.seed == STUDIES[grid].seeds[0]}
 

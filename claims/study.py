@@ -71,7 +71,7 @@ def _study_folders(root: str | Path) -> list[Path]:
     """The run folders under ``root`` that belong to its grid (:func:`llm_runs.study.audit`).
     ``ValueError`` if it is no folder or holds a foreign run (never mixed in); a run folder
     without metrics is named on stderr (it is not analysed, and not dropped silently)."""
-    from llm_runs.study import audit
+    from llm_runs.grid_check import audit
 
     if not Path(root).is_dir():
         raise ValueError(f"{root} is not a folder of study runs (make them with `python -m llm_runs.study`)")

@@ -51,7 +51,7 @@ import torch
 from .config import resolve_config
 from .presets import load_pretrained
 from .tasks import build_task
-from .train import Trainer
+from .trainer import Trainer
 from .warmstart import default_max_new_tokens, get_warm_start
 
 BENCHES: list[Callable[[argparse.Namespace], dict[str, float]]] = []

@@ -111,7 +111,7 @@ def check(tiny: bool, tokenizer_dir: str | None, steps: int, max_new_tokens: int
     from .config import resolve_config
     from .metrics import read_metrics
     from .presets import save_pretrained
-    from .train import Trainer
+    from .trainer import Trainer
 
     log = log or (lambda msg: print(msg, flush=True))
     device = device or ("cpu" if tiny else "cuda")

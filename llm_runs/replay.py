@@ -9,6 +9,12 @@ text means equal floats (the writer prints ``repr``): the code that replays comp
 what the code that made the run computed. Use it before switching a running grid to changed
 code. The warm start is computed into (or reused from) ``--cache-dir``; its key does not
 depend on the folder.
+
+Byte identity holds on a machine that rounds as the one that made the run did: the warm start
+(and every update) depends on the CPU's instruction set (:mod:`llm_runs.warmstart`). Where this
+machine's warm start is not the run's, the replay refuses and says so; ``--against-commit`` then
+runs the run's settings with the code of the commit that made it and with today's code, both
+here, and compares those two.
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import argparse
 import csv
 import dataclasses
 import io
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -74,7 +81,7 @@ def replay(run: str | Path, steps: int, cache_dir: str | Path | None = None, out
     from schema.results import METRICS_FILE, metrics_path
 
     from .config import load_run_config
-    from .train import Trainer
+    from .trainer import Trainer
 
     run = Path(run)
     reference = metrics_path(run)
@@ -87,10 +94,87 @@ def replay(run: str | Path, steps: int, cache_dir: str | Path | None = None, out
     if cache_dir is not None:
         changes["cache_dir"] = str(cache_dir)
     cfg = dataclasses.replace(cfg, **changes)
+    _check_warm_start(run, cfg)
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(out) if out is not None else Path(tmp) / run.name
         Trainer(cfg, target, progress=False, log=lambda m: None).run()
         return compare_metrics(reference, target / METRICS_FILE, steps)
+
+
+def replay_against_commit(run: str | Path, steps: int, commit: str | None = None,
+                          out: str | Path | None = None) -> list[str]:
+    """Run the stored settings of ``run`` for ``steps`` updates twice on this machine, with the code
+    of ``commit`` (default: the commit the run records) and with today's code, and return
+    :func:`compare_metrics` between the two: whether today's code computes what that commit's code
+    computes, on a machine whose float rounding differs from the one that made the run (where
+    :func:`replay` refuses). ``commit``'s code is taken with ``git archive`` and run in a
+    subprocess (``python -m llm_runs.train`` in its own folder); each computes its own warm start."""
+    import subprocess
+
+    from schema.results import METRICS_FILE, read_json
+
+    from .config import load_run_config
+    from .sweep import cli_flags
+    from .trainer import Trainer
+
+    run = Path(run)
+    stored = read_json(run / "config.json")
+    commit = commit or stored.get("git_commit")
+    if not commit:
+        raise ValueError(f"{run}/config.json records no git commit: name one with --against-commit")
+    cfg = load_run_config(run)
+    if steps < 1 or steps > cfg.steps:
+        raise ValueError(f"--steps {steps}: the run has {cfg.steps} updates (need 1 <= steps <= {cfg.steps})")
+    repo = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        src = tmp / "src"
+        src.mkdir()
+        archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit], check=False,
+                                 capture_output=True)
+        if archive.returncode != 0:
+            raise ValueError(f"git archive {commit}: {archive.stderr.decode().strip()} (a clone with that commit "
+                             f"in its history is needed)")
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+        then = {**stored["config"], "steps": steps, "cache_dir": str(tmp / "cache-then")}
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        made = subprocess.run([sys.executable, "-m", "llm_runs.train", "--out", str(tmp / "then"), "--no-progress",
+                               *cli_flags(then)], check=False, cwd=src, env=env, capture_output=True, text=True)
+        if made.returncode != 0:
+            raise ValueError(f"the code of {commit} did not run the settings of {run}: {made.stderr.strip()[-800:]}")
+        target = Path(out) if out is not None else tmp / "now"
+        now = dataclasses.replace(cfg, steps=steps, cache_dir=str(tmp / "cache-now"))
+        Trainer(now, target, progress=False, log=lambda m: None).run()
+        return compare_metrics(tmp / "then" / METRICS_FILE, target / METRICS_FILE, steps)
+
+
+def _check_warm_start(run: Path, cfg) -> None:
+    """Refuse a replay that cannot be byte-identical: this machine's warm start for the run's
+    settings is not the one the run started from (a CPU that rounds differently)."""
+    from schema.results import read_json
+
+    from .tasks import build_task
+    from .warmstart import differs, get_warm_start, machine
+
+    stored = read_json(run / "config.json")
+    used = stored.get("warm_start")
+    if not used or "key" not in used:
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)  # as the trainer computes it
+    try:
+        here = get_warm_start(cfg, build_task(cfg), log=lambda m: None).info
+    finally:
+        torch.set_num_threads(threads)
+    why = differs(used, here)
+    if why:
+        made_on = stored.get("machine", "not recorded")
+        raise ValueError(f"{run} started from another warm start than this machine computes for its settings "
+                         f"({why}): the numerics depend on the CPU (this one: {machine()}; the run's: {made_on}), "
+                         f"so no replay here can be byte-identical. Replay it on a machine whose warm start "
+                         f"matches, or give --cache-dir a cache holding the run's own warm start")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,18 +182,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run", help="a finished (or partly finished) run folder")
     p.add_argument("--steps", type=int, required=True, help="updates to replay (rows 0 .. steps-1 are compared)")
     p.add_argument("--cache-dir", default=None, help="warm-start cache (default: the run's own setting)")
+    p.add_argument("--against-commit", nargs="?", const="", default=None, metavar="COMMIT",
+                   help="compare today's code with COMMIT's code (default: the run's own commit), both run here, "
+                        "instead of with the stored metrics: for a machine that rounds differently from the one "
+                        "that made the run")
     args = p.parse_args(argv)
     try:
-        diffs = replay(args.run, args.steps, args.cache_dir)
+        if args.against_commit is not None:
+            diffs = replay_against_commit(args.run, args.steps, args.against_commit or None)
+            what = f"today's code and the code of {args.against_commit or 'the run commit'}, both on this machine,"
+        else:
+            diffs = replay(args.run, args.steps, args.cache_dir)
+            what = "the replay and the stored run"
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if diffs:
-        print(f"{args.run}: {len(diffs)} fields differ in the first {args.steps} updates")
+        print(f"{args.run}: {len(diffs)} fields differ between {what} in the first {args.steps} updates")
         for d in diffs[:50]:
             print("  " + d)
         return 1
-    print(f"{args.run}: the first {args.steps} updates are byte-identical (perf/ columns excepted)")
+    print(f"{args.run}: the first {args.steps} updates of {what} are byte-identical (perf/ columns excepted)")
     return 0
 
 

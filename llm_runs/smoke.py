@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from .config import resolve_config
-from .train import Trainer
+from .trainer import Trainer
 
 SMOKE = {"preset": "tiny-cpu", "estimator": "gmc", "delay": 4, "steps": 50, "eval_every": 10, "seed": 0}
 

@@ -6,11 +6,21 @@ the hash covering every setting that changes it (model, task split, SFT settings
 library versions), and every run with the same settings loads it back with
 :func:`llm_runs.presets.load_pretrained`. It is written to a temporary folder and renamed,
 so two runs starting together never see half a checkpoint.
+
+The key does not name the machine, but the result depends on it: the supervised phase is
+chaotic enough that float rounding (which kernels the CPU's instruction set selects: AVX2 or
+AVX-512, MKL's code path, thread count) changes its outcome, not only its last bits (the long
+horizon's warm start reaches held-out pc 0.514 on the machines that made the committed runs and
+0.010 on an AVX-512/AMX machine). Each warm start therefore records its own identity
+(:func:`identity`: held-out pc, weights hash, the machine) and :func:`differs` tells two apart;
+the study refuses to mix runs that started from different ones.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import platform
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +53,47 @@ def warm_start_key(config) -> str:
 
     return config.hash_of(WARM_START_KEYS, {"torch": torch.__version__, "transformers": transformers.__version__,
                                             "format": _FORMAT})
+
+
+def machine() -> dict:
+    """What decides this machine's float rounding: the instruction set torch dispatches to, a digest
+    of the CPU's feature flags, and the platform."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = next((line.split(":", 1)[1] for line in fh if line.startswith("flags")), "")
+    except OSError:
+        pass
+    digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16] if flags else None
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_flags": digest,
+            "platform": platform.platform(), "processor": platform.processor() or platform.machine()}
+
+
+def weights_digest(path: Path) -> str:
+    """sha256 of a warm start's ``*.safetensors`` files, in name order."""
+    h = hashlib.sha256()
+    for f in sorted(Path(path).glob("*.safetensors")):
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def identity(info: dict) -> dict:
+    """The fields of a warm-start record (``warmstart.json``, or the ``warm_start`` block of a run's
+    ``config.json``) that tell two warm starts with the same key apart."""
+    return {k: info.get(k) for k in ("key", "heldout_pc", "weights_sha256")}
+
+
+def differs(a: dict, b: dict) -> str | None:
+    """Why warm-start records ``a`` and ``b`` are not the same warm start (None: they are). Records
+    made before weights were hashed compare by key and held-out pc (a float kept to every bit)."""
+    a, b = identity(a), identity(b)
+    if a["key"] != b["key"]:
+        return f"key {a['key']} vs {b['key']}"
+    if a["weights_sha256"] and b["weights_sha256"] and a["weights_sha256"] != b["weights_sha256"]:
+        return f"weights sha256 {a['weights_sha256'][:12]} vs {b['weights_sha256'][:12]}"
+    if repr(a["heldout_pc"]) != repr(b["heldout_pc"]):
+        return f"held-out pc {a['heldout_pc']!r} vs {b['heldout_pc']!r}"
+    return None
 
 
 def supervised_loss(model, tokenizer, problems, device) -> torch.Tensor:
@@ -112,6 +163,7 @@ def get_warm_start(config, task, log=print) -> WarmStart:
         problem = cached_problem(path)
         if problem is None:
             info = json.loads(done.read_text())
+            info.setdefault("weights_sha256", weights_digest(path))  # a record made before weights were hashed
             log(f"warm start: reusing {path} (held-out greedy accuracy {info['heldout_acc']:.3f})")
             return WarmStart(path, info)
         import time
@@ -162,6 +214,7 @@ def _train(config, task, path: Path, log) -> dict:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_pretrained(model, tokenizer, tmp)
+    info.update({"weights_sha256": weights_digest(tmp), "machine": machine()})
     (tmp / "warmstart.json").write_text(json.dumps(info, indent=2, default=str))
     try:
         os.rename(tmp, path)

@@ -17,10 +17,11 @@ import pytest
 from test_llm_core import _metrics_without_perf, pd_read, tiny
 
 from llm_runs.async_rollout import AsyncRollout
+from llm_runs.checkpoints import latest_checkpoint
 from llm_runs.delay import RolloutSourceError, prompts_at
 from llm_runs.presets import load_pretrained
 from llm_runs.tasks import build_task
-from llm_runs.train import Trainer, latest_checkpoint
+from llm_runs.trainer import Trainer
 from llm_runs.update import flat_params
 from llm_runs.warmstart import default_max_new_tokens, get_warm_start
 

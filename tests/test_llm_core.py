@@ -25,7 +25,8 @@ from llm_runs.config import TrainConfig, config_fields, resolve_config
 from llm_runs.presets import char_tokenizer, load_pretrained, save_pretrained
 from llm_runs.rollout import completion_logprobs, sample_groups, sample_keys
 from llm_runs.tasks import ArithmeticTask, build_task
-from llm_runs.train import Trainer, build_parser, main
+from llm_runs.train import build_parser, main
+from llm_runs.trainer import Trainer
 from llm_runs.update import flat_params, policy_update
 from llm_runs.warmstart import get_warm_start
 
@@ -293,3 +294,22 @@ def test_char_tokenizer_and_model_round_trip_through_from_pretrained(cache, tmp_
     x = torch.tensor(tok([p.prompt for p in task.train[:4]])["input_ids"])
     with torch.no_grad():
         assert torch.equal(model(input_ids=x).logits, model2(input_ids=x).logits)
+
+
+def test_a_warm_start_and_a_run_record_their_identity_and_the_machine(cache, tmp_path):
+    """The warm start's record names its weights (sha256 of the files) and the machine; a run's
+    config.json records the machine; two records differ when pc or weights do."""
+    from llm_runs.warmstart import differs, machine, weights_digest
+
+    config = tiny(cache, steps=1)
+    ws = get_warm_start(config, build_task(config), log=lambda m: None)
+    assert ws.info["weights_sha256"] == weights_digest(ws.path) and len(ws.info["weights_sha256"]) == 64
+    here = machine()
+    assert ws.info["machine"] == here and here["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    _run(config, tmp_path / "run")
+    stored = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert stored["machine"] == here and differs(stored["warm_start"], ws.info) is None
+    assert "held-out pc" in differs({**ws.info, "heldout_pc": ws.info["heldout_pc"] + 1e-12}, ws.info)
+    assert "weights sha256" in differs({**ws.info, "weights_sha256": "0" * 64}, ws.info)
+    old = {k: v for k, v in ws.info.items() if k != "weights_sha256"}  # a record made before weights were hashed
+    assert differs(old, ws.info) is None

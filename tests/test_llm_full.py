@@ -27,8 +27,8 @@ from llm_runs.presets import (
     save_pretrained,
 )
 from llm_runs.tasks import ArithmeticTask, GSM8KTask, build_task
-from llm_runs.train import Trainer
 from llm_runs.train import main as train_main
+from llm_runs.trainer import Trainer
 
 TINY_MODEL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
               "num_key_value_heads": 1, "head_dim": 16}

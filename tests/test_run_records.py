@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from llm_runs.config import resolve_config
-from llm_runs.train import Trainer, main
+from llm_runs.train import main
+from llm_runs.trainer import Trainer
 
 MODEL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
          "num_key_value_heads": 1}
@@ -121,7 +122,8 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_and_keeps_the_earlier_check
                                                                                         capsys):
     import errno
 
-    import llm_runs.train as train_mod
+    import llm_runs.checkpoints as ckpt_mod
+    import llm_runs.trainer as train_mod
 
     real, calls = train_mod.save_pretrained, []
 
@@ -140,7 +142,7 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_and_keeps_the_earlier_check
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "could not write the checkpoint of update 4" in err[0] and "MiB free" in err[0]
     assert "No space left on device" in err[0]
-    assert [p.name for p in train_mod.checkpoint_dirs(out)] == ["step-000002"]  # the earlier one is intact
+    assert [p.name for p in ckpt_mod.checkpoint_dirs(out)] == ["step-000002"]  # the earlier one is intact
     assert not list((out / "checkpoints").glob("*.tmp"))  # the unfinished write was removed
 
 
@@ -149,7 +151,7 @@ def test_a_second_signal_during_a_checkpoint_write_waits_for_it(cache, tmp_path)
 
     cfg = resolve_config({**SMALL, "cache_dir": str(cache), "steps": 4, "checkpoint_every": 0})
     trainer = Trainer(cfg, tmp_path / "run", progress=False, log=lambda m: None)
-    trainer._open_folder()
+    trainer.folder.open()
     trainer._setup()
     handlers = trainer._install_signal_handlers()
     try:
@@ -165,4 +167,4 @@ def test_a_second_signal_during_a_checkpoint_write_waits_for_it(cache, tmp_path)
     finally:
         trainer._restore_signal_handlers(handlers)
         trainer.writer.close()
-        trainer._close_folder(False)
+        trainer.folder.close(False)

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from llm_runs.config import resolve_config
-from llm_runs.train import Trainer, main
+from llm_runs.train import main
+from llm_runs.trainer import Trainer
 from schema.runlock import LOCK_NAME, RunLock, RunLocked, read_holder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -292,7 +293,8 @@ def test_checkpoint_is_written_under_a_temporary_name_then_renamed(cache, tmp_pa
     cut short by a crash (the process killed mid-write) leaves step-N.tmp, never a checkpoint, and resume
     removes it."""
     out = tmp_path / "run"
-    import llm_runs.train as train_mod
+    import llm_runs.checkpoints as ckpt_mod
+    import llm_runs.trainer as train_mod
 
     def crash(*a, **k):
         raise OSError("disk full")
@@ -304,7 +306,7 @@ def test_checkpoint_is_written_under_a_temporary_name_then_renamed(cache, tmp_pa
     monkeypatch.undo()
     assert not (out / "checkpoints" / "step-000009.tmp").exists()
     (out / "checkpoints" / "step-000009.tmp").mkdir()  # what a process killed mid-write leaves
-    assert [p.name for p in train_mod.checkpoint_dirs(out)] == ["step-000004", "step-000008"]
+    assert [p.name for p in ckpt_mod.checkpoint_dirs(out)] == ["step-000004", "step-000008"]
     # resuming removes the cut-short write (it was never a checkpoint) and continues from step 8
     (out / "checkpoints" / "step-000011.tmp").mkdir()  # a cut-short write of a step the resumed run never saves
     said = []
@@ -369,7 +371,7 @@ def test_model_kwargs_the_model_rejects_are_refused_before_the_folder_is_made(ca
 
 
 def test_failure_before_step_0_leaves_nothing_behind(cache, tmp_path, monkeypatch):
-    import llm_runs.train as train_mod
+    import llm_runs.trainer as train_mod
 
     def boom(*a, **k):
         raise RuntimeError("warm start failed")

@@ -206,7 +206,7 @@ def test_decode_loop_emits_what_generate_emits(cache):
 
 def test_trainer_logs_theory_columns_zero_at_delay_zero_and_positive_under_delay(cache, tmp_path):
     from llm_runs.metrics import read_metrics
-    from llm_runs.train import Trainer
+    from llm_runs.trainer import Trainer
 
     frames = {}
     for d in (0, 2):
@@ -223,7 +223,13 @@ def test_trainer_logs_theory_columns_zero_at_delay_zero_and_positive_under_delay
     assert (d2["stale/mass_bias_bound"].iloc[2:] > 0).all()
     for df in (d0, d2):
         assert math.isnan(df["train/grad_cos"].iloc[0]) and math.isnan(df["train/update_cos"].iloc[0])
-        assert df["train/grad_cos"].iloc[1:].between(-1, 1).all() and df["train/update_cos"].iloc[1:].between(-1, 1).all()
+        assert df["train/update_cos"].iloc[1:].between(-1, 1).all()
+        # the gradient cosine is defined where this and the previous gradient are nonzero (a batch whose groups
+        # all have zero advantage has none), NaN elsewhere
+        norm = df["train/grad_norm"].to_numpy()
+        both = np.r_[False, (norm[1:] > 0) & (norm[:-1] > 0)]
+        assert both[1:].any() and df["train/grad_cos"][both].between(-1, 1).all()
+        assert df["train/grad_cos"][~both].isna().all()
 
 
 # --------------------------------------------------------------------------- the study grid
@@ -531,3 +537,42 @@ def test_a_hand_assembled_folder_must_agree_on_shared_settings_and_hold_each_cel
     _fake_run(tmp_path / "s", "long-gmc-d64-s0-copy", {**base, "steps": 40}, [0.2, 0.4, 0.6])
     with pytest.raises(ValueError, match="long-gmc-d64-s0-copy: the same cell as long-gmc-d64-s0"):
         read_runs(tmp_path / "s")
+
+
+def _set_warm_start(run, **fields):
+    import json
+
+    cfg_file = run / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    cfg["warm_start"].update(fields)
+    cfg_file.write_text(json.dumps(cfg))
+    return cfg["warm_start"]
+
+
+def test_analysis_refuses_a_run_that_started_from_another_machines_warm_start(tmp_path):
+    """Same settings and warm-start key, another warm start (a CPU that rounds differently): foreign."""
+    from claims.study import read_runs
+
+    root = _copy_committed(tmp_path, ["long-gmc-d0-s0", "long-gmc-d64-s0", "long-topr-d64-s0"])
+    assert len(read_runs(root)) == 3
+    _set_warm_start(root / "long-topr-d64-s0", heldout_pc=0.010061427227023785)
+    with pytest.raises(ValueError, match=r"long-topr-d64-s0: started from another warm start .*held-out pc "
+                                         r"0\.010061427227023785 vs 0\.514326903992187"):
+        read_runs(root)
+
+
+def test_the_grid_refuses_to_add_runs_from_a_machine_whose_warm_start_differs(tmp_path):
+    import json
+
+    from llm_runs.study import check_warm_starts
+
+    root = _copy_committed(tmp_path, ["long-gmc-d0-s0", "long-gmc-d64-s0"])
+    theirs = json.loads((root / "long-gmc-d64-s0" / "config.json").read_text())["warm_start"]
+    check_warm_starts(root, {"long": dict(theirs)})  # the same warm start: nothing to refuse
+    check_warm_starts(tmp_path / "absent", {"long": dict(theirs)})
+    here = {**theirs, "heldout_pc": 0.010061427227023785, "weights_sha256": "ab" * 32}
+    with pytest.raises(ValueError, match=r"not the one the runs in .* started from \(horizon long \(held-out pc "
+                                         r"0\.514326903992187 vs 0\.010061427227023785\): 2 run\(s\), e\.g\. "
+                                         r"long-gmc-d0-s0\).*nothing was run"):
+        check_warm_starts(root, {"long": here})
+    check_warm_starts(root, {"long": {**here, "key": "another"}})  # another key: not this grid's warm start

@@ -1,0 +1,168 @@
+"""Is a folder the grid it claims to be, and may this machine add runs to it? :func:`audit` (every
+run is a cell of its grid, run with the cell's settings and from the grid's warm start) and
+:func:`check_warm_starts` (this machine computes the warm start the folder's runs started from)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .grids import STUDIES
+
+
+@dataclass
+class Audit:
+    """What :func:`audit` found under a grid folder. ``foreign``: folders that are no run of the
+    grid (an unknown name, or a known name run with other settings: ``{name: why}``);
+    ``no_metrics``: run folders of the grid holding a ``config.json`` but no metrics table;
+    ``runs``: the folders a reader may use."""
+
+    grid: str | None
+    runs: list[Path]
+    foreign: dict[str, str]
+    no_metrics: list[str]
+
+    def raise_if_foreign(self, root) -> None:
+        if self.foreign:
+            listed = "; ".join(f"{k}: {v}" for k, v in list(self.foreign.items())[:6])
+            more = f" (and {len(self.foreign) - 6} more)" if len(self.foreign) > 6 else ""
+            raise ValueError(f"{root} holds {len(self.foreign)} folder(s) that are not runs of grid "
+                             f"{self.grid or '(no sweep.json)'}: {listed}{more}. Move them away; the analysis "
+                             f"never mixes foreign runs into a grid")
+
+
+_FREE_FIELDS = ("estimator", "delay", "seed", "task", "terms", "train_size", "heldout_size", "warm_start_steps",
+                "warm_start_lr", "cache_dir", "optimizer", "lr", "momentum", "weight_decay", "max_grad_norm",
+                "mechanism_diagnostics", "gmc_cap_kappa")
+"""Fields that may differ between the runs of a folder without a ``sweep.json``: the cell
+(estimator, delay, seed), the horizon's task settings, an arm's optimiser settings, and where the
+warm start is cached."""
+
+
+def audit(root: str | Path) -> Audit:
+    """Check every folder under ``root`` against the grid that made it.
+
+    A folder with a ``sweep.json`` naming a grid of :data:`STUDIES` (what :func:`run_sweep`
+    writes) is checked run by run against that grid's plan: a folder whose name is no cell of
+    the grid, or whose stored settings differ from the cell's (:func:`llm_runs.config.config_diff`,
+    the check ``--dry-run`` and ``--resume`` make), is foreign. Without a ``sweep.json`` (a folder
+    assembled by hand) every run must agree with the others on every setting outside
+    :data:`_FREE_FIELDS` and no two runs may be the same cell; the odd ones out are foreign.
+    """
+    from schema.results import metrics_path
+
+    root = Path(root)
+    folders = [p for p in sorted(root.iterdir()) if p.is_dir() and (p / "config.json").is_file()]
+    settings_file = root / "sweep.json"
+    key = (str(root.resolve()), settings_file.stat().st_mtime_ns if settings_file.is_file() else None,
+           tuple((p.name, (p / "config.json").stat().st_mtime_ns, metrics_path(p) is not None) for p in folders))
+    if key in _AUDITS:
+        return _AUDITS[key]
+    _AUDITS[key] = found = _audit(root, folders)
+    return found
+
+
+_AUDITS: dict = {}
+"""audit's results in this process, keyed by the folder's run configs and their modification times."""
+
+
+def _audit(root: Path, folders: list[Path]) -> Audit:
+    from schema.results import metrics_path, read_run_config
+
+    from .config import config_diff, resolve_config
+
+    no_metrics = [p.name for p in folders if metrics_path(p) is None]
+    runs = [p for p in folders if metrics_path(p) is not None]
+    foreign: dict[str, str] = {}
+    stored = {p.name: read_run_config(p) for p in runs}
+    grid = None
+    settings_file = root / "sweep.json"
+    if settings_file.is_file():
+        grid = json.loads(settings_file.read_text()).get("settings", {}).get("name")
+        if grid not in STUDIES:
+            raise ValueError(f"{settings_file} names grid {grid!r}, which is not one of {sorted(STUDIES)}")
+        cells = {c.name: c for c in STUDIES[grid].cells()}
+        for p in folders:
+            cell = cells.get(p.name)
+            if cell is None:
+                foreign[p.name] = f"no cell of grid {grid} has this name"
+                continue
+            if p.name in stored:
+                diff = config_diff(stored[p.name], resolve_config(cell.overrides).to_dict())
+                diff.pop("cache_dir", None)  # where the warm start was cached does not change the run
+                if diff:
+                    foreign[p.name] = "run with other settings (" + ", ".join(
+                        f"{k}: {a!r}, planned {b!r}" for k, (a, b) in diff.items()) + ")"
+    else:
+        from collections import Counter
+
+        def common(cfg):
+            return json.dumps({k: v for k, v in cfg.items() if k not in _FREE_FIELDS}, sort_keys=True, default=str)
+
+        keys = {name: common(cfg) for name, cfg in stored.items()}
+        majority = Counter(keys.values()).most_common(1)[0][0] if keys else None
+        base = next((stored[n] for n, k in keys.items() if k == majority), {})
+        for name, k in keys.items():
+            if k != majority:
+                diff = config_diff(base, stored[name])
+                foreign[name] = "settings differ from the folder's other runs (" + ", ".join(
+                    f"{f}: {b!r} vs {a!r}" for f, (a, b) in diff.items() if f not in _FREE_FIELDS) + ")"
+        seen: dict[tuple, str] = {}
+        for name, cfg in stored.items():
+            if name in foreign:
+                continue
+            cell = tuple(json.dumps(cfg.get(f), sort_keys=True, default=str) for f in _FREE_FIELDS)
+            if cell in seen:
+                foreign[name] = f"the same cell as {seen[cell]}"
+            seen.setdefault(cell, name)
+    _foreign_warm_starts(root, [p for p in runs if p.name not in foreign], foreign)
+    return Audit(grid, [p for p in runs if p.name not in foreign], foreign, no_metrics)
+
+
+def _foreign_warm_starts(root: Path, runs: list[Path], foreign: dict[str, str]) -> None:
+    """Runs whose warm start has the grid's key but is another warm start (made on a machine that
+    rounds differently) than the one most of the grid's runs with that key started from."""
+    from collections import Counter
+
+    from schema.results import read_json
+
+    from .warmstart import differs, identity
+
+    used = {p.name: read_json(p / "config.json").get("warm_start") or {} for p in runs}
+    for key in {w.get("key") for w in used.values()} - {None}:
+        names = [n for n, w in used.items() if w.get("key") == key]
+        tally = Counter(json.dumps(identity(used[n]), sort_keys=True, default=str) for n in names)
+        common = json.loads(tally.most_common(1)[0][0])
+        for n in names:
+            why = differs(used[n], common)
+            if why:
+                foreign[n] = (f"started from another warm start than the grid's other runs with key {key} ({why}): "
+                              f"same settings, other numerics (another machine)")
+
+
+def check_warm_starts(out: Path, warm: dict[str, dict]) -> None:
+    """Refuse to add runs to ``out`` when this machine's warm start (``warm``, per horizon) is not
+    the one its existing runs started from: the same settings give another warm start on a CPU that
+    rounds differently (:mod:`llm_runs.warmstart`), and runs from two warm starts are not paired."""
+    from schema.results import read_json
+
+    from .warmstart import differs, machine
+
+    if not Path(out).is_dir():
+        return
+    by_key = {info["key"]: (h, info) for h, info in warm.items() if "key" in info}
+    bad: dict[str, list[str]] = {}
+    for run in sorted(p for p in Path(out).iterdir() if (p / "config.json").is_file()):
+        used = read_json(run / "config.json").get("warm_start") or {}
+        if used.get("key") not in by_key:
+            continue
+        h, here = by_key[used["key"]]
+        why = differs(used, here)
+        if why:
+            bad.setdefault(f"{h} ({why})", []).append(run.name)
+    if bad:
+        listed = "; ".join(f"horizon {k}: {len(v)} run(s), e.g. {v[0]}" for k, v in bad.items())
+        raise ValueError(f"this machine's warm start is not the one the runs in {out} started from ({listed}). "
+                         f"The numerics depend on the CPU (this one: {machine()}), so runs made here would not "
+                         f"be paired with them: nothing was run. Continue the grid on a machine whose warm start "
+                         f"matches (each run's config.json records the one it used), or give another --out")
