@@ -277,8 +277,7 @@ def analyse(study: str | Path, root: str | Path) -> dict:
     runs = runs.assign(mass_bias=[key.get((str(study) if r.source == "study" else str(root), r.run), math.nan)
                                   for r in runs.itertuples()])
     hyp = {"M1": _m1(runs), "M2": _m2(runs), "M2b": _m2b(runs), "M3": _m3(runs), "M4": _m4(runs),
-           "M5": {"verdict": "NOT DECIDED", "reason": "the larger model's grid has not been run"},
-           "M6": _m6(root, runs)}
+           "M5": _m5(study, Path(root).parent / "scale"), "M6": _m6(root, runs)}
     for h, r in hyp.items():
         r["seeds"] = seeds
         if h != "M5" and len(seeds) < MIN_SEEDS:
@@ -361,6 +360,50 @@ def _m4(runs) -> dict:
     return {"verdict": verdict, "margin": MARGIN,
             **{v: {"stable": list(_share(runs, "adam", v)), **_iv(boots[v]), "noninferior": noninf[v],
                    "worse": worse[v]} for v in variants}}
+
+
+SCALE_MIN_SEEDS = 5
+"""M5's minimum of whole paired seeds at the larger model."""
+
+
+def m5_verdict(reference: float, diff: dict) -> str:
+    """CONFIRMED when ``diff``'s interval excludes 0 on the side of ``reference`` (the study model's
+    mean), REFUTED when it excludes 0 on the other side, else INCONCLUSIVE."""
+    if not diff["n"] or not np.isfinite(diff["low"]) or not np.isfinite(diff["high"]):
+        return "INCONCLUSIVE"
+    below, above = diff["high"] < 0, diff["low"] > 0
+    if (below and reference < 0) or (above and reference > 0):
+        return "CONFIRMED"
+    return "REFUTED" if below or above else "INCONCLUSIVE"
+
+
+def _m5(study: str | Path, scale: str | Path) -> dict:
+    """M5: GMC - TOPR (final pc) at d = 64 at the larger model (the ``scale`` grid, its whole seeds),
+    against the sign of the same difference at the study model (the committed study's whole seeds)."""
+    base = {"hypothesis": HYPOTHESES["M5"]}
+    s = read_runs(study)
+    s = s[(s["horizon"] == "long") & (s["delay"] == DELAY)].assign(arm="adam")
+    ref = _diff(s, "adam", "gmc", "adam", "topr")
+    base["study_model"] = _iv(ref)
+    if not (Path(scale).is_dir() and any(Path(scale).iterdir())):
+        return {**base, "verdict": "NOT DECIDED", "reason": f"the larger model's grid ({scale}) has not been run",
+                "scale_seeds": []}
+    runs = read_runs(scale).assign(arm="")
+    seeds = whole_seeds_of(runs, planned_cells("scale"))
+    runs = runs[runs["seed"].isin(seeds)]
+    diff = _diff(runs, "", "gmc", "", "topr") if seeds else {"n": 0, "mean": math.nan, "low": math.nan,
+                                                              "high": math.nan}
+    shares = {e: list(_share(runs, "", e)) for e in sorted(set(runs.loc[runs["delay"] == DELAY, "estimator"]))}
+    d0 = runs[runs["delay"] == 0]
+    out = {**base, "scale_seeds": seeds, "gmc_minus_topr": _iv(diff), "stable_shares": shares,
+           "delay0_gain": float(d0["pc_final"].mean() - d0["pc0"].mean()) if len(d0) else math.nan,
+           "means": {e: float(g["pc_final"].mean()) for e, g in runs[runs["delay"] == DELAY].groupby("estimator")}}
+    verdict = m5_verdict(ref["mean"], diff)
+    if len(seeds) < SCALE_MIN_SEEDS:
+        return {**out, "interim_verdict": verdict, "verdict": "NOT DECIDED",
+                "reason": f"{len(seeds)} whole seeds at the larger model, fewer than the pre-registered "
+                          f"{SCALE_MIN_SEEDS}"}
+    return {**out, "verdict": verdict}
 
 
 def _m6(root, runs) -> dict:

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from claims.mechanism import _m1, _m2, _m3, _m4, arm_of, auc, stratified_auc, whole_seeds_of
+from claims.mechanism import _diff, _m1, _m2, _m3, _m4, arm_of, auc, m5_verdict, stratified_auc, whole_seeds_of
 
 
 def _runs(cells: dict) -> pd.DataFrame:
@@ -97,3 +97,16 @@ def test_replay_comparison_ignores_columns_only_the_replay_has(tmp_path):
     assert compare_metrics(ref, new, 2) == ["step 1 train/loss: '0.25' vs '0.26'"]
     new.write_text("step,perf/step_s\n0,1.0\n1,1.0\n")
     assert compare_metrics(ref, new, 2) == ["columns missing from the replay: ['train/loss']"]
+
+
+def test_m5_keeps_the_sign_of_the_study_model_or_refutes_it():
+    """The larger model's GMC - TOPR (paired by seed) against the study model's sign (-0.456)."""
+    worse = _runs({("", "gmc"): (BAD, _pc(0.2)), ("", "topr"): (GOOD, _pc(0.6))})
+    assert m5_verdict(-0.456, _diff(worse, "", "gmc", "", "topr")) == "CONFIRMED"
+    better = _runs({("", "gmc"): (GOOD, _pc(0.7)), ("", "topr"): (GOOD, _pc(0.6))})
+    assert m5_verdict(-0.456, _diff(better, "", "gmc", "", "topr")) == "REFUTED"
+    level = 0.6 + RNG.normal(0, 0.05, 10)
+    same = _runs({("", "gmc"): (GOOD, level + RNG.normal(0, 0.05, 10)), ("", "topr"): (GOOD, level)})
+    assert m5_verdict(-0.456, _diff(same, "", "gmc", "", "topr")) == "INCONCLUSIVE"
+    assert m5_verdict(-0.456, {"n": 0, "mean": float("nan"), "low": float("nan"), "high": float("nan")}) == \
+        "INCONCLUSIVE"
