@@ -132,14 +132,15 @@ class Study:
     floor: tuple[str, ...] = ("stale",)  # estimators run at the largest delay only
     zero_delay: str | None = "gmc"  # the estimator that stands for every scheme at delay 0 (None: no delay-0 run)
     doc: str = ""
-    async_estimators: tuple[str, ...] = ()  # (the sweep driver's field; the study has none)
     arms: tuple[Arm, ...] = ()  # intervention arms; none: ``estimators`` under ``base`` only
 
     def settings(self) -> dict:
         """What ``sweep.json`` records (and a continued grid must match); a grid without arms
         records exactly what it recorded before arms existed."""
         drop = ("out", "doc") + (() if self.arms else ("arms",))
-        return json.loads(json.dumps({k: v for k, v in dataclasses.asdict(self).items() if k not in drop}))
+        found = {k: v for k, v in dataclasses.asdict(self).items() if k not in drop}
+        found["async_estimators"] = []  # the sweep driver's field, which every study grid has recorded (empty)
+        return json.loads(json.dumps(found))
 
     def default_out(self) -> Path:
         """``out`` under the results root (``GMC_RESULTS`` or ``results/``)."""

@@ -30,6 +30,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import execution
+
 from .grid_check import Audit, audit, check_warm_starts  # noqa: F401 (the analysis' entry points)
 from .grids import (  # noqa: F401 (the names the pre-registrations quote)
     ESTIMATORS,
@@ -126,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print the runs, their state and the estimated time")
     p.add_argument("--cost-from", default=None, help="price the plan with the step costs measured in this folder")
     p.add_argument("--no-progress", action="store_true")
+    execution.add_arguments(p)
     p.add_argument("--pack", action="store_true",
                    help="only pack the finished runs' metrics.csv as metrics.csv.gz (same bytes; runs after a sweep too)")
     args = p.parse_args(argv)
@@ -141,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         est = estimate_seconds(cells, args.jobs, step_cost, eval_cost)
         missing = missing_estimators(study)
         if args.dry_run:
+            if args.executor == "local":
+                execution.from_arguments(args, jobs=args.jobs).close()  # the flags' errors, without running
             from .config import resolve_config
             from .sweep import run_state
 
@@ -154,14 +159,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{c.name:34s} {state}")
             per_h = {h: sum(c.horizon == h for c in cells) for h in study.horizons}
             print(f"{len(cells)} runs ({', '.join(f'{n} {h}' for h, n in per_h.items())}), {len(study.seeds)} seeds, "
-                  f"{args.jobs} at a time: estimated {est / 3600:.2f} h"
+                  f"{args.jobs} at a time ({args.executor}): estimated {est / 3600:.2f} h"
                   + (f"; not registered yet: {', '.join(missing)}" if missing else ""))
             return 0
         if missing:
             raise ValueError(f"estimators {missing} are not registered (estimators.losses.loss_names()): the grid "
                              f"needs every one of them; nothing was run")
         check_warm_starts(out, _warm_starts(study))
-        o = run_sweep(study, out, resume=args.resume, jobs=args.jobs, progress=not args.no_progress)
+        with execution.from_arguments(args, jobs=args.jobs) as executor:
+            o = run_sweep(study, out, resume=args.resume, jobs=args.jobs, progress=not args.no_progress,
+                          executor=executor)
         pack_finished(study, out)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -36,6 +36,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import execution
 
@@ -78,6 +79,31 @@ class Sweep:
 
         return results_root() / Path(self.out).relative_to("results")
 
+    def cells(self) -> list[Cell]:
+        """Every cell, controlled first then async; within each, seed-major so that a partial
+        sweep holds complete seeds."""
+        cells = [Cell(e, "controlled", d, s, {**self.base, "estimator": e, "delay": d, "seed": s})
+                 for s in self.seeds for d in self.delays for e in self.estimators]
+        cells += [Cell(e, "async", d, s, {**self.base, "estimator": e, "seed": s, **async_overrides(d)})
+                  for s in self.seeds for d in self.delays for e in self.async_estimators]
+        return cells
+
+
+class Grid(Protocol):
+    """What :func:`run_sweep` runs: a :class:`Sweep` or a :class:`llm_runs.grids.Study`."""
+
+    name: str
+    doc: str
+
+    def cells(self) -> list[Cell]:
+        """The runs, seed-major (a partial grid holds whole seeds)."""
+
+    def settings(self) -> dict:
+        """What ``sweep.json`` records, and a continued grid must match."""
+
+    def default_out(self) -> Path:
+        """Where the grid's runs go by default."""
+
 
 SWEEPS = {
     "full": Sweep("full", "results/llm/sweep", BASE,
@@ -114,25 +140,12 @@ def async_overrides(delay: int) -> dict:
     return {"mode": "async", "max_staleness": delay, "queue_size": max(1, delay)}
 
 
-def plan(sweep: Sweep) -> list[Cell]:
-    """Every cell, controlled first then async; within each, seed-major so that a partial
-    sweep holds complete seeds. A sweep object with its own ``cells()`` (the staleness study,
-    :mod:`llm_runs.study`) plans itself."""
-    if hasattr(sweep, "cells"):
-        cells = sweep.cells()
-    else:
-        cells = _grid_cells(sweep)
+def plan(sweep: Grid) -> list[Cell]:
+    """The grid's cells (:meth:`Grid.cells`), refusing a plan with two runs of one name."""
+    cells = sweep.cells()
     names = [c.name for c in cells]
     if len(set(names)) != len(names):
         raise ValueError(f"sweep {sweep.name!r} plans duplicate runs: {sorted(n for n in names if names.count(n) > 1)}")
-    return cells
-
-
-def _grid_cells(sweep: Sweep) -> list[Cell]:
-    cells = [Cell(e, "controlled", d, s, {**sweep.base, "estimator": e, "delay": d, "seed": s})
-             for s in sweep.seeds for d in sweep.delays for e in sweep.estimators]
-    cells += [Cell(e, "async", d, s, {**sweep.base, "estimator": e, "seed": s, **async_overrides(d)})
-              for s in sweep.seeds for d in sweep.delays for e in sweep.async_estimators]
     return cells
 
 
@@ -200,7 +213,7 @@ def _child_env() -> dict:
             "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
 
 
-def _prepare(sweep: Sweep, out: Path, resume: bool, log) -> tuple[list[Cell], list[tuple[Cell, str]], list[Cell]]:
+def _prepare(sweep: Grid, out: Path, resume: bool, log) -> tuple[list[Cell], list[tuple[Cell, str]], list[Cell]]:
     """(all cells, [(cell, state)] to run, async cells set aside). Refuses before any work."""
     from .config import resolve_config
 
@@ -225,7 +238,7 @@ def _prepare(sweep: Sweep, out: Path, resume: bool, log) -> tuple[list[Cell], li
     return cells, todo, waiting
 
 
-def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = False, jobs: int = 2,
+def run_sweep(sweep: Grid, out: str | Path | None = None, *, resume: bool = False, jobs: int = 2,
               progress: bool = True, log=None, executor=None) -> Outcome:
     """Run (or continue) ``sweep`` in ``out`` (default ``sweep.out`` under the results root); returns an
     :class:`Outcome`.
@@ -250,7 +263,7 @@ def run_sweep(sweep: Sweep, out: str | Path | None = None, *, resume: bool = Fal
         raise
 
 
-def _run_sweep(sweep: Sweep, out: Path, *, resume: bool, jobs: int, progress: bool, log, executor) -> Outcome:
+def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: bool, log, executor) -> Outcome:
     from tqdm.auto import tqdm
 
     from execution import LocalExecutor

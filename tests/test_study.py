@@ -576,3 +576,32 @@ def test_the_grid_refuses_to_add_runs_from_a_machine_whose_warm_start_differs(tm
                                          r"long-gmc-d0-s0\).*nothing was run"):
         check_warm_starts(root, {"long": here})
     check_warm_starts(root, {"long": {**here, "key": "another"}})  # another key: not this grid's warm start
+
+
+def test_every_committed_grid_records_the_settings_its_definition_gives(tmp_path):
+    """One grid protocol (cells, settings, default_out) for the sweep and the study: each committed
+    grid's sweep.json holds exactly what its definition's settings() gives, so it can be continued."""
+    import json
+
+    from llm_runs.grids import STUDIES
+
+    found = 0
+    for settings_file in sorted((REPO / "results" / "llm").glob("*/sweep.json")):
+        stored = json.loads(settings_file.read_text())["settings"]
+        if stored.get("name") in STUDIES:
+            assert stored == STUDIES[stored["name"]].settings(), settings_file
+            found += 1
+    assert found >= 5
+
+
+def test_the_study_runs_through_either_executor(tmp_path, capsys):
+    from llm_runs.study import main
+
+    out = tmp_path / "scale"
+    assert main(["--grid", "scale", "--executor", "ray", "--dry-run", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "30 runs (30 long), 5 seeds, 2 at a time (ray)" in said and not out.exists()
+    with pytest.raises(SystemExit):
+        main(["--grid", "scale", "--executor", "nowhere", "--dry-run", "--out", str(out)])
+    assert main(["--grid", "scale", "--cpus-per-run", "2", "--dry-run", "--out", str(out)]) == 2
+    assert "--cpus-per-run / --gpus-per-run need --executor ray" in capsys.readouterr().err
