@@ -12,6 +12,7 @@ import pandas as pd
 import sympy as sp
 
 from bounds.exponents import loglog_slope
+from estimators import scheme_names
 from schema.results import (
     MissingResults,
     Sim,
@@ -142,7 +143,7 @@ def tuned_slopes(df: pd.DataFrame) -> dict:
 
 # ------------------------------------------------------------------ second moment against delay (F4; claims 2, 16)
 
-CLASS = ["gmc", "tic_mask", "tic_trunc", "stale", "snis"]
+CLASS = scheme_names(family="theory", in_class=True)
 """Members of C_eps (THEORY §2) among the schemes drawn."""
 
 

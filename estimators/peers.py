@@ -30,7 +30,7 @@ import math
 from .schemes import register_scheme
 
 
-@register_scheme("topr", in_class=True, needs_advantages=True, sup_mass=lambda eps, B: 1.0)
+@register_scheme("topr", family="peer", in_class=True, needs_advantages=True, sup_mass=lambda eps, B: 1.0)
 def topr_log_weights(log_ratio, eps, advantages, ops):
     """TOPR (Le Roux et al., arXiv 2503.14286, eq. for grad J_TOPR, Sec. 3): trajectories with
     non-negative (baselined) return are unweighted, the others get truncated IS
@@ -47,7 +47,7 @@ def _tis_bn_sup(eps, B, C):
     return float(B)
 
 
-@register_scheme("seq_tis_bn", in_class=False, batch_coupled=True, sup_mass=_tis_bn_sup)
+@register_scheme("seq_tis_bn", family="peer", in_class=False, batch_coupled=True, sup_mass=_tis_bn_sup)
 def seq_tis_bn_log_weights(log_ratio, eps, advantages, ops, C):
     """verl rollout correction, sequence-level truncated IS with batch normalisation
     (``rollout_is="sequence"``, ``rollout_is_threshold=C``, ``rollout_is_batch_normalize=True``;
@@ -61,7 +61,7 @@ def seq_tis_bn_log_weights(log_ratio, eps, advantages, ops, C):
     return t - (glse - math.log(n))
 
 
-@register_scheme("seq_mis", in_class=False, sup_mass=lambda eps, B, lo, hi: float(hi))
+@register_scheme("seq_mis", family="peer", in_class=False, sup_mass=lambda eps, B, lo, hi: float(hi))
 def seq_mis_log_weights(log_ratio, eps, advantages, ops, lo, hi):
     """Sequence-level masked IS (verl rollout correction ``rollout_is="sequence"`` with
     rejection ``rollout_rs="seq_sum_k1"``, ``rollout_rs_threshold="lo_hi"``; IcePop's mask

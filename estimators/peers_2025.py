@@ -27,7 +27,7 @@ def _geo_sup(eps, B, lo, hi, length, C):
     return 1.0 if C == 0 else min(C, math.exp(length * math.log(hi)))
 
 
-@register_scheme("seq_geo_mask", in_class=True, sup_mass=_geo_sup)
+@register_scheme("seq_geo_mask", family="peer", in_class=True, sup_mass=_geo_sup)
 def seq_geo_mask_log_weights(log_ratio, eps, advantages, ops, lo, hi, length, C):
     """Geometric-mean sequence rejection (verl's Geo-RS, ``rollout_rs="seq_mean_k1"``; AReaL's
     ``rejection_sampling`` with ``level="sequence"``, ``metric="ratio"``, ``agg="mean"``):
@@ -76,7 +76,7 @@ def _vespo_sup(eps, B, k_pos, lambda_pos, k_neg, lambda_neg):
     return max(vespo_phi_max(k_pos, lambda_pos), vespo_phi_max(k_neg, lambda_neg))
 
 
-@register_scheme("vespo", in_class=False, needs_advantages=True, sup_mass=_vespo_sup)
+@register_scheme("vespo", family="peer", in_class=False, needs_advantages=True, sup_mass=_vespo_sup)
 def vespo_log_weights(log_ratio, eps, advantages, ops, k_pos, lambda_pos, k_neg, lambda_neg):
     """VESPO (arXiv 2602.10693), the detached gamma weight of the whole sequence ratio:
     ``c_i = phi(w_i) = w_i^k exp(lambda (1 - w_i))`` (``phi(1) = 1``), with ``(k, lambda) =

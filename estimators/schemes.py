@@ -65,6 +65,7 @@ class Scheme:
     surrogate: str = "detached"  # one of SURROGATES: how the torch surrogate differentiates it
     batch_coupled: bool = False  # a group's weights depend on the other groups of the array passed
     sup_mass: Callable | None = None  # (eps, num_groups, **params) -> sup_w of a group's mass (1/G) sum_i c_i
+    family: str = "theory"  # one of FAMILIES: where the scheme comes from
 
     def group_mass_sup(self, eps: float, num_groups: int = 1, **params) -> float:
         """The exact supremum over all ratios of one group's mass ``(1/G) sum_i c_i`` when the
@@ -80,11 +81,16 @@ class Scheme:
 
 SCHEMES: dict[str, Scheme] = {}
 
+FAMILIES = ("theory", "peer", "variant")
+"""Where a scheme comes from: THEORY §2's family (a)-(f), a published or shipped peer
+(:mod:`estimators.peers`, :mod:`estimators.peers_2025`), or a GMC variant of the mechanism study
+(:mod:`estimators.variants`)."""
 
-def register_scheme(name: str, *, in_class: bool, sup_mass: Callable, needs_advantages: bool = False,
+
+def register_scheme(name: str, *, family: str, in_class: bool, sup_mass: Callable, needs_advantages: bool = False,
                     bounded: bool = True, weights_fn: Callable | None = None, surrogate: str = "detached",
                     batch_coupled: bool = False):
-    """Decorator registering ``fn`` under ``name``; a taken name is refused.
+    """Decorator registering ``fn`` under ``name`` in ``family`` (:data:`FAMILIES`); a taken name is refused.
 
     ``sup_mass(eps, num_groups, **params)`` is the exact supremum of a group's mass (the
     membership rule of THEORY §2); the knobs of ``fn`` are :data:`estimators.params.PARAMS`'s
@@ -97,8 +103,10 @@ def register_scheme(name: str, *, in_class: bool, sup_mass: Callable, needs_adva
             raise ValueError(f"a scheme named {name!r} is already registered ({SCHEMES[name].log_weights.__qualname__})")
         if surrogate not in SURROGATES:
             raise ValueError(f"unknown surrogate {surrogate!r}; valid: {', '.join(SURROGATES)}")
+        if family not in FAMILIES:
+            raise ValueError(f"unknown scheme family {family!r}; valid: {', '.join(FAMILIES)}")
         SCHEMES[name] = Scheme(name, fn, in_class, needs_advantages, bounded, (fn.__doc__ or "").strip(), weights_fn,
-                               surrogate, batch_coupled, sup_mass)
+                               surrogate, batch_coupled, sup_mass, family)
         return fn
 
     return deco
@@ -111,38 +119,44 @@ def get_scheme(name: str) -> Scheme:
         raise ValueError(f"unknown scheme {name!r}; valid schemes: {', '.join(sorted(SCHEMES))}") from None
 
 
-def scheme_names() -> list[str]:
-    return list(SCHEMES)
+def scheme_names(*, family: str | None = None, in_class: bool | None = None) -> list[str]:
+    """Registered scheme names in registration order, optionally only those of ``family``
+    (:data:`FAMILIES`) and only the members (``in_class=True``) or non-members of C_eps. Every
+    scheme list of the toolkit is one such query."""
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"unknown scheme family {family!r}; valid: {', '.join(FAMILIES)}")
+    return [n for n, s in SCHEMES.items() if (family is None or s.family == family)
+            and (in_class is None or s.in_class == in_class)]
 
 
 # --------------------------------------------------------------------------- schemes
 
 
-@register_scheme("is", in_class=False, bounded=False, sup_mass=lambda eps, B: math.inf)
+@register_scheme("is", family="theory", in_class=False, bounded=False, sup_mass=lambda eps, B: math.inf)
 def is_log_weights(log_ratio, eps, advantages, ops):
     """(a) plain trajectory IS, c_i = w_i (THEORY §2). Unbiased (Lemma 1); mean weight unbounded."""
     return log_ratio
 
 
-@register_scheme("stale", in_class=True, sup_mass=lambda eps, B: 1.0)
+@register_scheme("stale", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0)
 def stale_log_weights(log_ratio, eps, advantages, ops):
     """(b) stale on-policy, c_i = 1: ignore the policy gap."""
     return ops.full_like(log_ratio, 0.0)
 
 
-@register_scheme("tic_mask", in_class=True, surrogate="clamp", sup_mass=lambda eps, B: 1.0 + eps)
+@register_scheme("tic_mask", family="theory", in_class=True, surrogate="clamp", sup_mass=lambda eps, B: 1.0 + eps)
 def tic_mask_log_weights(log_ratio, eps, advantages, ops):
     """(c1) TIC-mask, c_i = w_i 1{w_i <= 1+eps}: the gradient of the clamped surrogate min(w, 1+eps) A."""
     return ops.where(log_ratio <= log1p_scalar(eps), log_ratio, ops.full_like(log_ratio, -math.inf))
 
 
-@register_scheme("tic_trunc", in_class=True, sup_mass=lambda eps, B: 1.0 + eps)
+@register_scheme("tic_trunc", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0 + eps)
 def tic_trunc_log_weights(log_ratio, eps, advantages, ops):
     """(c2) TIC-trunc (truncated IS), c_i = min(w_i, 1+eps)."""
     return ops.clamp_max(log_ratio, log1p_scalar(eps))
 
 
-@register_scheme("tic_ppo", in_class=False, needs_advantages=True, bounded=False, sup_mass=lambda eps, B: math.inf)
+@register_scheme("tic_ppo", family="theory", in_class=False, needs_advantages=True, bounded=False, sup_mass=lambda eps, B: math.inf)
 def tic_ppo_log_weights(log_ratio, eps, advantages, ops):
     """(c3) TIC-PPO, c_i = w_i 1{w_i <= 1+eps or A_i < 0}: literal PPO-min, upper-only clip (reference)."""
     keep = (log_ratio <= log1p_scalar(eps)) | (advantages < 0)
@@ -188,7 +202,7 @@ def _gmc_weights(log_ratio, eps, advantages, ops):
     return ops.scale_(w, ops.exp(log_lam))  # lambda * w
 
 
-@register_scheme("gmc", in_class=True, weights_fn=_gmc_weights, sup_mass=lambda eps, B: 1.0 + eps)
+@register_scheme("gmc", family="theory", in_class=True, weights_fn=_gmc_weights, sup_mass=lambda eps, B: 1.0 + eps)
 def gmc_log_weights(log_ratio, eps, advantages, ops):
     """(d) GMC, c_i = lambda w_i with lambda = min(1, (1+eps)/mean_j w_j); group mass min(mean w, 1+eps)."""
     m, s = _shifted_lse(log_ratio, ops)
@@ -198,7 +212,7 @@ def gmc_log_weights(log_ratio, eps, advantages, ops):
     return ops.where(capped, (log_ratio - m) + (log_cap - s), log_ratio)
 
 
-@register_scheme("snis", in_class=True, sup_mass=lambda eps, B: 1.0)
+@register_scheme("snis", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0)
 def snis_log_weights(log_ratio, eps, advantages, ops):
     """(e) self-normalised IS, c_i = w_i / mean_j w_j (group mass exactly 1)."""
     m, s = _shifted_lse(log_ratio, ops)

@@ -43,7 +43,7 @@ def _subset_log_lambda(log_ratio, keep, eps, ops):
     return ops.where(empty, ops.full_like(m, 0.0), ops.clamp_max(log1p_scalar(eps) - log_mean, 0.0))
 
 
-@register_scheme("gmc_cap", in_class=True,
+@register_scheme("gmc_cap", family="variant", in_class=True,
                  sup_mass=lambda eps, B, kappa: (1.0 + eps) * min(1.0, kappa))
 def gmc_cap_log_weights(log_ratio, eps, advantages, ops, kappa):
     """GMC, then a per-trajectory cap: c_i = min(lambda w_i, C), C = kappa (1+eps). With
@@ -52,7 +52,7 @@ def gmc_cap_log_weights(log_ratio, eps, advantages, ops, kappa):
     return ops.clamp_max(gmc_log_weights(log_ratio, eps, advantages, ops), math.log(kappa) + log1p_scalar(eps))
 
 
-@register_scheme("gmc_topr", in_class=True, needs_advantages=True, sup_mass=lambda eps, B: 1.0 + eps)
+@register_scheme("gmc_topr", family="variant", in_class=True, needs_advantages=True, sup_mass=lambda eps, B: 1.0 + eps)
 def gmc_topr_log_weights(log_ratio, eps, advantages, ops):
     """GMC's rescaling on the positive-advantage trajectories (A_i >= 0: c_i = lambda_+ w_i, the
     mean taken over those trajectories of the group), TOPR's truncation on the negative ones
@@ -62,7 +62,7 @@ def gmc_topr_log_weights(log_ratio, eps, advantages, ops):
     return ops.where(pos, log_ratio + lam, ops.clamp_max(log_ratio, 0.0))
 
 
-@register_scheme("topr_gmc", in_class=True, needs_advantages=True, sup_mass=lambda eps, B: 1.0 + eps)
+@register_scheme("topr_gmc", family="variant", in_class=True, needs_advantages=True, sup_mass=lambda eps, B: 1.0 + eps)
 def topr_gmc_log_weights(log_ratio, eps, advantages, ops):
     """TOPR's ``c = 1`` on the positive-advantage trajectories (A_i >= 0), GMC's rescaling on the
     negative ones (A_i < 0: c_i = lambda_- w_i, the mean taken over those trajectories)."""

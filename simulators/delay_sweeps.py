@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from estimators import scheme_names
+
 from . import theory
 from ._rows import MOMENT_COLUMNS, moment_rows
 from .bandit import sweeps as e1
@@ -14,7 +16,8 @@ from .token_mdp import sweeps as e2
 
 ENVS = {"bandit": e1.instance, "token_mdp": e2.instance}
 
-CLASS_SCHEMES = ["is", "stale", "tic_mask", "tic_trunc", "gmc", "snis"]
+DELAY_SCHEMES = ["is", *scheme_names(family="theory", in_class=True)]
+"""THEORY §2's members of C_eps and plain IS (not a member: the unbiased reference)."""
 
 
 def make_instance(env: str, name: str):
@@ -126,23 +129,23 @@ ASYNC_DELAYS = [0, 2, 4, 8, 16, 32]  # the figures' 0, 4, 16 and claim 17's 0, 2
 SETTINGS = {
     "second_moment_vs_delay": {
         "full": {"grid": {"env": ["bandit"], "instance": ["mild"], "Delta": _DELTAS, "G": [8], "eps": [0.2]},
-                 "fixed": {"schemes": CLASS_SCHEMES, "n_groups": 20_000}, "seeds": [0, 1, 2]},
+                 "fixed": {"schemes": DELAY_SCHEMES, "n_groups": 20_000}, "seeds": [0, 1, 2]},
         "quick": {"grid": {"env": ["bandit"], "instance": ["mild"], "Delta": [0.0, 0.5, 1.0, 2.0, 4.0], "G": [8],
                            "eps": [0.2]},
-                  "fixed": {"schemes": CLASS_SCHEMES, "n_groups": 4_000}, "seeds": [0]},
+                  "fixed": {"schemes": DELAY_SCHEMES, "n_groups": 4_000}, "seeds": [0]},
     },
     "second_moment_vs_delay_e2": {
         "full": {"grid": {"env": ["token_mdp"], "instance": ["threshold"], "Delta": _DELTAS, "G": [4],
                           "eps": [0.2]},
-                 "fixed": {"schemes": CLASS_SCHEMES, "n_groups": 20_000}, "seeds": [0, 1, 2]},
+                 "fixed": {"schemes": DELAY_SCHEMES, "n_groups": 20_000}, "seeds": [0, 1, 2]},
         "quick": {"grid": {"env": ["token_mdp"], "instance": ["threshold"], "Delta": [0.0, 1.0, 2.0, 4.0],
                            "G": [4], "eps": [0.2]},
-                  "fixed": {"schemes": CLASS_SCHEMES, "n_groups": 4_000}, "seeds": [0]},
+                  "fixed": {"schemes": DELAY_SCHEMES, "n_groups": 4_000}, "seeds": [0]},
     },
     "async_sgd": {
-        "full": {"grid": {"env": ["bandit", "token_mdp"], "scheme": CLASS_SCHEMES, "eps": [0.1, 0.2, 0.4]},
+        "full": {"grid": {"env": ["bandit", "token_mdp"], "scheme": DELAY_SCHEMES, "eps": [0.1, 0.2, 0.4]},
                  "fixed": {"delays": ASYNC_DELAYS, "T": 200, "delay_kind": "fixed"}, "seeds": list(range(20))},
-        "quick": {"grid": {"env": ["bandit"], "scheme": CLASS_SCHEMES, "eps": [0.2]},
+        "quick": {"grid": {"env": ["bandit"], "scheme": DELAY_SCHEMES, "eps": [0.2]},
                   "fixed": {"delays": [0, 4, 16], "T": 100, "delay_kind": "fixed"}, "seeds": [0, 1, 2]},
     },
 }

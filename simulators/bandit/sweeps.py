@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from estimators import scheme_names
+
 from .._rows import MOMENT_COLUMNS, moment_rows
 from ..sweep_spec import Sweep, derive_seed
 from .env import SoftmaxBandit, rare_arm_instance
@@ -31,7 +33,7 @@ def run_bias_vs_G(setting: dict, seeds: list[int]):
                        setting["n_groups"], lambda s: derive_seed(s, setting))
 
 
-ALL_SCHEMES = ["is", "stale", "tic_mask", "tic_trunc", "tic_ppo", "gmc", "snis"]
+ALL_SCHEMES = scheme_names(family="theory")
 """THEORY §2's family (the published peers are measured by the ``peers`` sweep, simulators.peers)."""
 
 SETTINGS = {
