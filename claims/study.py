@@ -303,6 +303,48 @@ def differences_table(runs: pd.DataFrame, reference: str = "gmc", metric: str = 
     return pd.DataFrame(rows)
 
 
+DIFFERENCE_METRICS = ("pc_final", "auc")
+"""The metrics of the report's difference table and F10."""
+
+
+def differences(runs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`differences_table` of every metric of :data:`DIFFERENCE_METRICS`, stacked (column
+    ``metric``): computed once per runs frame (kept in ``runs.attrs``), read by F10, its caption
+    and the report."""
+    tab = runs.attrs.get("differences")
+    if tab is None:
+        tab = pd.concat([differences_table(runs, metric=m).assign(metric=m) for m in DIFFERENCE_METRICS],
+                        ignore_index=True)
+        runs.attrs["differences"] = tab
+    return tab
+
+
+def plain_answer_facts(runs: pd.DataFrame) -> dict:
+    """The study's answer so far, by rule: at the largest positive delay of the long horizon (else
+    the first horizon with one), the stable estimators ranked by mean final pc, GMC's paired
+    difference to the best other stable one, and the unstable ones (whole seeds only). The report
+    renders it (:func:`figures.report.plain_answer`)."""
+    seeds = runs.attrs.get("seeds", sorted(runs["seed"].unique()))
+    pos = runs[(runs["delay"] > 0) & runs["complete"]]
+    h = "long" if (pos["horizon"] == "long").any() else (sorted(pos["horizon"].unique()) or [None])[0]
+    facts = {"seeds": list(seeds), "interim": len(seeds) < MIN_SEEDS, "horizon": h,
+             "stable_fraction": STABLE_FRACTION}
+    if h is None:
+        return facts
+    cell = pos[pos["horizon"] == h]
+    d = int(cell["delay"].max())
+    means = cell[cell["delay"] == d].groupby("estimator")["pc_final"].mean()
+    stable = [e for e in means.index if stable_in_cell(runs, h, d, e)]
+    ranked = sorted(stable, key=lambda e: -means[e])
+    facts.update(delay=d, ranked=[(e, float(means[e])) for e in ranked],
+                 unstable=[e for e in means.index if e not in stable], gmc_present="gmc" in means.index,
+                 gmc_stable="gmc" in stable)
+    others = [e for e in ranked if e != "gmc"]
+    if "gmc" in means.index and others:
+        facts["gmc_vs_best"] = {"best": others[0], **_interval(bootstrap(paired(runs, h, d, "gmc", others[0])))}
+    return facts
+
+
 HYPOTHESES = {
     "H1": "GMC's final held-out pc exceeds TIC-mask's at the largest delay, long horizon",
     "H2": "GMC is at least as good as every stable baseline there (non-inferiority by the margin, Holm)",

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from claims.study import MARGIN, MIN_SEEDS, STABLE_FRACTION, differences_table, read_runs, stable_in_cell, whole_seeds
+from claims.study import MARGIN, MIN_SEEDS, STABLE_FRACTION, differences, read_runs, stable_in_cell, whole_seeds
 from schema.results import STUDY, source_note
 
 from . import style
@@ -21,7 +21,7 @@ from . import style
 NAME = "f10_study_differences"
 TITLE = "F10. Staleness study: GMC minus each baseline (paired by seed, 95% bootstrap intervals)"
 SOURCES = [STUDY]
-METRICS = {"pc_final": "final held-out pc", "auc": "AUC of held-out pc"}
+METRICS = {"pc_final": "final held-out pc", "auc": "AUC of held-out pc"}  # keys: DIFFERENCE_METRICS
 
 
 def load() -> pd.DataFrame:
@@ -36,8 +36,8 @@ def load() -> pd.DataFrame:
 
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
-    """:func:`claims.study.differences_table` of every metric of :data:`METRICS`, stacked (column ``metric``)."""
-    return pd.concat([differences_table(runs, metric=m).assign(metric=m) for m in METRICS], ignore_index=True)
+    """:func:`claims.study.differences` (computed once per runs frame)."""
+    return differences(runs)
 
 
 def cells(tab: pd.DataFrame) -> list[tuple[str, int]]:

@@ -147,9 +147,9 @@ def verdicts_table(verdicts: dict) -> list[str]:
 
 def differences_markdown(runs) -> list[str]:
     """GMC minus each baseline (whole seeds) per horizon and delay, final pc and AUC, as a table."""
-    from .f10_study_differences import table
+    from claims.study import differences
 
-    tab = table(runs)
+    tab = differences(runs)
     if not len(tab):
         return ["No paired difference (no positive-delay cell)."]
     pc, auc = (tab[tab["metric"] == m].set_index(["horizon", "delay", "baseline"]) for m in ("pc_final", "auc"))
@@ -198,37 +198,26 @@ def bound_markdown(tab) -> list[str]:
 
 
 def plain_answer(runs) -> str:
-    """The study's answer so far in one paragraph, by rule: at the largest delay and the long
-    horizon, the stable estimators ranked by mean final pc, GMC's paired difference to the best
-    other stable one, and the unstable ones (whole seeds only)."""
-    from claims.study import MIN_SEEDS, bootstrap, paired, stable_in_cell
+    """:func:`claims.study.plain_answer_facts` in one paragraph."""
+    from claims.study import MIN_SEEDS, plain_answer_facts
 
-    seeds = runs.attrs.get("seeds", sorted(runs["seed"].unique()))
-    pos = runs[(runs["delay"] > 0) & runs["complete"]]
-    h = "long" if (pos["horizon"] == "long").any() else (sorted(pos["horizon"].unique()) or [None])[0]
-    if h is None:
+    f = plain_answer_facts(runs)
+    if f["horizon"] is None:
         return "No positive-delay run yet: no answer."
-    cell = pos[pos["horizon"] == h]
-    d = int(cell["delay"].max())
-    cell = cell[cell["delay"] == d]
-    means = cell.groupby("estimator")["pc_final"].mean()
-    stable = [e for e in means.index if stable_in_cell(runs, h, d, e)]
-    unstable = [e for e in means.index if e not in stable]
-    ranked = sorted(stable, key=lambda e: -means[e])
-    rank = "; ".join(f"{plain(style.label(e))} {means[e]:.3f}" for e in ranked) or "none"
-    text = (f"At the largest delay (d = {d}) and the {h} horizon, over {len(seeds)} whole seed{'' if len(seeds) == 1 else 's'}, the stable "
-            f"estimators ranked by mean final held-out pc are: {rank}. ")
-    others = [e for e in ranked if e != "gmc"]
-    if "gmc" not in means.index:
+    n = len(f["seeds"])
+    rank = "; ".join(f"{plain(style.label(e))} {m:.3f}" for e, m in f["ranked"]) or "none"
+    text = (f"At the largest delay (d = {f['delay']}) and the {f['horizon']} horizon, over {n} whole seed"
+            f"{'' if n == 1 else 's'}, the stable estimators ranked by mean final held-out pc are: {rank}. ")
+    if not f["gmc_present"]:
         text += "GMC has no run there. "
-    elif others:
-        best = others[0]
-        b = bootstrap(paired(runs, h, d, "gmc", best))
-        text += (f"GMC minus the best other stable estimator ({plain(style.label(best))}): {b['mean']:+.3f}, 95% "
+    elif "gmc_vs_best" in f:
+        b = f["gmc_vs_best"]
+        text += (f"GMC minus the best other stable estimator ({plain(style.label(b['best']))}): {b['mean']:+.3f}, 95% "
                  f"interval [{_num(b['low'], '+.3f')}, {_num(b['high'], '+.3f')}] over {b['n']} paired seeds"
-                 + ("" if "gmc" in stable else " (GMC itself is unstable there)") + ". ")
-    text += f"Unstable there (fewer than 80% of seeds stable): {', '.join(plain(style.label(e)) for e in unstable) or 'none'}."
-    if len(seeds) < MIN_SEEDS:
+                 + ("" if f["gmc_stable"] else " (GMC itself is unstable there)") + ". ")
+    text += (f"Unstable there (fewer than {f['stable_fraction']:.0%} of seeds stable): "
+             f"{', '.join(plain(style.label(e)) for e in f['unstable']) or 'none'}.")
+    if f["interim"]:
         text += (f" This is interim: the pre-registered stopping rule needs {MIN_SEEDS} whole seeds, so nothing here "
                  "is a verdict.")
     return text
@@ -237,7 +226,7 @@ def plain_answer(runs) -> str:
 def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str]]:
     """The report's first section: the staleness study's verdicts, tables, plain answer and figures.
     Returns (markdown lines, names of figures not drawn)."""
-    from claims.study import MIN_SEEDS, bound_table
+    from claims.study import MIN_SEEDS, STABLE_FRACTION, bound_table
     from schema.results import STUDY, VERDICTS, read_json
 
     from .f10_study_differences import load as load_runs
@@ -279,7 +268,7 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     md += [f"### Plain answer{'' if decided else ' so far'}", "", plain_answer(runs), ""]
     md += ["### GMC minus each baseline", "",
            ("Mean paired difference (GMC minus the baseline, seed by seed, whole seeds) with its 95% percentile-bootstrap "
-           "interval; a baseline is stable in a cell when at least 80% of its seeds are."), ""]
+           f"interval; a baseline is stable in a cell when at least {STABLE_FRACTION:.0%} of its seeds are."), ""]
     md += differences_markdown(runs) + [""]
     md += ["### THEORY §3's mass-bias bound at LLM scale", "",
            ("Per update of every complete run: the realised mass bias against its bound at the batch's plug-in chi^2 "
