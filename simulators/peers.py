@@ -33,16 +33,18 @@ import torch
 from scipy.special import softmax
 
 import estimators
+from estimators import scheme_names
 from estimators.losses import TOKEN_LOSSES, is_batch_coupled, policy_loss
 
 from . import theory
 from .core import bound_M, configurations
 from .delay import static_behaviour
-from .delay_sweeps import make_instance
+from .delay_sweeps import DELAY_SCHEMES, make_instance
 from .sweep_spec import Sweep, derive_seed
 
-TRAJECTORY = ["is", "stale", "tic_mask", "tic_trunc", "gmc", "snis", "topr", "seq_mis", "seq_tis_bn",
-              "seq_geo_mask", "vespo"]
+TRAJECTORY = [*DELAY_SCHEMES, *scheme_names(family="peer"), *scheme_names(family="variant")]
+"""Every trajectory scheme: THEORY §2's members of C_eps and IS, the peers, and the mechanism
+study's GMC variants (at their default knobs)."""
 TOKEN = ["token_clip", "gspo", "cispo", "opsm", "m2po", "icepop", "sapo", "dppo_tv"]
 
 LENGTH_KNOB = {"seq_geo_mask": "length"}
