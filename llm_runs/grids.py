@@ -133,11 +133,12 @@ class Study:
     zero_delay: str | None = "gmc"  # the estimator that stands for every scheme at delay 0 (None: no delay-0 run)
     doc: str = ""
     arms: tuple[Arm, ...] = ()  # intervention arms; none: ``estimators`` under ``base`` only
+    pairs_with: tuple[str, ...] = ()  # grids whose runs its analysis pairs with (results/...): same warm start
 
     def settings(self) -> dict:
         """What ``sweep.json`` records (and a continued grid must match); a grid without arms
         records exactly what it recorded before arms existed."""
-        drop = ("out", "doc") + (() if self.arms else ("arms",))
+        drop = ("out", "doc", "pairs_with") + (() if self.arms else ("arms",))
         found = {k: v for k, v in dataclasses.asdict(self).items() if k not in drop}
         found["async_estimators"] = []  # the sweep driver's field, which every study grid has recorded (empty)
         return json.loads(json.dumps(found))
@@ -147,6 +148,12 @@ class Study:
         from schema.results import results_root
 
         return results_root() / Path(self.out).relative_to("results")
+
+    def paired_folders(self) -> list[Path]:
+        """The folders of the grids in ``pairs_with`` under the results root."""
+        from schema.results import results_root
+
+        return [results_root() / Path(f).relative_to("results") for f in self.pairs_with]
 
     def cells(self) -> list[StudyCell]:
         """Seed-major: all runs of seed s (every horizon and arm) before any run of seed s + 1."""
@@ -224,7 +231,7 @@ STUDIES = {
                                   "of the pc gain the study's 200 updates leave (exploratory, after the grid)"),
     "mechanism": Study("mechanism", "results/llm/mechanism", {**STUDY_BASE, "mechanism_diagnostics": True},
                        {"long": HORIZONS["long"]}, (), delays=(64,), seeds=tuple(range(10)), floor=(),
-                       arms=MECHANISM_ARMS,
+                       arms=MECHANISM_ARMS, pairs_with=("results/llm/study",),
                        doc="why GMC fails on long completions (docs/PREREGISTRATION-MECHANISM.md): optimiser arms "
                            "(sgd, adamclip, adamwclip) x gmc, is, tic_mask, tic_trunc, topr + a delay-0 run each, and "
                            "scheme arms under unclipped Adam (gmc, topr, gmc_cap, gmc_topr, topr_gmc, snis; gmc_cap "
@@ -248,6 +255,7 @@ STUDIES = {
                         {"short": {**HORIZONS["short"], "geo_length": 3.0},
                          "long": {**HORIZONS["long"], "geo_length": 18.0}},
                         NEWCOMERS_2025, delays=(16, 64), seeds=tuple(range(10)), floor=(), zero_delay=None,
+                        pairs_with=("results/llm/study",),
                         doc="exploratory, not pre-registered: the 2025-2026 corrections at the primary grid's "
                             "delays, horizons, warm starts and seeds (200 runs); seq_geo_mask averages over "
                             "L = 18 tokens at the long horizon (every completion has 18) and L = 3 at the short "

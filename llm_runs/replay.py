@@ -114,7 +114,7 @@ def replay_against_commit(run: str | Path, steps: int, commit: str | None = None
     from schema.results import METRICS_FILE, read_json
 
     from .config import load_run_config
-    from .sweep import cli_flags
+    from .train import cli_flags
     from .trainer import Trainer
 
     run = Path(run)

@@ -92,3 +92,20 @@ class RunFolder:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+
+def run_state(run: Path, planned: dict) -> str:
+    """``new`` | ``complete`` | ``interrupted``; a folder that is not this planned run is a ValueError,
+    and so is one a live trainer holds (:mod:`schema.runlock`): never two trainers on one folder."""
+    if run.is_dir():
+        check_free(run)
+    if not run.exists() or (run.is_dir() and not entries(run)):
+        return "new"
+    stored_file = run / "config.json"
+    if not stored_file.is_file():
+        raise ValueError(f"{run} exists but holds no run (no config.json): move it away; it is never overwritten")
+    diff = config_diff(read_run_config(run), planned)
+    if diff:
+        changes = ", ".join(f"{k}: {a!r} vs planned {b!r}" for k, (a, b) in diff.items())
+        raise ValueError(f"{run} was run with other settings ({changes}): use another --out or move it away")
+    return "complete" if (run / "summary.json").is_file() else "interrupted"

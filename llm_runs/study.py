@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.executor == "local":
                 execution.from_arguments(args, jobs=args.jobs).close()  # the flags' errors, without running
             from .config import resolve_config
-            from .sweep import run_state
+            from .run_folder import run_state
 
             for c in cells:
                 if c.estimator in missing:
@@ -165,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             raise ValueError(f"estimators {missing} are not registered (estimators.losses.loss_names()): the grid "
                              f"needs every one of them; nothing was run")
-        check_warm_starts(out, _warm_starts(study))
+        warm = _warm_starts(study)
+        for folder in [out, *study.paired_folders()]:  # its own runs and those its analysis pairs them with
+            check_warm_starts(folder, warm)
         with execution.from_arguments(args, jobs=args.jobs) as executor:
             o = run_sweep(study, out, resume=args.resume, jobs=args.jobs, progress=not args.no_progress,
                           executor=executor)

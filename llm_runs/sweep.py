@@ -41,6 +41,8 @@ from typing import Protocol
 import execution
 
 from .grid_summary import SUMMARY_COLUMNS, summarize_run, write_summary  # noqa: F401 (this module's table)
+from .run_folder import run_state
+from .train import cli_flags
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -155,41 +157,6 @@ def async_available() -> bool:
     from .rollout_sources import ROLLOUT_SOURCES
 
     return "async" in ROLLOUT_SOURCES and "max_staleness" in {f.name for f in config_fields()}
-
-
-# --------------------------------------------------------------------------- state of a run folder
-
-
-def run_state(run: Path, planned: dict) -> str:
-    """``new`` | ``complete`` | ``interrupted``; a folder that is not this planned run is a ValueError,
-    and so is one a live trainer holds (:mod:`schema.runlock`): never two trainers on one folder."""
-    from schema.runlock import check_free, entries
-
-    if run.is_dir():
-        check_free(run)
-    if not run.exists() or (run.is_dir() and not entries(run)):
-        return "new"
-    stored_file = run / "config.json"
-    if not stored_file.is_file():
-        raise ValueError(f"{run} exists but holds no run (no config.json): move it away; it is never overwritten")
-    from schema.results import read_run_config
-
-    from .config import config_diff
-
-    diff = config_diff(read_run_config(run), planned)
-    if diff:
-        changes = ", ".join(f"{k}: {a!r} vs planned {b!r}" for k, (a, b) in diff.items())
-        raise ValueError(f"{run} was run with other settings ({changes}): use another --out or move it away")
-    return "complete" if (run / "summary.json").is_file() else "interrupted"
-
-
-def cli_flags(overrides: dict) -> list[str]:
-    """``python -m llm_runs.train`` flags for config values."""
-    flags = []
-    for k, v in overrides.items():
-        text = "None" if v is None else json.dumps(v) if isinstance(v, dict) else repr(v) if isinstance(v, float) else str(v)
-        flags.append(f"--{k.replace('_', '-')}={text}")
-    return flags
 
 
 # --------------------------------------------------------------------------- running

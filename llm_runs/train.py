@@ -57,6 +57,15 @@ def train(config: TrainConfig | None = None, out: str | os.PathLike | None = Non
 # --------------------------------------------------------------------------- CLI
 
 
+def cli_flags(overrides: dict) -> list[str]:
+    """``python -m llm_runs.train`` flags for config values."""
+    flags = []
+    for k, v in overrides.items():
+        text = "None" if v is None else json.dumps(v) if isinstance(v, dict) else repr(v) if isinstance(v, float) else str(v)
+        flags.append(f"--{k.replace('_', '-')}={text}")
+    return flags
+
+
 def _parse_value(field: dataclasses.Field, text: str):
     kind = str(field.type)
     if text.lower() == "none" and "None" in kind:

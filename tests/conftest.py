@@ -40,3 +40,49 @@ def pytest_report_header(config):
     if HAS_VERL:
         return "verl is installed: collecting the verl suite (tests/verl_suite/) only; the main suite runs in .venv"
     return "verl is not installed: the verl suite (tests/verl_suite/) is not collected; it runs in .venv-verl"
+
+
+# --------------------------------------------------------------------------- helpers several test modules use
+# (import them with ``from conftest import ...``)
+
+
+TINY_MODEL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2}
+
+
+def tiny(cache_dir, **kw):
+    """A TrainConfig of a tiny model and task (fast on the CPU), warm start cached in ``cache_dir``."""
+    from llm_runs.config import resolve_config
+
+    base = {"model_kwargs": TINY_MODEL, "warm_start_steps": 40, "warm_start_lr": 3e-3, "warm_start_batch": 64,
+            "heldout_size": 20, "eval_train_size": 20, "prompts_per_step": 8, "group_size": 4, "steps": 5,
+            "eval_every": 0, "checkpoint_every": 0, "cache_dir": str(cache_dir)}
+    return resolve_config({**base, **kw})
+
+
+def pd_read(run):
+    import pandas as pd
+
+    return pd.read_csv(Path(run) / "metrics.csv")
+
+
+def _metrics_without_perf(out) -> list[list[str]]:
+    lines = (out / "metrics.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    keep = [i for i, c in enumerate(header) if not c.startswith("perf/")]
+    return [[row.split(",")[i] for i in keep] for row in lines]
+
+
+def _softmax_policy_batch(seed, n_groups, G, T, V, scale):
+    """Tabular per-position softmax policy: theta (T, V). Returns sampled tokens and two thetas."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    theta = torch.randn(T, V, generator=g, dtype=torch.float64)
+    theta_b = theta - scale * torch.randn(T, V, generator=g, dtype=torch.float64)
+    probs_b = torch.softmax(theta_b, -1)
+    tokens = torch.multinomial(probs_b, n_groups * G, replacement=True, generator=g).T  # (B, T)
+    lengths = torch.randint(1, T + 1, (n_groups * G,), generator=g)
+    mask = (torch.arange(T)[None] < lengths[:, None]).to(torch.float64)
+    rewards = torch.randint(0, 2, (n_groups, G), generator=g).to(torch.float64)
+    return theta, theta_b, tokens, mask, rewards

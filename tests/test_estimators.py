@@ -4,6 +4,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import _softmax_policy_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
@@ -284,19 +285,6 @@ def test_diagnostics_use_raw_ratios():
 
 
 # ----------------------------------------------------------------- surrogate gradient = closed form
-
-
-def _softmax_policy_batch(seed, n_groups, G, T, V, scale):
-    """Tabular per-position softmax policy: theta (T, V). Returns sampled tokens and two thetas."""
-    g = torch.Generator().manual_seed(seed)
-    theta = torch.randn(T, V, generator=g, dtype=torch.float64)
-    theta_b = theta - scale * torch.randn(T, V, generator=g, dtype=torch.float64)
-    probs_b = torch.softmax(theta_b, -1)
-    tokens = torch.multinomial(probs_b, n_groups * G, replacement=True, generator=g).T  # (B, T)
-    lengths = torch.randint(1, T + 1, (n_groups * G,), generator=g)
-    mask = (torch.arange(T)[None] < lengths[:, None]).to(torch.float64)
-    rewards = torch.randint(0, 2, (n_groups, G), generator=g).to(torch.float64)
-    return theta, theta_b, tokens, mask, rewards
 
 
 @pytest.mark.parametrize("name", ALL)

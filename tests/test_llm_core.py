@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_MODEL, _metrics_without_perf, pd_read, tiny
 
 import estimators
 from estimators.losses import trajectory_log_ratio
@@ -31,17 +32,6 @@ from llm_runs.update import flat_params, policy_update
 from llm_runs.warmstart import get_warm_start
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_MODEL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2}
-
-
-def tiny(cache_dir, **kw) -> TrainConfig:
-    base = {"model_kwargs": TINY_MODEL, "warm_start_steps": 40, "warm_start_lr": 3e-3, "warm_start_batch": 64,
-            "heldout_size": 20, "eval_train_size": 20, "prompts_per_step": 8, "group_size": 4, "steps": 5,
-            "eval_every": 0, "checkpoint_every": 0, "cache_dir": str(cache_dir)}
-    return resolve_config({**base, **kw})
-
-
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("warmstart-cache")
@@ -76,12 +66,6 @@ def test_five_steps_change_every_parameter_and_record_the_delay(cache, tmp_path)
     assert torch.all(trainer.last_batch.versions == config.steps - 1 - d)
     assert list(df.step) == list(range(config.steps + 1))  # one row per update + the final evaluation
     assert (rows["train/adv_zero_frac"] < 1).any()
-
-
-def pd_read(run):
-    import pandas as pd
-
-    return pd.read_csv(Path(run) / "metrics.csv")
 
 
 def _rescore_ratio(model, batch, grouped: bool = True) -> torch.Tensor:
@@ -183,13 +167,6 @@ def _start_and_signal(cmd, out, sig, after_checkpoint: int) -> int:
     assert proc.returncode == -sig if sig == signal.SIGKILL else proc.returncode == 128 + sig, err.decode()[-2000:]
     assert not (out / "summary.json").exists(), "the run finished before it could be interrupted"
     return proc.returncode
-
-
-def _metrics_without_perf(out) -> list[list[str]]:
-    lines = (out / "metrics.csv").read_text().splitlines()
-    header = lines[0].split(",")
-    keep = [i for i, c in enumerate(header) if not c.startswith("perf/")]
-    return [[row.split(",")[i] for i in keep] for row in lines]
 
 
 def test_sigterm_and_sigkill_then_resume_reproduce_the_uninterrupted_run(cache, tmp_path):

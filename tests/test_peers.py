@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from test_estimators import _softmax_policy_batch
+from conftest import _softmax_policy_batch
 
 import estimators
 from estimators import PARAMS, SCHEMES, advantages, weights
@@ -312,7 +312,7 @@ def cache(tmp_path_factory):
 
 @pytest.mark.parametrize("name", PEERS_TRAJ + PEERS_TOKEN)
 def test_trainer_takes_two_steps_with_each_peer(name, cache, tmp_path):
-    from test_llm_core import tiny
+    from conftest import tiny
 
     from llm_runs.trainer import Trainer
 

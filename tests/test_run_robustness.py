@@ -197,7 +197,7 @@ def test_kill9_of_a_sweep_stops_its_trainer_and_resume_finishes_the_run(cache, t
 
 def test_a_sweep_never_starts_a_second_trainer_on_a_held_folder(tmp_path):
     """A run folder still held by a live trainer (say, of an earlier sweep) is refused by name."""
-    from llm_runs.sweep import run_state
+    from llm_runs.run_folder import run_state
 
     run = tmp_path / "gmc-controlled-d0-s0"
     run.mkdir()

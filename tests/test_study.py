@@ -605,3 +605,36 @@ def test_the_study_runs_through_either_executor(tmp_path, capsys):
         main(["--grid", "scale", "--executor", "nowhere", "--dry-run", "--out", str(out)])
     assert main(["--grid", "scale", "--cpus-per-run", "2", "--dry-run", "--out", str(out)]) == 2
     assert "--cpus-per-run / --gpus-per-run need --executor ray" in capsys.readouterr().err
+
+
+def test_a_grid_paired_with_another_refuses_a_machine_whose_warm_start_differs_from_that_one(tmp_path, monkeypatch,
+                                                                                               capsys):
+    """peers_2025 (and the mechanism grid) pair their runs with the committed study's: the check covers
+    the study's folder too, even when the grid's own folder is still empty."""
+    import json
+    import shutil
+
+    import llm_runs.study as study_cli
+
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+    src = REPO / "results" / "llm" / "study" / "long-gmc-d64-s0"
+    (tmp_path / "llm" / "study").mkdir(parents=True)
+    shutil.copytree(src, tmp_path / "llm" / "study" / src.name, ignore=shutil.ignore_patterns("logs"))
+    theirs = json.loads((src / "config.json").read_text())["warm_start"]
+    other = {**theirs, "heldout_pc": 0.010061427227023785}
+    monkeypatch.setattr(study_cli, "_warm_starts", lambda study: {"long": other, "short": {"key": "elsewhere"}})
+    out = tmp_path / "llm" / "study_2025"
+    assert study_cli.main(["--grid", "peers_2025", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"the runs in {tmp_path / 'llm' / 'study'} started from" in err and "nothing was run" in err
+    assert not out.exists()
+    monkeypatch.setattr(study_cli, "_warm_starts", lambda study: {"long": theirs, "short": {"key": "elsewhere"}})
+    class Reached(Exception):
+        pass
+
+    def reached(*a, **k):
+        raise Reached
+
+    monkeypatch.setattr(study_cli, "run_sweep", reached)
+    with pytest.raises(Reached):  # the same warm start: the check lets the grid run
+        study_cli.main(["--grid", "peers_2025", "--out", str(out)])
