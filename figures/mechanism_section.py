@@ -8,6 +8,8 @@ from pathlib import Path
 
 from schema.results import MECHANISM, STUDY, MissingResults
 
+from . import style
+
 MECHANISM_FIGURES = ["f20_mechanism_pc", "f21_mechanism_diagnostics"]
 
 
@@ -38,6 +40,28 @@ def _verdict_lines(res: dict) -> list[str]:
     for h, r in res["hypotheses"].items():
         out.append(f"| {h} | {HYPOTHESES[h]} | **{r['verdict']}** | {r.get('interim_verdict', '')} |")
     return out
+
+
+def scale_lines(m5: dict) -> list[str]:
+    """M5 at the larger model: its grid's whole seeds, stable shares and mean final pc at d = 64, and
+    GMC - TOPR against the study model's."""
+    ref = m5.get("study_model", {})
+    out = [(f"**M5, the larger model** (2.07M parameters, `python -m llm_runs.study --grid scale`, "
+            f"`results/llm/scale/`, the addendum of the pre-registration): {len(m5.get('scale_seeds', []))} whole "
+            f"seed(s) of 5.")]
+    if not m5.get("scale_seeds"):
+        return out + [f" {m5.get('reason', '')}", ""]
+    d = m5["gmc_minus_topr"]
+    shares = m5["stable_shares"]
+    out[0] += (" At d = 64, stable seeds and mean final pc: "
+               + "; ".join(f"{style.label(e).replace('$', '')} {k}/{n}, {m5['means'].get(e, float('nan')):.3f}"
+                           for e, (k, n) in shares.items())
+               + f". Delay 0 gains {m5['delay0_gain']:+.3f} from the warm start. GMC - TOPR: {d['mean']:+.3f} "
+               f"[{d['low']:+.3f}, {d['high']:+.3f}] over {d['n']} paired seeds, against {ref.get('mean', float('nan')):+.3f} "
+               f"[{ref.get('low', float('nan')):+.3f}, {ref.get('high', float('nan')):+.3f}] at the study model "
+               f"(n = {ref.get('n', 0)}). Verdict: **{m5['verdict']}**"
+               + (f" (on the seeds so far: {m5['interim_verdict']})" if "interim_verdict" in m5 else "") + ".")
+    return out + [""]
 
 
 def drift_lines(runs, study: Path, root: Path) -> list[str]:
@@ -90,9 +114,16 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
     md += [(f"**Progress: {len(seeds)} whole seed(s)** ({', '.join(map(str, seeds)) or 'none'}) of the 10 "
            f"planned; {n_done} intervention runs complete (besides the replays below). Below 6 whole seeds every verdict is NOT DECIDED "
            "and the pre-registered rule's outcome on the seeds so far is shown beside it, deciding nothing."), ""]
+    if len(seeds) < 10:
+        md += [("The grid continues (`python -m llm_runs.study --grid mechanism --resume`) only on a machine that "
+                "computes the warm start its runs record: the same settings give another warm start on a CPU that "
+                "rounds differently (README, \"The runs depend on the CPU\"), and the grid refuses to add runs there "
+                "(`llm_runs.grid_check`), as it did on the AVX-512/AMX machine of 2026-12-02 (long warm start: "
+                "held-out pc 0.010 there against 0.514)."), ""]
     if seeds:
         res = analyse(study, root)
         md += _verdict_lines(res) + [""]
+        md += scale_lines(res["hypotheses"]["M5"])
         md += [(f"Replay of the committed unclipped-Adam runs by the grid's own gmc and topr runs (every column, "
                f"every update): **{res['replay']['verdict']}** ({len(res['replay']['runs'])} runs)."), ""]
     md += drift_lines(runs, study, root)
