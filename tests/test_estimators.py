@@ -383,3 +383,13 @@ def test_gmc_uncapped_groups_are_exact_and_batch_independent():
     np.testing.assert_array_equal(c[unc], np.exp(lr[unc]))
     for row in range(1, 200, 37):
         np.testing.assert_array_equal(weights("gmc", lr[row:row + 1], 0.2)[0], c[row])
+
+
+def test_the_lists_written_out_where_torch_is_not_imported_equal_the_registry_query():
+    from claims.measures import CLASS
+
+    assert CLASS == estimators.scheme_names(family="theory", in_class=True)
+    with pytest.raises(ValueError, match="unknown scheme family 'peers'"):
+        estimators.scheme_names(family="peers")
+    assert set(estimators.scheme_names()) == set(estimators.scheme_names(in_class=True)) | set(
+        estimators.scheme_names(in_class=False))
