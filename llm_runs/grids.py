@@ -245,6 +245,14 @@ STUDIES = {
                    doc="M5 of docs/PREREGISTRATION-MECHANISM.md: the larger model (STUDY_MODEL_LARGE, 2.07M "
                        "parameters), the study's warm start recipe and lr (the pilot's addendum), long horizon, "
                        "gmc, is, tic_trunc, topr, gspo at d = 64 and a delay-0 run, 5 paired seeds (30 runs)"),
+    "scale_mech": Study("scale_mech", "results/llm/scale_mech",
+                        {**STUDY_BASE, "model_kwargs": STUDY_MODEL_LARGE, "mechanism_diagnostics": True},
+                        {"long": HORIZONS["long"]}, ("gmc", "topr"), delays=(64,), seeds=tuple(range(5)), floor=(),
+                        zero_delay=None, pairs_with=("results/llm/scale",),
+                        doc="exploratory, not pre-registered: the scale grid's gmc and topr runs at d = 64 again "
+                            "with the mechanism diagnostics on (they never change the update, so every column "
+                            "the scale runs share must replay them byte for byte), for the drift and update-"
+                            "direction columns at the larger model (10 runs)"),
     "pilot_sgd": Study("pilot_sgd", "results/llm/pilot_sgd", STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(),
                        seeds=(0,), floor=(),
                        arms=tuple(Arm(f"sgd{lr:g}", {"optimizer": "sgd", "lr": lr}, ()) for lr in SGD_PILOT_LRS),
