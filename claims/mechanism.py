@@ -287,7 +287,8 @@ def analyse(study: str | Path, root: str | Path) -> dict:
               sorted(set(runs.loc[runs["delay"] == DELAY, ["arm", "estimator"]].itertuples(index=False, name=None)))}
     d0 = {a: float(g["pc_final"].mean() - g["pc0"].mean()) for a, g in runs[runs["delay"] == 0].groupby("arm")}
     return {"hypotheses": hyp, "seeds": seeds, "stable_shares": shares, "delay0_gain": d0,
-            "replay": replay_check(study, root, replays)}
+            "replay": replay_check(study, root, replays),
+            "scale_drift": scale_drift(Path(root).parent / "scale", Path(root).parent / "scale_mech")}
 
 
 def _m1(runs) -> dict:
@@ -404,6 +405,31 @@ def _m5(study: str | Path, scale: str | Path) -> dict:
                 "reason": f"{len(seeds)} whole seeds at the larger model, fewer than the pre-registered "
                           f"{SCALE_MIN_SEEDS}"}
     return {**out, "verdict": verdict}
+
+
+def scale_drift(scale: str | Path, probe: str | Path) -> dict:
+    """Exploratory: the larger model's gmc and topr runs again with the mechanism diagnostics on
+    (``--grid scale_mech``). ``replay``: every column each shares with the scale grid's run of the
+    same name, every update, compared as text (the diagnostics never change the update);
+    ``drift``: :func:`drift_table` of the probe's complete runs (per estimator, median over runs of
+    each run's median over its updates)."""
+    from llm_runs.replay import compare_metrics
+    from schema.results import metrics_path
+
+    if not (Path(probe).is_dir() and any(Path(probe).iterdir())):
+        return {}
+    runs = read_runs(probe).assign(arm="scale", source="mechanism")
+    done = runs[runs["complete"]]
+    replay = {}
+    for r in done.itertuples():
+        ref = metrics_path(Path(scale) / r.run)
+        if ref is not None:
+            diffs = compare_metrics(ref, metrics_path(Path(probe) / r.run), int(r.steps))
+            replay[r.run] = {"differences": len(diffs), "first": diffs[:3]}
+    same = bool(replay) and all(v["differences"] == 0 for v in replay.values())
+    drift = drift_table(done, probe, probe) if len(done) else pd.DataFrame()
+    return {"runs": len(done), "replay": "byte-identical" if same else ("DIFFERS" if replay else "none yet"),
+            "replayed": replay, "drift": drift.to_dict("records")}
 
 
 def _m6(root, runs) -> dict:

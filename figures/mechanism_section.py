@@ -64,6 +64,26 @@ def scale_lines(m5: dict) -> list[str]:
     return out + [""]
 
 
+def scale_drift_lines(sd: dict) -> list[str]:
+    """The exploratory probe at the larger model: its replay of the scale runs and its drift table."""
+    from claims.mechanism import DRIFT_COLUMNS
+
+    if not sd:
+        return []
+    out = [(f"*Exploratory, not pre-registered* (`--grid scale_mech`, `results/llm/scale_mech/`): the larger "
+            f"model's gmc and topr runs at d = 64 again with the mechanism diagnostics on, {sd['runs']} complete. "
+            f"Against the scale grid's runs of the same names, every shared column of every update: "
+            f"**{sd['replay']}** ({len(sd['replayed'])} runs; the diagnostics never change the update)."), ""]
+    if sd["drift"]:
+        out += [("| estimator | stable / runs | median abs log w | chi^2 | KL per token | step norm | cos with IS | "
+                 "heaviest share | groups capped |"), "|---|---|---|---|---|---|---|---|---|"]
+        for v in sd["drift"]:
+            cells = [f"{v[c]:.3g}" if v[c] == v[c] else "-" for c in DRIFT_COLUMNS]
+            out.append(f"| {v['estimator']} | {v['stable']} / {v['runs']} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
 def drift_lines(runs, study: Path, root: Path) -> list[str]:
     """How far each arm's policy drifts from its behaviour policy at d = 64, and what its update does."""
     from claims.mechanism import DRIFT_COLUMNS, drift_table
@@ -124,6 +144,7 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
         res = analyse(study, root)
         md += _verdict_lines(res) + [""]
         md += scale_lines(res["hypotheses"]["M5"])
+        md += scale_drift_lines(res.get("scale_drift", {}))
         md += [(f"Replay of the committed unclipped-Adam runs by the grid's own gmc and topr runs (every column, "
                f"every update): **{res['replay']['verdict']}** ({len(res['replay']['runs'])} runs)."), ""]
     md += drift_lines(runs, study, root)

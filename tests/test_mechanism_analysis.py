@@ -110,3 +110,11 @@ def test_m5_keeps_the_sign_of_the_study_model_or_refutes_it():
     assert m5_verdict(-0.456, _diff(same, "", "gmc", "", "topr")) == "INCONCLUSIVE"
     assert m5_verdict(-0.456, {"n": 0, "mean": float("nan"), "low": float("nan"), "high": float("nan")}) == \
         "INCONCLUSIVE"
+
+
+def test_the_scale_probe_is_absent_until_it_has_run(tmp_path):
+    from claims.mechanism import scale_drift
+
+    assert scale_drift(tmp_path / "scale", tmp_path / "scale_mech") == {}
+    (tmp_path / "scale_mech").mkdir()
+    assert scale_drift(tmp_path / "scale", tmp_path / "scale_mech") == {}
