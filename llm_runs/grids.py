@@ -253,6 +253,13 @@ STUDIES = {
                             "with the mechanism diagnostics on (they never change the update, so every column "
                             "the scale runs share must replay them byte for byte), for the drift and update-"
                             "direction columns at the larger model (10 runs)"),
+    "scale_variants": Study("scale_variants", "results/llm/scale_variants",
+                            {**STUDY_BASE, "model_kwargs": STUDY_MODEL_LARGE}, {"long": HORIZONS["long"]},
+                            ("gmc_cap", "gmc_topr", "topr_gmc"), delays=(64,), seeds=tuple(range(5)), floor=(),
+                            zero_delay=None, pairs_with=("results/llm/scale",),
+                            doc="the mechanism study's three GMC variants at the larger model, d = 64, the scale "
+                                "grid's warm start and seeds (15 runs): exploratory until M3/M4 pick the variant "
+                                "M5's design adds (all three are run, so the pick needs no new run)"),
     "pilot_sgd": Study("pilot_sgd", "results/llm/pilot_sgd", STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(),
                        seeds=(0,), floor=(),
                        arms=tuple(Arm(f"sgd{lr:g}", {"optimizer": "sgd", "lr": lr}, ()) for lr in SGD_PILOT_LRS),
