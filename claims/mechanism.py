@@ -412,7 +412,8 @@ def scale_drift(scale: str | Path, probe: str | Path) -> dict:
     (``--grid scale_mech``). ``replay``: every column each shares with the scale grid's run of the
     same name, every update, compared as text (the diagnostics never change the update);
     ``drift``: :func:`drift_table` of the probe's complete runs (per estimator, median over runs of
-    each run's median over its updates)."""
+    each run's median over its updates; ``drift_first_updates``: over its first
+    :data:`WARNING_WINDOW` updates, before any collapse can be seen)."""
     from llm_runs.replay import compare_metrics
     from schema.results import metrics_path
 
@@ -428,8 +429,10 @@ def scale_drift(scale: str | Path, probe: str | Path) -> dict:
             replay[r.run] = {"differences": len(diffs), "first": diffs[:3]}
     same = bool(replay) and all(v["differences"] == 0 for v in replay.values())
     drift = drift_table(done, probe, probe) if len(done) else pd.DataFrame()
+    early = drift_table(done, probe, probe, first=WARNING_WINDOW) if len(done) else pd.DataFrame()
     return {"runs": len(done), "replay": "byte-identical" if same else ("DIFFERS" if replay else "none yet"),
-            "replayed": replay, "drift": drift.to_dict("records")}
+            "replayed": replay, "drift": drift.to_dict("records"), "drift_first_updates": early.to_dict("records"),
+            "first_updates": WARNING_WINDOW}
 
 
 def _m6(root, runs) -> dict:
@@ -468,10 +471,10 @@ DRIFT_COLUMNS = ("stale/log_ratio_abs_mean", "stale/chi2", "mech/kl", "mech/step
 """How far the policy is from the one that sampled its batch, and what the update does, per run."""
 
 
-def drift_table(runs: pd.DataFrame, study: str | Path, root: str | Path) -> pd.DataFrame:
+def drift_table(runs: pd.DataFrame, study: str | Path, root: str | Path, first: int | None = None) -> pd.DataFrame:
     """Per (arm, estimator) at d = 64: runs, stable runs, and the median over runs of each run's
-    median over its updates of :data:`DRIFT_COLUMNS` (the committed runs have no ``mech/`` columns:
-    NaN there)."""
+    median over its updates (its first ``first`` updates, if given) of :data:`DRIFT_COLUMNS` (the
+    committed runs have no ``mech/`` columns: NaN there)."""
     sel = runs[(runs["delay"] == DELAY) & runs["complete"]]
     meds = []
     for src, path in (("study", study), ("mechanism", root)):
@@ -479,6 +482,8 @@ def drift_table(runs: pd.DataFrame, study: str | Path, root: str | Path) -> pd.D
         if not names:
             continue
         tr = read_traces(path, DRIFT_COLUMNS)
+        if first is not None:
+            tr = tr[tr["step"] < first]
         meds.append(tr[tr["run"].isin(names)].groupby("run")[list(DRIFT_COLUMNS)].median().assign(source=src))
     if not meds:
         return pd.DataFrame()

@@ -75,11 +75,15 @@ def scale_drift_lines(sd: dict) -> list[str]:
             f"Against the scale grid's runs of the same names, every shared column of every update: "
             f"**{sd['replay']}** ({len(sd['replayed'])} runs; the diagnostics never change the update)."), ""]
     if sd["drift"]:
-        out += [("| estimator | stable / runs | median abs log w | chi^2 | KL per token | step norm | cos with IS | "
-                 "heaviest share | groups capped |"), "|---|---|---|---|---|---|---|---|---|"]
-        for v in sd["drift"]:
-            cells = [f"{v[c]:.3g}" if v[c] == v[c] else "-" for c in DRIFT_COLUMNS]
-            out.append(f"| {v['estimator']} | {v['stable']} / {v['runs']} | " + " | ".join(cells) + " |")
+        out += [("| estimator | updates | stable / runs | median abs log w | chi^2 | KL per token | step norm | "
+                 "cos with IS | heaviest share | groups capped |"), "|---|---|---|---|---|---|---|---|---|---|"]
+        for label, rows in ((f"first {sd.get('first_updates', 20)}", sd.get("drift_first_updates", [])),
+                            ("all", sd["drift"])):
+            for v in rows:
+                cells = [f"{v[c]:.3g}" if v[c] == v[c] else "-" for c in DRIFT_COLUMNS]
+                out.append(f"| {v['estimator']} | {label} | {v['stable']} / {v['runs']} | " + " | ".join(cells) + " |")
+        out += ["", ("Medians over updates, then over runs; over all updates a collapsed run's medians are mostly "
+                     "its state after the collapse, over the first ones they are before any collapse is seen.")]
         out.append("")
     return out
 
