@@ -288,7 +288,8 @@ def analyse(study: str | Path, root: str | Path) -> dict:
     d0 = {a: float(g["pc_final"].mean() - g["pc0"].mean()) for a, g in runs[runs["delay"] == 0].groupby("arm")}
     return {"hypotheses": hyp, "seeds": seeds, "stable_shares": shares, "delay0_gain": d0,
             "replay": replay_check(study, root, replays),
-            "scale_drift": scale_drift(Path(root).parent / "scale", Path(root).parent / "scale_mech")}
+            "scale_drift": scale_drift(Path(root).parent / "scale", Path(root).parent / "scale_mech"),
+            "scale_variants": scale_variants(Path(root).parent / "scale", Path(root).parent / "scale_variants")}
 
 
 def _m1(runs) -> dict:
@@ -433,6 +434,23 @@ def scale_drift(scale: str | Path, probe: str | Path) -> dict:
     return {"runs": len(done), "replay": "byte-identical" if same else ("DIFFERS" if replay else "none yet"),
             "replayed": replay, "drift": drift.to_dict("records"), "drift_first_updates": early.to_dict("records"),
             "first_updates": WARNING_WINDOW}
+
+
+def scale_variants(scale: str | Path, variants: str | Path) -> dict:
+    """The GMC variants at the larger model (``--grid scale_variants``), paired by seed with the scale
+    grid's TOPR: per variant, stable seeds and mean final pc at d = 64 and variant - TOPR (paired
+    bootstrap) over the seeds both have complete. Exploratory until M3/M4 pick the variant M5 adds."""
+    if not (Path(variants).is_dir() and any(Path(variants).iterdir())) or not Path(scale).is_dir():
+        return {}
+    runs = pd.concat([read_runs(scale), read_runs(variants)], ignore_index=True).assign(arm="")
+    runs = runs[runs["complete"]]
+    out = {}
+    for v in sorted(set(read_runs(variants)["estimator"])):
+        k, n = _share(runs, "", v)
+        sel = runs[(runs["estimator"] == v) & (runs["delay"] == DELAY)]
+        out[v] = {"stable": k, "runs": n, "mean": float(sel["pc_final"].mean()) if n else math.nan,
+                  "minus_topr": _iv(_diff(runs, "", v, "", "topr")) if n else {}}
+    return out
 
 
 def _m6(root, runs) -> dict:

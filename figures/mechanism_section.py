@@ -88,6 +88,21 @@ def scale_drift_lines(sd: dict) -> list[str]:
     return out
 
 
+def scale_variant_lines(sv: dict) -> list[str]:
+    """The GMC variants at the larger model against TOPR (exploratory)."""
+    if not sv:
+        return []
+    parts = []
+    for v, r in sv.items():
+        d = r.get("minus_topr") or {}
+        parts.append(f"{style.label(v).replace('$', '')} {r['stable']}/{r['runs']} stable, mean {r['mean']:.3f}"
+                     + (f", minus TOPR {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] (n = {d['n']})"
+                        if d else ""))
+    return [("*Exploratory until M3/M4 pick one* (`--grid scale_variants`, `results/llm/scale_variants/`): the "
+             "mechanism study's GMC variants at the larger model, d = 64, paired by seed with the scale grid's "
+             "TOPR: " + "; ".join(parts) + "."), ""]
+
+
 def drift_lines(runs, study: Path, root: Path) -> list[str]:
     """How far each arm's policy drifts from its behaviour policy at d = 64, and what its update does."""
     from claims.mechanism import DRIFT_COLUMNS, drift_table
@@ -149,6 +164,7 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
         md += _verdict_lines(res) + [""]
         md += scale_lines(res["hypotheses"]["M5"])
         md += scale_drift_lines(res.get("scale_drift", {}))
+        md += scale_variant_lines(res.get("scale_variants", {}))
         md += [(f"Replay of the committed unclipped-Adam runs by the grid's own gmc and topr runs (every column, "
                f"every update): **{res['replay']['verdict']}** ({len(res['replay']['runs'])} runs)."), ""]
     md += drift_lines(runs, study, root)

@@ -118,3 +118,9 @@ def test_the_scale_probe_is_absent_until_it_has_run(tmp_path):
     assert scale_drift(tmp_path / "scale", tmp_path / "scale_mech") == {}
     (tmp_path / "scale_mech").mkdir()
     assert scale_drift(tmp_path / "scale", tmp_path / "scale_mech") == {}
+
+
+def test_the_scale_variants_are_absent_until_they_have_run(tmp_path):
+    from claims.mechanism import scale_variants
+
+    assert scale_variants(tmp_path / "scale", tmp_path / "scale_variants") == {}
