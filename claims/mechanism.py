@@ -177,17 +177,26 @@ def read_both(study: str | Path, root: str | Path) -> tuple[pd.DataFrame, pd.Dat
     return pd.concat([s, m[~replay]], ignore_index=True), m[replay]
 
 
-def replay_check(study: str | Path, root: str | Path, replays: pd.DataFrame) -> dict:
-    """The mechanism grid's unclipped-Adam runs of gmc and topr against the committed study's runs
-    of the same seed: every common column of every update, compared as text (llm_runs.replay)."""
+def compare_runs(pairs) -> dict:
+    """``{run: {reference, differences, first}}`` for each ``(run folder, reference folder, updates)``
+    of ``pairs`` whose reference has a metrics table: every column of the reference, every update,
+    compared as text (:func:`llm_runs.replay.compare_metrics`)."""
     from llm_runs.replay import compare_metrics
     from schema.results import metrics_path
 
     out = {}
-    for r in replays[replays["complete"]].itertuples():
-        ref = Path(study) / f"long-{r.estimator}-d{int(r.delay)}-s{int(r.seed)}"
-        diffs = compare_metrics(metrics_path(ref), metrics_path(Path(root) / r.run), int(r.steps))
-        out[r.run] = {"reference": ref.name, "differences": len(diffs), "first": diffs[:3]}
+    for run, ref, steps in pairs:
+        if metrics_path(ref) is not None:
+            diffs = compare_metrics(metrics_path(ref), metrics_path(run), int(steps))
+            out[run.name] = {"reference": ref.name, "differences": len(diffs), "first": diffs[:3]}
+    return out
+
+
+def replay_check(study: str | Path, root: str | Path, replays: pd.DataFrame) -> dict:
+    """The mechanism grid's unclipped-Adam runs of gmc and topr against the committed study's runs
+    of the same seed: every common column of every update, compared as text (llm_runs.replay)."""
+    out = compare_runs((Path(root) / r.run, Path(study) / f"long-{r.estimator}-d{int(r.delay)}-s{int(r.seed)}", r.steps)
+                       for r in replays[replays["complete"]].itertuples())
     same = all(v["differences"] == 0 for v in out.values())
     return {"verdict": ("byte-identical" if same else "DIFFERS") if out else "no replay complete yet", "runs": out}
 
@@ -415,19 +424,11 @@ def scale_drift(scale: str | Path, probe: str | Path) -> dict:
     ``drift``: :func:`drift_table` of the probe's complete runs (per estimator, median over runs of
     each run's median over its updates; ``drift_first_updates``: over its first
     :data:`WARNING_WINDOW` updates, before any collapse can be seen)."""
-    from llm_runs.replay import compare_metrics
-    from schema.results import metrics_path
-
     if not (Path(probe).is_dir() and any(Path(probe).iterdir())):
         return {}
     runs = read_runs(probe).assign(arm="scale", source="mechanism")
     done = runs[runs["complete"]]
-    replay = {}
-    for r in done.itertuples():
-        ref = metrics_path(Path(scale) / r.run)
-        if ref is not None:
-            diffs = compare_metrics(ref, metrics_path(Path(probe) / r.run), int(r.steps))
-            replay[r.run] = {"differences": len(diffs), "first": diffs[:3]}
+    replay = compare_runs((Path(probe) / r.run, Path(scale) / r.run, r.steps) for r in done.itertuples())
     same = bool(replay) and all(v["differences"] == 0 for v in replay.values())
     drift = drift_table(done, probe, probe) if len(done) else pd.DataFrame()
     early = drift_table(done, probe, probe, first=WARNING_WINDOW) if len(done) else pd.DataFrame()
@@ -442,10 +443,11 @@ def scale_variants(scale: str | Path, variants: str | Path) -> dict:
     bootstrap) over the seeds both have complete. Exploratory until M3/M4 pick the variant M5 adds."""
     if not (Path(variants).is_dir() and any(Path(variants).iterdir())) or not Path(scale).is_dir():
         return {}
-    runs = pd.concat([read_runs(scale), read_runs(variants)], ignore_index=True).assign(arm="")
+    mine = read_runs(variants)
+    runs = pd.concat([read_runs(scale), mine], ignore_index=True).assign(arm="")
     runs = runs[runs["complete"]]
     out = {}
-    for v in sorted(set(read_runs(variants)["estimator"])):
+    for v in sorted(set(mine["estimator"])):
         k, n = _share(runs, "", v)
         sel = runs[(runs["estimator"] == v) & (runs["delay"] == DELAY)]
         out[v] = {"stable": k, "runs": n, "mean": float(sel["pc_final"].mean()) if n else math.nan,

@@ -87,3 +87,18 @@ def to_html(md: str, title: str = "Report") -> str:
              "vertical-align:top}th{background:#f2f2f2}img{max-width:100%}code{background:#f4f4f4;padding:0 2px}")
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<style>{style}</style></head>\n<body>\n" + "\n".join(out) + "\n</body></html>\n")
+
+
+_PLAIN = {r"\epsilon": "ε", r"\Delta": "Δ", r"\sigma": "σ", r"\eta": "η", r"\theta": "θ", r"\to": "→",
+          r"\mathcal{D}": "D", r"\frac": "", "{": "", "}": ""}
+
+
+def plain(text: str) -> str:
+    """Mathtext segments (``$...$``, for the figures) as plain text for the report: epsilon -> ε, no braces."""
+    def convert(m):
+        t = m.group(1)
+        for k, v in _PLAIN.items():
+            t = t.replace(k, v)
+        return t
+
+    return re.sub(r"\$([^$]*)\$", convert, text)

@@ -9,6 +9,7 @@ from pathlib import Path
 from schema.results import MECHANISM, STUDY, MissingResults
 
 from . import style
+from .mdhtml import plain
 
 MECHANISM_FIGURES = ["f20_mechanism_pc", "f21_mechanism_diagnostics"]
 
@@ -54,7 +55,7 @@ def scale_lines(m5: dict) -> list[str]:
     d = m5["gmc_minus_topr"]
     shares = m5["stable_shares"]
     out[0] += (" At d = 64, stable seeds and mean final pc: "
-               + "; ".join(f"{style.label(e).replace('$', '')} {k}/{n}, {m5['means'].get(e, float('nan')):.3f}"
+               + "; ".join(f"{plain(style.label(e))} {k}/{n}, {m5['means'].get(e, float('nan')):.3f}"
                            for e, (k, n) in shares.items())
                + f". Delay 0 gains {m5['delay0_gain']:+.3f} from the warm start. GMC - TOPR: {d['mean']:+.3f} "
                f"[{d['low']:+.3f}, {d['high']:+.3f}] over {d['n']} paired seeds, against {ref.get('mean', float('nan')):+.3f} "
@@ -64,9 +65,15 @@ def scale_lines(m5: dict) -> list[str]:
     return out + [""]
 
 
+def _drift_cells(v) -> str:
+    """A drift table row's :data:`claims.mechanism.DRIFT_COLUMNS` cells ("-" for NaN)."""
+    from claims.mechanism import DRIFT_COLUMNS
+
+    return " | ".join(f"{v[c]:.3g}" if v[c] == v[c] else "-" for c in DRIFT_COLUMNS)
+
+
 def scale_drift_lines(sd: dict) -> list[str]:
     """The exploratory probe at the larger model: its replay of the scale runs and its drift table."""
-    from claims.mechanism import DRIFT_COLUMNS
 
     if not sd:
         return []
@@ -80,8 +87,7 @@ def scale_drift_lines(sd: dict) -> list[str]:
         for label, rows in ((f"first {sd.get('first_updates', 20)}", sd.get("drift_first_updates", [])),
                             ("all", sd["drift"])):
             for v in rows:
-                cells = [f"{v[c]:.3g}" if v[c] == v[c] else "-" for c in DRIFT_COLUMNS]
-                out.append(f"| {v['estimator']} | {label} | {v['stable']} / {v['runs']} | " + " | ".join(cells) + " |")
+                out.append(f"| {v['estimator']} | {label} | {v['stable']} / {v['runs']} | {_drift_cells(v)} |")
         out += ["", ("Medians over updates, then over runs; over all updates a collapsed run's medians are mostly "
                      "its state after the collapse, over the first ones they are before any collapse is seen.")]
         out.append("")
@@ -95,7 +101,7 @@ def scale_variant_lines(sv: dict) -> list[str]:
     parts = []
     for v, r in sv.items():
         d = r.get("minus_topr") or {}
-        parts.append(f"{style.label(v).replace('$', '')} {r['stable']}/{r['runs']} stable, mean {r['mean']:.3f}"
+        parts.append(f"{plain(style.label(v))} {r['stable']}/{r['runs']} stable, mean {r['mean']:.3f}"
                      + (f", minus TOPR {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] (n = {d['n']})"
                         if d else ""))
     return [("*Exploratory until M3/M4 pick one* (`--grid scale_variants`, `results/llm/scale_variants/`): the "
@@ -105,7 +111,7 @@ def scale_variant_lines(sv: dict) -> list[str]:
 
 def drift_lines(runs, study: Path, root: Path) -> list[str]:
     """How far each arm's policy drifts from its behaviour policy at d = 64, and what its update does."""
-    from claims.mechanism import DRIFT_COLUMNS, drift_table
+    from claims.mechanism import drift_table
 
     tab = drift_table(runs, study, root)
     if tab.empty:
@@ -117,8 +123,7 @@ def drift_lines(runs, study: Path, root: Path) -> list[str]:
            ("| arm | estimator | stable / runs | median abs log w | chi^2 | KL per token | step norm | cos with IS | "
             "heaviest share | groups capped |"), "|---|---|---|---|---|---|---|---|---|---|"]
     for _, v in tab.iterrows():
-        cells = [f"{v[c]:.3g}" if v[c] == v[c] else "-" for c in DRIFT_COLUMNS]
-        out.append(f"| {v['arm']} | {v['estimator']} | {v['stable']} / {v['runs']} | " + " | ".join(cells) + " |")
+        out.append(f"| {v['arm']} | {v['estimator']} | {v['stable']} / {v['runs']} | {_drift_cells(v)} |")
     return out + ["", ("A hypothesis until the verdicts are decided: where SGD at the same delay keeps the policy an "
                        "order of magnitude closer to its behaviour policy (log-ratio, chi^2, KL) while gaining as much "
                        "held-out pc at delay 0 (the SGD pilot), 64 updates are a far smaller off-policy gap under SGD "

@@ -15,7 +15,6 @@ import argparse
 import importlib
 import math
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from schema.results import (
 )
 
 from . import style
-from .mdhtml import to_html
+from .mdhtml import plain, to_html
 from .mechanism_section import MECHANISM_FIGURES
 
 STUDY_FIGURES = ["f10_study_differences", "f11_study_pc_vs_delay", "f12_chi2_vs_horizon", "f13_theory_in_the_loop"]
@@ -46,21 +45,6 @@ FIGURES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second
            *MECHANISM_FIGURES, *OPTIMIZER_FIGURES]
 def fig_module(name: str):
     return importlib.import_module(f"figures.{name}")
-
-
-_PLAIN = {r"\epsilon": "ε", r"\Delta": "Δ", r"\sigma": "σ", r"\eta": "η", r"\theta": "θ", r"\to": "→",
-          r"\mathcal{D}": "D", r"\frac": "", "{": "", "}": ""}
-
-
-def plain(text: str) -> str:
-    """Mathtext segments (``$...$``, for the figures) as plain text for the report: epsilon -> ε, no braces."""
-    def convert(m):
-        t = m.group(1)
-        for k, v in _PLAIN.items():
-            t = t.replace(k, v)
-        return t
-
-    return re.sub(r"\$([^$]*)\$", convert, text)
 
 
 # ----------------------------------------------------------------------------------- sections

@@ -74,22 +74,29 @@ def compare_metrics(reference: str | Path, replayed: str | Path, steps: int) -> 
     return diffs
 
 
+def _stored_config(run: Path, steps: int):
+    """The run's stored settings, refusing ``steps`` outside 1 .. its updates."""
+    from .config import load_run_config
+
+    cfg = load_run_config(run)
+    if steps < 1 or steps > cfg.steps:
+        raise ValueError(f"--steps {steps}: the run has {cfg.steps} updates (need 1 <= steps <= {cfg.steps})")
+    return cfg
+
+
 def replay(run: str | Path, steps: int, cache_dir: str | Path | None = None, out: str | Path | None = None,
            **overrides) -> list[str]:
     """Run the stored settings of ``run`` for ``steps`` updates (into ``out``, default a temporary
     folder) and return :func:`compare_metrics` against its ``metrics.csv``."""
     from schema.results import METRICS_FILE, metrics_path
 
-    from .config import load_run_config
     from .trainer import Trainer
 
     run = Path(run)
     reference = metrics_path(run)
     if reference is None:
         raise ValueError(f"{run} has no metrics.csv (or metrics.csv.gz) to compare with")
-    cfg = load_run_config(run)
-    if steps < 1 or steps > cfg.steps:
-        raise ValueError(f"--steps {steps}: the run has {cfg.steps} updates (need 1 <= steps <= {cfg.steps})")
+    cfg = _stored_config(run, steps)
     changes = {"steps": steps, **overrides}
     if cache_dir is not None:
         changes["cache_dir"] = str(cache_dir)
@@ -113,7 +120,6 @@ def replay_against_commit(run: str | Path, steps: int, commit: str | None = None
 
     from schema.results import METRICS_FILE, read_json
 
-    from .config import load_run_config
     from .train import cli_flags
     from .trainer import Trainer
 
@@ -122,9 +128,7 @@ def replay_against_commit(run: str | Path, steps: int, commit: str | None = None
     commit = commit or stored.get("git_commit")
     if not commit:
         raise ValueError(f"{run}/config.json records no git commit: name one with --against-commit")
-    cfg = load_run_config(run)
-    if steps < 1 or steps > cfg.steps:
-        raise ValueError(f"--steps {steps}: the run has {cfg.steps} updates (need 1 <= steps <= {cfg.steps})")
+    cfg = _stored_config(run, steps)
     repo = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -207,14 +207,21 @@ def test_loss_verl_applied_equals_trajectory_loss_on_the_same_groups(trained):
     assert any(capped), "no group was capped in any step: GMC was not exercised"
 
 
+def _micro_batches(trained) -> list[list[int]]:
+    """The groups of each micro-batch: after regroup_by_uid the groups are in order of first appearance
+    in the shuffled batch, two to a micro-batch."""
+    shuffled = list(trained["uids"][trained["rows"].numpy()])
+    groups = [int(u.split("-")[1]) for u in dict.fromkeys(shuffled)]
+    return [groups[k:k + 2] for k in (0, 2)]
+
+
 def test_stale_metrics_equal_the_diagnostics_of_each_micro_batch(trained):
     """verl averages a policy loss's metrics over micro-batches; after the regrouping the
     micro-batches are the groups in order of first appearance, two groups each."""
-    shuffled = list(trained["uids"][trained["rows"].numpy()])
-    groups = [int(u.split("-")[1]) for u in dict.fromkeys(shuffled)]  # group order after regroup_by_uid
+    micro = _micro_batches(trained)
     eps = trained["actor_config"].clip_ratio_high
     for expected, metrics in trained["steps"]:
-        per_micro = [estimators.diagnostics(expected.seq_log_ratio[groups[k:k + 2]], eps) for k in (0, 2)]
+        per_micro = [estimators.diagnostics(expected.seq_log_ratio[g], eps) for g in micro]
         names = metric_names(per_micro[0], prefix="actor/")
         assert names and set(names) <= set(metrics), sorted(set(names) - set(metrics))
         for key in per_micro[0]:
@@ -234,12 +241,10 @@ def test_every_parameter_changed(trained):
 def test_the_trainers_ratio_diagnostics_are_logged_under_its_names(trained):
     """The verl run logs stale/chi2, stale/ess, stale/mass_bias and train/weight_max (under verl's
     ``actor/`` prefix), the trainer's names, with values from estimators on the same micro-batches."""
-    shuffled = list(trained["uids"][trained["rows"].numpy()])
-    groups = [int(u.split("-")[1]) for u in dict.fromkeys(shuffled)]
+    micro = _micro_batches(trained)
     for expected, metrics in trained["steps"]:
         for name in ("stale/chi2", "stale/ess", "stale/mass_bias", "train/weight_max", "stale/chi2_seq_verl"):
             assert f"actor/{name}" in metrics, name
-        micro = [groups[k:k + 2] for k in (0, 2)]  # two groups per micro-batch, in regrouped order
         w = [expected.seq_log_ratio[g].exp() for g in micro]
         chi2 = np.mean([float((x.double() ** 2).mean() - 1) for x in w])
         cmax = np.mean([float(expected.weights[g].max()) for g in micro])
