@@ -165,7 +165,12 @@ HYPOTHESES = {
 def read_both(study: str | Path, root: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(runs, replays)``: one row per run of the long horizon with its ``arm`` (the committed
     study's reused cells as arm ``adam``, the mechanism grid's others), and the mechanism grid's
-    ``adam``-arm runs of estimators the committed study already has (the full-length replays)."""
+    ``adam``-arm runs of estimators the committed study already has (the full-length replays).
+    ``ValueError`` if a mechanism run started from another warm start than the study's runs
+    (:func:`llm_runs.grid_check.check_pairing`)."""
+    from llm_runs.grid_check import check_pairing
+
+    check_pairing(root, study)
     s = read_runs(study)
     s = s[(s["horizon"] == "long") & ((s["delay"] == 0) | s["estimator"].isin(REUSED))]
     s = s[(s["delay"] == 0) | (s["delay"] == DELAY)].assign(arm="adam", source="study")
@@ -426,6 +431,9 @@ def scale_drift(scale: str | Path, probe: str | Path) -> dict:
     :data:`WARNING_WINDOW` updates, before any collapse can be seen)."""
     if not (Path(probe).is_dir() and any(Path(probe).iterdir())):
         return {}
+    from llm_runs.grid_check import check_pairing
+
+    check_pairing(probe, scale)
     runs = read_runs(probe).assign(arm="scale", source="mechanism")
     done = runs[runs["complete"]]
     replay = compare_runs((Path(probe) / r.run, Path(scale) / r.run, r.steps) for r in done.itertuples())
@@ -443,6 +451,9 @@ def scale_variants(scale: str | Path, variants: str | Path) -> dict:
     bootstrap) over the seeds both have complete. Exploratory until M3/M4 pick the variant M5 adds."""
     if not (Path(variants).is_dir() and any(Path(variants).iterdir())) or not Path(scale).is_dir():
         return {}
+    from llm_runs.grid_check import check_pairing
+
+    check_pairing(variants, scale)
     mine = read_runs(variants)
     runs = pd.concat([read_runs(scale), mine], ignore_index=True).assign(arm="")
     runs = runs[runs["complete"]]

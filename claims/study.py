@@ -184,9 +184,11 @@ def stable_in_cell(runs: pd.DataFrame, horizon: str, delay: int, estimator: str)
     return bool(len(sel)) and float(sel["stable"].mean()) >= STABLE_FRACTION
 
 
-def whole_seeds(runs: pd.DataFrame) -> list[int]:
-    """The seeds with a complete run in every cell (horizon, estimator, delay) that any seed has."""
-    cells = set(runs[["horizon", "estimator", "delay"]].itertuples(index=False, name=None))
+def whole_seeds(runs: pd.DataFrame, cells: set | None = None) -> list[int]:
+    """The seeds with a complete run in every cell (horizon, estimator, delay): the ``cells`` given
+    (a grid's plan), else every cell that any seed has."""
+    if cells is None:
+        cells = set(runs[["horizon", "estimator", "delay"]].itertuples(index=False, name=None))
     done = runs[runs["complete"]].groupby("seed")
     return sorted(int(s) for s, g in done
                   if set(g[["horizon", "estimator", "delay"]].itertuples(index=False, name=None)) >= cells)
@@ -309,14 +311,71 @@ DIFFERENCE_METRICS = ("pc_final", "auc")
 
 def differences(runs: pd.DataFrame) -> pd.DataFrame:
     """:func:`differences_table` of every metric of :data:`DIFFERENCE_METRICS`, stacked (column
-    ``metric``): computed once per runs frame (kept in ``runs.attrs``), read by F10, its caption
-    and the report."""
+    ``metric``), with the exploratory estimators' rows (:func:`with_exploratory`, column
+    ``exploratory``) after the study's: computed once per runs frame (kept in ``runs.attrs``), read
+    by F10, its caption and the report."""
     tab = runs.attrs.get("differences")
     if tab is None:
-        tab = pd.concat([differences_table(runs, metric=m).assign(metric=m) for m in DIFFERENCE_METRICS],
+        both, extra = with_exploratory(runs), exploratory_estimators(runs)
+        tab = pd.concat([differences_table(both, metric=m).assign(metric=m) for m in DIFFERENCE_METRICS],
                         ignore_index=True)
+        tab["exploratory"] = tab["baseline"].isin(extra) if len(tab) else pd.Series(dtype=bool)
         runs.attrs["differences"] = tab
     return tab
+
+
+# --------------------------------------------------------------------------- grids paired with the study
+
+
+def read_paired(root: str | Path, primary: pd.DataFrame) -> pd.DataFrame:
+    """The runs of a grid that pairs with the study (``Study.pairs_with``; the 2025-2026 corrections,
+    ``python -m llm_runs.study --grid peers_2025``), to set beside ``primary`` (the study's runs,
+    ``attrs["source"]`` their folder, ``attrs["seeds"]`` its whole seeds) as exploratory rows: not
+    part of the pre-registered hypotheses. Only the seeds whole in both grids are kept (every run
+    the grid's plan holds for the seed complete); ``attrs["seeds"]`` lists them.
+
+    ``ValueError`` if a run started from another warm start than the study's runs with its key (its
+    seed would not be paired, :func:`llm_runs.grid_check.check_pairing`), or if the grid runs an
+    estimator the study has (two runs of one cell)."""
+    from llm_runs.grid_check import audit, check_pairing
+    from llm_runs.grids import STUDIES
+
+    check_pairing(root, primary.attrs["source"])
+    runs = read_runs(root)
+    clash = sorted(set(runs.loc[runs["delay"] > 0, "estimator"]) & set(primary["estimator"]))
+    if clash:
+        raise ValueError(f"{root} runs estimator(s) {clash}, which the study under {primary.attrs['source']} has: "
+                         f"one cell would have two runs")
+    grid = audit(root).grid
+    cells = None
+    if grid in STUDIES:
+        first = STUDIES[grid].seeds[0]
+        cells = {(c.horizon, c.estimator, c.delay) for c in STUDIES[grid].cells() if c.seed == first}
+    primary_seeds = primary.attrs.get("seeds", sorted(primary["seed"].unique()))
+    seeds = [s for s in whole_seeds(runs, cells) if s in primary_seeds]
+    out = runs[runs["seed"].isin(seeds) & (runs["delay"] > 0)].reset_index(drop=True).assign(exploratory=True)
+    out.attrs.update(source=str(root), seeds=seeds)
+    return out
+
+
+def exploratory_estimators(runs: pd.DataFrame) -> list[str]:
+    """The estimators of the exploratory runs set beside ``runs`` (``attrs["exploratory"]``)."""
+    extra = runs.attrs.get("exploratory")
+    return sorted(set(extra["estimator"])) if extra is not None and len(extra) else []
+
+
+def with_exploratory(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` and the exploratory runs set beside them (``attrs["exploratory"]``, :func:`read_paired`)
+    in one frame (column ``exploratory``), for the tables that list both; never for the hypotheses."""
+    extra = runs.attrs.get("exploratory")
+    base = pd.DataFrame(runs, copy=True)
+    base.attrs = {}
+    base["exploratory"] = False
+    if extra is None or not len(extra):
+        return base
+    extra = pd.DataFrame(extra, copy=True)
+    extra.attrs = {}
+    return pd.concat([base, extra], ignore_index=True)
 
 
 def plain_answer_facts(runs: pd.DataFrame) -> dict:
@@ -342,6 +401,18 @@ def plain_answer_facts(runs: pd.DataFrame) -> dict:
     others = [e for e in ranked if e != "gmc"]
     if "gmc" in means.index and others:
         facts["gmc_vs_best"] = {"best": others[0], **_interval(bootstrap(paired(runs, h, d, "gmc", others[0])))}
+    extra = exploratory_estimators(runs)
+    if extra:  # ranked over the seeds whole in both grids, every estimator on the same seeds
+        xseeds = list(runs.attrs["exploratory"].attrs.get("seeds", []))
+        both = with_exploratory(runs)
+        both = both[both["seed"].isin(xseeds)]
+        sel = both[(both["horizon"] == h) & (both["delay"] == d) & both["complete"]]
+        m = sel.groupby("estimator")["pc_final"].mean()
+        ok = sorted((e for e in m.index if stable_in_cell(both, h, d, e)), key=lambda e: -m[e])
+        facts["exploratory"] = {"seeds": xseeds, "estimators": extra,
+                                "ranked": [(e, float(m[e]), e in extra) for e in ok],
+                                "unstable": [e for e in extra if e in m.index and e not in ok],
+                                "absent": [e for e in extra if e not in m.index]}
     return facts
 
 

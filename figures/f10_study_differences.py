@@ -13,25 +13,40 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from claims.study import MARGIN, MIN_SEEDS, STABLE_FRACTION, differences, read_runs, stable_in_cell, whole_seeds
-from schema.results import STUDY, source_note
+from claims.study import (
+    MARGIN,
+    MIN_SEEDS,
+    STABLE_FRACTION,
+    differences,
+    exploratory_estimators,
+    read_paired,
+    read_runs,
+    stable_in_cell,
+    whole_seeds,
+)
+from schema.results import STUDY, STUDY_2025, source_note
 
 from . import style
 
 NAME = "f10_study_differences"
 TITLE = "F10. Staleness study: GMC minus each baseline (paired by seed, 95% bootstrap intervals)"
-SOURCES = [STUDY]
+SOURCES = [STUDY, STUDY_2025]
 METRICS = {"pc_final": "final held-out pc", "auc": "AUC of held-out pc"}  # keys: DIFFERENCE_METRICS
 
 
 def load() -> pd.DataFrame:
     """The study's runs (one row per run, :func:`claims.study.read_runs`), whole seeds only;
-    ``attrs["seeds"]`` lists them."""
+    ``attrs["seeds"]`` lists them. The 2025-2026 corrections' runs (``STUDY_2025``, exploratory,
+    paired by seed: :func:`claims.study.read_paired`), where they exist, are set beside them in
+    ``attrs["exploratory"]``: the tables and figures list them, the hypotheses never see them."""
     root = STUDY.require()
     runs = read_runs(root)
     seeds = whole_seeds(runs)
     out = runs[runs["seed"].isin(seeds)].reset_index(drop=True)
     out.attrs.update(source=str(root), seeds=seeds)
+    extra = STUDY_2025.find()
+    if extra is not None:
+        out.attrs["exploratory"] = read_paired(extra, out)
     return out
 
 
@@ -56,7 +71,9 @@ def plot(runs: pd.DataFrame, ax=None):
     else:
         fig, axes = plt.subplots(len(METRICS), max(len(panels), 1), figsize=(2.9 * max(len(panels), 1), 6.2),
                                  sharey=True, squeeze=False)
-    baselines = style.ordered(tab["baseline"]) if len(tab) else []
+    extra = set(exploratory_estimators(runs))
+    baselines = (style.ordered(b for b in tab["baseline"] if b not in extra)
+                 + style.ordered(b for b in tab["baseline"] if b in extra)) if len(tab) else []
     ypos = {b: i for i, b in enumerate(reversed(baselines))}
     for r, (metric, mlabel) in enumerate(METRICS.items()):
         for c, (h, d) in enumerate(panels):
@@ -74,9 +91,10 @@ def plot(runs: pd.DataFrame, ax=None):
                 pt, = a.plot([row.mean], [y], linestyle="none", color=lk["color"],
                              marker=lk["marker"] if stable else "x", markersize=6 if stable else 7,
                              markeredgewidth=1.6 if not stable else 0.8, zorder=3,
+                             markerfacecolor="none" if row.baseline in extra else lk["color"],
                              label=None if stable else f"baseline unstable in the cell (< {STABLE_FRACTION:.0%} of seeds stable)")
                 style.mark(pt, metric, h, str(d), row.baseline)
-            a.set_yticks(range(len(baselines)), [style.label(b) for b in reversed(baselines)])
+            a.set_yticks(range(len(baselines)), [tick(b, extra) for b in reversed(baselines)])
             gmc_note = "" if stable_in_cell(runs, h, d, "gmc") else " (GMC unstable)"
             a.set_title(f"{h} horizon, $d = {d}${gmc_note}" if r == 0 else "")
             a.set_xlabel(f"GMC $-$ baseline, {mlabel}")
@@ -87,23 +105,36 @@ def plot(runs: pd.DataFrame, ax=None):
     return fig
 
 
+def tick(baseline: str, extra) -> str:
+    """A baseline's label; ``(expl.)`` after an exploratory one (not in the pre-registered families)."""
+    return style.label(baseline) + (" (expl.)" if baseline in extra else "")
+
+
 def caption(runs: pd.DataFrame) -> str:
     tab = table(runs)
     seeds = runs.attrs.get("seeds", sorted(runs["seed"].unique()))
+    extra = set(exploratory_estimators(runs))
     parts = []
     pc = tab[tab["metric"] == "pc_final"]
     for h, d in cells(pc):
         t = pc[(pc["horizon"] == h) & (pc["delay"] == d)]
-        above = [style.label(b) for b, lo in zip(t["baseline"], t["low"]) if lo > 0]
-        below = [style.label(b) for b, hi in zip(t["baseline"], t["high"]) if hi < 0]
+        above = [tick(b, extra) for b, lo in zip(t["baseline"], t["low"]) if lo > 0]
+        below = [tick(b, extra) for b, hi in zip(t["baseline"], t["high"]) if hi < 0]
         gmc = "" if stable_in_cell(runs, h, d, "gmc") else " (GMC itself unstable in the cell)"
         parts.append(f"{h} horizon, d = {d}{gmc}: interval above 0 against {', '.join(above) or 'none'}; below 0 against "
                      f"{', '.join(below) or 'none'}; {len(t) - len(above) - len(below)} of {len(t)} include 0")
     interim = (f" Interim: fewer than the pre-registered {MIN_SEEDS} whole seeds, so these intervals decide nothing."
                if len(seeds) < MIN_SEEDS else "")
+    more = ""
+    if extra:
+        e = runs.attrs["exploratory"]
+        es = e.attrs.get("seeds", [])
+        more = (f" Hollow markers, (expl.): the 2025-2026 corrections ({', '.join(style.label(b) for b in sorted(extra))}), "
+                f"exploratory (not part of the pre-registered families), paired with the study's GMC over their "
+                f"{len(es)} whole seed(s) ({', '.join(map(str, es)) or 'none'}); {source_note(e)}")
     return (f"Paired by seed over {len(seeds)} whole seed(s) ({', '.join(map(str, seeds))}); a positive difference "
             "favours GMC. Final held-out pc: " + "; ".join(parts) + ". Crosses mark baselines unstable in their cell." + interim + " "
-            + source_note(runs))
+            + source_note(runs) + more)
 
 
 def main(out=None):

@@ -12,15 +12,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from claims.study import MIN_SEEDS, bootstrap
-from schema.results import STUDY, source_note
+from claims.study import MIN_SEEDS, bootstrap, exploratory_estimators, with_exploratory
+from schema.results import STUDY, STUDY_2025, source_note
 
 from . import style
 from .f10_study_differences import load
 
 NAME = "f11_study_pc_vs_delay"
 TITLE = "F11. Staleness study: final held-out pc against the delay"
-SOURCES = [STUDY]
+SOURCES = [STUDY, STUDY_2025]
 DODGE = 0.05  # horizontal offset between estimators, in axis positions
 HORIZON_ORDER = {"short": 0, "long": 1}
 
@@ -31,21 +31,26 @@ def horizons(runs: pd.DataFrame) -> list[str]:
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per horizon, estimator and delay (delay 0: the delay-0 run, listed under every estimator
-    that has a positive-delay run): n seeds, mean final pc and its bootstrap interval."""
-    done = runs[runs["complete"]]
+    that has a positive-delay run): n seeds, mean final pc and its bootstrap interval. The
+    exploratory estimators set beside the study (:func:`claims.study.with_exploratory`) are listed
+    after the study's, with ``exploratory`` True."""
+    both = with_exploratory(runs)
+    done = both[both["complete"]]
+    extra = set(exploratory_estimators(runs))
     rows = []
     for h in horizons(done):
         g = done[done["horizon"] == h]
         zero = g[g["delay"] == 0].groupby("seed")["pc_final"].first().to_numpy(float)
-        for e in style.ordered(g.loc[g["delay"] > 0, "estimator"]):
+        names = g.loc[g["delay"] > 0, "estimator"]
+        for e in style.ordered(n for n in names if n not in extra) + style.ordered(n for n in names if n in extra):
             for d in [0, *sorted(int(x) for x in g.loc[(g["delay"] > 0) & (g["estimator"] == e), "delay"].unique())]:
                 x = zero if d == 0 else g[(g["delay"] == d) & (g["estimator"] == e)].groupby("seed")["pc_final"].first().to_numpy(float)
                 if not len(x):
                     continue
                 b = bootstrap(x)
                 rows.append({"horizon": h, "estimator": e, "delay": d, "n": b["n"], "mean": b["mean"],
-                             "low": b["low"], "high": b["high"]})
-    return pd.DataFrame(rows, columns=["horizon", "estimator", "delay", "n", "mean", "low", "high"])
+                             "low": b["low"], "high": b["high"], "exploratory": e in extra})
+    return pd.DataFrame(rows, columns=["horizon", "estimator", "delay", "n", "mean", "low", "high", "exploratory"])
 
 
 def warm_start_pc(runs: pd.DataFrame, horizon: str) -> float:
@@ -61,13 +66,16 @@ def plot(runs: pd.DataFrame, ax=None):
         t = tab[tab["horizon"] == h]
         delays = sorted(t["delay"].unique())
         pos = {d: i for i, d in enumerate(delays)}
-        ests = style.ordered(t["estimator"])
+        ests = list(dict.fromkeys(t["estimator"]))
         for k, e in enumerate(ests):
             off = (k - (len(ests) - 1) / 2) * DODGE
             s = t[t["estimator"] == e].sort_values("delay")
             x = np.array([pos[d] for d in s["delay"]], float) + off
             lk = style.line_kw(e)
-            ln, = a.plot(x, s["mean"], label=style.label(e), **lk)
+            expl = bool(s["exploratory"].iloc[0])
+            if expl:
+                lk = {**lk, "linestyle": "--", "markerfacecolor": "none"}
+            ln, = a.plot(x, s["mean"], label=style.label(e) + (" (expl.)" if expl else ""), **lk)
             style.mark(ln, h, e)
             seg_x = np.repeat(x, 3)
             seg_y = np.column_stack([s["low"], s["high"], np.full(len(s), np.nan)]).ravel()
@@ -94,12 +102,19 @@ def caption(runs: pd.DataFrame) -> str:
         dmax = int(t["delay"].max()) if len(t) else 0
         top = t[t["delay"] == dmax].sort_values("mean", ascending=False)
         d0 = t[t["delay"] == 0]["mean"]
-        best = "; ".join(f"{style.label(r.estimator)} {r.mean:.3f}" for r in top.head(3).itertuples())
+        best = "; ".join(f"{style.label(r.estimator)}{' (expl.)' if r.exploratory else ''} {r.mean:.3f}"
+                         for r in top.head(3).itertuples())
         parts.append(f"{h} horizon: warm start {warm_start_pc(runs, h):.3f}, delay 0 "
                      f"{float(d0.iloc[0]) if len(d0) else float('nan'):.3f}, highest at d = {dmax}: {best}")
     interim = f" Interim: fewer than the pre-registered {MIN_SEEDS} whole seeds." if len(seeds) < MIN_SEEDS else ""
+    more = ""
+    if (tab["exploratory"]).any():
+        e = runs.attrs["exploratory"]
+        es = e.attrs.get("seeds", [])
+        more = (f" Dashed, (expl.): the 2025-2026 corrections, exploratory (not pre-registered), over their "
+                f"{len(es)} whole seed(s) ({', '.join(map(str, es)) or 'none'}); {source_note(e)}")
     return (f"Mean final held-out pc over {len(seeds)} whole seed(s) ({', '.join(map(str, seeds))}) with 95% "
-            "percentile-bootstrap intervals. " + ". ".join(parts) + "." + interim + " " + source_note(runs))
+            "percentile-bootstrap intervals. " + ". ".join(parts) + "." + interim + " " + source_note(runs) + more)
 
 
 def main(out=None):

@@ -140,9 +140,13 @@ def differences_markdown(runs) -> list[str]:
     out = ["| horizon | d | baseline | n | final pc: mean [95% CI] | AUC: mean [95% CI] | baseline stable |",
            "|---|---:|---|---:|---|---|---|"]
     order = {"short": 0, "long": 1}
-    for (h, d, b) in sorted(pc.index, key=lambda k: (order.get(k[0], 2), k[1], style.ordered(pc.index.get_level_values(2)).index(k[2]))):
+    extra = set(tab.loc[tab["exploratory"], "baseline"])
+    names = pc.index.get_level_values(2)
+    rank = style.ordered(n for n in names if n not in extra) + style.ordered(n for n in names if n in extra)
+    for (h, d, b) in sorted(pc.index, key=lambda k: (order.get(k[0], 2), k[1], rank.index(k[2]))):
         r, a = pc.loc[(h, d, b)], auc.loc[(h, d, b)]
-        out.append(f"| {h} | {d} | {plain(style.label(b))} | {int(r['n'])} | {_num(r['mean'], '+.3f')} "
+        name = plain(style.label(b)) + (" (exploratory)" if b in extra else "")
+        out.append(f"| {h} | {d} | {name} | {int(r['n'])} | {_num(r['mean'], '+.3f')} "
                    f"[{_num(r['low'], '+.3f')}, {_num(r['high'], '+.3f')}] | {_num(a['mean'], '+.3f')} "
                    f"[{_num(a['low'], '+.3f')}, {_num(a['high'], '+.3f')}] | {'yes' if r['baseline_stable'] else '**no**'} |")
     return out
@@ -204,13 +208,25 @@ def plain_answer(runs) -> str:
     if f["interim"]:
         text += (f" This is interim: the pre-registered stopping rule needs {MIN_SEEDS} whole seeds, so nothing here "
                  "is a verdict.")
+    if "exploratory" in f:
+        x = f["exploratory"]
+        k = len(x["seeds"])
+        placed = "; ".join(f"{i}. {plain(style.label(e))}{' (exploratory)' if new else ''} {m:.3f}"
+                           for i, (e, m, new) in enumerate(x["ranked"], 1)) or "none"
+        text += (f" Exploratory, not pre-registered: the 2025-2026 corrections "
+                 f"({', '.join(plain(style.label(e)) for e in x['estimators'])}) over their {k} whole "
+                 f"seed{'' if k == 1 else 's'} (every estimator's mean on those seeds) rank among the stable estimators "
+                 f"there as: {placed}. Unstable there: "
+                 f"{', '.join(plain(style.label(e)) for e in x['unstable']) or 'none'}"
+                 + (f"; no complete run there: {', '.join(plain(style.label(e)) for e in x['absent'])}"
+                    if x["absent"] else "") + ".")
     return text
 
 
 def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str]]:
     """The report's first section: the staleness study's verdicts, tables, plain answer and figures.
     Returns (markdown lines, names of figures not drawn)."""
-    from claims.study import MIN_SEEDS, STABLE_FRACTION, bound_table
+    from claims.study import MIN_SEEDS, STABLE_FRACTION, bound_table, exploratory_estimators
     from schema.results import STUDY, VERDICTS, read_json
 
     from .f10_study_differences import load as load_runs
@@ -252,7 +268,11 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     md += [f"### Plain answer{'' if decided else ' so far'}", "", plain_answer(runs), ""]
     md += ["### GMC minus each baseline", "",
            ("Mean paired difference (GMC minus the baseline, seed by seed, whole seeds) with its 95% percentile-bootstrap "
-           f"interval; a baseline is stable in a cell when at least {STABLE_FRACTION:.0%} of its seeds are."), ""]
+           f"interval; a baseline is stable in a cell when at least {STABLE_FRACTION:.0%} of its seeds are."
+           + (" Rows marked (exploratory): the 2025-2026 corrections (`python -m llm_runs.study --grid peers_2025`, "
+              "`results/llm/study_2025`), run after the study from its warm starts, prompts and sampling keys and "
+              "paired with its GMC by seed; they are not part of the pre-registered families H1-H4."
+              if exploratory_estimators(runs) else "")), ""]
     md += differences_markdown(runs) + [""]
     md += ["### THEORY §3's mass-bias bound at LLM scale", "",
            ("Per update of every complete run: the realised mass bias against its bound at the batch's plug-in chi^2 "

@@ -166,3 +166,36 @@ def check_warm_starts(out: Path, warm: dict[str, dict]) -> None:
                          f"The numerics depend on the CPU (this one: {machine()}), so runs made here would not "
                          f"be paired with them: nothing was run. Continue the grid on a machine whose warm start "
                          f"matches (each run's config.json records the one it used), or give another --out")
+
+
+def check_pairing(root: str | Path, reference: str | Path) -> None:
+    """Refuse to pair the runs under ``root`` with those under ``reference`` (a grid it pairs
+    with, :attr:`llm_runs.grids.Study.pairs_with`) when a run of ``root`` started from another warm
+    start than ``reference``'s runs with the same key: its seed would be paired with a run from
+    other weights (the numerics depend on the CPU). ``ValueError`` naming the runs and why."""
+    from collections import Counter
+
+    from schema.results import read_json
+
+    from .warmstart import differs, identity
+
+    def used(folder: Path) -> dict[str, dict]:
+        return {p.name: read_json(p / "config.json").get("warm_start") or {}
+                for p in sorted(Path(folder).iterdir()) if (p / "config.json").is_file()}
+
+    ref = used(Path(reference))
+    common = {}
+    for key in {w.get("key") for w in ref.values()} - {None}:
+        tally = Counter(json.dumps(identity(w), sort_keys=True, default=str) for w in ref.values() if w.get("key") == key)
+        common[key] = json.loads(tally.most_common(1)[0][0])
+    bad = {}
+    for name, w in used(Path(root)).items():
+        why = differs(w, common[w["key"]]) if w.get("key") in common else None
+        if why:
+            bad[name] = why
+    if bad:
+        listed = "; ".join(f"{k}: {v}" for k, v in list(bad.items())[:4])
+        more = f" (and {len(bad) - 4} more)" if len(bad) > 4 else ""
+        raise ValueError(f"{len(bad)} run(s) under {root} started from another warm start than the runs under "
+                         f"{reference} they would be paired with ({listed}{more}): same settings, other numerics "
+                         f"(another machine). Their seeds are not paired; the analysis does not mix them in")

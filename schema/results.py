@@ -41,6 +41,7 @@ from .runs import (  # noqa: F401
     METRICS_FILE,
     PACKED_METRICS_FILE,
     STUDY,
+    STUDY_2025,
     STUDY_HORIZON,
     check_steps,
     horizon_of,

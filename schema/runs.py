@@ -254,6 +254,8 @@ LLM = _LLMSource("llm sweep", ("llm/sweep", "llm/sweep_quick"), "python -m llm_r
 STUDY = _LLMSource("llm study", ("llm/study",), "python -m llm_runs.study")
 STUDY_HORIZON = _LLMSource("llm horizon grid", ("llm/horizon",), "python -m llm_runs.study --grid horizon")
 MECHANISM = _LLMSource("llm mechanism grid", ("llm/mechanism",), "python -m llm_runs.study --grid mechanism")
+STUDY_2025 = _LLMSource("llm 2025-2026 corrections grid", ("llm/study_2025",),
+                        "python -m llm_runs.study --grid peers_2025")
 GPU_STUDY = _LLMSource("llm gpu study", ("llm/gpu_study",), "python -m llm_runs.gpu_study")
 
 
