@@ -33,7 +33,7 @@ from .sweep_spec import Sweep
 from .token_mdp.factorised import FactorisedTokenMDP, start_logits
 
 BASE_SCHEMES = ["gmc", "is", "tic_mask", "tic_trunc", "topr", "snis", "stale"]
-GMC_VARIANTS = ["gmc_cap", "gmc_topr"]
+GMC_VARIANTS = ["gmc_cap", "gmc_topr", "topr_gmc"]
 
 
 def scheme_list() -> list[str]:
