@@ -10,7 +10,8 @@ second rollout or a second forward pass over the batch:
 * ``mech/heavy_share``: the trajectory with the largest total ``|d loss / d log pi(o_t)|`` (for a
   trajectory scheme ``|c_i A_i|`` times its length) is run forward again on its own group and its
   gradient ``sum_t (d loss / d log pi(o_t)) grad log pi(o_t)`` compared in norm with the batch's.
-* ``mech/lambda_min``, ``mech/kl``: from the ratios the update already has.
+* ``mech/lambda_min``, ``mech/kl``: from the ratios the update already has
+  (:func:`llm_runs.theory.ratio_mechanism`, which the verl plugin and the TRL adapter log too).
 * ``mech/step_norm``, ``mech/step_cos_grad``: from the parameters before and after the step
   (:class:`llm_runs.theory.DirectionTracker`).
 
@@ -22,8 +23,6 @@ from __future__ import annotations
 import math
 
 import torch
-
-import estimators
 
 from .rollout import completion_logprobs
 from .theory import _cos
@@ -87,15 +86,3 @@ class MechanismProbe:
             if norm > 0 and math.isfinite(norm):
                 out["mech/heavy_share"] = float(_flat(gk, self.params).norm()) / norm
         return out
-
-
-def ratio_mechanism(seq_log_ratio: torch.Tensor, token_log_ratio: torch.Tensor, mask: torch.Tensor,
-                    eps: float) -> dict:
-    """``mech/lambda_min`` (GMC's smallest group scale on the raw ratios) and ``mech/kl`` (the k3
-    estimate of KL(pi_b || pi_theta) per completion token) from an update's detached log-ratios."""
-    lam = estimators.gmc_lambda(seq_log_ratio.double(), eps)
-    sel = mask.bool()
-    x = token_log_ratio.double()
-    k3 = torch.where(sel, torch.expm1(x) - x, 0.0)
-    n = int(sel.sum())
-    return {"mech/lambda_min": float(lam.min()), "mech/kl": float(k3.sum()) / n if n else math.nan}

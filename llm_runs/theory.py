@@ -29,6 +29,7 @@ import math
 import numpy as np
 import torch
 
+import estimators
 from bounds import MASS_BOUNDS, mass_bound
 
 BOUND_FORM = "theorem2"
@@ -162,9 +163,10 @@ def batch_metrics(out, logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
     diagnostics (:func:`estimators.diagnostics`: ``stale/ess``, ``stale/mass_cap_frac``, ...), the
     theory columns (:func:`ratio_metrics`: ``stale/chi2``, ``stale/chi2_token``, ``stale/mass_bias``,
     ``stale/mass_bias_bound``), the weights' range (``train/weight_mean|min|max``, trajectory
-    schemes) and verl's own sequence chi^2 beside ours (``stale/chi2_seq_verl``,
-    :func:`verl_chi2_seq`). The verl plugin and the TRL adapter call it on every loss call; a caller
-    that already has ``estimators.diagnostics(out.seq_log_ratio, eps)`` passes it as ``diagnostics``."""
+    schemes), verl's own sequence chi^2 beside ours (``stale/chi2_seq_verl``,
+    :func:`verl_chi2_seq`) and the two mechanism diagnostics that need only the ratios
+    (:func:`ratio_mechanism`: ``mech/lambda_min``, ``mech/kl``). The verl plugin and the TRL
+    adapter call it on every loss call; a caller that already has ``estimators.diagnostics(out.seq_log_ratio, eps)`` passes it as ``diagnostics``."""
     import estimators
     from estimators.losses import masked_token_log_ratio
     from schema.metrics import stale_metrics
@@ -172,9 +174,22 @@ def batch_metrics(out, logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
     row = stale_metrics(diagnostics if diagnostics is not None else estimators.diagnostics(out.seq_log_ratio, eps))
     tok = masked_token_log_ratio(logp.detach(), old_logp.detach(), mask)
     row.update(ratio_metrics(out.seq_log_ratio, out.weights, tok, mask, scheme, eps))
+    row.update(ratio_mechanism(out.seq_log_ratio.detach(), tok, mask, eps))
     if out.weights is not None:
         c = out.weights
         row.update({"train/weight_mean": float(c.mean()), "train/weight_min": float(c.min()),
                     "train/weight_max": float(c.max())})
     row["stale/chi2_seq_verl"] = verl_chi2_seq(out.seq_log_ratio)
     return row
+
+
+def ratio_mechanism(seq_log_ratio: torch.Tensor, token_log_ratio: torch.Tensor, mask: torch.Tensor,
+                    eps: float) -> dict:
+    """``mech/lambda_min`` (GMC's smallest group scale on the raw ratios) and ``mech/kl`` (the k3
+    estimate of KL(pi_b || pi_theta) per completion token) from an update's detached log-ratios."""
+    lam = estimators.gmc_lambda(seq_log_ratio.double(), eps)
+    sel = mask.bool()
+    x = token_log_ratio.double()
+    k3 = torch.where(sel, torch.expm1(x) - x, 0.0)
+    n = int(sel.sum())
+    return {"mech/lambda_min": float(lam.min()), "mech/kl": float(k3.sum()) / n if n else math.nan}

@@ -16,10 +16,10 @@ import torch
 import estimators
 from estimators.losses import is_batch_coupled, masked_token_log_ratio, policy_loss
 
-from .mechanism import MechanismProbe, ratio_mechanism
+from .mechanism import MechanismProbe
 from .metrics import DIAGNOSTIC_COLUMNS
 from .rollout import RolloutBatch, completion_logprobs
-from .theory import ratio_metrics
+from .theory import ratio_mechanism, ratio_metrics
 
 
 def group_advantages(batch: RolloutBatch, kind: str) -> torch.Tensor:

@@ -161,10 +161,12 @@ def test_the_stacks_log_the_trainers_columns_with_the_trainers_values(stale_batc
     out = policy_loss("gmc", logp, batch.behaviour_logp, batch.completion_mask, group_advantages(batch, "loo"),
                       batch.group_size, 0.2)
     logged = batch_metrics(out, logp, batch.behaviour_logp, batch.completion_mask, "gmc", 0.2)
-    row = policy_update(m, torch.optim.SGD(m.parameters(), lr=0.0), batch, estimator="gmc", eps=0.2)
+    row = policy_update(m, torch.optim.SGD(m.parameters(), lr=0.0), batch, estimator="gmc", eps=0.2, mechanism=True)
     common = set(logged) & set(row)
     assert {"stale/chi2", "stale/ess", "stale/mass_bias", "stale/mass_bias_bound", "train/weight_max",
-            "stale/mass_cap_frac"} <= common
+            "stale/mass_cap_frac", "mech/lambda_min", "mech/kl"} <= common
+    assert not {"mech/cos_is", "mech/heavy_share", "mech/step_norm"} & set(logged)  # they need the gradients
+    assert logged["mech/kl"] > 0 and 0 < logged["mech/lambda_min"] <= 1  # a stale batch: it drifted
     for k in common:
         assert logged[k] == pytest.approx(row[k], rel=1e-6, abs=1e-9), k
     assert logged["stale/chi2_seq_verl"] == pytest.approx(logged["stale/chi2"], rel=1e-9)  # no |log w| > 20 here

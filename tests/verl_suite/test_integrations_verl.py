@@ -188,11 +188,15 @@ def test_snippet_loss_equals_core_surrogate_and_closed_form_gradient(snippet_cfg
 
     capped = np.mean([m["actor/stale/mass_cap_frac"] for m in metrics])
     assert 0 < capped < 1, "test data must cap some groups and leave others"
-    assert all(k.startswith(("actor/stale/", "actor/train/weight_")) for m in metrics for k in m)
+    assert all(k.startswith(("actor/stale/", "actor/train/weight_", "actor/mech/")) for m in metrics for k in m)
     assert {"actor/stale/clip_frac", "actor/stale/ess", "actor/stale/log_ratio_max", "actor/stale/chi2",
-            "actor/stale/mass_bias", "actor/stale/chi2_seq_verl", "actor/train/weight_max"} <= set(metrics[0])
+            "actor/stale/mass_bias", "actor/stale/chi2_seq_verl", "actor/train/weight_max", "actor/mech/lambda_min",
+            "actor/mech/kl"} <= set(metrics[0])
     # the trainer's names with the trainer's values: the largest weight of any micro-batch is the batch's
     assert max(m["actor/train/weight_max"] for m in metrics) == pytest.approx(float(c.max()), rel=1e-9)
+    lam = estimators.gmc_lambda(lr, eps)  # GMC's group scale on the raw ratios, whatever the scheme
+    assert min(m["actor/mech/lambda_min"] for m in metrics) == pytest.approx(float(lam.min()), rel=1e-9)
+    assert all(m["actor/mech/kl"] > 0 for m in metrics)
 
 
 @pytest.mark.parametrize("scheme", ["seq_geo_mask", "vespo"])
