@@ -124,3 +124,25 @@ def test_the_scale_variants_are_absent_until_they_have_run(tmp_path):
     from claims.mechanism import scale_variants
 
     assert scale_variants(tmp_path / "scale", tmp_path / "scale_variants") == {}
+
+
+def test_the_report_quotes_each_verdicts_numbers_and_picks_the_best_variant_once_decided():
+    from figures.mechanism_section import variant_pick, verdict_numbers
+
+    runs = _runs({("sgd", "gmc"): (GOOD, _pc(0.65)), ("sgd", "tic_mask"): (GOOD, _pc(0.6)),
+                  ("sgd", "is"): (BAD, _pc(0.2)), ("adam", "topr"): (GOOD, _pc(0.62)),
+                  ("adam", "gmc_topr"): (BAD, _pc(0.2)), ("adam", "topr_gmc"): (GOOD, _pc(0.61)),
+                  ("adam", "gmc_cap"): (BAD, _pc(0.3))})
+    m1, m4 = _m1(runs), _m4(runs)
+    text = verdict_numbers("M1", m1)
+    d = m1["gmc_minus_tic_mask"]
+    assert text.startswith(f"SGD: GMC stable 10/10; GMC - TIC-mask {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+                           " (n = 10)")
+    text = verdict_numbers("M4", m4)
+    d = m4["topr_gmc"]
+    assert "GMC(+) / TOPR(-) stable 3/10" in text
+    assert f"TOPR(+) / GMC(-) stable 10/10, minus TOPR {d['mean']:+.3f} [" in text and abs(d["mean"] + 0.01) < 0.02
+    res = {"hypotheses": {"M3": {"verdict": "REFUTED"}, "M4": m4}}
+    assert variant_pick(runs, res) == "topr_gmc"
+    res["hypotheses"]["M3"]["verdict"] = "NOT DECIDED"
+    assert variant_pick(runs, res) is None
