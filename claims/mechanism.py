@@ -31,7 +31,9 @@ from .study import (
     p_below,
     read_runs,
     read_traces,
+    whole_seeds,
 )
+from .study import planned_cells as study_planned_cells
 
 WARNING_WINDOW = 20  # updates 0-19: before the first evaluation that can detect a collapse
 WARNING_SUMMARIES = ("median", "mean", "min", "max")
@@ -234,21 +236,19 @@ def _iv(b: dict) -> dict:
     return {k: b[k] for k in ("n", "mean", "low", "high")}
 
 
-def planned_cells(grid: str = "mechanism") -> set[tuple]:
-    """(arm, estimator, delay) of every run a seed of the grid plans."""
-    from llm_runs.grids import STUDIES
+MECHANISM_CELL = ("arm", "estimator", "delay")
+"""The fields that name a cell of the mechanism grid (and of the single-horizon grids it reads)."""
 
-    return {(c.arm, c.estimator, c.delay) for c in STUDIES[grid].cells() if c.seed == STUDIES[grid].seeds[0]}
+
+def planned_cells(grid: str = "mechanism") -> set[tuple]:
+    """(arm, estimator, delay) of every run a seed of the grid plans (:func:`claims.study.planned_cells`)."""
+    return study_planned_cells(grid, MECHANISM_CELL)
 
 
 def whole_seeds_of(runs: pd.DataFrame, cells: set | None = None) -> list[int]:
     """Seeds whose every cell (arm, estimator, delay) is complete: the ``cells`` given (a grid's
-    plan, :func:`planned_cells`), else every cell any seed has."""
-    if cells is None:
-        cells = set(runs[["arm", "estimator", "delay"]].itertuples(index=False, name=None))
-    done = runs[runs["complete"]].groupby("seed")
-    return sorted(int(s) for s, g in done if set(g[["arm", "estimator", "delay"]].itertuples(index=False, name=None))
-                  >= cells)
+    plan, :func:`planned_cells`), else every cell any seed has (:func:`claims.study.whole_seeds`)."""
+    return whole_seeds(runs, cells, MECHANISM_CELL)
 
 
 def mechanism_seeds(runs: pd.DataFrame, replays: pd.DataFrame) -> list[int]:

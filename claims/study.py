@@ -184,14 +184,27 @@ def stable_in_cell(runs: pd.DataFrame, horizon: str, delay: int, estimator: str)
     return bool(len(sel)) and float(sel["stable"].mean()) >= STABLE_FRACTION
 
 
-def whole_seeds(runs: pd.DataFrame, cells: set | None = None) -> list[int]:
-    """The seeds with a complete run in every cell (horizon, estimator, delay): the ``cells`` given
-    (a grid's plan), else every cell that any seed has."""
+CELL = ("horizon", "estimator", "delay")
+"""The fields that name a cell of a study grid (a seed has one run per cell)."""
+
+
+def planned_cells(grid: str, fields: tuple[str, ...] = CELL) -> set[tuple]:
+    """``fields`` of every run one seed of grid ``grid`` (:data:`llm_runs.grids.STUDIES`) plans."""
+    from llm_runs.grids import STUDIES
+
+    first = STUDIES[grid].seeds[0]
+    return {tuple(getattr(c, f) for f in fields) for c in STUDIES[grid].cells() if c.seed == first}
+
+
+def whole_seeds(runs: pd.DataFrame, cells: set | None = None, fields: tuple[str, ...] = CELL) -> list[int]:
+    """The seeds with a complete run in every cell (``fields``, by default horizon, estimator,
+    delay): the ``cells`` given (a grid's plan, :func:`planned_cells`), else every cell that any
+    seed has."""
+    fields = list(fields)
     if cells is None:
-        cells = set(runs[["horizon", "estimator", "delay"]].itertuples(index=False, name=None))
+        cells = set(runs[fields].itertuples(index=False, name=None))
     done = runs[runs["complete"]].groupby("seed")
-    return sorted(int(s) for s, g in done
-                  if set(g[["horizon", "estimator", "delay"]].itertuples(index=False, name=None)) >= cells)
+    return sorted(int(s) for s, g in done if set(g[fields].itertuples(index=False, name=None)) >= cells)
 
 
 def analyse(runs: pd.DataFrame) -> dict:
@@ -347,10 +360,7 @@ def read_paired(root: str | Path, primary: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"{root} runs estimator(s) {clash}, which the study under {primary.attrs['source']} has: "
                          f"one cell would have two runs")
     grid = audit(root).grid
-    cells = None
-    if grid in STUDIES:
-        first = STUDIES[grid].seeds[0]
-        cells = {(c.horizon, c.estimator, c.delay) for c in STUDIES[grid].cells() if c.seed == first}
+    cells = planned_cells(grid) if grid in STUDIES else None
     primary_seeds = primary.attrs.get("seeds", sorted(primary["seed"].unique()))
     seeds = [s for s in whole_seeds(runs, cells) if s in primary_seeds]
     out = runs[runs["seed"].isin(seeds) & (runs["delay"] > 0)].reset_index(drop=True).assign(exploratory=True)

@@ -72,8 +72,7 @@ def plot(runs: pd.DataFrame, ax=None):
         fig, axes = plt.subplots(len(METRICS), max(len(panels), 1), figsize=(2.9 * max(len(panels), 1), 6.2),
                                  sharey=True, squeeze=False)
     extra = set(exploratory_estimators(runs))
-    baselines = (style.ordered(b for b in tab["baseline"] if b not in extra)
-                 + style.ordered(b for b in tab["baseline"] if b in extra)) if len(tab) else []
+    baselines = style.ordered(tab["baseline"], last=extra) if len(tab) else []
     ypos = {b: i for i, b in enumerate(reversed(baselines))}
     for r, (metric, mlabel) in enumerate(METRICS.items()):
         for c, (h, d) in enumerate(panels):

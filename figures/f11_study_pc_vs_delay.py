@@ -16,7 +16,7 @@ from claims.study import MIN_SEEDS, bootstrap, exploratory_estimators, with_expl
 from schema.results import STUDY, STUDY_2025, source_note
 
 from . import style
-from .f10_study_differences import load
+from .f10_study_differences import load, tick
 
 NAME = "f11_study_pc_vs_delay"
 TITLE = "F11. Staleness study: final held-out pc against the delay"
@@ -41,8 +41,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     for h in horizons(done):
         g = done[done["horizon"] == h]
         zero = g[g["delay"] == 0].groupby("seed")["pc_final"].first().to_numpy(float)
-        names = g.loc[g["delay"] > 0, "estimator"]
-        for e in style.ordered(n for n in names if n not in extra) + style.ordered(n for n in names if n in extra):
+        for e in style.ordered(g.loc[g["delay"] > 0, "estimator"], last=extra):
             for d in [0, *sorted(int(x) for x in g.loc[(g["delay"] > 0) & (g["estimator"] == e), "delay"].unique())]:
                 x = zero if d == 0 else g[(g["delay"] == d) & (g["estimator"] == e)].groupby("seed")["pc_final"].first().to_numpy(float)
                 if not len(x):
@@ -60,6 +59,7 @@ def warm_start_pc(runs: pd.DataFrame, horizon: str) -> float:
 
 def plot(runs: pd.DataFrame, ax=None):
     tab = table(runs)
+    extra = set(exploratory_estimators(runs))
     hs = horizons(runs)
     fig, axes = style.panels(len(hs), ax, width=4.4, height=3.4)
     for a, h in zip(axes, hs):
@@ -72,10 +72,9 @@ def plot(runs: pd.DataFrame, ax=None):
             s = t[t["estimator"] == e].sort_values("delay")
             x = np.array([pos[d] for d in s["delay"]], float) + off
             lk = style.line_kw(e)
-            expl = bool(s["exploratory"].iloc[0])
-            if expl:
+            if bool(s["exploratory"].iloc[0]):
                 lk = {**lk, "linestyle": "--", "markerfacecolor": "none"}
-            ln, = a.plot(x, s["mean"], label=style.label(e) + (" (expl.)" if expl else ""), **lk)
+            ln, = a.plot(x, s["mean"], label=tick(e, extra), **lk)
             style.mark(ln, h, e)
             seg_x = np.repeat(x, 3)
             seg_y = np.column_stack([s["low"], s["high"], np.full(len(s), np.nan)]).ravel()
@@ -96,19 +95,19 @@ def plot(runs: pd.DataFrame, ax=None):
 def caption(runs: pd.DataFrame) -> str:
     tab = table(runs)
     seeds = runs.attrs.get("seeds", sorted(runs["seed"].unique()))
+    extra = set(tab.loc[tab["exploratory"], "estimator"])
     parts = []
     for h in horizons(runs):
         t = tab[(tab["horizon"] == h)]
         dmax = int(t["delay"].max()) if len(t) else 0
         top = t[t["delay"] == dmax].sort_values("mean", ascending=False)
         d0 = t[t["delay"] == 0]["mean"]
-        best = "; ".join(f"{style.label(r.estimator)}{' (expl.)' if r.exploratory else ''} {r.mean:.3f}"
-                         for r in top.head(3).itertuples())
+        best = "; ".join(f"{tick(r.estimator, extra)} {r.mean:.3f}" for r in top.head(3).itertuples())
         parts.append(f"{h} horizon: warm start {warm_start_pc(runs, h):.3f}, delay 0 "
                      f"{float(d0.iloc[0]) if len(d0) else float('nan'):.3f}, highest at d = {dmax}: {best}")
     interim = f" Interim: fewer than the pre-registered {MIN_SEEDS} whole seeds." if len(seeds) < MIN_SEEDS else ""
     more = ""
-    if (tab["exploratory"]).any():
+    if extra:
         e = runs.attrs["exploratory"]
         es = e.attrs.get("seeds", [])
         more = (f" Dashed, (expl.): the 2025-2026 corrections, exploratory (not pre-registered), over their "

@@ -8,6 +8,7 @@ HTML-escaped first, so nothing in a caption can inject markup.
 from __future__ import annotations
 
 import html
+import math
 import re
 
 _INLINE = [
@@ -102,3 +103,13 @@ def plain(text: str) -> str:
         return t
 
     return re.sub(r"\$([^$]*)\$", convert, text)
+
+
+def num(x, fmt: str = ".3f") -> str:
+    """``x`` formatted, ``-`` for None or NaN (the report's tables)."""
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(float(x), fmt)
+
+
+def interval(r: dict) -> str:
+    """``mean [low, high] (n = k)`` of an interval record of the verdicts."""
+    return f"{num(r.get('mean'), '+.3f')} [{num(r.get('low'), '+.3f')}, {num(r.get('high'), '+.3f')}] (n = {r.get('n')})"

@@ -9,7 +9,7 @@ from pathlib import Path
 from schema.results import MECHANISM, STUDY, MissingResults
 
 from . import style
-from .mdhtml import plain
+from .mdhtml import interval, plain
 
 MECHANISM_FIGURES = ["f20_mechanism_pc", "f21_mechanism_diagnostics"]
 
@@ -35,9 +35,8 @@ def _facts_lines(study: Path) -> list[str]:
 
 
 def _iv(d: dict | None) -> str:
-    if not d or d.get("n", 0) == 0:
-        return "-"
-    return f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] (n = {d['n']})"
+    """:func:`figures.mdhtml.interval`, ``-`` for a missing or empty interval."""
+    return interval(d) if d and d.get("n") else "-"
 
 
 def _share(kn) -> str:

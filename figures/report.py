@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import sys
 import time
@@ -32,6 +31,8 @@ from schema.results import (
 )
 
 from . import style
+from .mdhtml import interval as _iv
+from .mdhtml import num as _num
 from .mdhtml import plain, to_html
 from .mechanism_section import MECHANISM_FIGURES
 
@@ -83,15 +84,6 @@ def llm_table() -> list[str]:
 # ----------------------------------------------------------------------------------- staleness study
 
 
-def _num(x, fmt: str = ".3f") -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(float(x), fmt)
-
-
-def _iv(r: dict) -> str:
-    """``mean [low, high] (n = k)`` of an interval record of the verdicts."""
-    return f"{_num(r.get('mean'), '+.3f')} [{_num(r.get('low'), '+.3f')}, {_num(r.get('high'), '+.3f')}] (n = {r.get('n')})"
-
-
 def verdict_numbers(key: str, r: dict) -> str:
     """The numbers behind one hypothesis' verdict, from its record in ``verdicts.json``."""
     if key == "H1":
@@ -141,8 +133,7 @@ def differences_markdown(runs) -> list[str]:
            "|---|---:|---|---:|---|---|---|"]
     order = {"short": 0, "long": 1}
     extra = set(tab.loc[tab["exploratory"], "baseline"])
-    names = pc.index.get_level_values(2)
-    rank = style.ordered(n for n in names if n not in extra) + style.ordered(n for n in names if n in extra)
+    rank = style.ordered(pc.index.get_level_values(2), last=extra)
     for (h, d, b) in sorted(pc.index, key=lambda k: (order.get(k[0], 2), k[1], rank.index(k[2]))):
         r, a = pc.loc[(h, d, b)], auc.loc[(h, d, b)]
         name = plain(style.label(b)) + (" (exploratory)" if b in extra else "")

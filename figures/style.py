@@ -81,9 +81,13 @@ def line_kw(name: str, mode: str | None = None) -> dict:
             "linestyle": "-" if mode in (None, "", "controlled") else ":"}
 
 
-def ordered(names) -> list[str]:
-    """``names`` in :data:`ORDER` (unknown names last, sorted)."""
+def ordered(names, last=()) -> list[str]:
+    """``names`` in :data:`ORDER` (unknown names last, sorted); those in ``last`` (e.g. the
+    exploratory estimators) after all the others, in the same order among themselves."""
     names = list(dict.fromkeys(names))
+    if last:
+        last = set(last)
+        return ordered(n for n in names if n not in last) + ordered(n for n in names if n in last)
     return [n for n in ORDER if n in names] + sorted(n for n in names if n not in STYLES)
 
 

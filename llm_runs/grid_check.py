@@ -52,7 +52,7 @@ def audit(root: str | Path) -> Audit:
     from schema.results import metrics_path
 
     root = Path(root)
-    folders = [p for p in sorted(root.iterdir()) if p.is_dir() and (p / "config.json").is_file()]
+    folders = _run_dirs(root)
     settings_file = root / "sweep.json"
     key = (str(root.resolve()), settings_file.stat().st_mtime_ns if settings_file.is_file() else None,
            tuple((p.name, (p / "config.json").stat().st_mtime_ns, metrics_path(p) is not None) for p in folders))
@@ -119,22 +119,41 @@ def _audit(root: Path, folders: list[Path]) -> Audit:
     return Audit(grid, [p for p in runs if p.name not in foreign], foreign, no_metrics)
 
 
+def _run_dirs(root) -> list[Path]:
+    """The folders directly under ``root`` holding a ``config.json`` (run folders), sorted."""
+    return [p for p in sorted(Path(root).iterdir()) if p.is_dir() and (p / "config.json").is_file()]
+
+
+def _warm_starts_used(runs) -> dict[str, dict]:
+    """``{run name: the warm-start record its config.json holds}`` for run folders ``runs``."""
+    from schema.results import read_json
+
+    return {p.name: read_json(p / "config.json").get("warm_start") or {} for p in runs}
+
+
+def _common_warm_starts(used: dict[str, dict]) -> dict[str, dict]:
+    """Per warm-start key, the identity (:func:`llm_runs.warmstart.identity`) most of the runs of
+    ``used`` (:func:`_warm_starts_used`) with that key started from."""
+    from collections import Counter
+
+    from .warmstart import identity
+
+    common = {}
+    for key in {w.get("key") for w in used.values()} - {None}:
+        tally = Counter(json.dumps(identity(w), sort_keys=True, default=str) for w in used.values() if w.get("key") == key)
+        common[key] = json.loads(tally.most_common(1)[0][0])
+    return common
+
+
 def _foreign_warm_starts(root: Path, runs: list[Path], foreign: dict[str, str]) -> None:
     """Runs whose warm start has the grid's key but is another warm start (made on a machine that
     rounds differently) than the one most of the grid's runs with that key started from."""
-    from collections import Counter
+    from .warmstart import differs
 
-    from schema.results import read_json
-
-    from .warmstart import differs, identity
-
-    used = {p.name: read_json(p / "config.json").get("warm_start") or {} for p in runs}
-    for key in {w.get("key") for w in used.values()} - {None}:
-        names = [n for n, w in used.items() if w.get("key") == key]
-        tally = Counter(json.dumps(identity(used[n]), sort_keys=True, default=str) for n in names)
-        common = json.loads(tally.most_common(1)[0][0])
-        for n in names:
-            why = differs(used[n], common)
+    used = _warm_starts_used(runs)
+    for key, common in _common_warm_starts(used).items():
+        for n, w in used.items():
+            why = differs(w, common) if w.get("key") == key else None
             if why:
                 foreign[n] = (f"started from another warm start than the grid's other runs with key {key} ({why}): "
                               f"same settings, other numerics (another machine)")
@@ -144,22 +163,19 @@ def check_warm_starts(out: Path, warm: dict[str, dict]) -> None:
     """Refuse to add runs to ``out`` when this machine's warm start (``warm``, per horizon) is not
     the one its existing runs started from: the same settings give another warm start on a CPU that
     rounds differently (:mod:`llm_runs.warmstart`), and runs from two warm starts are not paired."""
-    from schema.results import read_json
-
     from .warmstart import differs, machine
 
     if not Path(out).is_dir():
         return
     by_key = {info["key"]: (h, info) for h, info in warm.items() if "key" in info}
     bad: dict[str, list[str]] = {}
-    for run in sorted(p for p in Path(out).iterdir() if (p / "config.json").is_file()):
-        used = read_json(run / "config.json").get("warm_start") or {}
+    for name, used in _warm_starts_used(_run_dirs(out)).items():
         if used.get("key") not in by_key:
             continue
         h, here = by_key[used["key"]]
         why = differs(used, here)
         if why:
-            bad.setdefault(f"{h} ({why})", []).append(run.name)
+            bad.setdefault(f"{h} ({why})", []).append(name)
     if bad:
         listed = "; ".join(f"horizon {k}: {len(v)} run(s), e.g. {v[0]}" for k, v in bad.items())
         raise ValueError(f"this machine's warm start is not the one the runs in {out} started from ({listed}). "
@@ -173,23 +189,11 @@ def check_pairing(root: str | Path, reference: str | Path) -> None:
     with, :attr:`llm_runs.grids.Study.pairs_with`) when a run of ``root`` started from another warm
     start than ``reference``'s runs with the same key: its seed would be paired with a run from
     other weights (the numerics depend on the CPU). ``ValueError`` naming the runs and why."""
-    from collections import Counter
+    from .warmstart import differs
 
-    from schema.results import read_json
-
-    from .warmstart import differs, identity
-
-    def used(folder: Path) -> dict[str, dict]:
-        return {p.name: read_json(p / "config.json").get("warm_start") or {}
-                for p in sorted(Path(folder).iterdir()) if (p / "config.json").is_file()}
-
-    ref = used(Path(reference))
-    common = {}
-    for key in {w.get("key") for w in ref.values()} - {None}:
-        tally = Counter(json.dumps(identity(w), sort_keys=True, default=str) for w in ref.values() if w.get("key") == key)
-        common[key] = json.loads(tally.most_common(1)[0][0])
+    common = _common_warm_starts(_warm_starts_used(_run_dirs(reference)))
     bad = {}
-    for name, w in used(Path(root)).items():
+    for name, w in _warm_starts_used(_run_dirs(root)).items():
         why = differs(w, common[w["key"]]) if w.get("key") in common else None
         if why:
             bad[name] = why

@@ -166,8 +166,8 @@ def batch_metrics(out, logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
     schemes), verl's own sequence chi^2 beside ours (``stale/chi2_seq_verl``,
     :func:`verl_chi2_seq`) and the two mechanism diagnostics that need only the ratios
     (:func:`ratio_mechanism`: ``mech/lambda_min``, ``mech/kl``). The verl plugin and the TRL
-    adapter call it on every loss call; a caller that already has ``estimators.diagnostics(out.seq_log_ratio, eps)`` passes it as ``diagnostics``."""
-    import estimators
+    adapter call it on every loss call; a caller that already has
+    ``estimators.diagnostics(out.seq_log_ratio, eps)`` passes it as ``diagnostics``."""
     from estimators.losses import masked_token_log_ratio
     from schema.metrics import stale_metrics
 
