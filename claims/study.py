@@ -64,7 +64,20 @@ def run_row(run: Path) -> dict | None:
     pc, t = ev["eval/heldout_pc"].to_numpy(float), ev["step"].to_numpy(float)
     auc = float(np.trapezoid(pc, t) / (t[-1] - t[0])) if len(t) > 1 and t[-1] > t[0] else math.nan
     return {**meta, "horizon": horizon_of(read_run_config(run)), "pc0": float(pc[0]), "pc_final": float(pc[-1]),
-            "auc": auc, "stable": bool(verdict["stable"]), **collapse_timing(m)}
+            "auc": auc, "stable": bool(verdict["stable"]), "masked_update_frac": masked_update_fraction(m),
+            **collapse_timing(m)}
+
+
+def masked_update_fraction(m: pd.DataFrame) -> float:
+    """Of a run's updates with a learning signal (some group with a reward spread, so some advantage
+    is not 0), the share whose gradient is exactly zero: the correction masked or weighted 0 every
+    token or sequence that carried one. The optimiser still steps on them, as verl's and TRL's
+    actors do, so Adam moves the policy on its momentum alone. NaN for a run without such updates."""
+    if "train/grad_norm" not in m or "train/adv_zero_frac" not in m:
+        return math.nan
+    u = m.dropna(subset=["train/grad_norm", "train/adv_zero_frac"])
+    u = u[u["train/adv_zero_frac"] < 1]
+    return float((u["train/grad_norm"] == 0).mean()) if len(u) else math.nan
 
 
 def _study_folders(root: str | Path) -> list[Path]:
@@ -419,10 +432,12 @@ def plain_answer_facts(runs: pd.DataFrame) -> dict:
         sel = both[(both["horizon"] == h) & (both["delay"] == d) & both["complete"]]
         m = sel.groupby("estimator")["pc_final"].mean()
         ok = sorted((e for e in m.index if stable_in_cell(both, h, d, e)), key=lambda e: -m[e])
+        masked = sel.groupby("estimator")["masked_update_frac"].mean()
         facts["exploratory"] = {"seeds": xseeds, "estimators": extra,
                                 "ranked": [(e, float(m[e]), e in extra) for e in ok],
                                 "unstable": [e for e in extra if e in m.index and e not in ok],
-                                "absent": [e for e in extra if e not in m.index]}
+                                "absent": [e for e in extra if e not in m.index],
+                                "masked_updates": {e: float(masked[e]) for e in extra if e in masked.index}}
     return facts
 
 

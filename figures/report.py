@@ -211,6 +211,13 @@ def plain_answer(runs) -> str:
                  f"{', '.join(plain(style.label(e)) for e in x['unstable']) or 'none'}"
                  + (f"; no complete run there: {', '.join(plain(style.label(e)) for e in x['absent'])}"
                     if x["absent"] else "") + ".")
+        masked = {e: z for e, z in x.get("masked_updates", {}).items() if z > 0}
+        if masked:
+            text += (" Of their updates there with a learning signal (some advantage not 0), the share whose gradient "
+                     "is exactly zero (every token or sequence that carried one masked; the optimiser still steps, "
+                     "so Adam moves the policy on its momentum alone): "
+                     + ", ".join(f"{plain(style.label(e))} {z:.2f}" for e, z in sorted(masked.items(), key=lambda t: -t[1]))
+                     + ".")
     return text
 
 

@@ -287,8 +287,9 @@ def test_dry_run_prices_the_plan_and_names_missing_estimators(capsys):
 # --------------------------------------------------------------------------- the pre-registered analysis
 
 
-def _fake_run(root, name, cfg, pcs, chi2=None, acc=None):
-    """A run folder as the trainer writes it: config.json + metrics.csv (evaluation every 20 updates)."""
+def _fake_run(root, name, cfg, pcs, chi2=None, acc=None, grad=None):
+    """A run folder as the trainer writes it: config.json + metrics.csv (evaluation every 20 updates);
+    ``grad`` the gradient norm of each update (1.0 by default)."""
     import json
 
     import pandas as pd
@@ -305,7 +306,9 @@ def _fake_run(root, name, cfg, pcs, chi2=None, acc=None):
         row = {c: np.nan for c in COLUMNS}
         row["step"] = t
         if t < steps:
-            row.update({"train/loss": 0.1, "train/grad_norm": 1.0, "train/update_skipped": 0,
+            g = grad[t] if grad is not None else 1.0
+            row.update({"train/loss": 0.1, "train/grad_norm": 0.0 if g is None else g, "train/update_skipped": 0,
+                        "train/adv_zero_frac": 1.0 if g is None else 0.5,
                         "stale/chi2": chi2[t] if chi2 is not None else 0.1})
         if t in eval_steps:
             i = int(np.nonzero(eval_steps == t)[0][0])
@@ -654,7 +657,9 @@ def _fake_newcomers(root, effect, seeds):
             base = {"task": task, "steps": 40, "eps": 0.2, "heldout_size": 200, "seed": s, "mode": "controlled",
                     "delay": 64}
             _fake_run(root, f"{h}-icepop-d64-s{s}", {**base, "estimator": "icepop"}, [0.2, 0.35, 0.5 + levels[s] - effect])
-            _fake_run(root, f"{h}-sapo-d64-s{s}", {**base, "estimator": "sapo"}, [0.2, 0.5, 0.01])
+            _fake_run(root, f"{h}-sapo-d64-s{s}", {**base, "estimator": "sapo"}, [0.2, 0.5, 0.01],
+                      # every 4th update fully masked; every 5th without a reward spread (not counted)
+                      grad=[None if t % 5 == 0 else 0.0 if t % 4 == 0 else 2.0 for t in range(40)])
 
 
 def test_a_paired_grid_adds_exploratory_rows_and_never_enters_the_hypotheses(tmp_path, monkeypatch):
@@ -693,6 +698,8 @@ def test_a_paired_grid_adds_exploratory_rows_and_never_enters_the_hypotheses(tmp
     order = [e for e, _, _ in facts["ranked"]]
     assert facts["seeds"] == list(range(6)) and [new for _, _, new in facts["ranked"]].count(True) == 1
     assert order.index("gmc") < order.index("icepop") < order.index("tic_mask") and facts["unstable"] == ["sapo"]
+    assert facts["masked_updates"] == {"icepop": 0.0, "sapo": pytest.approx(8 / 32)}  # 8 of the 32 with a signal
+    assert "exactly zero" in text and "SAPO 0.25." in text and "IcePop 0.00" not in text
 
     assert "(expl.)" in f10.caption(runs) and "(expl.)" in f11.caption(runs)
     t11 = f11.table(runs)
