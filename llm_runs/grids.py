@@ -275,4 +275,12 @@ STUDIES = {
                             "delays, horizons, warm starts and seeds (200 runs); seq_geo_mask averages over "
                             "L = 18 tokens at the long horizon (every completion has 18) and L = 3 at the short "
                             "one (completions of at most 3 tokens: not verl's per-completion rule there)"),
+    "geo_sgd": Study("geo_sgd", "results/llm/geo_sgd", STUDY_BASE, {"long": {**HORIZONS["long"], "geo_length": 18.0}},
+                     (), delays=(16, 64), seeds=tuple(range(5)), floor=(), zero_delay=None,
+                     arms=(Arm("sgd", {"optimizer": "sgd", "lr": SGD_LR}, ("seq_geo_mask",), zero_delay=False),),
+                     pairs_with=("results/llm/study",),
+                     doc="exploratory, not pre-registered: seq_geo_mask under the mechanism grid's SGD (fixed step "
+                         "SGD_LR, no momentum) at the long horizon, d = 16 and 64, the study's warm start and seeds "
+                         "0-4 (10 runs): does the mask's collapse under Adam need Adam (its first steps leave the "
+                         "0.1% window, then it keeps stepping on momentum while every sequence is masked)?"),
 }
