@@ -52,7 +52,7 @@ STYLES: dict[str, EstimatorStyle] = {
     "seq_geo_mask": EstimatorStyle(_L["seq_geo_mask"], "#BBBB00", "s"),
     "vespo": EstimatorStyle(_L["vespo"], "#EE3377", "D"),
     "icepop": EstimatorStyle(_L["icepop"], "#33BBEE", "4"),
-    "sapo": EstimatorStyle(_L["sapo"], "#0077BB", "x"),
+    "sapo": EstimatorStyle(_L["sapo"], "#0077BB", "*"),
     "dppo_tv": EstimatorStyle(_L["dppo_tv"], "#EE7733", "+"),
 }
 """estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style."""
