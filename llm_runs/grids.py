@@ -211,6 +211,12 @@ NEWCOMERS_2025 = ("icepop", "seq_geo_mask", "sapo", "vespo", "dppo_tv")
 """The corrections verl, TRL, AReaL and prime-rl added in 2025-2026 (:mod:`estimators.peers_2025`,
 :mod:`estimators.losses`)."""
 
+NEWCOMER_HORIZONS = {"short": {**HORIZONS["short"], "geo_length": 3.0},
+                     "long": {**HORIZONS["long"], "geo_length": 18.0}}
+"""The study's horizons with seq_geo_mask's averaging length: L = 18 tokens at the long horizon
+(every completion has 18), L = 3 at the short one (completions of at most 3 tokens). The grids of
+the 2025-2026 corrections run them, so that an intervention on the mask changes nothing else."""
+
 STUDIES = {
     "primary": Study("primary", "results/llm/study", STUDY_BASE, HORIZONS, ESTIMATORS, delays=(16, 64),
                      seeds=tuple(range(10)),
@@ -267,15 +273,13 @@ STUDIES = {
                            f"{', '.join(f'{lr:g}' for lr in SGD_PILOT_LRS)}, seed 0: the step whose held-out gain "
                            "over 200 updates is closest to Adam's (the mechanism grid's SGD arm)"),
     "peers_2025": Study("peers_2025", "results/llm/study_2025", STUDY_BASE,
-                        {"short": {**HORIZONS["short"], "geo_length": 3.0},
-                         "long": {**HORIZONS["long"], "geo_length": 18.0}},
-                        NEWCOMERS_2025, delays=(16, 64), seeds=tuple(range(10)), floor=(), zero_delay=None,
+                        NEWCOMER_HORIZONS, NEWCOMERS_2025, delays=(16, 64), seeds=tuple(range(10)), floor=(), zero_delay=None,
                         pairs_with=("results/llm/study",),
                         doc="exploratory, not pre-registered: the 2025-2026 corrections at the primary grid's "
                             "delays, horizons, warm starts and seeds (200 runs); seq_geo_mask averages over "
                             "L = 18 tokens at the long horizon (every completion has 18) and L = 3 at the short "
                             "one (completions of at most 3 tokens: not verl's per-completion rule there)"),
-    "geo_sgd": Study("geo_sgd", "results/llm/geo_sgd", STUDY_BASE, {"long": {**HORIZONS["long"], "geo_length": 18.0}},
+    "geo_sgd": Study("geo_sgd", "results/llm/geo_sgd", STUDY_BASE, {"long": NEWCOMER_HORIZONS["long"]},
                      (), delays=(16, 64), seeds=tuple(range(5)), floor=(), zero_delay=None,
                      arms=(Arm("sgd", {"optimizer": "sgd", "lr": SGD_LR}, ("seq_geo_mask",), zero_delay=False),),
                      pairs_with=("results/llm/study",),

@@ -289,7 +289,8 @@ def test_dry_run_prices_the_plan_and_names_missing_estimators(capsys):
 
 def _fake_run(root, name, cfg, pcs, chi2=None, acc=None, grad=None):
     """A run folder as the trainer writes it: config.json + metrics.csv (evaluation every 20 updates);
-    ``grad`` the gradient norm of each update (1.0 by default)."""
+    ``grad`` the gradient norm of each update (1.0 by default), None for an update whose groups
+    have no reward spread (every advantage 0, so a gradient of 0)."""
     import json
 
     import pandas as pd
