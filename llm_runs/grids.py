@@ -217,6 +217,20 @@ NEWCOMER_HORIZONS = {"short": {**HORIZONS["short"], "geo_length": 3.0},
 (every completion has 18), L = 3 at the short one (completions of at most 3 tokens). The grids of
 the 2025-2026 corrections run them, so that an intervention on the mask changes nothing else."""
 
+DRIFT_PILOT_LRS = {"sgd": (3e-4, 6e-4, 1e-3), "adamclip": (1e-5, 3e-5, 3e-4)}
+"""The drift pilot's step sizes beside the mechanism grid's (SGD 1e-4, Adam + clip 1e-4, whose seed-0
+runs it reuses): SGD up to the rate that collapsed at delay 0 in the SGD pilot, Adam + clip down to a
+tenth of the study's rate, so the drift at d = 64 spans SGD's 1e-4 level to beyond Adam's."""
+
+
+def drift_pilot_arms() -> tuple[Arm, ...]:
+    """One arm per (optimiser, rate) of :data:`DRIFT_PILOT_LRS`: its delay-0 run and gmc, topr at d = 64."""
+    arms = [Arm(f"sgd{lr:g}", {"optimizer": "sgd", "lr": lr}, ("gmc", "topr")) for lr in DRIFT_PILOT_LRS["sgd"]]
+    arms += [Arm(f"adamclip{lr:g}", {"max_grad_norm": 1.0, "lr": lr}, ("gmc", "topr"))
+             for lr in DRIFT_PILOT_LRS["adamclip"]]
+    return tuple(arms)
+
+
 STUDIES = {
     "primary": Study("primary", "results/llm/study", STUDY_BASE, HORIZONS, ESTIMATORS, delays=(16, 64),
                      seeds=tuple(range(10)),
@@ -287,4 +301,11 @@ STUDIES = {
                          "SGD_LR, no momentum) at the long horizon, d = 16 and 64, the study's warm start and seeds "
                          "0-4 (10 runs): does the mask's collapse under Adam need Adam (its first steps leave the "
                          "0.1% window, then it keeps stepping on momentum while every sequence is masked)?"),
+    "pilot_drift": Study("pilot_drift", "results/llm/pilot_drift", {**STUDY_BASE, "mechanism_diagnostics": True},
+                         {"long": HORIZONS["long"]}, (), delays=(64,), seeds=(0,), floor=(), arms=drift_pilot_arms(),
+                         pairs_with=("results/llm/study", "results/llm/mechanism"),
+                         doc="the drift map's pilot (docs/PREREGISTRATION-DRIFT.md): SGD at 3e-4, 6e-4, 1e-3 and "
+                             "Adam + clip 1.0 at 1e-5, 3e-5, 3e-4, each a delay-0 run and gmc, topr at d = 64, long "
+                             "horizon, seed 0 (18 runs; the mechanism grid's seed 0 gives the 1e-4 rates): which "
+                             "rates collapse at d = 0 and the drift each reaches at d = 64"),
 }
