@@ -15,20 +15,43 @@ from typing import Any
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent: int | None = None) -> None:  # pragma: no cover - runs in the child between fork and exec
-    """A new session, and SIGTERM this process when its parent dies (Linux, PR_SET_PDEATHSIG), however
-    the parent dies (SIGKILL included): no run outlives the sweep or Ray worker that started it, and
-    SIGTERM makes the trainer checkpoint first, so the run folder is left resumable. (Ray 2.60 itself
-    kills a dead worker's child processes, SIGKILL, through the raylet's subreaper, and usually comes
-    first; this covers clusters where that is switched off.)"""
-    os.setsid()
+def _signal_on_parent_death(sig: int, parent: int) -> None:
+    """Send ``sig`` to this process when ``parent`` dies, however it dies (SIGKILL included): Linux's
+    PR_SET_PDEATHSIG, elsewhere a watchdog thread (which needs a running interpreter)."""
     if sys.platform.startswith("linux"):
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        if parent is not None and os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), sig)
+        return
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), sig)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def _die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the child between fork and exec
+    """A new session, and SIGTERM this process when its parent dies (Linux, PR_SET_PDEATHSIG), however
+    the parent dies (SIGKILL included): no run outlives the sweep or Ray worker that started it, and
+    SIGTERM makes the trainer checkpoint first, so the run folder is left resumable. (Ray 2.60 itself
+    kills a dead worker's child processes, SIGKILL, through the raylet's subreaper, and usually comes
+    first; this covers clusters where that is switched off. Elsewhere than Linux the trainer's own
+    watchdog, ``GMC_PARENT_PID``, does it.)"""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        _signal_on_parent_death(signal.SIGTERM, parent)
+
+
+def die_with_parent_worker(parent: int) -> None:  # pragma: no cover - runs in each pool worker
+    """A process pool's initializer: the worker is killed (SIGKILL: it holds nothing to save) when the
+    process that made the pool dies, so no worker outlives a killed sweep."""
+    _signal_on_parent_death(signal.SIGKILL, parent)
 
 
 def _popen(cmd: Sequence[str], env: dict | None, log_path: str | os.PathLike, cwd: str | None,

@@ -2,11 +2,12 @@
 (``jobs == 1``) or in a process pool."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from concurrent.futures import Future, ProcessPoolExecutor
 
-from .base import Executor, Job, _popen
+from .base import Executor, Job, _popen, die_with_parent_worker
 
 
 class _LocalCommand(Job):
@@ -73,7 +74,8 @@ class LocalExecutor(Executor):
                 future.set_exception(exc)
             return _LocalCall(future)
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.jobs)
+            # workers die with this process (a killed sweep leaves none behind)
+            self._pool = ProcessPoolExecutor(self.jobs, initializer=die_with_parent_worker, initargs=(os.getpid(),))
         return _LocalCall(self._pool.submit(fn, *args))
 
     def close(self):

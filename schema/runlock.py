@@ -7,6 +7,11 @@ The lock is ``fcntl.flock`` on ``<folder>/.lock``: the kernel releases it when t
 process exits, however it exits (SIGKILL included), so a crash never leaves a stale lock and
 there is nothing to clean up. The file keeps the holder's pid and command line, which the
 refusal names. Used by the trainer, the LLM sweep and the simulator sweeps.
+
+A flock belongs to the open file, which a forked child shares: a child forked while the lock is
+held closes its copy at once (``os.register_at_fork``), so it never keeps the lock after the holder
+dies. A lock whose recorded holder is dead but which something else still holds (a process that
+inherited the file some other way) blocks nothing: the lock file is replaced, and the new one locked.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import json
 import os
 import sys
 import time
+import weakref
 from pathlib import Path
 
 try:
@@ -46,6 +52,57 @@ def read_holder(folder: str | os.PathLike) -> dict:
         return {}
 
 
+_HELD: weakref.WeakSet[RunLock] = weakref.WeakSet()
+
+
+def _close_in_forked_child() -> None:
+    """In a child forked while locks are held: close the child's copies (the parent keeps the lock)."""
+    for lock in list(_HELD):
+        fd, lock._fd = lock._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_forked_child)
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd holding ``path``'s lock, or None if another open file holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
+class _FolderGuard:
+    """A short blocking flock on the folder itself around taking the lock and writing the holder's
+    record, so that a lock file is replaced (:meth:`RunLock.acquire`) by one process at a time and
+    never while its new holder has not yet written its pid."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def __enter__(self):
+        self._fd = os.open(self.folder, os.O_RDONLY | os.O_CLOEXEC)
+        if fcntl is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self._fd)  # closing drops the flock
+
+
 class RunLock:
     """Exclusive, non-blocking lock on ``folder`` (which must exist); a context manager."""
 
@@ -61,19 +118,24 @@ class RunLock:
         if self._fd is not None:
             return self
         path = self.folder / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise RunLocked(self.folder, read_holder(self.folder)) from None
-            raise
-        info = {"pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
+        with _FolderGuard(self.folder):
+            fd = _try_lock(path)
+            if fd is None:
+                holder = read_holder(self.folder)
+                if not _orphaned(self.folder, holder):
+                    raise RunLocked(self.folder, holder)
+                # the recorded holder is dead; what still holds the file is no run: lock a fresh file
+                fresh = self.folder / f"{LOCK_NAME}.{os.getpid()}"
+                os.close(os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
+                os.replace(fresh, path)
+                fd = _try_lock(path)
+                if fd is None:  # pragma: no cover - only a process that ignores the guard gets here
+                    raise RunLocked(self.folder, read_holder(self.folder))
+            info = {"pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode(), 0)
         self._fd = fd
+        _HELD.add(self)
         return self
 
     def release(self) -> None:
@@ -81,6 +143,7 @@ class RunLock:
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
+        _HELD.discard(self)
         try:
             os.ftruncate(fd, 0)
         except OSError:
@@ -123,6 +186,11 @@ def live_holder(folder: str | os.PathLike) -> dict | None:
     except PermissionError:  # alive, owned by someone else
         return holder
     return holder
+
+
+def _orphaned(folder: Path, holder: dict) -> bool:
+    """True if the lock file names a holder that is no longer alive (see :func:`live_holder`)."""
+    return isinstance(holder.get("pid"), int) and holder["pid"] != os.getpid() and live_holder(folder) is None
 
 
 def check_free(folder: str | os.PathLike) -> None:

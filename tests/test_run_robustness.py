@@ -452,3 +452,58 @@ def test_exact_enumeration_guard_counts_the_prompts():
         exact_moments(theta, theta * 0.9, rewards, 20, 0.2, "gmc")
     single = exact_moments(theta[:1], theta[:1] * 0.9, rewards[:1], 3, 0.2, "gmc")  # small ones still run
     assert np.isfinite(single["bias_norm"])
+
+
+# --------------------------------------------------------------------------- a killed simulator sweep
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_kill9_of_a_simulator_sweep_kills_its_pool_workers_and_frees_the_folder(tmp_path):
+    """The pool workers of ``--jobs 2`` were forked with the sweep's lock open: after ``kill -9`` of the
+    sweep they lived on (reparented) and held the lock, so the rerun was refused naming the dead pid."""
+    out = tmp_path / "opt"
+    sweep = subprocess.Popen([sys.executable, "-m", "simulators.sweep", "async_optimizers", "--out", str(out),
+                              "--jobs", "2", "--no-progress"], cwd=REPO, env=_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(lambda: len(_children(sweep.pid)) >= 2, 60, "the sweep's two pool workers")
+        workers = _children(sweep.pid)
+        sweep.kill()
+        sweep.wait()
+        _wait(lambda: not any(_alive(w) for w in workers), 10, f"the pool workers {workers} to die with the sweep")
+    finally:
+        for w in _children(sweep.pid):
+            os.kill(w, signal.SIGKILL)
+    RunLock(out).acquire().release()  # nothing holds the folder: a rerun is not refused
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_lock_held_only_by_orphans_of_a_dead_holder_does_not_block(tmp_path):
+    """A process that inherited the lock's file description (not the holder) outlives the holder:
+    the recorded holder is dead, so the lock is taken anew, never refused naming the dead pid."""
+    code = (f"import os, subprocess, sys, time; sys.path.insert(0, {str(REPO)!r}); from schema.runlock import RunLock; "
+            f"lock = RunLock({str(tmp_path)!r}).acquire(); "
+            f"p = subprocess.Popen(['sleep', '60'], pass_fds=[lock._fd], stdout=subprocess.DEVNULL, "
+            f"stderr=subprocess.DEVNULL); print(p.pid, flush=True); os._exit(0)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    orphan = int(res.stdout.split()[0])
+    try:
+        assert _alive(orphan)
+        with RunLock(tmp_path):
+            assert read_holder(tmp_path)["pid"] == os.getpid()
+            with pytest.raises(RunLocked, match=rf"pid {os.getpid()}"):
+                RunLock(tmp_path).acquire()  # the new lock is a real one
+    finally:
+        os.kill(orphan, signal.SIGKILL)
