@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from schema.io import dumps_json
+
 ALPHA = 0.05  # two-sided level of every interval (95%)
 MARGIN = 0.03  # the smallest difference in final held-out pc that matters (H2's non-inferiority margin)
 N_RESAMPLES = 10_000  # bootstrap resamples (scipy.stats.bootstrap, percentile method)
@@ -580,12 +582,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     res = analyse(runs)
     for h, r in res.items():
-        print(f"{h}: {r['verdict']}  " + json.dumps({k: v for k, v in r.items() if k != 'verdict'}, default=float))
+        print(f"{h}: {r['verdict']}  " + dumps_json({k: v for k, v in r.items() if k != 'verdict'}, indent=None))
     print(differences_table(runs).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     if args.json:
         from schema.io import write_json
 
-        write_json(args.json, json.loads(json.dumps(res, default=float)))
+        write_json(args.json, res)
     return 0
 
 

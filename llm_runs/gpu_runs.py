@@ -5,7 +5,6 @@ comes back from the device (:func:`export`)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import shutil
@@ -17,6 +16,8 @@ from pathlib import Path
 import torch
 
 from execution import LocalExecutor
+from schema.io import write_json
+from schema.results import read_json
 
 from .gpu_plan import CHI2_RANGE, TASK, GpuPlan, plan_shape, task_token_counts
 from .grids import Study
@@ -131,7 +132,7 @@ def warm_start(plan: GpuPlan, tokenizer, folder: Path, log, deadline: float | No
 
     done = folder / "warmstart.json"
     if done.is_file():
-        info = json.loads(done.read_text())
+        info = read_json(done)
         if info.get("plan") != dataclasses.asdict(plan.warm):
             raise ValueError(f"{folder} holds a warm start of other settings ({info.get('plan')}): use another --out")
         log(f"warm start: reusing {folder} ({info['steps']} steps, held-out pc {info['heldout_pc']:.3f})")
@@ -187,7 +188,7 @@ def warm_start(plan: GpuPlan, tokenizer, folder: Path, log, deadline: float | No
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_pretrained(model, tokenizer, tmp)
-    (tmp / "warmstart.json").write_text(json.dumps(info, indent=2))
+    write_json(tmp / "warmstart.json", info)
     os.replace(tmp, folder)
     log(f"warm start: {step} supervised steps in {info['wall_s']:.0f} s, held-out pc {info['heldout_pc']:.3f} "
         f"({'reached' if reached else 'did not reach'} {w.target_pc}; stopped at the {stopped.replace('_', ' ')}); "

@@ -93,7 +93,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -341,9 +340,9 @@ def run_sweep_quiet(study: GpuStudy, out: Path, plan: GpuPlan, executor, log):
 
 
 def _write_json(path: Path, obj: dict) -> None:
-    from schema.io import write_text
+    from schema.io import write_json
 
-    write_text(path, json.dumps(obj, indent=2, default=str))
+    write_json(path, obj)
 
 
 def _write_record(out: Path, record: dict) -> None:

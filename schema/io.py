@@ -6,6 +6,7 @@ target (``os.replace`` is atomic on one file system).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -38,9 +39,48 @@ def write_bytes(path, data: bytes) -> Path:
     return atomic(path, lambda tmp: tmp.write_bytes(data))
 
 
+NON_FINITE = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+"""How strict JSON holds a non-finite float: as one of these strings (``Infinity`` bare is not
+JSON, and strict parsers refuse it); :func:`loads_json` reads them back as the floats."""
+
+
+def _finite_or_tagged(obj):
+    if type(obj).__module__ == "numpy" and getattr(obj, "ndim", None) == 0:
+        obj = obj.item()  # a numpy scalar: the Python number
+    if isinstance(obj, float) and not math.isfinite(obj):  # numpy's float64 is a float too
+        return "NaN" if math.isnan(obj) else "Infinity" if obj > 0 else "-Infinity"
+    if isinstance(obj, dict):
+        return {k: _finite_or_tagged(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_tagged(v) for v in obj]
+    return obj
+
+
+def dumps_json(obj, indent: int | None = 2, **kw) -> str:
+    """Strict JSON text of ``obj``: a non-finite float becomes the string of :data:`NON_FINITE`
+    (never the bare ``Infinity``/``NaN`` tokens), other non-JSON values their ``str``."""
+    return json.dumps(_finite_or_tagged(obj), indent=indent, default=str, ensure_ascii=False, allow_nan=False, **kw)
+
+
+def loads_json(text: str):
+    """Parse JSON written by :func:`dumps_json`: the strings of :data:`NON_FINITE` are the floats
+    again (older files' bare ``Infinity``/``NaN`` tokens are read as the same floats)."""
+    return _non_finite_back(json.loads(text))
+
+
+def _non_finite_back(obj):
+    if isinstance(obj, str):
+        return NON_FINITE.get(obj, obj)
+    if isinstance(obj, dict):
+        return {k: _non_finite_back(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_non_finite_back(v) for v in obj]
+    return obj
+
+
 def write_json(path, obj, indent: int = 2) -> Path:
-    """``json.dumps(obj)`` to ``path`` atomically (non-JSON values as ``str``)."""
-    return write_text(path, json.dumps(obj, indent=indent, default=str, ensure_ascii=False) + "\n")
+    """:func:`dumps_json` of ``obj`` to ``path`` atomically (strict JSON; read it with :func:`loads_json`)."""
+    return write_text(path, dumps_json(obj, indent=indent) + "\n")
 
 
 def write_parquet(path, df) -> Path:

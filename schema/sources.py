@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .io import loads_json
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -78,7 +80,7 @@ def read_sim(source: Source, steps: bool = False) -> pd.DataFrame:
 def read_json(path: Path):
     """The JSON in ``path``; a truncated or garbled file is a ``ValueError`` naming it and the line."""
     try:
-        return json.loads(Path(path).read_text())
+        return loads_json(Path(path).read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
 

@@ -91,3 +91,44 @@ def test_simulator_sweep_unwritable_out_is_one_line(tmp_path, capsys):
     assert main(["bias_vs_G", "--quick", "--no-progress", "--out", str(blocker / "sweep")]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "file" in err
+
+
+# --------------------------------------------------------------------------- strict JSON
+
+
+def _strict(text: str):
+    def refuse(token):
+        raise AssertionError(f"non-standard JSON token {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_every_json_written_is_strict_and_reads_back_to_the_same_values(tmp_path):
+    from schema.io import write_json
+    from schema.results import read_json
+
+    obj = {"max_grad_norm": float("inf"), "low": -float("inf"), "gap": float("nan"), "x": [1.5, float("inf")],
+           "nested": {"y": float("-inf")}, "name": "inf"}
+    path = write_json(tmp_path / "a.json", obj)
+    _strict(path.read_text())
+    back = read_json(path)
+    assert back["max_grad_norm"] == float("inf") and back["low"] == -float("inf") and back["gap"] != back["gap"]
+    assert back["x"] == [1.5, float("inf")] and back["nested"] == {"y": -float("inf")} and back["name"] == "inf"
+
+
+def test_a_trainer_config_with_an_infinite_setting_is_strict_json_and_resumes(tmp_path):
+    from llm_runs.config import load_run_config
+    from llm_runs.train import main
+
+    model = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+             "num_key_value_heads": 1}
+    flags = ["--warm-start-steps=5", "--heldout-size=8", "--eval-train-size=8", "--prompts-per-step=2",
+             "--group-size=2", "--eval-every=0", "--threads=1", f"--cache-dir={tmp_path / 'cache'}",
+             f"--model-kwargs={json.dumps(model)}", "--max-grad-norm", "inf", "--no-progress"]
+    out = tmp_path / "run"
+    assert main(["--out", str(out), "--steps", "2", *flags]) == 0
+    _strict((out / "config.json").read_text())
+    for f in out.glob("*.json"):
+        _strict(f.read_text())
+    assert load_run_config(out).max_grad_norm == float("inf")
+    assert main(["--out", str(out), "--resume", "--steps", "2", *flags]) == 0  # the stored setting matches
