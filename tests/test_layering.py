@@ -10,6 +10,7 @@ name counts. Layers, bottom to top::
     simulators, llm_runs    producers
     claims                  claim checks and verdicts
     figures                 readers
+    report_card             a card for one correction from every layer below
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"estimators": 0, "bounds": 0, "execution": 0, "schema": 1, "simulators": 2, "llm_runs": 2, "claims": 3, "figures": 4}
+LAYERS = {"estimators": 0, "bounds": 0, "execution": 0, "schema": 1, "simulators": 2, "llm_runs": 2, "claims": 3, "figures": 4, "report_card": 5}
 
 
 def _module_name(path: Path) -> str:

@@ -1,0 +1,363 @@
+"""The LLM study part: stable share, final held-out pc and paired differences against TOPR, GSPO,
+VESPO and GMC, per cell (horizon, delay, optimiser arm).
+
+Cells (:data:`CELLS`): the long horizon at d = 0 and 64 and the short horizon at d = 64 under the
+study's Adam, and the long horizon at d = 0 and 64 under AdamW + decay 0.01 + clip 1.0 (the
+mechanism grid's ``adamwclip`` arm: the only arm of that optimiser the toolkit has run).
+
+Committed runs are read, never rerun: ``results/llm/study`` and ``results/llm/study_2025`` (Adam),
+``results/llm/mechanism`` (its ``adamwclip`` arm), through :func:`claims.study.read_runs` (the
+grid audit, final pc, stability) and :func:`claims.mechanism.arm_of`. At delay 0 every trajectory
+scheme makes the same update (every ratio is 1), so the study ran one delay-0 run per seed that
+stands for every estimator (:func:`claims.study.paired`); the card lets it stand for a correction
+only when the correction's gradient at ratio 1 is IS's (:func:`delay0_equivalence`: exactly, or
+up to a positive factor under unclipped Adam, which does not see a factor).
+
+A correction's own runs (a new correction's, or a registered one's cell the committed grids lack)
+are made by :func:`llm_runs.sweep.run_sweep` on a grid of :class:`llm_runs.grids.Study` (the
+committed grid's settings, seeds 0-4; ``--quick``: seeds 0-1, the short horizon at d = 64 only),
+under the card's folder, resumable. Before any run, this machine's warm start is computed and
+checked against the committed runs' (:func:`llm_runs.grid_check.check_warm_starts`): where it
+differs the part is refused, never mixed. Paired differences: :func:`claims.study.paired` and
+:func:`claims.study.bootstrap` (95% percentile bootstrap, the study's seed and resamples).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .load import EPS, Correction
+
+
+@dataclass(frozen=True)
+class LLMCell:
+    horizon: str
+    delay: int
+    arm: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.horizon}, d = {self.delay}, {ARMS[self.arm]}"
+
+
+ARMS = {"adam": "Adam (the study's)", "adamwclip": "AdamW + decay 0.01 + clip 1.0"}
+CELLS = (LLMCell("long", 0, "adam"), LLMCell("long", 64, "adam"), LLMCell("short", 64, "adam"),
+         LLMCell("long", 0, "adamwclip"), LLMCell("long", 64, "adamwclip"))
+QUICK_CELLS = (LLMCell("short", 64, "adam"),)
+REFERENCES = ("topr", "gspo", "vespo", "gmc")
+FULL_SEEDS = (0, 1, 2, 3, 4)
+QUICK_SEEDS = (0, 1)
+COMMITTED = {"adam": ("llm/study", "llm/study_2025"), "adamwclip": ("llm/mechanism",)}
+"""Where each arm's committed runs are (under the results root); the first folder is the one a
+new run must share the warm start with."""
+
+
+# --------------------------------------------------------------------------- committed runs
+
+_RUNS: dict = {}
+
+
+def committed_runs() -> pd.DataFrame:
+    """Every committed run of the cells' arms, one row each (:func:`claims.study.read_runs`), with
+    ``arm`` and ``source``; read once per process."""
+    if "all" in _RUNS:
+        return _RUNS["all"]
+    from claims.mechanism import arm_of
+    from claims.study import read_runs
+    from llm_runs.grid_check import check_pairing
+    from schema.results import read_run_config, results_root
+
+    root = results_root()
+    frames = []
+    for arm, folders in COMMITTED.items():
+        for f in folders:
+            path = root / f
+            if not path.is_dir():
+                continue
+            if f != "llm/study":
+                check_pairing(path, root / "llm/study")
+            runs = read_runs(path)
+            arms = [arm_of(read_run_config(path / r)) for r in runs["run"]]
+            runs = runs.assign(arm=arms, source=f"results/{f}")
+            frames.append(runs[runs["arm"] == arm])
+    _RUNS["all"] = pd.concat(frames, ignore_index=True)
+    return _RUNS["all"]
+
+
+# --------------------------------------------------------------------------- delay 0
+
+
+def delay0_equivalence(name: str, T: int = 18, G: int = 8) -> dict:
+    """Is ``name``'s gradient at ratio 1 (delay 0) IS's? On a batch of 2 groups of G completions of T
+    tokens each (the long horizon: every completion has 18), float64: ``same`` (equal to 1e-12
+    relative), ``scaled`` (a positive multiple s), ``different``."""
+    import torch
+
+    from estimators.losses import policy_loss
+
+    gen = torch.Generator().manual_seed(0)
+    old = torch.rand(2 * G, T, generator=gen, dtype=torch.float64) * -3.0
+    adv = torch.randn(2 * G, generator=gen, dtype=torch.float64)
+    mask = torch.ones(2 * G, T, dtype=torch.float64)
+
+    def grad(n):
+        x = old.clone().requires_grad_()
+        policy_loss(n, x, old, mask, adv, G, EPS).loss.backward()
+        return x.grad.reshape(-1)
+
+    g, ref = grad(name), grad("is")
+    s = float(g @ ref / (ref @ ref))
+    err = float((g - s * ref).norm() / ref.norm())
+    if err <= 1e-12 and abs(s - 1) <= 1e-12:
+        kind = "same"
+    elif err <= 1e-12 and s > 0:
+        kind = "scaled"
+    else:
+        kind = "different"
+    return {"kind": kind, "scale": s, "residual": err}
+
+
+def stands_for(eq: dict, arm: str) -> bool:
+    """May the committed delay-0 run stand for the correction under ``arm``? Unclipped Adam divides
+    a constant factor out; a clipped norm does not."""
+    return eq["kind"] == "same" or (eq["kind"] == "scaled" and arm == "adam")
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def needed(corr: Correction, cells, runs: pd.DataFrame, eq: dict) -> list[LLMCell]:
+    """The cells for which the correction has no committed run to read."""
+    out = []
+    for c in cells:
+        sel = runs[(runs["arm"] == c.arm) & (runs["horizon"] == c.horizon) & (runs["delay"] == c.delay)]
+        if c.delay == 0:
+            if not (stands_for(eq, c.arm) and len(sel)):
+                out.append(c)
+        elif corr.is_new or not (sel["estimator"] == corr.name).any():
+            out.append(c)
+    return out
+
+
+def card_folder_llm(card_dir: Path, arm: str) -> Path:
+    return Path(card_dir).absolute() / "llm" / arm
+
+
+def grids(corr: Correction, todo: list[LLMCell], seeds, overrides: dict | None = None) -> list:
+    """One :class:`llm_runs.grids.Study` per arm for the cells ``todo`` (the committed grid's
+    settings; ``overrides`` on top, e.g. a smoke test's fewer updates)."""
+    from llm_runs.grids import HORIZONS, MECHANISM_ARMS, NEWCOMER_HORIZONS, STUDIES, Arm, Study
+
+    @dataclass(frozen=True)
+    class CardGrid(Study):
+        wanted: tuple = ()
+
+        def cells(self):
+            return [c for c in super().cells() if [c.horizon, c.delay] in [list(w) for w in self.wanted]]
+
+    horizons_all = NEWCOMER_HORIZONS if corr.name == "seq_geo_mask" else HORIZONS
+    out = []
+    for arm in ARMS:
+        cells = [c for c in todo if c.arm == arm]
+        if not cells:
+            continue
+        hs = {h: horizons_all[h] for h in horizons_all if any(c.horizon == h for c in cells)}
+        wanted = tuple((c.horizon, c.delay) for c in cells)
+        zero = corr.name if any(c.delay == 0 for c in cells) else None
+        if arm == "adam":
+            base = {**STUDIES["primary"].base, **(overrides or {})}
+            g = CardGrid(f"card-{corr.name}-adam", f"results/cards/{corr.name}/llm/adam", base, hs, (corr.name,),
+                         delays=(64,), seeds=tuple(seeds), floor=(), zero_delay=zero,
+                         doc=f"report card of {corr.name}: its own runs under the study's Adam", wanted=wanted)
+        else:
+            spec = next(a for a in MECHANISM_ARMS if a.label == "adamwclip")
+            base = {**STUDIES["mechanism"].base, **(overrides or {})}
+            g = CardGrid(f"card-{corr.name}-adamwclip", f"results/cards/{corr.name}/llm/adamwclip", base, hs, (),
+                         delays=(64,), seeds=tuple(seeds), floor=(), zero_delay=zero,
+                         arms=(Arm("adamwclip", spec.overrides, (corr.name,), zero_delay=zero is not None),),
+                         doc=f"report card of {corr.name}: its own runs under AdamW + clip (the mechanism grid's arm)",
+                         wanted=wanted)
+        out.append((arm, g))
+    return out
+
+
+def cost_seconds(grid_list, jobs: int = 2) -> float:
+    """:func:`llm_runs.study.estimate_seconds` of every grid's cells (the study's measured step costs)."""
+    from llm_runs.study import estimate_seconds
+
+    return sum(estimate_seconds(g.cells(), jobs) for _, g in grid_list)
+
+
+def command(corr: Correction, quick: bool) -> str:
+    what = f"--module {corr.source}" if corr.is_new else f"--name {corr.name}"
+    return f"python -m report_card {what}" + (" --quick" if quick else "")
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _executor(jobs: int, corr: Correction):
+    from execution import LocalExecutor
+
+    class CorrectionExecutor(LocalExecutor):
+        """Local runs that import the correction file first (:mod:`report_card.train`)."""
+
+        def start_command(self, cmd, *, env=None, log_path, cwd=None):
+            if corr.is_new and list(cmd[1:3]) == ["-m", "llm_runs.train"]:
+                cmd = [cmd[0], "-m", "report_card.train", "--correction", corr.source, "--", *cmd[3:]]
+            return super().start_command(cmd, env=env, log_path=log_path, cwd=cwd)
+
+    return CorrectionExecutor(jobs)
+
+
+def run_grids(corr: Correction, card_dir: Path, grid_list, jobs: int, log=print) -> dict:
+    """Check the warm starts, then run (or continue) each grid; ``{arm: status}``."""
+    from llm_runs.grid_check import check_warm_starts
+    from llm_runs.study import _warm_starts
+    from llm_runs.sweep import run_sweep
+    from schema.results import read_json, results_root
+
+    status = {}
+    for arm, g in grid_list:
+        out = card_folder_llm(card_dir, arm)
+        committed = results_root() / COMMITTED[arm][0]
+        log(f"LLM part ({arm}): computing or loading this machine's warm start ...")
+        warm = _warm_starts(g)
+        try:
+            check_warm_starts(committed, warm)
+            check_warm_starts(out, warm)
+        except ValueError as exc:
+            status[arm] = {"state": "refused", "why": str(exc)}
+            continue
+        keys = {(read_json(p / "config.json").get("warm_start") or {}).get("key")
+                for p in committed.iterdir() if (p / "config.json").is_file()}
+        paired = all(info.get("key") in keys for info in warm.values())
+        o = run_sweep(g, out, resume=True, jobs=jobs, progress=False, log=log, executor=_executor(jobs, corr))
+        status[arm] = {"state": "ran", "paired": paired, "ran": len(o.ran), "skipped": len(o.skipped),
+                       "failed": o.failed, "interrupted": o.interrupted,
+                       "warm_start": {h: {k: w.get(k) for k in ("key", "heldout_pc")} for h, w in warm.items()}}
+    return status
+
+
+def own_runs(corr: Correction, card_dir: Path) -> pd.DataFrame:
+    """The correction's own runs under the card's folder (:func:`claims.study.run_row` each)."""
+    from claims.mechanism import arm_of
+    from claims.study import run_row
+    from schema.results import read_run_config
+
+    rows = []
+    for arm in ARMS:
+        folder = card_folder_llm(card_dir, arm)
+        if not folder.is_dir():
+            continue
+        for p in sorted(folder.iterdir()):
+            if not (p / "config.json").is_file():
+                continue
+            r = run_row(p)
+            if r is None:
+                continue
+            rows.append({**r, "arm": arm_of(read_run_config(p)), "source": str(folder)})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- the numbers
+
+
+def cell_stats(runs: pd.DataFrame, c: LLMCell, estimator: str) -> dict:
+    """Stable seeds, mean final pc (and the seeds) of ``estimator`` in cell ``c``; the delay-0 run of
+    a seed stands for every estimator."""
+    sel = runs[(runs["arm"] == c.arm) & (runs["horizon"] == c.horizon) & runs["complete"]]
+    sel = sel[sel["delay"] == 0] if c.delay == 0 else sel[(sel["delay"] == c.delay) & (sel["estimator"] == estimator)]
+    sel = sel.drop_duplicates("seed")
+    return {"n": len(sel), "stable": int(sel["stable"].sum()), "pc_final": float(sel["pc_final"].mean())
+            if len(sel) else math.nan, "seeds": sorted(int(s) for s in sel["seed"]),
+            "source": ", ".join(sorted(set(sel["source"]))) if len(sel) else ""}
+
+
+def paired_difference(runs: pd.DataFrame, c: LLMCell, a: str, b: str) -> dict:
+    """``a - b`` in final pc, paired by seed, with the study's bootstrap interval."""
+    from claims.study import bootstrap, paired
+
+    arm = runs[runs["arm"] == c.arm]
+    boot = bootstrap(paired(arm, c.horizon, c.delay, a, b))
+    return {k: boot[k] for k in ("n", "mean", "low", "high")}
+
+
+def part(corr: Correction, card_dir: Path, *, quick: bool, jobs: int = 2, new_runs: bool = True,
+         overrides: dict | None = None, log=print) -> dict:
+    """The whole LLM part: what was read, what was run, the numbers."""
+    from claims.study import STABLE_FRACTION
+
+    cells = CELLS
+    seeds = QUICK_SEEDS if quick else FULL_SEEDS
+    runs = committed_runs()
+    eq = delay0_equivalence(corr.name)
+    todo_all = needed(corr, cells, runs, eq)
+    todo = [c for c in todo_all if not quick or c in QUICK_CELLS]
+    glist = grids(corr, todo, seeds, overrides)
+    status = {}
+    if todo and new_runs:
+        status = run_grids(corr, card_dir, glist, jobs, log)
+    mine = own_runs(corr, card_dir)
+    smoke = bool(overrides)
+    paired_ok = {arm: s.get("state") == "ran" and s.get("paired", False) and not smoke for arm, s in status.items()}
+    if len(mine):
+        mine = mine[mine["arm"].map(lambda a: paired_ok.get(a, False) or smoke)]
+        mine = mine.assign(estimator=corr.name)
+    keep = runs if not corr.is_new else runs[runs["estimator"] != corr.name]
+    both = pd.concat([keep, mine], ignore_index=True) if len(mine) else keep
+    out_cells = []
+    for c in cells:
+        state = "read"
+        if c in todo_all and c not in todo:
+            state = "not computed"
+        elif c in todo:
+            arm_status = status.get(c.arm, {})
+            if not new_runs or not arm_status:
+                state = "not computed"
+            elif arm_status.get("state") == "refused":
+                state = "refused"
+            else:
+                state = "computed" + ("" if paired_ok.get(c.arm) else " (smoke settings: not paired)")
+        rec = {"cell": dataclasses.asdict(c), "label": c.label, "state": state}
+        if state in ("not computed", "refused"):
+            g = [x for x in grids(corr, todo_all, FULL_SEEDS, overrides) if x[0] == c.arm]
+            one = [cc for cc in g[0][1].cells() if cc.horizon == c.horizon and cc.delay == c.delay] if g else []
+            from llm_runs.study import estimate_seconds
+
+            rec["runs_needed"] = [cc.name for cc in one]
+            rec["cost_s"] = estimate_seconds(one, jobs) if one else 0.0
+            rec["why"] = status.get(c.arm, {}).get("why", "")
+            out_cells.append(rec)
+            continue
+        pool = both if state == "read" or paired_ok.get(c.arm) else mine
+        me = cell_stats(pool, c, corr.name)
+        if c.delay == 0 and c not in todo_all:
+            me["note"] = (f"the committed delay-0 run stands for {corr.name}: its gradient at ratio 1 is IS's "
+                          + ("exactly" if eq["kind"] == "same" else f"times {eq['scale']:.4g} (Adam divides it out)"))
+        rec["self"] = me
+        rec["self"]["stable_cell"] = bool(me["n"]) and me["stable"] / me["n"] >= STABLE_FRACTION
+        refs = {}
+        if c.delay > 0 and (state == "read" or paired_ok.get(c.arm)):
+            for r in REFERENCES:
+                if r == corr.name:
+                    continue
+                st = cell_stats(both, c, r)
+                if not st["n"]:
+                    refs[r] = {"available": False}
+                    continue
+                d = paired_difference(both, c, corr.name, r)
+                refs[r] = {"available": True, **st, "stable_cell": st["stable"] / st["n"] >= STABLE_FRACTION,
+                           "difference": d}
+        rec["references"] = refs
+        out_cells.append(rec)
+    total_cost = sum(r.get("cost_s", 0.0) for r in out_cells)
+    return {"cells": out_cells, "seeds_new_runs": list(seeds), "delay0": eq, "status": status,
+            "quick": quick, "smoke_overrides": overrides or {}, "not_computed_cost_s": total_cost,
+            "command": command(corr, False), "stable_fraction": STABLE_FRACTION,
+            "references": list(REFERENCES), "seeds_committed": sorted(int(s) for s in np.unique(runs["seed"]))}

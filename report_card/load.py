@@ -1,0 +1,257 @@
+"""Load a correction from a file outside the package, and refuse a bad one before any work starts.
+
+A correction file registers one trajectory scheme (:func:`estimators.register_scheme`) or one
+token-level loss (:func:`estimators.losses.register_token_loss`), its knobs in
+:data:`estimators.params.PARAMS` (docs/ADD-A-CORRECTION.md). :func:`load_correction` imports
+it, finds what it registered, and :func:`validate` evaluates the new correction on a small battery
+of ratio vectors (a scheme) or batches (a token loss). Every problem is one
+:class:`CorrectionError` naming what is wrong; nothing the file registered stays registered
+after a refusal.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import itertools
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import estimators
+from estimators.losses import TOKEN_LOSSES
+from estimators.params import PARAMS
+
+EPS = 0.2
+"""The threshold every part of the card uses (the study's, the sweeps')."""
+
+
+class CorrectionError(ValueError):
+    """A correction file or registered correction that the card refuses, with what is wrong."""
+
+
+@dataclass
+class Correction:
+    """A registered correction the card is made for."""
+
+    name: str
+    level: str  # "trajectory" or "token"
+    source: str  # the file it came from, or "registered" (shipped with the toolkit)
+    digest: str  # sha256 of the file's bytes (or of the toolkit's registration's code), keys resumable parts
+    validation: list = field(default_factory=list)  # battery rows (:func:`validate`)
+
+    @property
+    def is_new(self) -> bool:
+        """True for a correction the toolkit does not ship (its committed results hold nothing of it)."""
+        return self.source != "registered"
+
+
+_LOADED: dict[str, list[str]] = {}
+"""Correction files already imported in this process (resolved path -> the names they registered)."""
+
+
+def _registered() -> tuple[set, set, set]:
+    return set(estimators.SCHEMES), set(TOKEN_LOSSES), set(PARAMS)
+
+
+def _roll_back(before: tuple[set, set, set]) -> None:
+    schemes, losses, params = before
+    for n in set(estimators.SCHEMES) - schemes:
+        del estimators.SCHEMES[n]
+    for n in set(TOKEN_LOSSES) - losses:
+        del TOKEN_LOSSES[n]
+    for n in set(PARAMS) - params:
+        del PARAMS[n]
+
+
+def load_correction(path: str | Path, name: str | None = None) -> Correction:
+    """Import the correction file ``path`` and return what it registered (``name`` picks one when it
+    registers several). :class:`CorrectionError` when the file does not exist or fails to import,
+    registers nothing, registers a name the toolkit already has, or registers several without
+    ``name``."""
+    p = Path(path).expanduser().resolve()
+    if not p.is_file():
+        raise CorrectionError(f"correction file {path} does not exist")
+    digest = hashlib.sha256(p.read_bytes()).hexdigest()
+    key = str(p)
+    if key in _LOADED:
+        names = _LOADED[key]
+    else:
+        before = _registered()
+        mod_name = "report_card_correction_" + hashlib.sha1(key.encode()).hexdigest()[:12]
+        spec = importlib.util.spec_from_file_location(mod_name, p)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except ValueError as exc:
+            _roll_back(before)
+            sys.modules.pop(mod_name, None)
+            what = "a name clash" if "already registered" in str(exc) else "a refused registration"
+            raise CorrectionError(f"{p.name}: {what}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 (the user's file: any failure to import is its error, named)
+            _roll_back(before)
+            sys.modules.pop(mod_name, None)
+            raise CorrectionError(f"{p.name} failed to import: {type(exc).__name__}: {exc}") from None
+        schemes, losses, _ = before
+        new_s = sorted(set(estimators.SCHEMES) - schemes)
+        new_l = sorted(set(TOKEN_LOSSES) - losses)
+        clash = sorted(set(new_s) & losses) + sorted(set(new_l) & schemes)
+        if clash:
+            _roll_back(before)
+            sys.modules.pop(mod_name, None)
+            raise CorrectionError(f"{p.name}: a name clash: {clash} is already registered as a "
+                                  f"{'token-level loss' if set(new_s) & losses else 'trajectory scheme'}")
+        names = new_s + new_l
+        if not names:
+            _roll_back(before)
+            sys.modules.pop(mod_name, None)
+            raise CorrectionError(f"{p.name} registers no correction: decorate a function with "
+                                  f"estimators.register_scheme(...) or estimators.losses.register_token_loss(...) "
+                                  f"(docs/ADD-A-CORRECTION.md)")
+        _LOADED[key] = names
+    if name is None and len(names) > 1:
+        raise CorrectionError(f"{p.name} registers {len(names)} corrections ({', '.join(names)}): pick one with --name")
+    chosen = name or names[0]
+    if chosen not in names:
+        raise CorrectionError(f"{p.name} registers {', '.join(names)}, not {chosen!r}")
+    level = "trajectory" if chosen in estimators.SCHEMES else "token"
+    return Correction(chosen, level, str(p), digest)
+
+
+def registered_correction(name: str) -> Correction:
+    """A correction the toolkit ships (``--name``); :class:`CorrectionError` for an unknown name."""
+    import inspect
+
+    if name in estimators.SCHEMES:
+        fn, level = estimators.SCHEMES[name].log_weights, "trajectory"
+    elif name in TOKEN_LOSSES:
+        fn, level = TOKEN_LOSSES[name].fn, "token"
+    else:
+        valid = ", ".join(list(estimators.SCHEMES) + list(TOKEN_LOSSES))
+        raise CorrectionError(f"no registered correction named {name!r}; registered: {valid}")
+    try:
+        code = inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = name
+    return Correction(name, level, "registered", hashlib.sha256(code.encode()).hexdigest())
+
+
+# --------------------------------------------------------------------------- the battery
+
+BATTERY_LOG_RATIOS = (0.0, 1e-6, -1e-6, 0.1, -0.1, math.log(1.2), 1.0, -1.0, 5.0, -5.0, 30.0, -30.0, 700.0, -700.0)
+"""Trajectory log-ratios of the validation battery: the on-policy point, small and moderate
+drifts, the cap's edge log(1+eps), and ratios that overflow float32 and nearly float64."""
+
+
+def _scheme_cases(G: int = 4):
+    """(log-ratio array (num_groups, G), advantages or None) pairs of the battery."""
+    vals = np.array(BATTERY_LOG_RATIOS)
+    rng = np.random.default_rng(20261203)
+    arrays = [np.tile(vals[:, None], (1, G)),  # every trajectory of a group at one value
+              np.stack([np.roll(np.resize(vals, G), k) for k in range(len(vals))]),  # mixed groups
+              rng.normal(0.0, 2.0, size=(16, G))]
+    signs = [np.ones(G), -np.ones(G), np.array([1.0, -1.0] * (G // 2)), np.zeros(G)]
+    for lr in arrays:
+        for s in signs:
+            yield lr, np.broadcast_to(s, lr.shape).copy()
+
+
+def _first_bad(mask: np.ndarray, lr: np.ndarray, adv) -> str:
+    g, i = (int(v) for v in np.argwhere(mask)[0])
+    a = "" if adv is None else f", advantages {adv[g].tolist()}"
+    return f"group log-ratios {np.round(lr[g], 6).tolist()}{a} (completion {i})"
+
+
+def validate(corr: Correction, eps: float = EPS) -> list[dict]:
+    """Evaluate ``corr`` on the battery; the rows of what was checked. :class:`CorrectionError` at the
+    first wrong shape, exception, NaN or negative weight (a scheme) or wrong output, NaN value or
+    gradient (a token loss)."""
+    rows = _validate_scheme(corr.name, eps) if corr.level == "trajectory" else _validate_token(corr.name, eps)
+    corr.validation = rows
+    return rows
+
+
+def _validate_scheme(name: str, eps: float) -> list[dict]:
+    spec = estimators.get_scheme(name)
+    n = 0
+    for lr, adv in _scheme_cases():
+        a = adv if spec.needs_advantages else None
+        try:
+            c = estimators.weights(name, lr, eps, a)
+        except Exception as exc:  # noqa: BLE001 (the correction's own failure, named)
+            raise CorrectionError(f"scheme {name!r} raises {type(exc).__name__} on group log-ratios "
+                                  f"{np.round(lr[0], 6).tolist()}: {exc}") from None
+        c = np.asarray(c)
+        if c.shape != lr.shape:
+            raise CorrectionError(f"scheme {name!r} returns weights of shape {c.shape} for log-ratios of shape "
+                                  f"{lr.shape}: a scheme maps (num_groups, G) to (num_groups, G)")
+        if np.isnan(c).any():
+            raise CorrectionError(f"scheme {name!r} gives a NaN weight for {_first_bad(np.isnan(c), lr, a)}")
+        if (c < 0).any():
+            raise CorrectionError(f"scheme {name!r} gives a negative weight ({float(c[c < 0][0]):g}) for "
+                                  f"{_first_bad(c < 0, lr, a)}: a weight c_i is >= 0")
+        if spec.bounded and np.isinf(c).any():
+            raise CorrectionError(f"scheme {name!r} is declared bounded but gives an infinite weight for "
+                                  f"{_first_bad(np.isinf(c), lr, a)}")
+        n += lr.size
+    try:  # the declared supremum must be a number
+        sup = spec.group_mass_sup(eps, 1)
+    except Exception as exc:  # noqa: BLE001 (the correction's own failure, named)
+        raise CorrectionError(f"scheme {name!r}: its sup_mass(eps, num_groups, **knobs) fails: "
+                              f"{type(exc).__name__}: {exc}") from None
+    if math.isnan(sup):
+        raise CorrectionError(f"scheme {name!r}: its declared supremum of a group's mass is NaN")
+    return [{"check": "weights on the battery", "evaluated": n, "result": "finite, >= 0, right shape"},
+            {"check": "declared sup of a group's mass (eps = 0.2, one group)", "evaluated": 1, "result": f"{sup:g}"}]
+
+
+def _token_batches(G: int = 4, T: int = 3):
+    """(logp, old_logp, mask, advantages) float64 batches of the battery: per-token log-ratios from
+    :data:`BATTERY_LOG_RATIOS` (clipped at +-30: log-probs stay <= 0), two groups."""
+    import torch
+
+    vals = [v for v in BATTERY_LOG_RATIOS if abs(v) <= 30.0]
+    old = torch.full((2 * G, T), -40.0, dtype=torch.float64)  # room for log-ratios up to +30 below 0
+    mask = torch.ones(2 * G, T, dtype=torch.float64)
+    mask[1, 1:] = 0
+    for v, adv_sign in itertools.product(vals, (1.0, -1.0)):
+        logp = old + v
+        logp[:, 0] = old[:, 0] + torch.linspace(-1.0, 1.0, 2 * G, dtype=torch.float64)
+        adv = torch.tensor([adv_sign, -adv_sign] * G, dtype=torch.float64)
+        yield logp, old, mask, adv
+
+
+def _validate_token(name: str, eps: float) -> list[dict]:
+    import torch
+
+    from estimators.losses import LossOutput, policy_loss
+
+    n = 0
+    G = 4
+    for logp, old, mask, adv in _token_batches(G):
+        x = logp.clone().requires_grad_()
+        what = f"per-token log-ratio {float((logp - old)[0, 1]):g}, advantages {adv[:2].tolist()}..."
+        try:
+            out = policy_loss(name, x, old, mask, adv, G, eps)
+        except Exception as exc:  # noqa: BLE001 (the correction's own failure, named)
+            raise CorrectionError(f"token loss {name!r} raises {type(exc).__name__} at {what}: {exc}") from None
+        if not isinstance(out, LossOutput):
+            raise CorrectionError(f"token loss {name!r} returns {type(out).__name__}, not estimators.losses.LossOutput")
+        if not isinstance(out.loss, torch.Tensor) or out.loss.shape != ():
+            shape = tuple(out.loss.shape) if isinstance(out.loss, torch.Tensor) else type(out.loss).__name__
+            raise CorrectionError(f"token loss {name!r} returns a loss of shape {shape}: it must be a scalar tensor")
+        if tuple(out.seq_log_ratio.shape) != (2, G):
+            raise CorrectionError(f"token loss {name!r} returns seq_log_ratio of shape "
+                                  f"{tuple(out.seq_log_ratio.shape)}: it must be (num_groups, G) = (2, {G})")
+        if bool(torch.isnan(out.loss)):
+            raise CorrectionError(f"token loss {name!r} gives a NaN loss at {what}")
+        if out.loss.requires_grad:
+            out.loss.backward()
+            if x.grad is not None and bool(torch.isnan(x.grad).any()):
+                raise CorrectionError(f"token loss {name!r} gives a NaN gradient at {what}")
+        n += 1
+    return [{"check": "loss and gradient on the battery (float64)", "evaluated": n,
+             "result": "scalar, not NaN, seq_log_ratio (num_groups, G)"}]
