@@ -5,6 +5,7 @@
 * :mod:`bounds.bias`        §2-§3: beta functionals, mass-bias bounds, key inequalities, laws
 * :mod:`bounds.mass`        §3: the one scheme -> mass-bias bound table, ``mass_bound(scheme, ...)``
 * :mod:`bounds.delay`       §4: Lemma 3, Theorem 2's delay terms, Corollary 3
+* :mod:`bounds.normalised`  §8: Adam's step bound, sign-error bounds, ``SIGN_TABLE`` (beside ``MASS_BOUNDS``)
 * :mod:`bounds.exponents`   exponent of a variable in an expression, derived by sympy
 * :mod:`bounds.numeric`     ``twin(name)``: the lambdified numeric twin of a bound
 * :mod:`bounds.tuning`      Corollary 3's step size, tuned numerically on the twin of its objective
@@ -21,7 +22,12 @@ def __getattr__(name):  # bounds.delay imports sympy: loaded on first use
         from .delay import DELAY_TERMS
 
         return DELAY_TERMS
+    if name in ("SIGN_TABLE", "sign_error_bound", "trajectory_share_bound"):
+        from . import normalised
+
+        return getattr(normalised, name)
     raise AttributeError(name)
 
 
-__all__ = ["DELAY_TERMS", "MASS_BOUNDS", "MASS_FORMS", "mass_bound", "mass_bound_name"]
+__all__ = ["DELAY_TERMS", "MASS_BOUNDS", "MASS_FORMS", "SIGN_TABLE", "mass_bound", "mass_bound_name",
+           "sign_error_bound", "trajectory_share_bound"]

@@ -32,6 +32,10 @@ DOMAIN: dict[str, tuple] = {
     "S": _NONNEG, "B": _NONNEG, "bias2": _NONNEG, "DeltaJ": _NONNEG,
     "R_max": _NONNEG, "L_pi": _NONNEG, "H_pi": _NONNEG,
     "p": _PROB, "k": _REAL, "mu": _REAL,
+    # §8 normalising optimisers
+    "t": _COUNT1, "ngroups": _COUNT1, "m2": _NONNEG, "c2": _NONNEG, "cmax": _NONNEG,
+    "beta1": ("in [0, 1)", lambda x: (x >= 0) & (x < 1), lambda v: False if v.is_negative else None),
+    "beta2": _PROB,
 }
 
 
@@ -79,12 +83,33 @@ def check_domain(**values) -> None:
 BOUNDS: dict[str, Callable] = {}
 
 
-def bound(fn: Callable) -> Callable:
+def check_feasible(fn: Callable, values: dict) -> None:
+    """Run ``fn``'s joint feasibility check (``bound(feasible=...)``) on the numeric ones of
+    ``values``; symbolic arguments are left to the formula. The check raises ``ValueError``."""
+    feasible = getattr(fn, "feasible", None)
+    if feasible is None:
+        return
+    num = {}
+    for name, v in values.items():
+        if isinstance(v, sp.Basic):
+            if not v.is_number:
+                return  # a symbolic argument: nothing numeric to check jointly
+            v = float(v)
+        num[name] = np.asarray(v, dtype=np.float64)
+    feasible(**num)
+
+
+def bound(fn: Callable | None = None, *, feasible: Callable | None = None) -> Callable:
     """Register a symbolic bound; calls check the domain of numeric arguments first.
 
     Every parameter must default to a sympy symbol: :func:`bounds.numeric.twin`
-    lambdifies the function over exactly those symbols.
+    lambdifies the function over exactly those symbols. ``feasible(**numeric arguments)``,
+    when given, checks the arguments jointly (e.g. that a second moment is at least the square
+    of the mean it is given with) and raises ``ValueError`` when no law has them; the symbolic
+    bound and its numeric twin both run it. Use as ``@bound`` or ``@bound(feasible=f)``.
     """
+    if fn is None:
+        return functools.partial(bound, feasible=feasible)
     sig = inspect.signature(fn)
     for prm in sig.parameters.values():
         if not isinstance(prm.default, sp.Symbol):
@@ -97,10 +122,12 @@ def bound(fn: Callable) -> Callable:
         ba = sig.bind(*args, **kwargs)
         ba.apply_defaults()
         check_domain(**ba.arguments)
+        check_feasible(wrapper, ba.arguments)
         # python numbers become exact sympy numbers (4/2 stays the Integer 2, not 2.0)
         args = [v if isinstance(v, sp.Basic) else sp.sympify(v) for v in ba.arguments.values()]
         return fn(*args)
 
     wrapper.signature = sig
+    wrapper.feasible = feasible
     BOUNDS[fn.__name__] = wrapper
     return wrapper

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import numpy as np
 import sympy as sp
 
-from . import assumptions, bias, delay  # noqa: F401  (registers every bound)
-from ._core import BOUNDS, check_domain
+from . import assumptions, bias, delay, normalised  # noqa: F401  (registers every bound)
+from ._core import BOUNDS, check_domain, check_feasible
 
 
 def lambdify_bound(fn: Callable) -> Callable:
@@ -36,6 +36,7 @@ def lambdify_bound(fn: Callable) -> Callable:
         if missing:
             raise ValueError(f"{name}: missing argument(s) {', '.join(missing)}")
         check_domain(**ba.arguments)
+        check_feasible(fn, ba.arguments)
         arrays = [np.asarray(ba.arguments[n], dtype=np.float64) for n in sig.parameters]
         out = np.asarray(f(*arrays), dtype=np.float64)
         return np.broadcast_to(out, np.broadcast_shapes(out.shape, *(x.shape for x in arrays))).copy()

@@ -60,3 +60,12 @@ def ratios(n: int, name: str = "w") -> tuple[sp.Symbol, ...]:
     if n < 1:
         raise ValueError(f"need at least one ratio, got n = {n}")
     return sp.symbols(f"{name}1:{n + 1}", positive=True)
+
+# --- §8 normalising optimisers -----------------------------------------------------------
+t = sp.Symbol("t", positive=True, integer=True)  # optimiser step index (1, 2, ...)
+beta1 = sp.Symbol("beta1", nonnegative=True)  # Adam's first-moment decay, in [0, 1)
+beta2 = sp.Symbol("beta2", positive=True)  # Adam's second-moment decay, in (0, 1)
+m2 = sp.Symbol("m2", nonnegative=True)  # a second moment E g_j^2 (with its mean mu: m2 >= mu^2)
+c2 = sp.Symbol("c2", nonnegative=True)  # E_b c(w)^2, a scheme's weight second moment
+cmax = sp.Symbol("c_max", nonnegative=True)  # the largest weight one trajectory can get
+ngroups = sp.Symbol("B_g", positive=True, integer=True)  # groups per batch (B in §8)

@@ -1,7 +1,7 @@
 """``python -m claims [--only 3,7] [--quick] [--json PATH] [--md PATH]``: every claim of THEORY.md §5, one table.
 
 Prints one aligned row per claim (id, claim, expected, measured, status, seconds) as it
-completes. A full run (all 19 claims, not ``--quick``) writes ``results/verify/claims.json``,
+completes. A full run (all 22 claims, not ``--quick``) writes ``results/verify/claims.json``,
 ``claims.md`` and ``abstract.json`` (the verdicts on the abstract, :mod:`claims.abstract`)
 unless ``--json``/``--md`` name other files. A partial run (``--only`` or ``--quick``) writes
 only the files it is given, and never replaces a full table. A file that the toolkit did

@@ -1,4 +1,4 @@
-"""Registry of the 19 machine-checkable claims of THEORY.md §5 (19: an addition, stated in §7).
+"""Registry of the 22 machine-checkable claims of THEORY.md §5 (19: an addition, stated in §7; 20-22: §8).
 
 Each :class:`Claim` names its check, a function of ``quick`` returning a
 :class:`~claims.result.Result`; the checks live by family:
@@ -8,6 +8,7 @@ Each :class:`Claim` names its check, a function of ``quick`` returning a
 * :mod:`claims.delay_terms`       delay orders, Theorem 2's terms, Corollary 3, async SGD (11, 12, 13, 17)
 * :mod:`claims.enumeration`       claims checked by exact enumeration (7, 8, 9, 14, 16, 18)
 * :mod:`claims.optimizers`        claim 17's ordering under Adam, AdamW, clipping and long horizons (19)
+* :mod:`claims.normalised`        normalising optimisers: scale invariance, sign-error bounds, ordering (20-22)
 
 Each check keeps its tolerances beside it. An exception inside a check becomes an ERROR
 row, never a crash of the whole table.
@@ -22,6 +23,7 @@ from . import class_optimality as co
 from . import closed_forms as cf
 from . import delay_terms as dt
 from . import enumeration as en
+from . import normalised as nm
 from . import optimizers as op
 from .result import Result, jsonable
 
@@ -85,6 +87,12 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(18, "Trajectory-ratio variance exponential in horizon H", "§5 #18; §6 E2", "symbolic+exact", en),
     Claim(19, "Claim 17's GMC <= TIC-mask under SGD/Adam/AdamW+clip, H <= 16", "§7 claim 19; §5 #19",
           "exact+monte-carlo", op),
+    Claim(20, "Scale invariance of signSGD / Adam(eps->0), bit for bit; fails where it should", "§8.1; §5 #20",
+          "exact", nm),
+    Claim(21, "Cantelli sign-error bound and §8.3's table vs exact per-coordinate laws", "§8.2-8.3; §5 #21",
+          "exact", nm),
+    Claim(22, "Sign law of GMC = IS's; TOPR, TIC-trunc sign efficiency >= IS's at chi^2 >= 1", "§8.3; §5 #22",
+          "exact", nm),
 )
 
 BY_ID: dict[int, Claim] = {c.id: c for c in CLAIMS}

@@ -11,7 +11,7 @@ from bounds import assumptions, bias, delay, exponents, numeric
 from bounds.symbols import C2, Delta, G, M, d, eps, eta, mu4, sigma2
 
 MODULES = ["bounds.symbols", "bounds._core", "bounds.assumptions", "bounds.bias", "bounds.delay",
-           "bounds.exponents", "bounds.numeric"]
+           "bounds.exponents", "bounds.numeric", "bounds.normalised"]
 
 
 @pytest.mark.parametrize("name", MODULES)
