@@ -161,9 +161,9 @@ def _interval_text(r: dict) -> str:
 
 def _study_verdict() -> tuple[str, str]:
     """(verdict word, text) for the LLM claim: the staleness study's H2 (and H1 beside it)."""
-    from .study import analyse, read_runs, stable_in_cell
+    from .study import PRIMARY, analyse, read_runs, stable_in_cell
 
-    runs = read_runs(STUDY.require())
+    runs = read_runs(STUDY.require(), PRIMARY)
     res = analyse(runs)
     h1, h2 = res["H1"], res["H2"]
     seeds, d = h2["seeds"], h2["delay"]

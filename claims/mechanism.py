@@ -25,6 +25,7 @@ from .study import (
     BOOT_SEED,
     MARGIN,
     MIN_SEEDS,
+    PRIMARY,
     STABLE_FRACTION,
     bootstrap,
     holm,
@@ -34,6 +35,10 @@ from .study import (
     whole_seeds,
 )
 from .study import planned_cells as study_planned_cells
+
+GRID, SCALE, SCALE_MECH, SCALE_VARIANTS = "mechanism", "scale", "scale_mech", "scale_variants"
+"""The grids this analysis reads besides the study's (:data:`claims.study.PRIMARY`): each folder it is
+given is checked to hold its grid (:func:`llm_runs.grid_check.check_grid_folder`)."""
 
 WARNING_WINDOW = 20  # updates 0-19: before the first evaluation that can detect a collapse
 WARNING_SUMMARIES = ("median", "mean", "min", "max")
@@ -99,9 +104,9 @@ def select_warning(study_root: str | Path) -> dict:
     at positive delay): the candidate of largest pooled AUC for collapse (direction free) whose
     AUC stratified by estimator x delay is on the same side of 1/2; its threshold maximises
     Youden's J on those runs. Returns the record written to ``warning.json``."""
-    runs = read_runs(study_root)
+    runs = read_runs(study_root, PRIMARY)
     runs = runs[(runs["horizon"] == "long") & (runs["delay"] > 0) & runs["complete"]].set_index("run")
-    traces = read_traces(study_root, _trace_columns())
+    traces = read_traces(study_root, _trace_columns(), PRIMARY)
     traces = traces[traces["run"].isin(runs.index)]
     cand = warning_candidates(traces).reindex(runs.index)
     labels = runs["collapsed"].to_numpy(bool)
@@ -170,13 +175,15 @@ def read_both(study: str | Path, root: str | Path) -> tuple[pd.DataFrame, pd.Dat
     ``adam``-arm runs of estimators the committed study already has (the full-length replays).
     ``ValueError`` if a mechanism run started from another warm start than the study's runs
     (:func:`llm_runs.grid_check.check_pairing`)."""
-    from llm_runs.grid_check import check_pairing
+    from llm_runs.grid_check import check_grid_folder, check_pairing
 
+    check_grid_folder(study, PRIMARY)
+    check_grid_folder(root, GRID)
     check_pairing(root, study)
-    s = read_runs(study)
+    s = read_runs(study, PRIMARY)
     s = s[(s["horizon"] == "long") & ((s["delay"] == 0) | s["estimator"].isin(REUSED))]
     s = s[(s["delay"] == 0) | (s["delay"] == DELAY)].assign(arm="adam", source="study")
-    m = read_runs(root).assign(source="mechanism")
+    m = read_runs(root, GRID).assign(source="mechanism")
     from schema.results import read_run_config
 
     m["arm"] = [arm_of(read_run_config(Path(root) / run)) for run in m["run"]]
@@ -397,15 +404,15 @@ def _m5(study: str | Path, scale: str | Path) -> dict:
     """M5: GMC - TOPR (final pc) at d = 64 at the larger model (the ``scale`` grid, its whole seeds),
     against the sign of the same difference at the study model (the committed study's whole seeds)."""
     base = {"hypothesis": HYPOTHESES["M5"]}
-    s = read_runs(study)
+    s = read_runs(study, PRIMARY)
     s = s[(s["horizon"] == "long") & (s["delay"] == DELAY)].assign(arm="adam")
     ref = _diff(s, "adam", "gmc", "adam", "topr")
     base["study_model"] = _iv(ref)
     if not (Path(scale).is_dir() and any(Path(scale).iterdir())):
         return {**base, "verdict": "NOT DECIDED", "reason": f"the larger model's grid ({scale}) has not been run",
                 "scale_seeds": []}
-    runs = read_runs(scale).assign(arm="")
-    seeds = whole_seeds_of(runs, planned_cells("scale"))
+    runs = read_runs(scale, SCALE).assign(arm="")
+    seeds = whole_seeds_of(runs, planned_cells(SCALE))
     runs = runs[runs["seed"].isin(seeds)]
     diff = _diff(runs, "", "gmc", "", "topr") if seeds else {"n": 0, "mean": math.nan, "low": math.nan,
                                                               "high": math.nan}
@@ -431,10 +438,12 @@ def scale_drift(scale: str | Path, probe: str | Path) -> dict:
     :data:`WARNING_WINDOW` updates, before any collapse can be seen)."""
     if not (Path(probe).is_dir() and any(Path(probe).iterdir())):
         return {}
-    from llm_runs.grid_check import check_pairing
+    from llm_runs.grid_check import check_grid_folder, check_pairing
 
+    check_grid_folder(probe, SCALE_MECH)
+    check_grid_folder(scale, SCALE)
     check_pairing(probe, scale)
-    runs = read_runs(probe).assign(arm="scale", source="mechanism")
+    runs = read_runs(probe, SCALE_MECH).assign(arm="scale", source="mechanism")
     done = runs[runs["complete"]]
     replay = compare_runs((Path(probe) / r.run, Path(scale) / r.run, r.steps) for r in done.itertuples())
     same = bool(replay) and all(v["differences"] == 0 for v in replay.values())
@@ -451,11 +460,13 @@ def scale_variants(scale: str | Path, variants: str | Path) -> dict:
     bootstrap) over the seeds both have complete. Exploratory until M3/M4 pick the variant M5 adds."""
     if not (Path(variants).is_dir() and any(Path(variants).iterdir())) or not Path(scale).is_dir():
         return {}
-    from llm_runs.grid_check import check_pairing
+    from llm_runs.grid_check import check_grid_folder, check_pairing
 
+    check_grid_folder(variants, SCALE_VARIANTS)
+    check_grid_folder(scale, SCALE)
     check_pairing(variants, scale)
-    mine = read_runs(variants)
-    runs = pd.concat([read_runs(scale), mine], ignore_index=True).assign(arm="")
+    mine = read_runs(variants, SCALE_VARIANTS)
+    runs = pd.concat([read_runs(scale, SCALE), mine], ignore_index=True).assign(arm="")
     runs = runs[runs["complete"]]
     out = {}
     for v in sorted(set(mine["estimator"])):
@@ -473,7 +484,7 @@ def _m6(root, runs) -> dict:
     rule = json.loads(path.read_text())
     col, summary = rule["signal"].rsplit(":", 1)
     held = runs[(runs["source"] == "mechanism") & (runs["delay"] == DELAY) & runs["complete"]]
-    tr = read_traces(root, (col,))
+    tr = read_traces(root, (col,), GRID)
     early = tr[tr["step"] < WARNING_WINDOW].groupby("run")[col].agg(summary)
     x = early.reindex(held["run"]).to_numpy(float)
     warned = x >= rule["threshold"] if rule["direction"] == "high" else x <= rule["threshold"]
@@ -533,9 +544,9 @@ def study_facts(study: str | Path) -> dict:
     largest weight per update (median over updates 0-49) in surviving against collapsed runs and
     its AUC for collapse; how many positive-delay runs H4's warning fired in, and when; the share
     of GMC's d = 64 updates whose plug-in chi^2 is <= 0."""
-    runs = read_runs(study)
+    runs = read_runs(study, PRIMARY)
     long = runs[(runs["horizon"] == "long") & runs["complete"]]
-    tr = read_traces(study, ("train/weight_max", "stale/chi2"))
+    tr = read_traces(study, ("train/weight_max", "stale/chi2"), PRIMARY)
     tr = tr[tr["horizon"] == "long"]
     out: dict = {"weight_max": {}}
     for d in (16, 64):
@@ -561,6 +572,7 @@ WARNING_FILE = "warning.json"
 
 
 def main(argv: list[str] | None = None) -> int:
+    from schema.io import check_output
     from schema.results import results_root
 
     p = argparse.ArgumentParser(prog="python -m claims.mechanism", description=__doc__.split("\n\n")[0])
@@ -573,6 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     study = Path(args.study) if args.study else results_root() / "llm" / "study"
     root = Path(args.root) if args.root else results_root() / "llm" / "mechanism"
     try:
+        if args.json:
+            check_output(args.json, legacy=is_mechanism_verdicts_text)
         if args.select_warning:
             from schema.io import write_json
 
@@ -586,9 +600,20 @@ def main(argv: list[str] | None = None) -> int:
                   f"{rec['auc']:.3f} [{rec['auc_ci'][0]:.3f}, {rec['auc_ci'][1]:.3f}] -> {target}")
             return 0
         return _report(study, root, args.json)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def is_mechanism_verdicts_text(text: str) -> bool:
+    """True for the text of a verdicts file :func:`main` wrote (``--json``): an object whose
+    ``hypotheses`` are records with a ``verdict``."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return False
+    hyp = obj.get("hypotheses") if isinstance(obj, dict) else None
+    return isinstance(hyp, dict) and bool(hyp) and all(isinstance(v, dict) and "verdict" in v for v in hyp.values())
 
 
 def _report(study: Path, root: Path, json_out: str | None) -> int:

@@ -42,10 +42,16 @@ MIN_SEEDS = 6  # the stopping rule: the analysis uses the seeds whose runs are a
 # --------------------------------------------------------------------------- reading
 
 
-def read_runs(root: str | Path) -> pd.DataFrame:
+PRIMARY = "primary"
+"""The grid the pre-registered hypotheses are about (``results/llm/study``)."""
+
+
+def read_runs(root: str | Path, grid: str | tuple[str, ...] | None = None) -> pd.DataFrame:
     """One row per run under ``root`` (read by :func:`schema.results.read_run`): settings, horizon,
-    final pc, AUC of pc, stability (:func:`schema.results.run_summary`), collapse timing."""
-    rows = [r for r in (run_row(run) for run in _study_folders(root)) if r is not None]
+    final pc, AUC of pc, stability (:func:`schema.results.run_summary`), collapse timing. ``grid``:
+    the grid(s) an analysis needs; a folder whose ``sweep.json`` names another is refused
+    (:func:`llm_runs.grid_check.check_grid_folder`)."""
+    rows = [r for r in (run_row(run) for run in _study_folders(root, grid)) if r is not None]
     if not rows:
         raise ValueError(f"no run folder (config.json + metrics.csv or metrics.csv.gz) under {root}")
     return pd.DataFrame(rows)
@@ -82,14 +88,14 @@ def masked_update_fraction(m: pd.DataFrame) -> float:
     return float((u["train/grad_norm"] == 0).mean()) if len(u) else math.nan
 
 
-def _study_folders(root: str | Path) -> list[Path]:
-    """The run folders under ``root`` that belong to its grid (:func:`llm_runs.study.audit`).
-    ``ValueError`` if it is no folder or holds a foreign run (never mixed in); a run folder
-    without metrics is named on stderr (it is not analysed, and not dropped silently)."""
-    from llm_runs.grid_check import audit
+def _study_folders(root: str | Path, grid: str | tuple[str, ...] | None = None) -> list[Path]:
+    """The run folders under ``root`` that belong to its grid (:func:`llm_runs.study.audit`), which
+    must be one of ``grid`` when given. ``ValueError`` if it is no folder, another grid's, or holds a
+    foreign run (never mixed in); a run folder without metrics is named on stderr (it is not
+    analysed, and not dropped silently)."""
+    from llm_runs.grid_check import audit, check_grid_folder
 
-    if not Path(root).is_dir():
-        raise ValueError(f"{root} is not a folder of study runs (make them with `python -m llm_runs.study`)")
+    check_grid_folder(root, grid)
     found = audit(root)
     found.raise_if_foreign(root)
     if found.no_metrics:
@@ -365,11 +371,13 @@ def read_paired(root: str | Path, primary: pd.DataFrame) -> pd.DataFrame:
     ``ValueError`` if a run started from another warm start than the study's runs with its key (its
     seed would not be paired, :func:`llm_runs.grid_check.check_pairing`), or if the grid runs an
     estimator the study has (two runs of one cell)."""
-    from llm_runs.grid_check import audit, check_pairing
+    from llm_runs.grid_check import audit, check_grid_folder, check_pairing
     from llm_runs.grids import STUDIES
 
+    paired = tuple(n for n, s in STUDIES.items() if STUDIES[PRIMARY].out in s.pairs_with)
+    check_grid_folder(root, paired)
     check_pairing(root, primary.attrs["source"])
-    runs = read_runs(root)
+    runs = read_runs(root, paired)
     clash = sorted(set(runs.loc[runs["delay"] > 0, "estimator"]) & set(primary["estimator"]))
     if clash:
         raise ValueError(f"{root} runs estimator(s) {clash}, which the study under {primary.attrs['source']} has: "
@@ -455,14 +463,15 @@ HYPOTHESES = {
 # --------------------------------------------------------------------------- traces and the bound
 
 
-def read_traces(root: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
+def read_traces(root: str | Path, columns: tuple[str, ...], grid: str | tuple[str, ...] | None = None) -> pd.DataFrame:
     """The update rows (step < steps) of every complete run under ``root``, long: run, horizon
     (label), H (tokens, :func:`schema.results.horizon_tokens`), estimator, delay, seed, G (group
-    size), eps, step and ``columns`` (a column a run does not log reads as NaN)."""
+    size), eps, step and ``columns`` (a column a run does not log reads as NaN). ``grid`` as in
+    :func:`read_runs`."""
     from schema.results import horizon_of, horizon_tokens, read_run, read_run_config
 
     frames = []
-    for run in _study_folders(root):
+    for run in _study_folders(root, grid):
         settings, m = read_run(run)
         steps = int(settings["steps"])
         if m.empty or m["step"].max() < steps:
@@ -537,7 +546,7 @@ def bound_table(runs_root: str | Path | pd.DataFrame, form: str = "logged") -> p
     if form not in BOUND_FORMS:
         raise ValueError(f"unknown bound form {form!r}; valid: {', '.join(BOUND_FORMS)}")
     cols = BOUND_COLUMNS + RAW_BOUND_COLUMNS[1:]
-    tr = runs_root if isinstance(runs_root, pd.DataFrame) else read_traces(runs_root, cols)
+    tr = runs_root if isinstance(runs_root, pd.DataFrame) else read_traces(runs_root, cols, PRIMARY)
     real, bnd = BOUND_COLUMNS
     tr = tr[(tr["delay"] > 0) & np.isfinite(tr[real]) & np.isfinite(tr[bnd])]
     if form != "logged":
@@ -576,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.json:
             check_output(args.json, legacy=is_verdicts_text)
-        runs = read_runs(args.root or results_root() / "llm" / "study")
+        runs = read_runs(args.root or results_root() / "llm" / "study", PRIMARY)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ import pandas as pd
 from claims.study import (
     MARGIN,
     MIN_SEEDS,
+    PRIMARY,
     STABLE_FRACTION,
     differences,
     exploratory_estimators,
@@ -40,7 +41,7 @@ def load() -> pd.DataFrame:
     paired by seed: :func:`claims.study.read_paired`), where they exist, are set beside them in
     ``attrs["exploratory"]``: the tables and figures list them, the hypotheses never see them."""
     root = STUDY.require()
-    runs = read_runs(root)
+    runs = read_runs(root, PRIMARY)
     seeds = whole_seeds(runs)
     out = runs[runs["seed"].isin(seeds)].reset_index(drop=True)
     out.attrs.update(source=str(root), seeds=seeds)

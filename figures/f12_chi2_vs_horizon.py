@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from claims.study import read_traces
+from claims.study import PRIMARY, read_traces
 from schema.results import STUDY, STUDY_HORIZON, source_note
 
 from . import style
@@ -51,11 +51,11 @@ def load() -> pd.DataFrame:
     """Per-run medians of the horizon grid (``source = "horizon"``) and, when the study is
     there, of its GMC runs at the horizon grid's delay (``source = "study"``)."""
     root = STUDY_HORIZON.require()
-    grid = run_medians(read_traces(root, COLUMNS)).assign(source="horizon")
+    grid = run_medians(read_traces(root, COLUMNS, "horizon")).assign(source="horizon")
     frames, srcs = [grid], [str(root)]
     study = STUDY.find()
     if study is not None:
-        tr = read_traces(study, COLUMNS)
+        tr = read_traces(study, COLUMNS, PRIMARY)
         tr = tr[(tr["estimator"] == "gmc") & tr["delay"].isin(grid["delay"].unique())]
         if len(tr):
             frames.append(run_medians(tr).assign(source="study"))

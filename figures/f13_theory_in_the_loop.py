@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from claims.study import BOUND_COLUMNS, RAW_BOUND_COLUMNS, bound_table, read_traces
+from claims.study import BOUND_COLUMNS, PRIMARY, RAW_BOUND_COLUMNS, bound_table, read_traces
 from schema.results import STUDY, source_note
 
 from . import style
@@ -36,7 +36,7 @@ FLOOR = 1e-6  # the lower end of the y-axis
 def load() -> pd.DataFrame:
     """The update rows of every complete study run with both :data:`claims.study.BOUND_COLUMNS`."""
     root = STUDY.require()
-    tr = read_traces(root, BOUND_COLUMNS + RAW_BOUND_COLUMNS[1:])
+    tr = read_traces(root, BOUND_COLUMNS + RAW_BOUND_COLUMNS[1:], PRIMARY)
     tr = tr[tr["delay"] > 0]
     schemes = [e for e, g in tr.groupby("estimator") if g[REAL].notna().any() and g[BOUND].notna().any()]
     out = tr[tr["estimator"].isin(schemes)].reset_index(drop=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from claims.mechanism import DELAY, load
+from claims.mechanism import DELAY, GRID, load
 from claims.study import read_traces
 from schema.results import MECHANISM, STUDY
 
@@ -33,7 +33,7 @@ def traces(runs: pd.DataFrame) -> pd.DataFrame:
     with the run's arm and whether it collapsed."""
     sel = runs[(runs["source"] == "mechanism") & runs["complete"] & (runs["delay"] == DELAY)
                & runs["estimator"].isin(ESTIMATORS)]
-    tr = read_traces(runs.attrs["source"], tuple(ROWS))
+    tr = read_traces(runs.attrs["source"], tuple(ROWS), GRID)
     tr = tr[tr["run"].isin(sel["run"])]
     info = sel.set_index("run")[["arm", "collapsed"]]
     return tr.join(info, on="run")

@@ -39,6 +39,46 @@ _FREE_FIELDS = ("estimator", "delay", "seed", "task", "terms", "train_size", "he
 warm start is cached."""
 
 
+def grid_name(root: str | Path) -> str | None:
+    """The grid of :data:`STUDIES` that ``root/sweep.json`` names (None: no ``sweep.json``, a folder
+    assembled by hand). A truncated ``sweep.json``, or one that names no grid (``[]``, ``{}``, an
+    unknown name), is a ``ValueError`` naming the file."""
+    from schema.results import read_json
+
+    path = Path(root) / "sweep.json"
+    if not path.is_file():
+        return None
+    doc = read_json(path)
+    settings = doc.get("settings") if isinstance(doc, dict) else None
+    grid = settings.get("name") if isinstance(settings, dict) else None
+    if grid not in STUDIES:
+        what = f"names grid {grid!r}" if grid is not None else "names no grid (no settings.name)"
+        raise ValueError(f"{path} {what}, which is not one of {sorted(STUDIES)}")
+    return grid
+
+
+def check_grid_folder(root: str | Path, grids: str | tuple[str, ...] | None = None) -> str | None:
+    """The grid ``root`` holds (:func:`grid_name`), checked to be one of ``grids`` when given: a
+    folder whose ``sweep.json`` names another grid is a ``ValueError`` (an analysis of one grid never
+    reads another's runs), as is a missing folder or a file. A folder without ``sweep.json`` passes
+    here; :func:`audit` holds it to the rule for folders assembled by hand."""
+    root = Path(root)
+    if not root.exists():
+        raise ValueError(f"{root} does not exist: no folder of grid runs there")
+    if not root.is_dir():
+        raise ValueError(f"{root} is a file, not a folder of grid runs")
+    if not any(root.iterdir()):
+        raise ValueError(f"{root} is empty: no grid runs there")
+    grid = grid_name(root)
+    if grids is not None:
+        grids = (grids,) if isinstance(grids, str) else tuple(grids)
+        if grid is not None and grid not in grids:
+            raise ValueError(f"{root} holds grid {grid} (its sweep.json), not {' or '.join(grids)}: this analysis "
+                             f"reads only runs of {' or '.join(grids)} (made by python -m llm_runs.study --grid "
+                             f"{grids[0]})")
+    return grid
+
+
 def audit(root: str | Path) -> Audit:
     """Check every folder under ``root`` against the grid that made it.
 
@@ -75,12 +115,8 @@ def _audit(root: Path, folders: list[Path]) -> Audit:
     runs = [p for p in folders if metrics_path(p) is not None]
     foreign: dict[str, str] = {}
     stored = {p.name: read_run_config(p) for p in runs}
-    grid = None
-    settings_file = root / "sweep.json"
-    if settings_file.is_file():
-        grid = json.loads(settings_file.read_text()).get("settings", {}).get("name")
-        if grid not in STUDIES:
-            raise ValueError(f"{settings_file} names grid {grid!r}, which is not one of {sorted(STUDIES)}")
+    grid = grid_name(root)
+    if grid is not None:
         cells = {c.name: c for c in STUDIES[grid].cells()}
         for p in folders:
             cell = cells.get(p.name)

@@ -132,3 +132,19 @@ def test_a_trainer_config_with_an_infinite_setting_is_strict_json_and_resumes(tm
         _strict(f.read_text())
     assert load_run_config(out).max_grad_norm == float("inf")
     assert main(["--out", str(out), "--resume", "--steps", "2", *flags]) == 0  # the stored setting matches
+
+
+def test_claims_mechanism_json_never_replaces_a_user_file_and_checks_first(tmp_path, capsys, monkeypatch):
+    from claims import mechanism
+
+    monkeypatch.setattr(mechanism, "analyse", lambda *a: pytest.fail("the analysis ran before the check"))
+    target = _user_file(tmp_path / "verdicts.json")
+    assert mechanism.main(["--json", str(target)]) == 2
+    assert "not written by the toolkit" in capsys.readouterr().err
+    assert target.read_text() == USER_TEXT
+    blocker = _user_file(tmp_path / "file")
+    assert mechanism.main(["--json", str(blocker / "verdicts.json")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "Traceback" not in err
+    assert mechanism.is_mechanism_verdicts_text(json.dumps({"hypotheses": {"M1": {"verdict": "REFUTED"}}}))
+    assert not mechanism.is_mechanism_verdicts_text(USER_TEXT)
