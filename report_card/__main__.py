@@ -56,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     from .card import compute, write
 
     t0 = time.perf_counter()
-    card = compute(corr, card_dir, quick=args.quick, jobs=args.jobs, new_runs=not args.no_new_runs)
+    what = f"--module {args.module}" if args.module else f"--name {corr.name}"
+    flags = " --quick" * args.quick + " --no-new-runs" * args.no_new_runs
+    card = compute(corr, card_dir, quick=args.quick, jobs=args.jobs, new_runs=not args.no_new_runs,
+                   command=f"python -m report_card {what}{flags}")
     paths = write(card, card_dir)
     print(f"card of {corr.name}: {paths[0]} ({time.perf_counter() - t0:.0f} s)")
     for h, t in card["verdict"]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import estimators
@@ -35,19 +34,35 @@ def definition(corr: Correction) -> dict:
     return {"level": corr.level, "source": corr.source, "doc": doc, "knobs": knobs, "flags": flags}
 
 
-def theory8() -> dict:
-    """THEORY §8's normalising-optimiser quantities (per-trajectory share bound, sign-error bound),
-    looked for in ``bounds/``: the card shows them once they exist there."""
-    root = Path(estimators.__file__).resolve().parents[1] / "bounds"
-    found = sorted({m.group(1) for p in root.glob("*.py")
-                    for m in re.finditer(r"^def (\w*(?:share|sign_err)\w*)\(", p.read_text(), re.MULTILINE)})
-    return {"found": found}
+def theory8(corr: Correction, G: int = 8, groups: int = 16) -> dict:
+    """THEORY §8's normalising-optimiser quantities, from ``bounds.normalised`` once it exists: the
+    per-trajectory share bound ``c_max / (B G)`` (:func:`bounds.normalised.trajectory_share_bound`) at
+    the study's batch (B = 16 groups of G = 8) and for one group, and whether §8.3's table has the
+    sign-error bound's entry for the scheme (its value needs an instance's gradient and ratio law)."""
+    try:
+        from bounds import normalised
+    except ImportError:
+        return {"available": False}
+    if not all(hasattr(normalised, n) for n in ("trajectory_share_bound", "sign_error_bound", "SIGN_TABLE")):
+        return {"available": False}
+    row = normalised.SIGN_TABLE.get(corr.name)
+    if row is None:
+        return {"available": True, "row": False, "schemes": sorted(normalised.SIGN_TABLE)}
+    out = {"available": True, "row": True, "G": G, "groups": groups,
+           "share_batch": float(normalised.trajectory_share_bound(corr.name, G, EPS, groups)),
+           "share_group": float(normalised.trajectory_share_bound(corr.name, G, EPS, 1)),
+           "sign_error_entry": row.get("mass_sq") is not None}
+    return out
 
 
 def compute(corr: Correction, card_dir: Path, *, quick: bool, jobs: int = 2, new_runs: bool = True,
-            llm_overrides: dict | None = None, log=print) -> dict:
+            llm_overrides: dict | None = None, sim_seeds: list[int] | None = None, command: str = "",
+            log=print) -> dict:
+    """Every part of the card, in order (``llm_overrides`` and ``sim_seeds``: a test's smaller settings,
+    stated on the card)."""
     store = Store(card_dir)
-    card = {"name": corr.name, "level": corr.level, "quick": quick, "eps": EPS, "definition": definition(corr),
+    card = {"name": corr.name, "level": corr.level, "quick": quick, "new_runs": new_runs, "eps": EPS,
+            "command": command or llm.command(corr, quick), "definition": definition(corr),
             "validation": corr.validation}
     log("membership ...")
     card["membership"] = exact.membership(corr)
@@ -68,9 +83,9 @@ def compute(corr: Correction, card_dir: Path, *, quick: bool, jobs: int = 2, new
                                   "second_moment_se", "max_norm_ratio")} for _, r in mine.iterrows()]
     card["frontier"] = exact.frontier_place(mine, committed)
     card["figures"] = {"frontier": exact.frontier_figure(mine, committed, card_dir, corr.name)}
-    card["theory8"] = theory8()
+    card["theory8"] = theory8(corr)
     log("asynchronous simulator (H = 16) ...")
-    card["simulator"] = simulate.run(corr, store)
+    card["simulator"] = simulate.run(corr, store, sim_seeds)
     log("LLM study ...")
     card["llm"] = llm.part(corr, card_dir, quick=quick, jobs=jobs, new_runs=new_runs, overrides=llm_overrides, log=log)
     card["verdict"] = verdict(card)
@@ -101,9 +116,11 @@ def render(card: dict) -> str:
     d = card["definition"]
     L = [f"# Report card: `{name}`", "",
          f"A {card['level']}-level correction ({'from ' + d['source'] if d['source'] != 'registered' else 'registered in the toolkit'}), "
-         f"eps = {card['eps']:g} throughout. Made by `python -m report_card` "
-         + ("in `--quick` mode (exact and simulator parts in full; the LLM part's own runs only a 2-seed smoke)"
-            if card["quick"] else "") + ". Every number below comes from the toolkit's own machinery, named in each "
+         f"eps = {card['eps']:g} throughout. Made by `{card['command']}`"
+         + (" (`--quick`: the exact and simulator parts in full, the LLM part's own runs only a 2-seed smoke)"
+            if card["quick"] else "")
+         + (" (`--no-new-runs`: committed LLM runs only)" if not card.get("new_runs", True) else "")
+         + ". Every number below comes from the toolkit's own machinery, named in each "
          "section; nothing is typed in.", ""]
     L += ["## Verdict", "", "| | |", "|---|---|"]
     L += [f"| {h} | {t} |" for h, t in card["verdict"]]
@@ -162,13 +179,23 @@ def render(card: dict) -> str:
           f"{', '.join(f['dominated_by']) or '-'} |" for f in card["frontier"]]
     if card["figures"].get("frontier"):
         L += ["", f"![F9 with {name}]({card['figures']['frontier']})"]
+    from simulators.peers import LENGTH_KNOB
+
     t8 = card["theory8"]
     L += ["", "## 5. Normalising-optimiser quantities (THEORY §8)", ""]
-    L += ([("Pending: THEORY §8's per-trajectory share bound and sign-error bound are not in `bounds/` yet "
-           "(searched for functions named *share* or *sign_err*); this section fills in once they land.")]
-          if not t8["found"] else
-          [(f"`bounds/` now has {', '.join(t8['found'])}; the card does not evaluate them yet (their signatures were "
-           "not fixed when the card was written): pending.")])
+    if not t8["available"]:
+        L += [("Pending: THEORY §8's per-trajectory share bound and sign-error bound are not in `bounds/` yet "
+              "(`bounds.normalised`); this section fills in once they land.")]
+    elif not t8["row"]:
+        L += [(f"§8.3's table (`bounds.normalised.SIGN_TABLE`) has no row for {name} (it covers "
+              f"{', '.join(t8['schemes'])}): no share or sign-error bound is stated for it.")]
+    else:
+        L += [f"Per-trajectory share bound `c_max / (B G)` (`bounds.normalised.trajectory_share_bound`, eps = "
+              f"{card['eps']:g}): {t8['share_batch']:.4g} of the batch's nominal mass at the study's batch "
+              f"(B = {t8['groups']} groups of G = {t8['G']}), {t8['share_group']:.4g} of one group's. Sign-error "
+              "bound (`bounds.normalised.sign_error_bound`): "
+              + ("§8.3's table has its entry; its value needs an instance's |grad_j J|, M and ratio law, not "
+                 "evaluated on this card." if t8["sign_error_entry"] else "no entry in §8.3's table for it.")]
     sim = card["simulator"]
     L += ["", "## 6. Asynchronous simulator (H = 16)", ""]
     if not sim["applies"]:
@@ -180,7 +207,10 @@ def render(card: dict) -> str:
               f"T = {st['T']} steps, {len(sim['seeds'])} paired seeds; SGD lr {st['optimizers']['sgd']['lr']:g}, "
               f"Adam / Adam + clip / AdamW + clip lr {st['optimizers']['adam']['lr']:g}, clip at the "
               f"{st['clip']} of the setting's unclipped Adam norms. Collapse: final J < {st['collapse_frac']:g} J0. "
-              "Differences: paired 95% t-intervals of final J (`claims.optimizers.paired_interval`)."), "",
+              "Differences: paired 95% t-intervals of final J (`claims.optimizers.paired_interval`). The scheme "
+              "runs at its default knobs" + (f" ({name}'s length knob stays at its default, not the simulator's "
+                                             "H = 16: a trajectory scheme does not see lengths)"
+                                             if name in LENGTH_KNOB else "") + "."), "",
               "| optimiser | d | scheme | mean final J | collapsed | mean ‖∇J‖² |", "|---|---|---|---|---|---|"]
         L += [f"| {r['optimizer']} | {r['d']} | {'**' + r['scheme'] + '**' if r['scheme'] == name else r['scheme']} | "
               f"{r['final_J']:.4f} | {r['collapsed']} / {r['n']} | {r['avg_grad_sq']:.3g} |" for r in sim["table"]]
@@ -222,8 +252,9 @@ def _render_llm(card: dict) -> list[str]:
             if not v.get("available"):
                 rows.append(f"| {c['label']} | {r} | no committed runs in this cell | - | - |")
                 continue
+            few = " (fewer than 5 seeds: shown, not ranked)" if v["difference"]["n"] < 5 else ""
             rows.append(f"| {c['label']} | {r} | {v['stable']} / {v['n']}, {_n(v['pc_final'])} | "
-                        f"{_iv(v['difference'])} | {'stable' if v['stable_cell'] else 'unstable'} |")
+                        f"{_iv(v['difference'])}{few} | {'stable' if v['stable_cell'] else 'unstable'} |")
     if rows:
         L += ["", f"| cell | reference | its stable seeds, mean final pc | {name} minus it (final pc) | reference in the cell |",
               "|---|---|---|---|---|"] + rows

@@ -148,4 +148,6 @@ def frontier_figure(mine: pd.DataFrame, committed: pd.DataFrame, out_dir, name: 
     fig = f9_peers_frontier.plot(df)
     fig.suptitle(f"F9 with {name} (grey star where the toolkit has no style for it)", y=1.02)
     paths = style.save(fig, "frontier", out_dir)
+    for p in paths[1:]:  # the card shows the PNG; the PDF twin is not kept
+        p.unlink(missing_ok=True)
     return paths[0].name

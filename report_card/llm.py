@@ -59,34 +59,53 @@ new run must share the warm start with."""
 
 # --------------------------------------------------------------------------- committed runs
 
-_RUNS: dict = {}
+_AUDITED: dict = {}
+_ROWS: dict = {}
 
 
-def committed_runs() -> pd.DataFrame:
-    """Every committed run of the cells' arms, one row each (:func:`claims.study.read_runs`), with
-    ``arm`` and ``source``; read once per process."""
-    if "all" in _RUNS:
-        return _RUNS["all"]
+def _cell_of(run_name: str) -> tuple[str, str, int]:
+    """(horizon, estimator, delay) from a study run's name, ``<horizon>[-<arm>]-<estimator>-d<delay>-s<seed>``."""
+    parts = run_name.split("-")
+    return parts[0], parts[-3], int(parts[-2][1:])
+
+
+def committed_runs(estimators_: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The committed runs of the cells' arms (:data:`CELLS`) for ``estimators_`` (every estimator's
+    delay-0 runs too), one row each, with ``arm`` and ``source``: each folder audited as
+    :func:`claims.study.read_runs` audits it (:func:`llm_runs.grid_check.audit`, foreign runs refused),
+    each run read by :func:`claims.study.run_row`; only the runs of the card's cells are read (and each
+    once per process)."""
     from claims.mechanism import arm_of
-    from claims.study import read_runs
-    from llm_runs.grid_check import check_pairing
+    from claims.study import run_row
+    from llm_runs.grid_check import audit, check_pairing
     from schema.results import read_run_config, results_root
 
     root = results_root()
-    frames = []
+    wanted = set(estimators_) | set(REFERENCES)
+    cells = {(c.horizon, c.delay) for c in CELLS}
+    rows = []
     for arm, folders in COMMITTED.items():
         for f in folders:
             path = root / f
             if not path.is_dir():
                 continue
-            if f != "llm/study":
-                check_pairing(path, root / "llm/study")
-            runs = read_runs(path)
-            arms = [arm_of(read_run_config(path / r)) for r in runs["run"]]
-            runs = runs.assign(arm=arms, source=f"results/{f}")
-            frames.append(runs[runs["arm"] == arm])
-    _RUNS["all"] = pd.concat(frames, ignore_index=True)
-    return _RUNS["all"]
+            if f not in _AUDITED:
+                if f != "llm/study":
+                    check_pairing(path, root / "llm/study")
+                found = audit(path)
+                found.raise_if_foreign(path)
+                _AUDITED[f] = found.runs
+            for run in _AUDITED[f]:
+                h, e, d = _cell_of(run.name)
+                if (h, d) not in cells or not (d == 0 or e in wanted):
+                    continue
+                if run not in _ROWS:
+                    r = run_row(run)
+                    _ROWS[run] = None if r is None else {**r, "arm": arm_of(read_run_config(run)),
+                                                         "source": f"results/{f}"}
+                if _ROWS[run] is not None and _ROWS[run]["arm"] == arm:
+                    rows.append(_ROWS[run])
+    return pd.DataFrame(rows)
 
 
 # --------------------------------------------------------------------------- delay 0
@@ -295,7 +314,7 @@ def part(corr: Correction, card_dir: Path, *, quick: bool, jobs: int = 2, new_ru
 
     cells = CELLS
     seeds = QUICK_SEEDS if quick else FULL_SEEDS
-    runs = committed_runs()
+    runs = committed_runs((corr.name,))
     eq = delay0_equivalence(corr.name)
     todo_all = needed(corr, cells, runs, eq)
     todo = [c for c in todo_all if not quick or c in QUICK_CELLS]

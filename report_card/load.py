@@ -121,6 +121,15 @@ def load_correction(path: str | Path, name: str | None = None) -> Correction:
     return Correction(chosen, level, str(p), digest)
 
 
+def unload(path: str | Path) -> None:
+    """Remove what the correction file ``path`` registered in this process (a test's clean-up)."""
+    key = str(Path(path).expanduser().resolve())
+    for n in _LOADED.pop(key, []):
+        estimators.SCHEMES.pop(n, None)
+        TOKEN_LOSSES.pop(n, None)
+        PARAMS.pop(n, None)
+
+
 def registered_correction(name: str) -> Correction:
     """A correction the toolkit ships (``--name``); :class:`CorrectionError` for an unknown name."""
     import inspect

@@ -26,7 +26,7 @@ def describe(corr: Correction, card_dir: Path, *, quick: bool, jobs: int, new_ru
     else:
         lines.append(f"  asynchronous simulator: computed (the committed H = 16 setting, 20 seeds), about {ASYNC_S:g} s")
     eq = llm.delay0_equivalence(corr.name)
-    todo_all = llm.needed(corr, llm.CELLS, llm.committed_runs(), eq)
+    todo_all = llm.needed(corr, llm.CELLS, llm.committed_runs((corr.name,)), eq)
     todo = [c for c in todo_all if not quick or c in llm.QUICK_CELLS]
     seeds = llm.QUICK_SEEDS if quick else llm.FULL_SEEDS
     for c in llm.CELLS:

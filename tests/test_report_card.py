@@ -1,0 +1,237 @@
+"""``python -m report_card``: bad correction files refused before any work, the registered cards'
+numbers equal the committed study's, and a card for a correction defined outside the package
+(sequence-level IS truncated at 2) end to end.
+
+The end-to-end test runs the card's --quick parts with two smaller settings than the command's
+``--quick`` (which takes about 5 minutes on this machine): the simulator part on 4 of the committed
+20 seeds, and the LLM smoke on 2 seeds of 3 updates from a 5-step warm start, 20 held-out problems (so not paired with
+the committed runs; the card says so). Everything else is the command's own code.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from report_card.load import CorrectionError, load_correction, registered_correction, unload, validate
+
+FIX = Path(__file__).resolve().parent / "card_fixtures"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def loaded():
+    paths = []
+
+    def load(name):
+        paths.append(FIX / f"{name}.py")
+        return load_correction(paths[-1])
+
+    yield load
+    for p in paths:
+        unload(p)
+
+
+# --------------------------------------------------------------------------- bad files
+
+
+def test_a_file_that_registers_nothing_is_refused():
+    import estimators
+
+    before = set(estimators.SCHEMES)
+    with pytest.raises(CorrectionError, match=r"no_registration.py registers no correction"):
+        load_correction(FIX / "no_registration.py")
+    assert set(estimators.SCHEMES) == before
+
+
+def test_a_name_clash_is_refused_and_rolled_back():
+    import estimators
+
+    gmc = estimators.SCHEMES["gmc"]
+    with pytest.raises(CorrectionError, match=r"name clash: a scheme named 'gmc' is already registered"):
+        load_correction(FIX / "name_clash.py")
+    assert estimators.SCHEMES["gmc"] is gmc
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("wrong_shape", r"returns weights of shape \(14, 1\) for log-ratios of shape \(14, 4\)"),
+    ("negative_weight", r"gives a negative weight \(-1\) for group log-ratios .* advantages \[-1.0"),
+    ("broken_nan", r"gives a NaN weight for group log-ratios \[5.0, 5.0, 5.0, 5.0\]"),
+])
+def test_the_battery_names_what_is_wrong(loaded, name, message):
+    corr = loaded(name)
+    with pytest.raises(CorrectionError, match=message):
+        validate(corr)
+
+
+def test_the_command_refuses_before_any_work(tmp_path, capsys):
+    from report_card.__main__ import main
+
+    assert main(["--module", str(FIX / "no_registration.py"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: no_registration.py registers no correction")
+    assert not any(tmp_path.iterdir())  # nothing was computed or written
+    assert main(["--name", "no_such_correction", "--out", str(tmp_path)]) == 2
+    assert "no registered correction named 'no_such_correction'" in capsys.readouterr().err
+
+
+def test_a_broken_correction_gets_a_card_that_says_so(tmp_path, capsys):
+    from report_card.__main__ import main
+
+    try:
+        rc = main(["--module", str(FIX / "broken_nan.py"), "--quick", "--out", str(tmp_path)])
+    finally:
+        unload(FIX / "broken_nan.py")
+    assert rc == 2
+    card = (tmp_path / "broken_nan" / "CARD.md").read_text()
+    assert "Refused before any work started" in card and "NaN weight" in card and "[5.0, 5.0, 5.0, 5.0]" in card
+    assert "Traceback" not in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "broken_nan").iterdir()) == ["CARD.md"]
+
+
+def test_a_wrong_declaration_is_reported_not_trusted(loaded):
+    from report_card import exact
+    from report_card.verdict import verdict
+
+    corr = loaded("wrong_sup")
+    validate(corr)  # a finite, non-negative weighting: only its declaration is wrong
+    m = exact.membership(corr)
+    row = m["rows"][0]
+    assert row["declared_sup"] == 1.0 and row["search_max"] == pytest.approx(2.0, rel=1e-12)
+    assert m["declaration_wrong"] and not row["member_by_search"]
+    breaks = dict(verdict({"name": corr.name, "membership": m}))["Where it breaks"]
+    assert "declared sup of a group's mass 1 is wrong: the search found 2" in breaks
+
+
+# --------------------------------------------------------------------------- the committed study's numbers
+
+
+@pytest.fixture(scope="module")
+def registered_llm(tmp_path_factory):
+    from report_card import llm
+
+    out = {}
+    for name in ("topr", "gmc"):
+        corr = registered_correction(name)
+        validate(corr)
+        out[name] = llm.part(corr, tmp_path_factory.mktemp(name), quick=False, new_runs=False)
+    return out
+
+
+def _cell(part, horizon, delay, arm):
+    return next(c for c in part["cells"] if c["cell"] == {"horizon": horizon, "delay": delay, "arm": arm})
+
+
+def test_topr_and_gmc_cards_equal_the_committed_verdicts(registered_llm):
+    """Read, not rerun: the same floats as results/llm/study/verdicts.json (H2) and
+    results/llm/mechanism/verdicts.json (M2b), bit for bit."""
+    h2 = json.loads((ROOT / "results/llm/study/verdicts.json").read_text())["H2"]["baselines"]
+    m2b = json.loads((ROOT / "results/llm/mechanism/verdicts.json").read_text())["hypotheses"]["M2b"]["baselines"]
+    shares = json.loads((ROOT / "results/llm/mechanism/verdicts.json").read_text())["stable_shares"]
+    gmc, topr = registered_llm["gmc"], registered_llm["topr"]
+    for ref in ("topr", "gspo"):
+        d = _cell(gmc, "long", 64, "adam")["references"][ref]["difference"]
+        assert {k: d[k] for k in ("n", "mean", "low", "high")} == {k: h2[ref][k] for k in ("n", "mean", "low", "high")}
+    d = _cell(gmc, "long", 64, "adamwclip")["references"]["topr"]["difference"]
+    assert {k: d[k] for k in ("n", "mean", "low", "high")} == {k: m2b["topr"][k] for k in ("n", "mean", "low", "high")}
+    # TOPR's card: the same pairs the other way round (the same bootstrap resamples, negated)
+    d = _cell(topr, "long", 64, "adam")["references"]["gmc"]["difference"]
+    # (the percentile interpolation of negated resamples may round the last bit the other way)
+    assert (d["mean"], d["low"], d["high"]) == pytest.approx((-h2["topr"]["mean"], -h2["topr"]["high"],
+                                                              -h2["topr"]["low"]), rel=1e-14, abs=0)
+    for part, name in ((gmc, "gmc"), (topr, "topr")):
+        s = _cell(part, "long", 64, "adamwclip")["self"]
+        assert [s["stable"], s["n"]] == shares[f"adamwclip/{name}"]
+
+
+def test_topr_and_gmc_cards_equal_the_study_tables(registered_llm):
+    """Against claims.study's difference table and the committed report's printed numbers."""
+    from claims.study import differences_table
+    from report_card import llm
+
+    runs = llm.committed_runs(("topr", "gmc"))
+    study = runs[(runs["source"] == "results/llm/study") & (runs["arm"] == "adam")].reset_index(drop=True)
+    tab = differences_table(study)
+    report = (ROOT / "results/REPORT.md").read_text()
+    for horizon in ("short", "long"):
+        t = tab[(tab["horizon"] == horizon) & (tab["delay"] == 64) & (tab["baseline"] == "topr")].iloc[0]
+        d = _cell(registered_llm["gmc"], horizon, 64, "adam")["references"]["topr"]["difference"]
+        assert (d["n"], d["mean"], d["low"], d["high"]) == (t["n"], t["mean"], t["low"], t["high"])
+        assert f"| {horizon} | 64 | TOPR | 10 | {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] |" in report
+    s = _cell(registered_llm["topr"], "long", 64, "adam")["self"]
+    assert (s["stable"], s["n"], f"{s['pc_final']:.3f}") == (10, 10, "0.617")  # README's study table
+    s = _cell(registered_llm["gmc"], "long", 64, "adam")["self"]
+    assert (s["stable"], s["n"], f"{s['pc_final']:.3f}") == (3, 10, "0.161")
+
+
+def test_committed_cards_hold_the_same_numbers(registered_llm):
+    for name, part in registered_llm.items():
+        path = ROOT / "results/cards" / name / "card.json"
+        if not path.is_file():
+            pytest.skip(f"{path} not committed")
+        committed = json.loads(path.read_text())["llm"]
+        for a, b in zip(committed["cells"], part["cells"], strict=True):
+            assert a["state"] == b["state"]
+            if "self" in b:
+                assert (a["self"]["stable"], a["self"]["n"], a["self"]["pc_final"]) == \
+                    (b["self"]["stable"], b["self"]["n"], b["self"]["pc_final"])
+            for r, v in b.get("references", {}).items():
+                if v.get("available"):
+                    assert a["references"][r]["difference"] == v["difference"]
+
+
+# --------------------------------------------------------------------------- a new correction, end to end
+
+
+def test_a_correction_from_outside_the_package_end_to_end(tmp_path, loaded):
+    """seq_is_trunc (c = min(w, 2)) at eps = 0.2 is tic_trunc at eps = 1 (min(w, 1 + 1)): the card's
+    exact moments and simulator runs must equal that registered scheme's, computed independently."""
+    from report_card import card as card_mod
+    from report_card import simulate
+    from simulators.delay import static_behaviour
+    from simulators.delay_sweeps import make_instance
+    from simulators.optimizer_sweeps import run_setting
+    from simulators.peers import CASES, exact_moments, token_view
+
+    corr = loaded("seq_is_trunc")
+    validate(corr)
+    seeds = [0, 1, 2, 3]
+    smoke = {"steps": 3, "eval_every": 3, "warm_start_steps": 5, "checkpoint_every": 0, "heldout_size": 20}
+    c = card_mod.compute(corr, tmp_path / corr.name, quick=True, jobs=2, llm_overrides=smoke, sim_seeds=seeds,
+                         log=lambda *_: None)
+    paths = card_mod.write(c, tmp_path / corr.name)
+    assert all(p.is_file() for p in paths) and (tmp_path / corr.name / "frontier.png").is_file()
+    text = paths[0].read_text()
+    # membership: declared sup C = 2 is what the search finds; not a member of C_eps at eps = 0.2
+    row = c["membership"]["rows"][0]
+    assert row["declared_sup"] == 2.0 and row["search_max"] == pytest.approx(2.0, rel=1e-9)
+    assert not row["declaration_wrong"] and not row["member_by_search"]
+    assert c["robustness"]["passed"] and c["robustness"]["cases"] == 212
+    # exact moments: tic_trunc at eps = 1, by the sweep's own function
+    for r in c["moments"]:
+        case = next(v for v in CASES.values() if v["env"] == r["env"])
+        env, theta, _, u = make_instance(case["env"], case["instance"])
+        ref = exact_moments(token_view(env, theta, static_behaviour(theta, r["Delta"], u)), case["G"], 1.0, "tic_trunc")
+        assert r["bias_norm"] == pytest.approx(ref["bias_norm"], rel=1e-10, abs=1e-15)
+        assert r["second_moment"] == pytest.approx(ref["second_moment"], rel=1e-10)
+    assert len(c["moments"]) == 12 and {f["Delta"] for f in c["frontier"]} == {0.5, 1.0, 2.0, 3.0, 4.0}
+    # simulator: tic_trunc at eps = 1 on the same seeds gives the same final J
+    _, setting, _ = simulate.committed()
+    ref, _ = run_setting({**setting, "scheme": "tic_trunc", "eps": 1.0}, seeds)
+    got = {(r["optimizer"], r["d"]): r["final_J"] for r in c["simulator"]["table"] if r["scheme"] == corr.name}
+    for (opt, d), v in got.items():
+        want = ref[(ref["optimizer"] == opt) & (ref["d"] == d)]["final_J"].mean()
+        assert v == pytest.approx(want, rel=1e-9), (opt, d)
+    assert {x["n"] for x in c["simulator"]["differences"]} == {len(seeds)}
+    # LLM smoke: its own 2 runs ran, from this card's folder, and were not paired with the study's
+    short = _cell(c["llm"], "short", 64, "adam")
+    assert short["state"].startswith("computed") and short["self"]["n"] == 2 and short["references"] == {}
+    assert math.isfinite(short["self"]["pc_final"])
+    assert sorted(p.name for p in (tmp_path / corr.name / "llm" / "adam").glob("short-*")) == \
+        ["short-seq_is_trunc-d64-s0", "short-seq_is_trunc-d64-s1"]
+    assert _cell(c["llm"], "long", 64, "adam")["state"] == "not computed"
+    assert "python -m report_card --module" in text and "Smoke settings" in text
+    assert np.isfinite([r["bias_norm"] for r in c["moments"]]).all()
