@@ -29,8 +29,10 @@ N_CASES = 200  # the suite's max_examples
 SEED = 20261203
 
 
-def _padded_batch(dtype, pad, G=2, n_groups=2, T=5, seed=0):
-    """The suite's padded batch (tests/test_loss_robustness.py ``_batch``)."""
+def padded_batch(dtype, pad, G=2, n_groups=2, T=5, seed=0):
+    """``((logp, old), (padded logp, padded old), mask, advantages)``: a batch of ``n_groups`` groups of
+    ``G`` completions, ``T`` positions of which the last two (and all but the first of row 1) are
+    padding holding ``pad`` in the padded copy (the suite's padding test uses it too)."""
     gen = torch.Generator().manual_seed(seed)
     B = G * n_groups
     old = (torch.rand(B, T, generator=gen, dtype=torch.float64) * -2.0 - 0.1)
@@ -84,7 +86,7 @@ def sweep(name: str, eps: float = 0.2) -> dict:
         for pad in PADS:
             p = pad if dtype != torch.float16 or math.isnan(pad) or pad < 0 else 6e4
             res["by_dtype"][str(dtype).replace("torch.", "")]["cases"] += 1
-            (logp, old), (plogp, pold), mask, adv = _padded_batch(dtype, p)
+            (logp, old), (plogp, pold), mask, adv = padded_batch(dtype, p)
             try:
                 ref = _loss_and_grad(name, logp, old, mask, adv, 2, eps)
                 got = _loss_and_grad(name, plogp, pold, mask, adv, 2, eps)

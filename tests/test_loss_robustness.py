@@ -18,25 +18,11 @@ from hypothesis import strategies as st
 
 import estimators
 from estimators.losses import TOKEN_LOSSES, is_bounded, loss_names, policy_loss
+from report_card.robustness import padded_batch as _batch
 
 DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
 
-
-
-def _batch(dtype, pad, G=2, n_groups=2, T=5, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    B = G * n_groups
-    old = (torch.rand(B, T, generator=gen, dtype=torch.float64) * -2.0 - 0.1)
-    logp = old + torch.randn(B, T, generator=gen, dtype=torch.float64) * 0.3
-    mask = torch.ones(B, T)
-    mask[:, 3:] = 0
-    mask[1, 1:] = 0  # a one-token completion
-    adv = torch.tensor([1.0, -1.0, 0.5, -0.5], dtype=torch.float64)[:B]
-    padded_logp, padded_old = logp.clone(), old.clone()
-    padded_logp[mask == 0] = pad
-    padded_old[mask == 0] = pad
-    return (logp.to(dtype), old.to(dtype)), (padded_logp.to(dtype), padded_old.to(dtype)), mask, adv
 
 
 def _loss_and_grad(name, logp, old, mask, adv, G=2):
