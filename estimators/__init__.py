@@ -5,7 +5,7 @@
 [[2.4, 0.8, 0.8, 0.8]]
 """
 from . import (
-    peers,  # noqa: F401  (registers topr, seq_tis_bn, seq_mis)
+    peers,  # noqa: F401  (registers topr, seq_tis, seq_tis_bn, seq_mis)
     peers_2025,  # noqa: F401  (registers seq_geo_mask, vespo)
     variants,  # noqa: F401  (registers gmc_cap, gmc_topr, topr_gmc)
 )

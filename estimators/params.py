@@ -22,6 +22,8 @@ opsm           delta       0.5        DeepSeek-V3.2 (arXiv 2512.02556) eq. (9) n
                                       value; TRL ``off_policy_mask_threshold`` documents 0.5
 gspo           eps_low     3e-4       GSPO (arXiv 2507.18071) §5.1: left clip 3e-4
 gspo           eps_high    4e-4       GSPO §5.1: right clip 4e-4
+seq_tis        C           2.0        verl ``rollout_is_threshold`` default (rollout_corr_helper.py); VCPO
+                                      (mit-han-lab/vcpo ``recipe/fully_async_policy/shell/vcpo``) sets 8.0
 seq_tis_bn     C           2.0        verl ``rollout_is_threshold`` default (rollout_corr_helper.py)
 seq_mis        lo          0.5        verl ``decoupled_seq_is_rs`` rs_threshold "0.5_2.0" (seq_sum_k1)
 seq_mis        hi          2.0        same
@@ -92,6 +94,8 @@ PARAMS: dict[str, tuple[Param, ...]] = {
     "gspo": (Param("eps_low", 3e-4, "epsilon_low (GSPO)", "GSPO: lower clip of the sequence ratio, 1 - eps_low",
                    hi=1.0),
              Param("eps_high", 4e-4, "epsilon_high (GSPO)", "GSPO: upper clip of the sequence ratio, 1 + eps_high")),
+    "seq_tis": (Param("C", 2.0, "C", "seq_tis: truncation level of the sequence ratio, c = min(w, C) (verl's "
+                      "rollout_is_threshold; VCPO's recipe uses 8)"),),
     "seq_tis_bn": (Param("C", 2.0, "C", "seq_tis_bn: truncation level of the sequence ratio before the batch "
                          "normalisation"),),
     "gmc_cap": (Param("kappa", 1.0, "kappa", "gmc_cap: per-trajectory cap C = kappa (1+eps) applied after GMC's "

@@ -10,6 +10,7 @@ name        c_i                                                          group m
                                                                          <= 1+eps)
 ==========  ===========================================================  ===========================
 topr        1 if A_i >= 0, else min(w_i, 1)                              1: always a member
+seq_tis     min(w_i, C)                                                  C
 seq_tis_bn  min(w_i, C) / mean over the whole batch of min(w, C)         B (groups in the batch);
                                                                          1 when B = 1
 seq_mis     w_i 1{lo <= w_i <= hi}                                       hi
@@ -41,6 +42,16 @@ def topr_log_weights(log_ratio, eps, advantages, ops):
     'positive' and TOPR would reduce to ``stale``."""
     neg = advantages < 0
     return ops.where(neg, ops.clamp_max(log_ratio, 0.0), ops.full_like(log_ratio, 0.0))
+
+
+@register_scheme("seq_tis", family="peer", in_class=False, sup_mass=lambda eps, B, C: float(C))
+def seq_tis_log_weights(log_ratio, eps, advantages, ops, C):
+    """verl rollout correction, sequence-level truncated IS without normalisation
+    (``rollout_is="sequence"``, ``rollout_is_threshold=C``; ``compute_rollout_correction_weights``
+    in verl/trainer/ppo/rollout_corr_helper.py), the weight VCPO trains with (C = 8,
+    mit-han-lab/vcpo ``recipe/fully_async_policy/shell/vcpo/math/vcpo_k=10.sh``):
+    ``c_i = min(w_i, C)``. Group mass at most C: a member of C_eps exactly when C <= 1+eps."""
+    return ops.clamp_max(log_ratio, math.log(C))
 
 
 def _tis_bn_sup(eps, B, C):

@@ -89,6 +89,7 @@ class TrainConfig:
     m2po_tau: float = _knob("m2po", "tau")
     opsm_delta: float = _knob("opsm", "delta")
     tis_cap: float = _knob("seq_tis_bn", "C")
+    seq_tis_cap: float = _knob("seq_tis", "C")
     mis_low: float = _knob("seq_mis", "lo")
     mis_high: float = _knob("seq_mis", "hi")
     gmc_cap_kappa: float = _knob("gmc_cap", "kappa")
@@ -121,6 +122,23 @@ class TrainConfig:
                                      "heaviest trajectory's share of the gradient, step norm, KL to the behaviour "
                                      "policy; llm_runs.mechanism): one more backward pass per update")
     micro_batch_groups: int = _f(0, "-", "groups per forward/backward chunk (0: all); the gradient is the same up to rounding")
+
+    # --- step-size control (llm_runs.stepsize; off by default) ----------------------------
+    ess_scaling: str = _f("none", "eta_t", "scale the step by the update batch's sequence ESS ratio rho_ess = "
+                          "(sum w)^2 / (N sum w^2) (VCPO's actor.ess_scaling): none | sqrt (eta sqrt(min(1, rho/base)), "
+                          "VCPO's rule for AdamW-style optimisers) | linear (eta min(1, rho/base))")
+    ess_base_ratio: float = _f(1.0, "rho_0", "ess_scaling: the ratio at which the step is not reduced "
+                               "(VCPO's ess_scaling.base_ess_ratio)")
+    ess_use_clipped: bool = _f(False, "-", "ess_scaling: compute rho_ess on the estimator's trajectory weights (seq_tis: "
+                               "min(w, C), VCPO's use_clipped) instead of the raw ratios w")
+    gmc_step: bool = _f(False, "s_t", "GMC's step form (THEORY §8): scale the step by s_t = mean over the batch's groups "
+                        "of GMC's factor min(1, (1+eps) / mean_i w_i), whatever the estimator")
+    skip_zero_grad: bool = _f(False, "-", "do not step the optimiser on an update whose gradient is exactly zero (Adam "
+                              "would keep moving on its momentum)")
+    opob_norm_by_std: bool = _f(True, "-", "advantage opob: divide (R_i - b*) by the group's reward std "
+                                "(VCPO's grad_baselining.norm_by_std)")
+    drift_diagnostics: bool = _f(False, "-", "log the drift/ columns every update (KL per token, ESS ratio, median "
+                                 "|log w|; ratios only, the update is unchanged)")
 
     # --- rollouts and delay ----------------------------------------------------------------
     mode: str = _f("controlled", "-", "rollout source (llm_runs.rollout_sources.ROLLOUT_SOURCES): controlled = delay from a snapshot ring; async = a rollout worker process (llm_runs.async_rollout)")
@@ -192,7 +210,11 @@ class TrainConfig:
             need(self.micro_batch_groups == 0 or self.micro_batch_groups >= self.prompts_per_step,
                  f"estimator {self.estimator!r} uses a statistic of the whole batch (not separable by group): "
                  f"micro_batch_groups must be 0 (one chunk), got {self.micro_batch_groups}")
-        need(self.advantage in ADVANTAGE_KINDS, f"unknown advantage {self.advantage!r}; valid: {', '.join(ADVANTAGE_KINDS)}")
+        from .stepsize import TRAINER_ADVANTAGES, check_step_control
+
+        kinds = (*ADVANTAGE_KINDS, *TRAINER_ADVANTAGES)
+        need(self.advantage in kinds, f"unknown advantage {self.advantage!r}; valid: {', '.join(kinds)}")
+        check_step_control(self)
         ROLLOUT_SOURCES.lookup(self.mode)  # unknown mode -> ValueError listing the valid ones
         need(self.dtype in ("float32", "bfloat16", "float16"), f"unknown dtype {self.dtype!r}; valid: float32, bfloat16, float16")
         need(self.amp in ("none", "bfloat16"), f"unknown amp {self.amp!r}; valid: none, bfloat16")

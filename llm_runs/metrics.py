@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from schema.io import write_text
-from schema.metrics import MECHANISM, STALE
+from schema.metrics import DRIFT, MECHANISM, STALE
 
 COLUMNS = [
     "step",
@@ -80,8 +80,23 @@ absent otherwise, so runs without them keep the table every earlier run has."""
 
 def run_columns(config) -> list[str]:
     """The metrics columns of a run of ``config``: :data:`COLUMNS`, plus :data:`MECHANISM_COLUMNS`
-    when it logs the mechanism diagnostics."""
-    return COLUMNS + (MECHANISM_COLUMNS if getattr(config, "mechanism_diagnostics", False) else [])
+    when it logs the mechanism diagnostics, the ``drift/`` columns with ``drift_diagnostics`` and the
+    ``step/`` columns of the step-size controls it uses (absent otherwise: earlier runs' tables)."""
+    cols = COLUMNS + (MECHANISM_COLUMNS if getattr(config, "mechanism_diagnostics", False) else [])
+    if getattr(config, "drift_diagnostics", False):
+        cols = cols + list(DRIFT)
+    step = []
+    if getattr(config, "ess_scaling", "none") != "none" or getattr(config, "gmc_step", False):
+        step += ["step/lr_scale"]
+    if getattr(config, "ess_scaling", "none") != "none":
+        step += ["step/ess_ratio"]
+    if getattr(config, "gmc_step", False):
+        step += ["step/gmc_scale"]
+    if getattr(config, "skip_zero_grad", False):
+        step += ["step/zero_grad_skipped"]
+    if getattr(config, "advantage", "") == "opob":
+        step += ["perf/opob_s"]
+    return cols + step
 
 
 DIAGNOSTIC_COLUMNS = STALE  # estimators.diagnostics key -> column (schema.metrics)

@@ -14,7 +14,10 @@ Byte identity holds on a machine that rounds as the one that made the run did: t
 (and every update) depends on the CPU's instruction set (:mod:`llm_runs.warmstart`). Where this
 machine's warm start is not the run's, the replay refuses and says so; ``--against-commit`` then
 runs the run's settings with the code of the commit that made it and with today's code, both
-here, and compares those two.
+here, and compares those two. Where this machine loads the run's warm start (the committed
+weights, :mod:`llm_runs.warmstart`) but rounds the recipe differently from the machine that made
+it, the byte-for-byte check is skipped with that reason (exit status 3): runs here match the
+committed ones statistically, not bit for bit.
 """
 from __future__ import annotations
 
@@ -152,13 +155,18 @@ def replay_against_commit(run: str | Path, steps: int, commit: str | None = None
         return compare_metrics(tmp / "then" / METRICS_FILE, target / METRICS_FILE, steps)
 
 
+class ReplaySkipped(ValueError):
+    """No replay on this machine can be byte-identical, for a stated reason (not a failure of the code)."""
+
+
 def _check_warm_start(run: Path, cfg) -> None:
     """Refuse a replay that cannot be byte-identical: this machine's warm start for the run's
-    settings is not the one the run started from (a CPU that rounds differently)."""
+    settings is not the one the run started from, or it is (the committed weights) but this
+    machine rounds the recipe differently from the one that made it (:class:`ReplaySkipped`)."""
     from schema.results import read_json
 
     from .tasks import build_task
-    from .warmstart import differs, get_warm_start, machine
+    from .warmstart import differs, get_warm_start, machine, rounds_as_committed
 
     stored = read_json(run / "config.json")
     used = stored.get("warm_start")
@@ -169,16 +177,22 @@ def _check_warm_start(run: Path, cfg) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)  # as the trainer computes it
     try:
-        here = get_warm_start(cfg, build_task(cfg), log=lambda m: None).info
+        task = build_task(cfg)
+        here = get_warm_start(cfg, task, log=lambda m: None).info
     finally:
         torch.set_num_threads(threads)
     why = differs(used, here)
+    made_on = stored.get("machine", "not recorded")
     if why:
-        made_on = stored.get("machine", "not recorded")
         raise ValueError(f"{run} started from another warm start than this machine computes for its settings "
                          f"({why}): the numerics depend on the CPU (this one: {machine()}; the run's: {made_on}), "
                          f"so no replay here can be byte-identical. Replay it on a machine whose warm start "
                          f"matches, or give --cache-dir a cache holding the run's own warm start")
+    if here.get("source") == "committed" and rounds_as_committed(cfg, task, here) is False:
+        raise ReplaySkipped(f"{run} starts from the committed warm start, which this machine loads, but this machine "
+                            f"rounds the recipe differently from the one that made the run (this one: {machine()}; "
+                            f"the run's: {made_on}; `python -m llm_runs.warmstart --check`), so its updates can "
+                            "match the run statistically, not byte for byte: the byte-for-byte check is skipped")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             diffs = replay(args.run, args.steps, args.cache_dir)
             what = "the replay and the stored run"
+    except ReplaySkipped as exc:
+        print(f"skipped: {exc}")
+        return 3
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

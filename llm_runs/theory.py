@@ -188,8 +188,24 @@ def ratio_mechanism(seq_log_ratio: torch.Tensor, token_log_ratio: torch.Tensor, 
     """``mech/lambda_min`` (GMC's smallest group scale on the raw ratios) and ``mech/kl`` (the k3
     estimate of KL(pi_b || pi_theta) per completion token) from an update's detached log-ratios."""
     lam = estimators.gmc_lambda(seq_log_ratio.double(), eps)
+    return {"mech/lambda_min": float(lam.min()), "mech/kl": kl_per_token(token_log_ratio, mask)}
+
+
+def kl_per_token(token_log_ratio: torch.Tensor, mask: torch.Tensor) -> float:
+    """KL(pi_b || pi_theta) per completion token, the k3 estimate mean((r_t - 1) - log r_t) over the
+    masked tokens (NaN without any)."""
     sel = mask.bool()
     x = token_log_ratio.double()
     k3 = torch.where(sel, torch.expm1(x) - x, 0.0)
     n = int(sel.sum())
-    return {"mech/lambda_min": float(lam.min()), "mech/kl": float(k3.sum()) / n if n else math.nan}
+    return float(k3.sum()) / n if n else math.nan
+
+
+def drift_metrics(seq_log_ratio: torch.Tensor, token_log_ratio: torch.Tensor, mask: torch.Tensor) -> dict:
+    """The ``drift/`` columns of one update from its detached log-ratios: KL per token, VCPO's sequence
+    ESS ratio over the whole batch, and the median |log w| of the trajectories."""
+    from .stepsize import ess_ratio
+
+    lr = seq_log_ratio.detach().double().reshape(-1)
+    return {"drift/kl": kl_per_token(token_log_ratio, mask), "drift/ess_ratio": ess_ratio(torch.exp(lr)),
+            "drift/abs_log_w_median": float(lr.abs().median()) if lr.numel() else math.nan}

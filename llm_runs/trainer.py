@@ -73,7 +73,7 @@ from .run_folder import RunFolder, check_new_run_folder, check_resumable
 from .tasks import build_task
 from .theory import DirectionTracker
 from .update import policy_update, staleness_metrics
-from .warmstart import default_max_new_tokens, get_warm_start, machine
+from .warmstart import default_max_new_tokens, get_warm_start, machine, rounding_note
 
 
 @dataclass
@@ -139,6 +139,8 @@ class Trainer:
         if ckpt is None:
             ws = get_warm_start(cfg, self.task, self.log)
             self.info["warm_start"] = {"path": str(ws.path), **ws.info}
+            if ws.info.get("source") == "committed":
+                self.info["warm_start"]["rounding"] = rounding_note(cfg, self.task, ws.info, self.log)
             self.policy, self.tokenizer = load_pretrained(ws.path, cfg.dtype, cfg.device)
         else:
             self.policy, self.tokenizer = loaded
@@ -207,7 +209,7 @@ class Trainer:
             row = policy_update(self.policy, self.optimizer, batch, estimator=cfg.estimator, eps=cfg.eps,
                                 advantage=cfg.advantage, loss_options=cfg.loss_options(), temperature=cfg.temperature,
                                 max_grad_norm=cfg.max_grad_norm, micro_batch_groups=cfg.micro_batch_groups,
-                                mechanism=cfg.mechanism_diagnostics)
+                                mechanism=cfg.mechanism_diagnostics, control=cfg)
         t2 = time.perf_counter()
         row.update(self.directions.after(self.policy, bool(row["train/update_skipped"]), cfg.mechanism_diagnostics))
         row.update(staleness_metrics(batch, step))

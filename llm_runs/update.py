@@ -16,10 +16,12 @@ import torch
 import estimators
 from estimators.losses import is_batch_coupled, masked_token_log_ratio, policy_loss
 
+from . import stepsize
 from .mechanism import MechanismProbe
 from .metrics import DIAGNOSTIC_COLUMNS
 from .rollout import RolloutBatch, completion_logprobs
-from .theory import ratio_mechanism, ratio_metrics
+from .stepsize import TRAINER_ADVANTAGES
+from .theory import drift_metrics, ratio_mechanism, ratio_metrics
 
 
 def group_advantages(batch: RolloutBatch, kind: str) -> torch.Tensor:
@@ -29,18 +31,25 @@ def group_advantages(batch: RolloutBatch, kind: str) -> torch.Tensor:
 
 def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps: float, advantage: str = "loo",
                   loss_options: dict | None = None, temperature: float = 1.0, max_grad_norm: float | None = None,
-                  micro_batch_groups: int = 0, mechanism: bool = False) -> dict:
+                  micro_batch_groups: int = 0, mechanism: bool = False, control=None) -> dict:
     """Compute the surrogate, backpropagate, step the optimiser; return ``train/`` and ``stale/`` metrics.
 
     ``loss_options`` are the estimator's knobs (``TrainConfig.loss_options()``). The ratio
     diagnostics are computed once, on the whole batch's log-ratios, after the backward passes.
     A non-finite gradient is not applied (``train/update_skipped = 1``) rather than written
     into the weights. ``mechanism`` adds the ``mech/`` columns (:mod:`llm_runs.mechanism`; one
-    more backward pass) without changing the update.
+    more backward pass) without changing the update. ``control`` (the run's config, or None) carries
+    the step-size controls of :mod:`llm_runs.stepsize` (``ess_scaling``, ``gmc_step``,
+    ``skip_zero_grad``, the ``opob`` advantage) and ``drift_diagnostics``; with every control off the
+    update is exactly the uncontrolled one.
     """
     model.train()
     G, n_groups = batch.group_size, batch.num_groups
-    adv = group_advantages(batch, advantage)
+    step_cols: dict = {}
+    if advantage in TRAINER_ADVANTAGES:
+        adv, step_cols = _opob(model, batch, temperature, control)
+    else:
+        adv = group_advantages(batch, advantage)
     kw = dict(loss_options or {})
     chunk = micro_batch_groups or n_groups
     if chunk < n_groups and is_batch_coupled(estimator):
@@ -72,13 +81,21 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
     grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in params]))
     skipped = not math.isfinite(grad_norm)
     mech = probe.finish(temperature) if probe is not None else {}
-    if skipped:
+    lr_all = torch.cat(seq_lr)
+    scale = 1.0
+    if control is not None and stepsize.is_active(control):
+        step_cols.update(stepsize.step_scale(control, lr_all, torch.cat(weights) if weights else None))
+        scale = step_cols["step/lr_scale"]
+    zero_skip = bool(control is not None and control.skip_zero_grad and grad_norm == 0.0)
+    if control is not None and control.skip_zero_grad:
+        step_cols["step/zero_grad_skipped"] = int(zero_skip)
+    if skipped or zero_skip:
         optimizer.zero_grad(set_to_none=True)
     else:
         if max_grad_norm is not None:
             torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, torch.tensor(grad_norm))
-        optimizer.step()
-    lr_all = torch.cat(seq_lr)
+        with stepsize.scaled_lr(optimizer, scale):
+            optimizer.step()
     diag = estimators.diagnostics(lr_all, eps)
     rewards = batch.rewards.view(n_groups, G)
     row = {DIAGNOSTIC_COLUMNS[k]: v for k, v in diag.items() if k in DIAGNOSTIC_COLUMNS}
@@ -102,7 +119,27 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
     if probe is not None:
         row.update(mech)
         row.update(ratio_mechanism(lr_all, torch.cat(tok_lr), batch.completion_mask, eps))
+    if control is not None and control.drift_diagnostics:
+        row.update(drift_metrics(lr_all, torch.cat(tok_lr), batch.completion_mask))
+    row.update(step_cols)
     return row
+
+
+def _opob(model, batch: RolloutBatch, temperature: float, control) -> tuple[torch.Tensor, dict]:
+    """VCPO's OPOB advantages of ``batch`` (:func:`llm_runs.stepsize.opob_advantages`) and the cost
+    column ``step/opob_s`` (seconds spent on the per-trajectory gradients)."""
+    import time
+
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        logp = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, temperature,
+                                   batch.group_size)
+    lr = (masked_token_log_ratio(logp, batch.behaviour_logp, batch.completion_mask)).sum(-1)
+    norms = stepsize.trajectory_grad_sq_norms(model, batch, temperature)
+    rewards = batch.rewards.view(batch.num_groups, batch.group_size)
+    norm_by_std = True if control is None else control.opob_norm_by_std
+    adv = stepsize.opob_advantages(rewards, lr.view_as(rewards), norms, norm_by_std).float()
+    return adv, {"perf/opob_s": time.perf_counter() - t0}
 
 
 def staleness_metrics(batch: RolloutBatch, step: int) -> dict:

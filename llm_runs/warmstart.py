@@ -14,6 +14,15 @@ horizon's warm start reaches held-out pc 0.514 on the machines that made the com
 0.010 on an AVX-512/AMX machine). Each warm start therefore records its own identity
 (:func:`identity`: held-out pc, weights hash, the machine) and :func:`differs` tells two apart;
 the study refuses to mix runs that started from different ones.
+
+The warm starts the committed grids started from are committed themselves
+(:func:`committed_root`, ``llm_runs/warmstarts/<preset>-<key>/``: the weights, split into parts
+of at most 4 MiB, the tokenizer and the record, with the weights' sha256). :func:`get_warm_start`
+takes a committed warm start before any cache or recomputation, so a machine whose CPU rounds
+differently starts from the same weights and says so (``source`` and ``rounding`` in the
+record); weights whose hash is not their record's are refused, never used. ``python -m
+llm_runs.warmstart --check`` recomputes each committed recipe here and says whether this machine
+reproduces the committed bits.
 """
 from __future__ import annotations
 
@@ -22,6 +31,8 @@ import json
 import os
 import platform
 import shutil
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +47,13 @@ WARM_START_KEYS = ["preset", "model_path", "model_kwargs", "dtype", "task", "dig
                    "warm_start_seed", "threads", "max_new_tokens"]
 TARGET_ACC = (0.05, 0.60)
 _FORMAT = 1
+COMMITTED_ENV = "GMC_WARMSTARTS"
+"""Environment variable naming another folder of committed warm starts (tests)."""
+PART_BYTES = 4 * 2**20
+"""The committed weights are split into parts of at most this many bytes (no tracked file over 5 MB)."""
+FINGERPRINT_STEPS = 2
+"""Supervised steps of :func:`rounding_fingerprint`: enough for a CPU that rounds differently to
+change the weights' bits, few enough to cost about a second."""
 
 
 @dataclass
@@ -55,6 +73,11 @@ def warm_start_key(config) -> str:
                                             "format": _FORMAT})
 
 
+KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA",
+              "MKL_CBWR")
+"""Environment variables that force a CPU kernel path (torch's dispatch, MKL's and oneDNN's ISA)."""
+
+
 def machine() -> dict:
     """What decides this machine's float rounding: the instruction set torch dispatches to, a digest
     of the CPU's feature flags, and the platform."""
@@ -65,8 +88,12 @@ def machine() -> dict:
     except OSError:
         pass
     digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16] if flags else None
-    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_flags": digest,
-            "platform": platform.platform(), "processor": platform.processor() or platform.machine()}
+    out = {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_flags": digest,
+           "platform": platform.platform(), "processor": platform.processor() or platform.machine()}
+    forced = {k: os.environ[k] for k in KERNEL_ENV if os.environ.get(k)}
+    if forced:  # a kernel path forced by the environment (recorded only when set, so records stay comparable)
+        out["kernel_env"] = forced
+    return out
 
 
 def weights_digest(path: Path) -> str:
@@ -150,35 +177,151 @@ def cached_problem(path: Path) -> str | None:
     return None
 
 
+def committed_root() -> Path:
+    """The folder of committed warm starts: ``$GMC_WARMSTARTS`` if set, else ``llm_runs/warmstarts``."""
+    env = os.environ.get(COMMITTED_ENV)
+    return Path(env) if env else Path(__file__).resolve().parent / "warmstarts"
+
+
+def committed_path(config) -> Path:
+    return committed_root() / f"{config.preset}-{warm_start_key(config)}"
+
+
+def committed_record(config) -> dict | None:
+    """The record of the committed warm start for ``config``'s settings (None: none committed)."""
+    path = committed_path(config) / "warmstart.json"
+    if not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ValueError(f"the committed warm start record {path} is unreadable ({exc})") from exc
+    if not isinstance(rec, dict) or not rec.get("weights_sha256") or rec.get("key") != warm_start_key(config):
+        raise ValueError(f"the committed warm start record {path} lacks its weights hash or names another key")
+    return rec
+
+
+def _weight_parts(src: Path) -> dict[str, list[Path]]:
+    """Weight file name -> its parts in order (``model.safetensors.part-00``, ...) in a committed folder."""
+    parts: dict[str, list[Path]] = {}
+    for f in sorted(src.glob("*.safetensors.part-*")):
+        parts.setdefault(f.name.rsplit(".part-", 1)[0], []).append(f)
+    return parts
+
+
+def _materialise(config, path: Path, rec: dict, log) -> dict:
+    """Write the committed warm start for ``config`` into the cache folder ``path`` (through a
+    temporary folder), its weights reassembled and checked against the record's sha256: weights that
+    do not hash to it are refused (``ValueError`` naming both hashes), never used."""
+    src = committed_path(config)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        for f in src.iterdir():
+            if f.is_file() and ".part-" not in f.name and f.name != "warmstart.json":
+                shutil.copyfile(f, tmp / f.name)
+        for name, parts in _weight_parts(src).items():
+            with open(tmp / name, "wb") as out:
+                out.writelines(part.read_bytes() for part in parts)
+        digest = weights_digest(tmp)
+        if digest != rec["weights_sha256"]:
+            raise ValueError(f"the committed warm start {src} is corrupt or edited: its weights hash to "
+                             f"{digest[:16]}, its record says {rec['weights_sha256'][:16]}; refused (restore it "
+                             f"with `git checkout -- {src}`)")
+        info = {**rec, "source": "committed", "committed": f"{src.parent.name}/{src.name}"}
+        (tmp / "warmstart.json").write_text(json.dumps(info, indent=2, default=str))
+        os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if path.is_dir() and (path / "warmstart.json").is_file():  # another run materialised it first
+            return json.loads((path / "warmstart.json").read_text())
+        raise
+    log(f"warm start: the committed one ({src.name}, held-out pc {rec['heldout_pc']:.3f}), weights sha256 checked")
+    return info
+
+
+def _cache_mismatch(path: Path, info: dict, committed: dict | None) -> str | None:
+    """Why a readable cached warm start cannot be used (None: it can): its weights do not hash to its
+    own record (an edited cache), or it is not the committed warm start of its settings."""
+    digest = weights_digest(path)
+    recorded = info.get("weights_sha256")
+    if recorded and recorded != digest:
+        return (f"its weights hash to {digest[:16]} but its warmstart.json records {str(recorded)[:16]}: the cache "
+                "was edited or corrupted")
+    if committed is not None and digest != committed["weights_sha256"]:
+        return (f"its weights (sha256 {digest[:16]}, held-out pc {info.get('heldout_pc')!r}) are not the committed "
+                f"warm start's ({committed['weights_sha256'][:16]}, pc {committed['heldout_pc']!r}): it was computed "
+                "on a machine that rounds differently")
+    return None
+
+
 def get_warm_start(config, task, log=print) -> WarmStart:
-    """The cached warm start for ``config`` (computed once). A cached one is checked before use
-    (:func:`cached_problem`): a bad one is moved aside (``<name>.corrupt-<time>``, never deleted),
-    saying so, and computed again. A warm start whose weights are not finite is never cached."""
+    """The warm start for ``config``: the committed one (:func:`committed_record`) where its settings
+    have one, else the cached one, else computed once and cached. A cached one is checked before
+    use (:func:`cached_problem`, and its weights against the sha256 its record and the committed
+    record give): a bad one is moved aside (``<name>.corrupt-<time>``, never deleted), saying why.
+    A warm start whose weights are not finite is never cached."""
     if config.warm_start_steps == 0 and config.model_path:
         return WarmStart(Path(config.model_path), {"steps": 0, "source": config.model_path})
     key = warm_start_key(config)
     path = cache_root(config.cache_dir) / "warmstart" / f"{config.preset}-{key}"
     done = path / "warmstart.json"
+    committed = committed_record(config)
     if path.is_dir() and (done.is_file() or any(path.glob("*.safetensors"))):
         problem = cached_problem(path)
+        info = json.loads(done.read_text()) if problem is None else {}
+        problem = problem or _cache_mismatch(path, info, committed)
         if problem is None:
-            info = json.loads(done.read_text())
             info.setdefault("weights_sha256", weights_digest(path))  # a record made before weights were hashed
+            if committed is not None:
+                info = {**committed, "source": "committed", "committed": committed_path(config).name}
             log(f"warm start: reusing {path} (held-out greedy accuracy {info['heldout_acc']:.3f})")
             return WarmStart(path, info)
-        import time
-
         aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
         os.replace(path, aside)
-        log(f"warning: the cached warm start {path} is unusable ({problem}); moved it to {aside.name} "
-            "and computing it again")
+        log(f"warning: the cached warm start {path} is unusable ({problem}); moved it to {aside.name}")
+    if committed is not None:
+        return WarmStart(path, _materialise(config, path, committed, log))
     info = _train(config, task, path, log)
-    return WarmStart(path, info)
+    return WarmStart(path, {**info, "source": "computed"})
+
+
+def rounding_fingerprint(config, task) -> str:
+    """sha256 of the weights after the warm-start recipe's first :data:`FINGERPRINT_STEPS` steps on
+    this machine: two machines that give the same fingerprint round the recipe the same way. The
+    global random states are left as they were."""
+    import random
+
+    state = (np.random.get_state(), random.getstate())
+    with torch.random.fork_rng(devices=[]):
+        model, tokenizer = initial_policy(config, task)
+        model.train()
+        opt = torch.optim.Adam(model.parameters(), lr=config.warm_start_lr)
+        rng = np.random.default_rng([config.warm_start_seed, 0x5F7])
+        for _ in range(FINGERPRINT_STEPS):
+            idx = rng.integers(0, len(task.train), size=config.warm_start_batch)
+            loss = supervised_loss(model, tokenizer, [task.train[i] for i in idx], config.device)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        h = hashlib.sha256()
+        for name, p in model.named_parameters():
+            h.update(name.encode())
+            h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    np.random.set_state(state[0])
+    random.setstate(state[1])
+    return h.hexdigest()
+
+
+def rounds_as_committed(config, task, info: dict) -> bool | None:
+    """Whether this machine rounds the warm-start recipe as the machine that made the committed warm
+    start ``info`` did (None: the record has no fingerprint)."""
+    recorded = info.get("rounding_fingerprint")
+    return None if not recorded else rounds_fingerprint_here(config, task) == recorded
 
 
 def _train(config, task, path: Path, log) -> dict:
-    import time
-
     t0 = time.perf_counter()
     model, tokenizer = initial_policy(config, task)
     device = config.device
@@ -224,3 +367,133 @@ def _train(config, task, path: Path, log) -> dict:
             raise
         info = json.loads((path / "warmstart.json").read_text())
     return info
+
+
+def rounding_note(config, task, info: dict, log=print) -> str:
+    """``"same"`` when this machine rounds the warm-start recipe as the machine that made the committed
+    warm start ``info`` (its runs can match the committed runs bit for bit), ``"differs"`` when it
+    does not (they match statistically only; said in the log), ``"unknown"`` without a fingerprint."""
+    same = rounds_as_committed(config, task, info)
+    if same is False:
+        log("note: this machine rounds the warm-start recipe differently from the machine that made the committed "
+            "warm start; the run starts from the committed weights, and its updates will match runs made there "
+            "statistically, not bit for bit")
+    return {True: "same", False: "differs", None: "unknown"}[same]
+
+
+def commit(config, task, log=print) -> Path:
+    """Save this machine's warm start for ``config`` (the cached one, computed if need be) as a committed
+    one: weights split into :data:`PART_BYTES` parts, the tokenizer, the record with the weights'
+    sha256 and this machine's :func:`rounding_fingerprint`. An existing committed folder is never
+    replaced."""
+    dest = committed_path(config)
+    if dest.exists():
+        raise ValueError(f"{dest} exists: a committed warm start is never replaced")
+    ws = get_warm_start(config, task, log)
+    info = {k: v for k, v in ws.info.items() if k not in ("source", "committed", "path")}
+    info["rounding_fingerprint"] = rounds_fingerprint_here(config, task)
+    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+    tmp.mkdir(parents=True)
+    for f in sorted(ws.path.iterdir()):
+        if f.name == "warmstart.json" or not f.is_file():
+            continue
+        if f.name.endswith(".safetensors"):
+            data = f.read_bytes()
+            for i in range(0, max(len(data), 1), PART_BYTES):
+                (tmp / f"{f.name}.part-{i // PART_BYTES:02d}").write_bytes(data[i:i + PART_BYTES])
+        else:
+            shutil.copyfile(f, tmp / f.name)
+    (tmp / "warmstart.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+    os.rename(tmp, dest)
+    log(f"committed warm start {dest} (weights sha256 {info['weights_sha256'][:16]}, held-out pc {info['heldout_pc']:.3f})")
+    return dest
+
+
+def rounds_fingerprint_here(config, task) -> str:
+    """:func:`rounding_fingerprint` with ``config.threads`` torch threads, as the trainer computes."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        return rounding_fingerprint(config, task)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def check(config, task, log=print) -> dict:
+    """Recompute the committed warm start of ``config`` here (the recipe, into a temporary cache) and
+    compare: ``{"committed": sha, "here": sha, "reproduces": bool, "heldout_pc": (committed, here)}``."""
+    import dataclasses
+    import tempfile
+
+    rec = committed_record(config)
+    if rec is None:
+        raise ValueError(f"no committed warm start for these settings (key {warm_start_key(config)})")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "warmstart" / committed_path(config).name
+        path.parent.mkdir(parents=True)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(config.threads)
+        try:
+            here = _train(dataclasses.replace(config, cache_dir=tmp), task, path, lambda m: None)
+        finally:
+            torch.set_num_threads(threads)
+    return {"committed": rec["weights_sha256"], "here": here["weights_sha256"],
+            "reproduces": here["weights_sha256"] == rec["weights_sha256"],
+            "heldout_pc": (rec["heldout_pc"], here["heldout_pc"]), "wall_s": here["wall_s"]}
+
+
+COMMITTED = ("long", "short", "large")
+"""The committed warm starts, by the grid settings that use them (:func:`committed_config`)."""
+
+
+def committed_config(which: str):
+    """The run configuration whose warm start is committed as ``which``: the study's long or short
+    horizon, or the larger model's (long horizon)."""
+    from .config import resolve_config
+    from .grids import HORIZONS, STUDY_BASE, STUDY_MODEL_LARGE
+
+    if which not in COMMITTED:
+        raise ValueError(f"unknown warm start {which!r}; valid: {', '.join(COMMITTED)}")
+    horizon = "short" if which == "short" else "long"
+    extra = {"model_kwargs": STUDY_MODEL_LARGE} if which == "large" else {}
+    return resolve_config({**STUDY_BASE, **HORIZONS[horizon], **extra})
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from .tasks import build_task
+
+    p = argparse.ArgumentParser(prog="python -m llm_runs.warmstart", description=(
+        "The committed warm starts: --check recomputes each recipe here and says whether this machine "
+        "reproduces the committed bits; --commit saves this machine's (once)."))
+    p.add_argument("--check", action="store_true", help="recompute the recipe(s) here and compare with the committed bits")
+    p.add_argument("--commit", action="store_true", help="commit this machine's warm start(s) (never replaces one)")
+    p.add_argument("--which", nargs="+", default=list(COMMITTED), choices=COMMITTED)
+    args = p.parse_args(argv)
+    if args.check == args.commit:
+        p.error("give exactly one of --check and --commit")
+    bad = 0
+    for which in args.which:
+        cfg = committed_config(which)
+        task = build_task(cfg)
+        try:
+            if args.commit:
+                commit(cfg, task)
+                continue
+            found = check(cfg, task)
+        except ValueError as exc:
+            print(f"error: {which}: {exc}", file=sys.stderr)
+            return 2
+        say = ("reproduces the committed bits" if found["reproduces"] else
+               "does NOT reproduce the committed bits: runs here start from the committed weights and match the "
+               "committed runs statistically, not bit for bit")
+        print(f"{which}: this machine ({machine()['cpu_capability']}) {say} (sha256 {found['here'][:16]} vs "
+              f"{found['committed'][:16]}; held-out pc {found['heldout_pc'][1]:.3f} vs {found['heldout_pc'][0]:.3f}; "
+              f"{found['wall_s']:.0f} s)")
+        bad += not found["reproduces"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

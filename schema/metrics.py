@@ -36,6 +36,27 @@ MECHANISM = {
 ``stale/mass_cap_frac`` and ``stale/gmc_lambda_mean`` (:data:`STALE`)."""
 
 
+DRIFT = {
+    "drift/kl": "KL(pi_b || pi_theta) per completion token, the k3 estimate (as mech/kl)",
+    "drift/ess_ratio": "VCPO's sequence ESS ratio (sum w)^2 / ((sum w^2 + 1e-8) N) over the update's N trajectories, "
+                       "raw ratios",
+    "drift/abs_log_w_median": "median over the update's trajectories of |log w|",
+}
+"""The drift diagnostics, logged per update when a run sets ``drift_diagnostics`` (ratios only: the
+update is unchanged): name -> meaning. With ``stale/chi2`` they place a run on the drift map
+(:mod:`llm_runs.drift`)."""
+
+STEP = {
+    "step/lr_scale": "the factor the step-size controls multiplied the learning rate by in this update",
+    "step/ess_ratio": "the ESS ratio the ESS scaling used (raw ratios, or the estimator's weights with "
+                      "ess_use_clipped)",
+    "step/gmc_scale": "GMC's step form s_t: the mean over the batch's groups of min(1, (1+eps) / mean_i w_i)",
+    "step/zero_grad_skipped": "1 when the gradient was exactly zero and the optimiser did not step (skip_zero_grad)",
+    "perf/opob_s": "seconds spent on the per-trajectory gradient norms of the OPOB baseline",
+}
+"""The step-size control columns (:mod:`llm_runs.stepsize`), logged by runs that use a control."""
+
+
 def stale_metrics(diagnostics: dict, prefix: str = "") -> dict[str, float]:
     """``{prefix + name: value}`` for every diagnostic, named by :data:`STALE` (a key not in it is
     logged as ``stale/<key>``); verl passes ``prefix="actor/"``."""

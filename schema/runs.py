@@ -44,6 +44,14 @@ LEGACY_FIELDS: dict[str, tuple] = {
     "momentum": (lambda cfg: 0.0, "Adam has no heavy-ball momentum knob"),
     "weight_decay": (lambda cfg: 0.0, "Adam without weight decay"),
     "mechanism_diagnostics": (lambda cfg: False, "the mech/ columns did not exist"),
+    "seq_tis_cap": (None, "only the estimator it tunes reads it, and that estimator did not exist yet"),
+    "ess_scaling": (lambda cfg: "none", "no step-size control existed: the step was eta"),
+    "ess_base_ratio": (lambda cfg: 1.0, "no step-size control existed"),
+    "ess_use_clipped": (lambda cfg: False, "no step-size control existed"),
+    "gmc_step": (lambda cfg: False, "no step-size control existed"),
+    "skip_zero_grad": (lambda cfg: False, "every update stepped the optimiser, a zero gradient included"),
+    "opob_norm_by_std": (None, "only the opob advantage reads it, and it did not exist yet"),
+    "drift_diagnostics": (lambda cfg: False, "the drift/ columns did not exist"),
 }
 """Config fields added after runs were made: ``{field: (value, why)}`` where ``value(cfg)`` is
 what a run whose stored ``config`` lacks the field actually used, computed from that stored

@@ -1,0 +1,168 @@
+"""The committed warm starts: the study's grids start from them on any CPU, their weights are
+refused when they do not hash to their record, a cached warm start is checked against its own
+record, and a machine that rounds the recipe differently uses the committed weights, says so,
+and its runs are accepted as the same design while the byte-for-byte replay is skipped.
+
+The trainers here are a 1-layer, hidden-32 Qwen3 on 2 prompts x G = 2 (about 0.02 s per update).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from llm_runs import warmstart
+from llm_runs.config import resolve_config
+from llm_runs.tasks import build_task
+
+MODEL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+         "num_key_value_heads": 1}
+SMALL = {"model_kwargs": MODEL, "warm_start_steps": 5, "heldout_size": 8, "eval_train_size": 8, "prompts_per_step": 2,
+         "group_size": 2, "eval_every": 0, "threads": 1, "steps": 3, "checkpoint_every": 0}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _small(cache, **kw):
+    return resolve_config({**SMALL, "cache_dir": str(cache), **kw})
+
+
+@pytest.mark.parametrize("which, run", [("long", "results/llm/study/long-gmc-d64-s0"),
+                                        ("short", "results/llm/study/short-gmc-d64-s0"),
+                                        ("large", "results/llm/scale/long-gmc-d64-s0")])
+def test_the_committed_warm_starts_are_the_ones_the_committed_runs_started_from(which, run, tmp_path):
+    import dataclasses
+
+    cfg = dataclasses.replace(warmstart.committed_config(which), cache_dir=str(tmp_path))
+    if not warmstart.committed_path(cfg).is_dir():
+        pytest.fail(f"no committed warm start for {which} ({warmstart.committed_path(cfg)})")
+    used = json.loads((ROOT / run / "config.json").read_text())["warm_start"]
+    ws = warmstart.get_warm_start(cfg, build_task(cfg), log=lambda m: None)
+    assert ws.info["source"] == "committed"
+    assert warmstart.weights_digest(ws.path) == ws.info["weights_sha256"]  # reassembled and checked
+    assert warmstart.differs(used, ws.info) is None  # same key, held-out pc to every bit (and hash where recorded)
+    for part in warmstart.committed_path(cfg).iterdir():
+        assert part.stat().st_size <= warmstart.PART_BYTES
+
+
+def _commit_small(tmp_path, monkeypatch):
+    root = tmp_path / "committed"
+    monkeypatch.setenv(warmstart.COMMITTED_ENV, str(root))
+    cfg = _small(tmp_path / "made-here")
+    warmstart.commit(cfg, build_task(cfg), log=lambda m: None)
+    return cfg, warmstart.committed_path(cfg)
+
+
+def test_a_corrupted_committed_warm_start_is_refused_by_its_hash(tmp_path, monkeypatch):
+    cfg, folder = _commit_small(tmp_path, monkeypatch)
+    part = next(folder.glob("*.part-00"))
+    data = bytearray(part.read_bytes())
+    data[-3] ^= 0x01  # one bit of one weight
+    part.write_bytes(bytes(data))
+    fresh = _small(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match=r"committed warm start .* corrupt or edited: its weights hash to"):
+        warmstart.get_warm_start(fresh, build_task(fresh), log=lambda m: None)
+    assert not any((tmp_path / "elsewhere" / "warmstart").glob("tiny-cpu-*[!0-9]"))  # nothing half-written kept
+    with pytest.raises(ValueError, match="never replaced"):
+        warmstart.commit(cfg, build_task(cfg), log=lambda m: None)
+
+
+def _other_weights(path: Path) -> None:
+    """Replace the weights in ``path`` by other finite weights of the same shapes (every weight halved)."""
+    from safetensors.torch import load_file, save_file
+
+    f = path / "model.safetensors"
+    tensors = load_file(str(f))
+    save_file({k: v * 0.5 for k, v in tensors.items()}, str(f), metadata={"format": "pt"})
+
+
+def test_a_cached_warm_start_whose_weights_were_swapped_is_refused_and_named(tmp_path):
+    cfg = _small(tmp_path)
+    ws = warmstart.get_warm_start(cfg, build_task(cfg), log=lambda m: None)
+    original = warmstart.weights_digest(ws.path)
+    _other_weights(ws.path)
+    said = []
+    again = warmstart.get_warm_start(cfg, build_task(cfg), log=said.append)
+    assert "the cache was edited or corrupted" in "\n".join(said)
+    assert warmstart.weights_digest(again.path) == original == again.info["weights_sha256"]  # recomputed
+    assert [p for p in ws.path.parent.iterdir() if ".corrupt-" in p.name]  # kept aside, never deleted
+
+
+def test_a_cached_warm_start_whose_recorded_hash_was_edited_is_refused_as_a_cache_problem(tmp_path):
+    cfg = _small(tmp_path)
+    ws = warmstart.get_warm_start(cfg, build_task(cfg), log=lambda m: None)
+    record = ws.path / "warmstart.json"
+    info = json.loads(record.read_text())
+    info["weights_sha256"] = "0" * 64
+    record.write_text(json.dumps(info))
+    said = []
+    warmstart.get_warm_start(cfg, build_task(cfg), log=said.append)
+    text = "\n".join(said)
+    assert "cache was edited or corrupted" in text and "CPU" not in text and "rounds" not in text
+
+
+def test_a_machine_that_rounds_differently_uses_the_committed_weights_and_its_runs_pair(tmp_path, monkeypatch):
+    """The committed weights stand for what another CPU computed: other bits than this machine's recipe
+    gives, and another rounding fingerprint. A run here starts from them and says so; the analysis
+    takes it as the same design; the byte-for-byte replay is skipped with the reason."""
+    from llm_runs.grid_check import check_pairing, check_warm_starts
+    from llm_runs.replay import ReplaySkipped, replay
+    from llm_runs.trainer import Trainer
+
+    cfg, folder = _commit_small(tmp_path, monkeypatch)
+    made_here = warmstart.get_warm_start(cfg, build_task(cfg), log=lambda m: None)
+    # the committing machine computed other bits: other weights, their hash and another fingerprint
+    work = tmp_path / "other-machine"
+    shutil.copytree(made_here.path, work)
+    _other_weights(work)
+    for old in folder.glob("*.part-*"):
+        old.unlink()
+    (folder / "model.safetensors.part-00").write_bytes((work / "model.safetensors").read_bytes())
+    record = json.loads((folder / "warmstart.json").read_text())
+    record.update(weights_sha256=warmstart.weights_digest(work), heldout_pc=0.123, rounding_fingerprint="f" * 64)
+    (folder / "warmstart.json").write_text(json.dumps(record))
+
+    grid = tmp_path / "grid"
+    said = []
+    Trainer(_small(tmp_path / "cache-here"), grid / "run-s0", progress=False, log=said.append).run()
+    used = json.loads((grid / "run-s0" / "config.json").read_text())["warm_start"]
+    assert used["source"] == "committed" and used["rounding"] == "differs"
+    assert used["weights_sha256"] == record["weights_sha256"] != made_here.info["weights_sha256"]
+    assert "rounds the warm-start recipe differently" in "\n".join(said)
+    # the same design: the grid and its pairing accept the run as started from the committed warm start
+    check_warm_starts(grid, {"long": record})
+    reference = tmp_path / "reference"
+    (reference / "run-s0").mkdir(parents=True)
+    (reference / "run-s0" / "config.json").write_text(json.dumps({"warm_start": record, "config": {}}))
+    check_pairing(grid, reference)
+    with pytest.raises(ReplaySkipped, match="byte-for-byte check is skipped"):
+        replay(grid / "run-s0", 2, cache_dir=tmp_path / "cache-replay")
+
+
+def test_a_machine_that_rounds_as_the_committing_one_replays_byte_for_byte(tmp_path, monkeypatch):
+    from llm_runs.replay import replay
+    from llm_runs.trainer import Trainer
+
+    _commit_small(tmp_path, monkeypatch)
+    Trainer(_small(tmp_path / "cache-here"), tmp_path / "run", progress=False, log=lambda m: None).run()
+    used = json.loads((tmp_path / "run" / "config.json").read_text())["warm_start"]
+    assert used["source"] == "committed" and used["rounding"] == "same"
+    assert replay(tmp_path / "run", 3, cache_dir=tmp_path / "cache-replay") == []
+
+
+def test_the_rounding_fingerprint_leaves_the_random_state_alone(tmp_path):
+    import random
+
+    import numpy as np
+    import torch
+
+    cfg = _small(tmp_path)
+    torch.manual_seed(7)
+    np.random.seed(7)
+    random.seed(7)
+    before = (torch.get_rng_state().clone(), np.random.get_state()[1].copy(), random.getstate())
+    first = warmstart.rounding_fingerprint(cfg, build_task(cfg))
+    assert torch.equal(torch.get_rng_state(), before[0]) and (np.random.get_state()[1] == before[1]).all()
+    assert random.getstate() == before[2]
+    assert warmstart.rounding_fingerprint(cfg, build_task(cfg)) == first  # deterministic on one machine
