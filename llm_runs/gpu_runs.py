@@ -100,20 +100,37 @@ def export(out: Path, dest: Path) -> Path:
     (``tar xzf gpu_study.tar.gz -C results/llm`` puts it in place)."""
     import tarfile
 
-    def light(path: Path) -> bool:
-        rel = path.relative_to(out).parts
-        if len(rel) == 1:
-            return rel[0] in ("gpu_study.json", "sweep.json", "summary.csv")
-        if rel[0] in ("logs", "warmstart"):
-            return rel[0] == "logs"
-        return len(rel) == 2 and rel[1] in LIGHT_FILES
-
     dest.mkdir(parents=True, exist_ok=True)
     archive = dest / EXPORT_NAME
     with tarfile.open(archive, "w:gz") as tar:
-        for path in sorted(p for p in out.rglob("*") if p.is_file() and light(p)):
+        for path in sorted(p for p in out.rglob("*") if p.is_file() and _light(p.relative_to(out).parts)):
             tar.add(path, arcname=str(Path(out.name) / path.relative_to(out)))
     return archive
+
+
+def _light(rel: tuple[str, ...]) -> bool:
+    """Whether the file at ``rel`` (its parts, under the study's folder) is one :func:`export` packs."""
+    if len(rel) == 1:
+        return rel[0] in ("gpu_study.json", "sweep.json", "summary.csv")
+    if rel[0] in ("logs", "warmstart"):
+        return rel[0] == "logs"
+    return len(rel) == 2 and rel[1] in LIGHT_FILES
+
+
+def is_export_archive(data: str | bytes) -> bool:
+    """True for the bytes of an archive :func:`export` wrote: a gzipped tar whose every file is one of
+    a study folder's light files, under one top folder (what ``--export`` may replace)."""
+    import io
+    import tarfile
+
+    if isinstance(data, str):
+        return False
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            parts = [Path(m.name).parts for m in tar.getmembers()]
+    except (tarfile.TarError, OSError, EOFError):
+        return False
+    return len({p[0] for p in parts}) <= 1 and all(len(p) > 1 and _light(p[1:]) for p in parts)
 
 
 def warm_start(plan: GpuPlan, tokenizer, folder: Path, log, deadline: float | None = None) -> dict:

@@ -130,6 +130,7 @@ from .gpu_runs import (  # noqa: F401 (the device steps, quoted by the tests)
     DeadlineExecutor,
     MemoryMonitor,
     export,
+    is_export_archive,
     run_rows,
     summary_table,
     warm_start,
@@ -196,7 +197,50 @@ def build_plan(args) -> GpuPlan:
         raise ValueError(f"--seeds must be distinct seeds, got {list(plan.seeds)}")
     if plan.warm.max_steps < 0 or plan.warm.batch < 1:
         raise ValueError(f"warm start steps must be >= 0 and batch >= 1, got {plan.warm.max_steps}, {plan.warm.batch}")
+    check_run_settings(plan)
     return plan
+
+
+def check_run_settings(plan: GpuPlan) -> None:
+    """Every GRPO run's settings validated as the trainer validates them (``--lr -1`` is a ValueError),
+    before the warm start is spent and by ``--dry-run``. The model is the warm start, which does not
+    exist yet, and the device may be another machine's: the runs are checked on the CPU preset, and the
+    model path and device when they start."""
+    from .config import TrainConfig
+
+    for cell in make_study(plan, "").cells():
+        TrainConfig.from_dict({**cell.overrides, "preset": "tiny-cpu", "model_path": None, "device": "cpu"}).validate()
+
+
+def check_outputs(out: Path, export_dir: str | None) -> None:
+    """Before any work: ``out`` is missing, empty or a GPU study's folder (never a trainer's run
+    folder nor a folder of other files), its ``gpu_study.json`` and ``--export``'s archive follow
+    :func:`schema.io.check_output` (a file the toolkit did not write is never replaced; writable now)."""
+    from schema.io import check_output, check_output_folder
+    from schema.runlock import entries
+
+    if out.exists() and out.is_dir():
+        if (out / "config.json").is_file():
+            raise ValueError(f"--out {out} is a trainer's run folder (it holds config.json): choose another --out")
+        names = {p.name for p in entries(out)}
+        if names and not names & {"gpu_study.json", "sweep.json", "warmstart"}:
+            raise ValueError(f"--out {out} is not empty and holds no GPU study: it is never written into; choose "
+                             f"another --out")
+    if export_dir:
+        check_output(Path(export_dir) / EXPORT_NAME, legacy=is_export_archive)
+    check_output_folder(out)
+    check_output(out / "gpu_study.json", legacy=is_record_text)
+
+
+def is_record_text(text: str) -> bool:
+    """True for the text of a ``gpu_study.json`` this command wrote (its plan and cost model)."""
+    import json
+
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and {"plan", "cost_model"} <= set(obj)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan = build_plan(args)
         return _run(plan, args)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
@@ -258,7 +302,7 @@ def _run(plan: GpuPlan, args) -> int:
         raise ValueError("no CUDA device: this study needs a GPU (`python -m llm_runs.gpu_study --tiny` runs the same "
                          "code path on a tiny shape on the CPU; --dry-run prints the plan)")
     out = _out_folder(plan, args.out).absolute()
-    out.mkdir(parents=True, exist_ok=True)
+    check_outputs(out, args.export)
     record = {"plan": dataclasses.asdict(plan), "parameters": params, "cost_model": cost,
               "memory_model_gb": run_memory_gb(params, embed, plan.delay),
               "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -266,7 +310,13 @@ def _run(plan: GpuPlan, args) -> int:
         return _study(plan, args, tokenizer, out, record, t_start, log)
     finally:
         if args.export:
-            log(f"exported the light files (no weights) to {export(out, Path(args.export))}")
+            failing = sys.exc_info()[1] is not None
+            try:
+                log(f"exported the light files (no weights) to {export(out, Path(args.export))}")
+            except OSError as exc:
+                if not failing:
+                    raise
+                print(f"error: the export failed too: {exc}", file=sys.stderr)  # the study's own error follows
 
 
 def _study(plan: GpuPlan, args, tokenizer, out: Path, record: dict, t_start: float, log) -> int:

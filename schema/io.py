@@ -160,11 +160,16 @@ TOOLKIT_FORMAT_PREFIX = "gmc-grpo-"
 
 def written_by_toolkit(path, legacy=None) -> bool:
     """True when the file ``path`` is one the toolkit wrote (see :data:`TOOLKIT_FORMAT_PREFIX`), or
-    one ``legacy(text)`` recognises: an output format written before the marker existed."""
+    one ``legacy(text)`` recognises: an output format without the marker (written before it existed,
+    or binary: ``legacy`` is given the bytes of a file that is not UTF-8 text)."""
     try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError):
+        data = Path(path).read_bytes()
+    except OSError:
         return False
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        return bool(legacy is not None and legacy(data))
     if text.startswith("<!-- " + TOOLKIT_FORMAT_PREFIX):
         return True
     try:

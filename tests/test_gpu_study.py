@@ -188,3 +188,79 @@ def test_the_gpu_runs_reader_refuses_a_run_its_sweep_did_not_plan(tiny, tmp_path
     shutil.copytree(copy / "long-is-d2-s0", copy / "long-is-d8-s0")
     with pytest.raises(ValueError, match="its sweep did not plan: long-is-d8-s0"):
         read_gpu_runs(copy)
+
+
+# --------------------------------------------------------------------------- refused before the warm start
+
+
+@pytest.fixture
+def no_work(monkeypatch, tmp_path):
+    """A tokenizer, and a warm start that fails the test if it starts: every refusal below comes first."""
+    monkeypatch.setattr(gpu_study, "warm_start", lambda *a, **k: pytest.fail("the warm start ran before the check"))
+    tok = tmp_path / "tokenizer"
+    char_tokenizer(ScratchpadTask.alphabet).save_pretrained(tok)
+    return tok
+
+
+def _refused(argv, *needles):
+    buf = io.StringIO()
+    with contextlib.redirect_stderr(buf):
+        rc, _ = _main(argv)
+    err = buf.getvalue()
+    assert rc == 2 and "Traceback" not in err, err
+    for n in needles:
+        assert n in err, err
+    return err
+
+
+def test_a_bad_run_setting_is_refused_by_the_dry_run_and_before_the_warm_start(no_work, tmp_path):
+    _refused(["--dry-run", "--lr", "-1"], "lr")
+    _refused(["--tiny", "--dry-run", "--lr", "-1", "--tokenizer-dir", str(no_work)], "lr")
+    out = tmp_path / "gs"
+    _refused(["--tiny", "--lr", "-1", "--tokenizer-dir", str(no_work), "--out", str(out)], "lr")
+    assert not out.exists()  # no sweep.json left to block the retry
+
+
+def test_export_never_replaces_a_user_file_and_is_checked_before_the_work(no_work, tmp_path):
+    out = tmp_path / "gs"
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine")
+    _refused(["--tiny", "--tokenizer-dir", str(no_work), "--out", str(out), "--export", str(a_file)], str(a_file))
+    dest = tmp_path / "export"
+    dest.mkdir()
+    (dest / "gpu_study.tar.gz").write_text("mine")
+    _refused(["--tiny", "--tokenizer-dir", str(no_work), "--out", str(out), "--export", str(dest)],
+             "not written by the toolkit")
+    assert (dest / "gpu_study.tar.gz").read_text() == "mine" and a_file.read_text() == "mine"
+    assert not out.exists()
+
+
+def test_out_is_never_a_trainers_run_folder_nor_replaces_a_user_record(no_work, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"config": {}}')
+    (run / "metrics.csv").write_text("step\n0\n")
+    _refused(["--tiny", "--tokenizer-dir", str(no_work), "--out", str(run)], str(run))
+    assert sorted(p.name for p in run.iterdir()) == ["config.json", "metrics.csv"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "gpu_study.json").write_text("mine")
+    _refused(["--tiny", "--tokenizer-dir", str(no_work), "--out", str(mine)], "gpu_study.json")
+    assert sorted(p.name for p in mine.iterdir()) == ["gpu_study.json"]
+    assert (mine / "gpu_study.json").read_text() == "mine"
+
+
+def test_the_export_archive_is_recognised_as_the_toolkits(tmp_path):
+    import tarfile
+
+    src = tmp_path / "gpu_study"
+    src.mkdir()
+    (src / "gpu_study.json").write_text("{}")
+    archive = gpu_study.export(src, tmp_path / "export")
+    from schema.io import written_by_toolkit
+
+    assert written_by_toolkit(archive, gpu_study.is_export_archive)
+    other = tmp_path / "other.tar.gz"
+    with tarfile.open(other, "w:gz") as tar:
+        tar.add(src / "gpu_study.json", arcname="notes.txt")
+    assert not written_by_toolkit(other, gpu_study.is_export_archive)

@@ -251,3 +251,25 @@ def test_verl_empty_response_row_is_named_not_blamed_on_balancing():
     with pytest.raises(ValueError, match="response 2 of the micro-batch has an empty response_mask"):
         trajectory_policy_loss("gmc", torch.zeros(4, 3), torch.zeros(4, 3, requires_grad=True), adv, mask,
                                {"rollout_n": 2, "clip_ratio_high": 0.2})
+
+
+def test_verl_tuple4_loss_ignores_padding_in_ppo_kl_and_advantages():
+    """verl's old-style (tuple4) return: ``ppo_kl`` was NaN with -inf or NaN log-prob padding, and NaN
+    advantages in padding positions only were refused as non-finite."""
+    from llm_runs.integrations.verl.compat import TUPLE4_STYLE
+    from llm_runs.integrations.verl.losses import make_policy_loss, trajectory_policy_loss
+
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    old = torch.tensor([[-1.0, -0.5, 0.0], [-0.7, 0.0, 0.0], [-0.2, -0.3, -0.4], [-1.1, -0.9, 0.0]])
+    new = old + 0.1 * torch.arange(12.0).reshape(4, 3).sin()
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])[:, None].expand(4, 3).clone()
+    cfg = {"rollout_n": 2, "clip_ratio_high": 0.2}
+    ref = make_policy_loss("gmc", TUPLE4_STYLE)(old, new.clone().requires_grad_(), adv * mask, mask, config=cfg)
+    pad = mask == 0
+    for fill in (-math.inf, math.nan):
+        o, n, a = old.masked_fill(pad, fill), new.masked_fill(pad, fill), adv.masked_fill(pad, math.nan)
+        got = make_policy_loss("gmc", TUPLE4_STYLE)(o, n.requires_grad_(), a, mask, config=cfg)
+        for x, y in zip(got, ref):
+            assert torch.isfinite(x).all() and float(x) == pytest.approx(float(y), abs=1e-7)
+        loss, _ = trajectory_policy_loss("gmc", o, n, a, mask, cfg)
+        assert float(loss) == pytest.approx(float(ref[0]), abs=1e-7)

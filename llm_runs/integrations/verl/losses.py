@@ -88,9 +88,11 @@ def _per_response(values, mask, name: str, tol_scale: float = 1e-5):
     import torch
 
     m = mask.to(values.dtype)
+    zero = torch.zeros((), dtype=values.dtype, device=values.device)
+    values = torch.where(m > 0, values, zero)  # padding is selected away, whatever it holds (NaN: never NaN * 0)
     count = m.sum(-1).clamp(min=1)
     row = (values * m).sum(-1) / count
-    spread = ((values - row[:, None]).abs() * m).amax(-1)
+    spread = torch.where(m > 0, (values - row[:, None]).abs(), zero).amax(-1)
     bad = spread > tol_scale * (1 + row.abs())
     if bool(bad.any()):
         i = int(torch.nonzero(bad)[0])
@@ -237,8 +239,10 @@ def make_policy_loss(scheme: str, style: str = METRICS_STYLE):
             return loss, {**{f"actor/{k}": v for k, v in out.logged.items()}, **metric_names(out.metrics, prefix="actor/")}
         import torch
 
+        from estimators.losses import masked_token_log_ratio
+
         m = response_mask.to(log_prob.dtype)
-        ppo_kl = ((old_log_prob - log_prob).detach() * m).sum() / m.sum().clamp(min=1)
+        ppo_kl = masked_token_log_ratio(old_log_prob.detach(), log_prob.detach(), m).sum() / m.sum().clamp(min=1)
         clipfrac, capped = (torch.tensor(out.metrics[k], dtype=log_prob.dtype, device=log_prob.device)
                             for k in ("frac_clipped", "frac_groups_capped"))
         return loss, clipfrac, ppo_kl, capped
