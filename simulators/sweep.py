@@ -49,9 +49,10 @@ def registry() -> dict[str, Sweep]:
     from .optimizer_sweeps import SWEEPS as optimizers
     from .peers import SWEEPS as peers
     from .second_moment_sweeps import SWEEPS as second
+    from .shared_softmax import SWEEPS as shared
 
     out = {}
-    for group in (e1, e4, e3, delay, peers, optimizers, second):
+    for group in (e1, e4, e3, delay, peers, optimizers, second, shared):
         out.update({s.name: s for s in group})
     return out
 
