@@ -14,7 +14,9 @@ Byte identity holds on a machine that rounds as the one that made the run did: t
 (and every update) depends on the CPU's instruction set (:mod:`llm_runs.warmstart`). Where this
 machine's warm start is not the run's, the replay refuses and says so; ``--against-commit`` then
 runs the run's settings with the code of the commit that made it and with today's code, both
-here, and compares those two. Where this machine loads the run's warm start (the committed
+here, and compares those two (for a run made from a working tree with uncommitted changes that
+commit's code did not make the run: the comparison says so and exits 3, no verdict on the run;
+the plain replay's is the one that counts). Where this machine loads the run's warm start (the committed
 weights, :mod:`llm_runs.warmstart`) but rounds the recipe differently from the machine that made
 it, the byte-for-byte check is skipped with that reason (exit status 3): runs here match the
 committed ones statistically, not bit for bit.
@@ -32,6 +34,8 @@ from pathlib import Path
 
 TIMING_PREFIX = "perf/"
 """Columns that hold wall-clock measurements: never compared."""
+EVAL_PREFIX = "eval/"
+"""Columns of an evaluation (before the update of its row; the last row is the evaluation alone)."""
 
 
 def metric_rows(path: str | Path) -> tuple[list[str], dict[int, list[str]]]:
@@ -57,7 +61,9 @@ def metric_rows(path: str | Path) -> tuple[list[str], dict[int, list[str]]]:
 def compare_metrics(reference: str | Path, replayed: str | Path, steps: int) -> list[str]:
     """Differences between rows ``0 .. steps-1`` of two ``metrics.csv`` files in every column of
     the reference, ``perf/`` columns excepted, one line per differing field (empty:
-    byte-identical). A missing row, or a reference column the replay lacks, is a difference;
+    byte-identical), and between the evaluations after update ``steps`` (row ``steps``'s ``eval/``
+    columns: the final evaluation, where the primary metric sits) where the reference evaluated
+    there. A missing row, or a reference column the replay lacks, is a difference;
     columns only the replay has (opt-in diagnostics such as ``mech/``, which never change the
     update) are not compared."""
     ref_header, ref = metric_rows(reference)
@@ -74,6 +80,12 @@ def compare_metrics(reference: str | Path, replayed: str | Path, steps: int) -> 
         for i, j in cols:
             if ref[step][i] != new[step][j]:
                 diffs.append(f"step {step} {ref_header[i]}: {ref[step][i]!r} vs {new[step][j]!r}")
+    evals = [(i, j) for i, j in cols if ref_header[i].startswith(EVAL_PREFIX)]
+    if steps in ref and any(ref[steps][i] for i, _ in evals):  # the reference evaluated after update steps
+        if steps not in new:
+            return [*diffs, f"step {steps}: the evaluation is missing from the replay"]
+        diffs += [f"step {steps} {ref_header[i]}: {ref[steps][i]!r} vs {new[steps][j]!r}"
+                  for i, j in evals if ref[steps][i] != new[steps][j]]
     return diffs
 
 
@@ -205,8 +217,10 @@ def main(argv: list[str] | None = None) -> int:
                         "instead of with the stored metrics: for a machine that rounds differently from the one "
                         "that made the run")
     args = p.parse_args(argv)
+    dirty = None
     try:
         if args.against_commit is not None:
+            dirty = _made_from_a_dirty_tree(Path(args.run), args.against_commit or None)
             diffs = replay_against_commit(args.run, args.steps, args.against_commit or None)
             what = f"today's code and the code of {args.against_commit or 'the run commit'}, both on this machine,"
         else:
@@ -222,9 +236,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.run}: {len(diffs)} fields differ between {what} in the first {args.steps} updates")
         for d in diffs[:50]:
             print("  " + d)
+        if dirty:
+            print(dirty)
         return 1
     print(f"{args.run}: the first {args.steps} updates of {what} are byte-identical (perf/ columns excepted)")
+    if dirty:
+        print(dirty)
+        return 3  # no verdict on the run itself
     return 0
+
+
+def _made_from_a_dirty_tree(run: Path, commit: str | None) -> str | None:
+    """The note ``--against-commit`` prints for a run made from a working tree with uncommitted
+    changes (``config.json`` ``git_dirty``) when compared with its own commit: that commit's code is not
+    the code that made the run, so the comparison vouches for nothing about it (None: a clean run)."""
+    from schema.results import read_json
+
+    stored = read_json(run / "config.json")
+    if not stored.get("git_dirty") or (commit and commit != stored.get("git_commit")):
+        return None
+    return (f"note: {run} was made from a working tree with uncommitted changes (config.json git_dirty): the code "
+            f"that made it is not the code of {stored.get('git_commit')}, so this comparison says nothing about the "
+            f"run. Only the plain replay (python -m llm_runs.replay {run} --steps N, on a machine whose warm start "
+            f"matches) can vouch for it")
 
 
 if __name__ == "__main__":

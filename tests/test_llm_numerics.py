@@ -237,3 +237,44 @@ def test_replaying_the_grids_own_short_horizon_run_is_byte_identical(tmp_path, r
         with pytest.raises(ValueError, match="started from another warm start .* numerics depend on the CPU"):
             replay(copy, 3, cache_dir=tmp_path / "cache")
     assert replay_against_commit(copy, 3) == []  # the commit that made the run, run here
+
+
+def test_the_comparison_includes_the_final_evaluation(tmp_path):
+    """The primary metric sits in the evaluation after the last update (row ``steps``): a replay of
+    every update compares it too, and a replay of fewer updates compares the evaluation at its end
+    where the stored run evaluated there."""
+    ref = REFERENCES / "short-token_clip-d16-s0" / "metrics.csv"
+    rows = _fields(ref)
+    header = rows[0]
+    pc = header.index("eval/heldout_pc")
+    path = tmp_path / "bumped.csv"
+    for step in (SMALL["steps"], SMALL["eval_every"]):
+        bumped = [r[:] for r in rows]
+        bumped[step + 1][pc] = repr(math.nextafter(float(rows[step + 1][pc]), math.inf))
+        with path.open("w", newline="") as fh:
+            csv.writer(fh, lineterminator="\n").writerows(bumped)
+        assert compare_metrics(ref, path, step) == [
+            f"step {step} eval/heldout_pc: {rows[step + 1][pc]!r} vs {bumped[step + 1][pc]!r}"]
+    assert compare_metrics(ref, path, 2) == []  # no evaluation at step 2: nothing more to compare
+
+
+def test_against_commit_on_a_run_from_a_dirty_tree_says_its_code_was_not_the_commits(tmp_path, monkeypatch, capsys):
+    import json
+    import shutil
+
+    from llm_runs import replay as replay_mod
+
+    run = tmp_path / "run"
+    shutil.copytree(REFERENCES / "short-token_clip-d16-s0", run)
+    doc = json.loads((run / "config.json").read_text())
+    doc["git_dirty"] = True
+    (run / "config.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(replay_mod, "replay_against_commit", lambda *a, **k: [])
+    rc = replay_mod.main([str(run), "--steps", "3", "--against-commit"])
+    out = capsys.readouterr().out
+    assert rc == 3 and "uncommitted changes" in out and "not the code of" in out, out
+    assert "python -m llm_runs.replay" in out  # the plain replay is the verdict that counts
+    doc["git_dirty"] = False
+    (run / "config.json").write_text(json.dumps(doc))
+    assert replay_mod.main([str(run), "--steps", "3", "--against-commit"]) == 0
+    assert "uncommitted" not in capsys.readouterr().out
