@@ -34,11 +34,17 @@ def definition(corr: Correction) -> dict:
     return {"level": corr.level, "source": corr.source, "doc": doc, "knobs": knobs, "flags": flags}
 
 
+_POINTS: dict = {}
+
+
 def theory8(corr: Correction, G: int = 8, groups: int = 16) -> dict:
-    """THEORY §8's normalising-optimiser quantities, from ``bounds.normalised`` once it exists: the
+    """THEORY §8's normalising-optimiser quantities from ``bounds.normalised`` (absent: pending): the
     per-trajectory share bound ``c_max / (B G)`` (:func:`bounds.normalised.trajectory_share_bound`) at
-    the study's batch (B = 16 groups of G = 8) and for one group, and whether §8.3's table has the
-    sign-error bound's entry for the scheme (its value needs an instance's gradient and ratio law)."""
+    the study's batch (B = 16 groups of G = 8) and for one group, where §8.3's table has the scheme;
+    and at the exact points of claims 20-22 (:func:`claims.normalised.points`, quick set) the exact
+    per-coordinate probability that the estimate's sign is not grad J's
+    (:func:`simulators.normalised.coordinate_sign_law`, ``p_le0``) beside §8.3's sign-error bound
+    (:func:`bounds.normalised.sign_error_bound`, mass form) where the table has one."""
     try:
         from bounds import normalised
     except ImportError:
@@ -46,20 +52,41 @@ def theory8(corr: Correction, G: int = 8, groups: int = 16) -> dict:
     if not all(hasattr(normalised, n) for n in ("trajectory_share_bound", "sign_error_bound", "SIGN_TABLE")):
         return {"available": False}
     row = normalised.SIGN_TABLE.get(corr.name)
-    if row is None:
-        return {"available": True, "row": False, "schemes": sorted(normalised.SIGN_TABLE)}
-    out = {"available": True, "row": True, "G": G, "groups": groups,
-           "share_batch": float(normalised.trajectory_share_bound(corr.name, G, EPS, groups)),
-           "share_group": float(normalised.trajectory_share_bound(corr.name, G, EPS, 1)),
-           "sign_error_entry": row.get("mass_sq") is not None}
+    out = {"available": True, "row": row is not None, "schemes": sorted(normalised.SIGN_TABLE), "G": G,
+           "groups": groups, "points": []}
+    if row is not None:
+        out["share_batch"] = float(normalised.trajectory_share_bound(corr.name, G, EPS, groups))
+        out["share_group"] = float(normalised.trajectory_share_bound(corr.name, G, EPS, 1))
+    if corr.level != "trajectory" or estimators.get_scheme(corr.name).batch_coupled:
+        return out
+    import numpy as np
+
+    from claims.normalised import points
+    from simulators.normalised import coordinate_sign_law
+
+    if "quick" not in _POINTS:
+        _POINTS["quick"] = points(quick=True)
+    for p in _POINTS["quick"]:
+        law = coordinate_sign_law(p["lr"], p["lpb"], p["rew"], p["S"], p["grad"], p["G"], EPS, [corr.name])[corr.name]
+        nz = p["grad"] != 0
+        rec = {"point": p["name"], "G": p["G"], "coordinates": int(nz.sum()),
+               "p_sign_median": float(np.median(law["p_le0"][nz])), "p_sign_max": float(law["p_le0"][nz].max())}
+        if row is not None and row.get("mass_sq") is not None:
+            with np.errstate(invalid="ignore"):
+                b = np.asarray(normalised.sign_error_bound(corr.name, np.abs(p["grad"]), p["M"], p["sigma2"], p["G"],
+                                                           EPS, "mass", p["mu4"]), float)[nz]
+            if np.isfinite(b).any():
+                rec["bound_median"] = float(np.nanmedian(b))
+                rec["bound_below_1"] = float(np.mean(b < 1))
+        out["points"].append(rec)
     return out
 
 
 def compute(corr: Correction, card_dir: Path, *, quick: bool, jobs: int = 2, new_runs: bool = True,
-            llm_overrides: dict | None = None, sim_seeds: list[int] | None = None, command: str = "",
-            log=print) -> dict:
-    """Every part of the card, in order (``llm_overrides`` and ``sim_seeds``: a test's smaller settings,
-    stated on the card)."""
+            llm_overrides: dict | None = None, llm_seeds: tuple[int, ...] | None = None,
+            sim_seeds: list[int] | None = None, command: str = "", log=print) -> dict:
+    """Every part of the card, in order (``llm_overrides``, ``llm_seeds`` and ``sim_seeds``: a test's
+    smaller settings, stated on the card)."""
     store = Store(card_dir)
     card = {"name": corr.name, "level": corr.level, "quick": quick, "new_runs": new_runs, "eps": EPS,
             "command": command or llm.command(corr, quick), "definition": definition(corr),
@@ -87,7 +114,8 @@ def compute(corr: Correction, card_dir: Path, *, quick: bool, jobs: int = 2, new
     log("asynchronous simulator (H = 16) ...")
     card["simulator"] = simulate.run(corr, store, sim_seeds)
     log("LLM study ...")
-    card["llm"] = llm.part(corr, card_dir, quick=quick, jobs=jobs, new_runs=new_runs, overrides=llm_overrides, log=log)
+    card["llm"] = llm.part(corr, card_dir, quick=quick, jobs=jobs, new_runs=new_runs, overrides=llm_overrides,
+                           seeds=llm_seeds, log=log)
     card["verdict"] = verdict(card)
     return card
 
@@ -186,16 +214,27 @@ def render(card: dict) -> str:
     if not t8["available"]:
         L += [("Pending: THEORY §8's per-trajectory share bound and sign-error bound are not in `bounds/` yet "
               "(`bounds.normalised`); this section fills in once they land.")]
-    elif not t8["row"]:
-        L += [(f"§8.3's table (`bounds.normalised.SIGN_TABLE`) has no row for {name} (it covers "
-              f"{', '.join(t8['schemes'])}): no share or sign-error bound is stated for it.")]
     else:
-        L += [f"Per-trajectory share bound `c_max / (B G)` (`bounds.normalised.trajectory_share_bound`, eps = "
-              f"{card['eps']:g}): {t8['share_batch']:.4g} of the batch's nominal mass at the study's batch "
-              f"(B = {t8['groups']} groups of G = {t8['G']}), {t8['share_group']:.4g} of one group's. Sign-error "
-              "bound (`bounds.normalised.sign_error_bound`): "
-              + ("§8.3's table has its entry; its value needs an instance's |grad_j J|, M and ratio law, not "
-                 "evaluated on this card." if t8["sign_error_entry"] else "no entry in §8.3's table for it.")]
+        if t8["row"]:
+            L += [(f"Per-trajectory share bound `c_max / (B G)` (`bounds.normalised.trajectory_share_bound`, eps = "
+                  f"{card['eps']:g}): {t8['share_batch']:.4g} of the batch's nominal mass at the study's batch "
+                  f"(B = {t8['groups']} groups of G = {t8['G']}), {t8['share_group']:.4g} of one group's.")]
+        else:
+            L += [(f"§8.3's table (`bounds.normalised.SIGN_TABLE`) has no row for {name} (it has "
+                  f"{', '.join(t8['schemes'])}): no share or sign-error bound is stated for it.")]
+        if t8["points"]:
+            L += ["", ("Sign errors at the exact points of claims 20-22 (`claims.normalised.points`): over the "
+                  "coordinates j with grad_j J != 0, the exact probability that the estimate's coordinate does not "
+                  "have grad J's sign, P(sign(grad_j J) g_j <= 0) (`simulators.normalised.coordinate_sign_law`), "
+                  "and §8.3's Cantelli bound on it (`bounds.normalised.sign_error_bound`, mass form; 1 is trivial) "
+                  "where the table has one."), "",
+                  "| point | G | coordinates | P(sign error), median | max | bound, median | share of coordinates with bound < 1 |",
+                  "|---|---|---|---|---|---|---|"]
+            L += [f"| {r['point']} | {r['G']} | {r['coordinates']} | {r['p_sign_median']:.3f} | {r['p_sign_max']:.3f} | "
+                  f"{_n(r.get('bound_median'))} | {_n(r.get('bound_below_1'), '.2f')} |" for r in t8["points"]]
+        else:
+            L += ["", ("Sign errors: not evaluated (a token-level or batch-coupled correction has no per-group sign law "
+                  "in `simulators.normalised`).")]
     sim = card["simulator"]
     L += ["", "## 6. Asynchronous simulator (H = 16)", ""]
     if not sim["applies"]:

@@ -308,12 +308,13 @@ def paired_difference(runs: pd.DataFrame, c: LLMCell, a: str, b: str) -> dict:
 
 
 def part(corr: Correction, card_dir: Path, *, quick: bool, jobs: int = 2, new_runs: bool = True,
-         overrides: dict | None = None, log=print) -> dict:
-    """The whole LLM part: what was read, what was run, the numbers."""
+         overrides: dict | None = None, seeds: tuple[int, ...] | None = None, log=print) -> dict:
+    """The whole LLM part: what was read, what was run, the numbers (``overrides`` and ``seeds``: a
+    smoke test's smaller settings for the correction's own runs)."""
     from claims.study import STABLE_FRACTION
 
     cells = CELLS
-    seeds = QUICK_SEEDS if quick else FULL_SEEDS
+    seeds = seeds or (QUICK_SEEDS if quick else FULL_SEEDS)
     runs = committed_runs((corr.name,))
     eq = delay0_equivalence(corr.name)
     todo_all = needed(corr, cells, runs, eq)

@@ -9,6 +9,7 @@ from .load import Correction
 EXACT_S = 2.0  # E1 + E2 at every delta, measured (0.1 s) with margin; the search over ratios 0.01 s
 ASYNC_S = 15.0  # the H = 16 setting, 4 optimisers x 4 delays x 20 seeds: 10 s measured on this 2-core machine
 ROBUST_S = 1.0
+THEORY8_S = 20.0  # claims.normalised.points (16 s on the loaded 2-core machine) and the sign laws
 
 
 def describe(corr: Correction, card_dir: Path, *, quick: bool, jobs: int, new_runs: bool) -> str:
@@ -19,6 +20,8 @@ def describe(corr: Correction, card_dir: Path, *, quick: bool, jobs: int, new_ru
     exact = "read from results/sim/peers" if not corr.is_new else f"computed, about {EXACT_S:g} s"
     lines.append(f"  membership, robustness sweep: computed, about {ROBUST_S:g} s")
     lines.append(f"  exact E1/E2 moments and frontier: {exact}")
+    lines.append(f"  THEORY §8 (share bound, exact sign-error probabilities at claims 20-22's points): computed, about "
+                 f"{THEORY8_S:g} s (trajectory schemes)")
     if corr.level != "trajectory":
         lines.append("  asynchronous simulator: not applicable (a token-level loss)")
     elif corr.name in scheme_list() and not corr.is_new:
