@@ -240,3 +240,41 @@ def test_a_correction_from_outside_the_package_end_to_end(tmp_path, loaded):
     t8 = c["theory8"]
     assert t8["available"] and not t8["row"] and len(t8["points"]) == 5
     assert all(0 <= r["p_sign_median"] <= r["p_sign_max"] <= 1 for r in t8["points"])
+
+
+def test_the_frontier_place_equals_f9s_summary():
+    """GMC's card: dominated at E2, Delta = 1 only, by the estimators F9's caption names
+    (claims.measures.peers_summary, an independent reading of the same table)."""
+    from claims.measures import peers_summary
+    from report_card import exact
+
+    committed = exact.committed_peers()
+    place = exact.frontier_place(exact.moments(registered_correction("gmc"), committed), committed)
+    summary = peers_summary(committed)
+    for env, s in summary.items():
+        mine = {f["Delta"]: f["dominated_by"] for f in place if f["env"] == env and f["dominated_by"]}
+        assert {D: sorted(v) for D, v in mine.items() if D != s["Delta"]} == \
+            {D: sorted(v) for D, v in s["gmc_dominated_at"].items()}
+        at_max = next(f for f in place if f["env"] == env and f["Delta"] == s["Delta"])
+        assert at_max["on_frontier"] == s["gmc_on_frontier"] and sorted(at_max["dominated_by"]) == sorted(s["gmc_dominated_by"])
+    assert summary["token_mdp"]["gmc_dominated_at"] == {1.0: ["snis", "seq_tis_bn"]}  # not a vacuous comparison
+
+
+def test_a_machine_whose_warm_start_differs_is_refused(tmp_path, loaded, monkeypatch):
+    """The LLM part runs nothing where llm_runs.grid_check.check_warm_starts refuses this machine's warm start."""
+    import llm_runs.grid_check
+    import llm_runs.study
+    from report_card import llm
+
+    corr = loaded("seq_is_trunc")
+    validate(corr)
+
+    def refuse(folder, warm):
+        raise ValueError("this machine's warm start is not the one the runs in X started from")
+
+    monkeypatch.setattr(llm_runs.study, "_warm_starts", lambda grid: {})
+    monkeypatch.setattr(llm_runs.grid_check, "check_warm_starts", refuse)
+    part = llm.part(corr, tmp_path, quick=True, log=lambda *_: None)
+    cell = _cell(part, "short", 64, "adam")
+    assert cell["state"] == "refused" and "warm start is not the one" in cell["why"] and "self" not in cell
+    assert not (tmp_path / "llm").exists()
