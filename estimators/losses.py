@@ -152,6 +152,8 @@ def _check_batch(logp, old_logp, mask, advantages, group_size):
     if logp.ndim != 2:
         raise ValueError(f"logp must have shape (batch, T), got {tuple(logp.shape)}")
     B, T = logp.shape
+    if B == 0:
+        raise ValueError("empty batch (no rows): a loss needs at least one group of completions")
     for name, t in (("old_logp", old_logp), ("mask", mask)):
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != (B, T):
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
@@ -164,6 +166,11 @@ def _check_batch(logp, old_logp, mask, advantages, group_size):
         )
     adv = _check_advantages(advantages, B, group_size, logp.dtype, logp.device)
     m = mask.to(logp.dtype)
+    bad = (m != 0) & (m != 1)  # NaN too
+    if bool(bad.any()):
+        idx = tuple(int(i) for i in torch.nonzero(bad)[0])
+        raise ValueError(f"mask must hold 0 or 1 only (1: a completion token, 0: padding), got {float(mask[idx])} "
+                         f"at {idx}")
     for name, t in (("logp", logp), ("old_logp", old_logp)):
         masked = torch.where(m > 0, t.detach(), torch.zeros_like(t.detach()))
         if not bool(torch.isfinite(masked).all()):
@@ -523,6 +530,12 @@ def dppo_tv_loss(logp, old_logp, mask, advantages, group_size: int, eps: float |
     p = resolve("dppo_tv", {"delta": delta, "C": C})
     B, _, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
     keep, log_r = _masked_log_ratio(logp, old_logp, m)
+    for name, t in (("logp", logp), ("old_logp", old_logp)):
+        above = keep & (t.detach() > 0)
+        if bool(above.any()):
+            idx = tuple(int(i) for i in torch.nonzero(above)[0])
+            raise ValueError(f"dppo_tv: {name} holds a log-probability above 0 ({float(t[idx])}) at completion "
+                             f"token {idx}: dppo_tv reads exp({name}) as a probability")
     a = adv.reshape(B, 1)
     lp = torch.where(keep, logp.detach(), _zero(log_r))
     lo = torch.where(keep, old_logp.detach(), _zero(log_r))
@@ -556,6 +569,23 @@ def policy_loss(name: str, logp, old_logp, mask, advantages, group_size: int, ep
     :data:`TOKEN_LOSSES`; ``options`` are its knobs (unknown ones refused with a ValueError)."""
     opts = check_options(name, options)
     if name in SCHEMES:
-        return trajectory_loss(name, logp, old_logp, mask, advantages, group_size, eps, **opts)
-    logp, old_logp = _widen(logp, old_logp)
-    return TOKEN_LOSSES[name].fn(logp, old_logp, mask, advantages, group_size, eps, **opts)
+        out = trajectory_loss(name, logp, old_logp, mask, advantages, group_size, eps, **opts)
+    else:
+        logp, old_logp = _widen(logp, old_logp)
+        out = TOKEN_LOSSES[name].fn(logp, old_logp, mask, advantages, group_size, eps, **opts)
+    if is_bounded(name):
+        _refuse_non_finite(name, out.loss, advantages, options)
+    return out
+
+
+def _refuse_non_finite(name: str, loss, advantages, knobs: dict) -> None:
+    """A bounded loss is finite, or the call is refused naming what made it overflow: advantages
+    or a knob too large for the loss's dtype (its gradient's per-token factors are bounded by the
+    same weights, so a finite loss has a finite gradient)."""
+    if bool(torch.isfinite(loss.detach())):
+        return
+    adv = advantages if isinstance(advantages, torch.Tensor) else torch.as_tensor(advantages)
+    given = ", ".join(f"{k} = {v!r}" for k, v in knobs.items()) or "the defaults"
+    raise ValueError(f"{name!r}: the loss overflows {loss.dtype} (largest finite {torch.finfo(loss.dtype).max:g}) "
+                     f"with advantages up to {float(adv.detach().abs().max()):g} and knobs {given}: scale the "
+                     f"advantages down or choose a milder knob")

@@ -112,8 +112,10 @@ PARAMS: dict[str, tuple[Param, ...]] = {
                            "over (exact when every completion has L tokens)"),
                      Param("C", 0.0, "C_geo", "seq_geo_mask: 0 = kept sequences get weight 1; C > 0 = min(w, C) "
                            "(verl's sequence-TIS variant)", lo_open=False)),
-    "sapo": (Param("tau_pos", 1.0, "tau_pos", "sapo: gate temperature of tokens with A > 0"),
-             Param("tau_neg", 1.05, "tau_neg", "sapo: gate temperature of tokens with A <= 0")),
+    "sapo": (Param("tau_pos", 1.0, "tau_pos", "sapo: gate temperature of tokens with A > 0 (at most 1e30: the "
+                   "loss computes in float32 at least)", hi=1e30, hi_open=False),
+             Param("tau_neg", 1.05, "tau_neg", "sapo: gate temperature of tokens with A <= 0 (at most 1e30)",
+                   hi=1e30, hi_open=False)),
     "vespo": (Param("k_pos", 2.0, "k_pos", "vespo: power k of phi(w) = w^k exp(lambda (1 - w)) when A >= 0",
                     lo_open=False, hi=1e6),
               Param("lambda_pos", 3.0, "lambda_pos", "vespo: decay lambda of phi when A >= 0"),

@@ -19,6 +19,7 @@ The token-level newcomers (``icepop``, ``sapo``, ``dppo_tv``) are in
 from __future__ import annotations
 
 import math
+import sys
 
 from .schemes import register_scheme
 
@@ -69,7 +70,8 @@ def seq_geo_mask_log_weights(log_ratio, eps, advantages, ops, lo, hi, length, C)
 def vespo_phi_max(k: float, lam: float) -> float:
     """``max_w phi(w)`` of ``phi(w) = w^k exp(lam (1 - w))``: at ``w = k / lam``,
     ``(k / lam)^k exp(lam - k)`` (``exp(lam)`` as ``w -> 0`` when ``k = 0``)."""
-    return math.exp(k * math.log(k / lam) + lam - k) if k > 0 else math.exp(lam)
+    log_max = k * math.log(k / lam) + lam - k if k > 0 else lam
+    return math.exp(log_max) if log_max < math.log(sys.float_info.max) else math.inf
 
 
 def _vespo_sup(eps, B, k_pos, lambda_pos, k_neg, lambda_neg):

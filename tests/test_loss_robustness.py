@@ -105,6 +105,12 @@ def test_every_loss_finite_or_documented(case):
     try:
         loss, grad = run(pad)
     except ValueError as exc:
+        if name == "dppo_tv":  # it reads exp(logp) as a probability: a log-probability above 0 is refused
+            logp = (torch.tensor(old, dtype=torch.float64) + torch.tensor(lr, dtype=torch.float64)).reshape(B, T)
+            above = bool(((logp.to(dtype) > 0) & (mask > 0)).any()) or bool(((torch.tensor(old).reshape(B, T)
+                                                                             .to(dtype) > 0) & (mask > 0)).any())
+            assert above and "above 0" in str(exc), (name, str(exc))
+            return
         assert name in ("is", "tic_ppo") and "unbounded" in str(exc), (name, str(exc))
         return
     loss0, grad0 = run(0.0)
@@ -151,8 +157,9 @@ def test_bounded_token_losses_in_float16_at_large_ratios():
     """float16: a per-token log-ratio of 20 with A > 0 (r = 5e8 overflows float16) gave a NaN gradient.
     Every loss but ``is`` (whose weight 5e8 is the overflow) is finite there."""
     for name in [n for n in loss_names() if n != "is"]:
-        x = torch.tensor([[20.0, 0.0], [0.0, 0.0]], dtype=torch.float16, requires_grad=True)
-        out = policy_loss(name, x, torch.zeros(2, 2, dtype=torch.float16), torch.ones(2, 2),
+        # the same per-token log-ratios as log-probs of a policy (<= 0: dppo_tv reads exp(logp) as one)
+        x = torch.tensor([[0.0, -20.0], [-20.0, -20.0]], dtype=torch.float16, requires_grad=True)
+        out = policy_loss(name, x, torch.full((2, 2), -20.0, dtype=torch.float16), torch.ones(2, 2),
                           torch.tensor([1.0, -1.0]), 2, 0.2)
         out.loss.backward()
         assert math.isfinite(float(out.loss.detach())), name
@@ -273,3 +280,69 @@ def test_verl_tuple4_loss_ignores_padding_in_ppo_kl_and_advantages():
             assert torch.isfinite(x).all() and float(x) == pytest.approx(float(y), abs=1e-7)
         loss, _ = trajectory_policy_loss("gmc", o, n, a, mask, cfg)
         assert float(loss) == pytest.approx(float(ref[0]), abs=1e-7)
+
+
+# ----------------------------------------------------------------------------- degenerate batches and extreme knobs
+
+
+def _tiny_batch(dtype=torch.float32):
+    logp = torch.tensor([[-1.0, -0.5], [-0.7, -0.2], [-0.3, -0.9], [-1.2, -0.1]], dtype=dtype)
+    old = torch.tensor([[-1.1, -0.4], [-0.6, -0.3], [-0.3, -1.0], [-1.0, -0.2]], dtype=dtype)
+    return logp, old, torch.ones(4, 2), torch.tensor([1.0, -1.0, 0.5, -0.5])
+
+
+@pytest.mark.parametrize("name", loss_names())
+def test_an_empty_batch_is_refused_never_a_nan_loss(name):
+    empty = torch.zeros(0, 3)
+    with pytest.raises(ValueError, match="empty batch"):
+        policy_loss(name, empty.clone().requires_grad_(), empty, torch.ones(0, 3), torch.zeros(0), 2, 0.2)
+
+
+@pytest.mark.parametrize("name", loss_names())
+def test_a_mask_value_outside_0_1_is_refused(name):
+    logp, old, mask, adv = _tiny_batch()
+    mask[1, 1] = -1.0
+    with pytest.raises(ValueError, match=r"mask .* 0 or 1 .*\(1, 1\)"):
+        policy_loss(name, logp.requires_grad_(), old, mask, adv, 2, 0.2)
+
+
+def test_dppo_tv_refuses_log_probabilities_above_0():
+    logp, old, mask, adv = _tiny_batch()
+    old[2, 0] = 0.5
+    with pytest.raises(ValueError, match=r"old_logp .* above 0 .*\(2, 0\)"):
+        policy_loss("dppo_tv", logp.requires_grad_(), old, mask, adv, 2, 0.2)
+
+
+@pytest.mark.parametrize("name, knobs, log_ratio", [
+    ("sapo", {"tau_pos": 1e-40}, 0.5), ("sapo", {"tau_pos": 1e300}, 0.5),
+    ("vespo", {"k_pos": 30.0, "lambda_pos": 0.5}, 4.5)])
+def test_an_extreme_knob_is_refused_or_the_loss_stays_finite(name, knobs, log_ratio):
+    logp, old, mask, adv = _tiny_batch()
+    logp = old + torch.tensor([log_ratio / 2, log_ratio / 2])  # every trajectory at the same log-ratio
+    x = logp.clone().requires_grad_()
+    try:
+        out = policy_loss(name, x, old, mask, adv, 2, 0.2, **knobs)
+    except ValueError as exc:
+        assert any(k in str(exc) for k in knobs), exc
+        return
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and bool(torch.isfinite(x.grad).all())
+
+
+def test_vespo_group_mass_sup_at_a_large_lambda_is_inf_not_an_overflow_error():
+    assert estimators.get_scheme("vespo").group_mass_sup(0.2, lambda_pos=800.0, k_pos=2.0) == math.inf
+    assert not estimators.get_scheme("vespo").member(0.2, lambda_pos=800.0, k_pos=2.0)
+
+
+@pytest.mark.parametrize("name", [n for n in loss_names() if is_bounded(n)])
+def test_bf16_log_probs_with_advantages_near_float32s_range_are_refused_or_finite(name):
+    _, old, mask, _ = _tiny_batch(torch.bfloat16)
+    adv = torch.tensor([3e38, -3e38, 3e38, -3e38])
+    x = (old + 1.5).clamp(max=0).clone().requires_grad_()
+    try:
+        out = policy_loss(name, x, old, mask, adv, 2, 0.2)
+    except ValueError as exc:
+        assert "advantage" in str(exc), exc
+        return
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and bool(torch.isfinite(x.grad).all()), name
