@@ -188,7 +188,8 @@ def render(card: dict) -> str:
           "", "| dtype | cases | failures |", "|---|---|---|"]
     L += [f"| {k} | {v['cases']} | {v['failures']} |" for k, v in rob["by_dtype"].items()]
     L += ["", f"**{'Passed' if rob['passed'] else 'FAILED'}**: {rob['n_failures']} failure(s) in {rob['cases']} cases"
-          + (f"; {rob['refused_overflow']} overflow(s) refused with a ValueError, as declared" if rob["refused_overflow"] else "")
+          + (f"; {rob['refused']} case(s) refused by name with a ValueError (not counted as failures), e.g. "
+             + "; ".join(f"`{m}`" for m in rob["refusals"]) if rob["refused"] else "")
           + "."]
     L += [f"- {f}" for f in rob["failures"]]
     L += ["", "## 4. Exact bias and second moment (E1, E2) and F9's frontier", "",

@@ -236,15 +236,15 @@ def _token_batches(G: int = 4, T: int = 3):
 def _validate_token(name: str, eps: float) -> list[dict]:
     import torch
 
-    from estimators.losses import LossOutput, policy_loss
+    from estimators.losses import LossOutput, check_options
 
     n = 0
     G = 4
     for logp, old, mask, adv in _token_batches(G):
         x = logp.clone().requires_grad_()
         what = f"per-token log-ratio {float((logp - old)[0, 1]):g}, advantages {adv[:2].tolist()}..."
-        try:
-            out = policy_loss(name, x, old, mask, adv, G, eps)
+        try:  # the registered function itself, as policy_loss dispatches to it (float64: nothing to widen)
+            out = TOKEN_LOSSES[name].fn(x, old, mask, adv, G, eps, **check_options(name, {}))
         except Exception as exc:  # noqa: BLE001 (the correction's own failure, named)
             raise CorrectionError(f"token loss {name!r} raises {type(exc).__name__} at {what}: {exc}") from None
         if not isinstance(out, LossOutput):

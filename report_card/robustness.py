@@ -11,8 +11,10 @@ trainer uses (:func:`estimators.losses.policy_loss`):
 * extreme ratios: per-token log-ratios in [-1e4, 1e4] (with +-1e4, +-30, 0 drawn often),
   behaviour log-probs in [-30, 0], random masks, advantages in [-10, 10] (0 often), G in {2, 4},
   one or two groups, in float64, float32, bfloat16 and float16. A bounded correction must give a
-  finite value and gradient; an unbounded one (declared ``bounded=False``) ``+inf`` or a
-  ``ValueError`` naming the overflow, never NaN.
+  finite value and gradient; an unbounded one (declared ``bounded=False``) ``+inf``, never NaN.
+  A ``ValueError`` is the toolkit's refusal by name of an input outside a loss's domain (``is``'s
+  overflowing surrogate, DPPO-TV's log-probabilities above 0): it is counted and shown with its
+  message, not as a failure; any other exception is a failure.
 """
 from __future__ import annotations
 
@@ -73,9 +75,17 @@ def _cases(rng: np.random.Generator):
 def sweep(name: str, eps: float = 0.2) -> dict:
     """Run both parts of the sweep on ``name``; per dtype the cases run and the failures (each with
     its input), and the totals. Never raises for the correction's own failure: it is a finding."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's notes on the losses' own error paths
+        return _sweep(name, eps)
+
+
+def _sweep(name: str, eps: float) -> dict:
     bounded = is_bounded(name)
     res = {"bounded": bounded, "by_dtype": {str(d).replace("torch.", ""): {"cases": 0, "failures": 0}
-                                            for d in DTYPES}, "failures": [], "refused_overflow": 0}
+                                            for d in DTYPES}, "failures": [], "refused": 0, "refusals": []}
 
     def fail(dtype, what):
         res["by_dtype"][str(dtype).replace("torch.", "")]["failures"] += 1
@@ -119,10 +129,10 @@ def sweep(name: str, eps: float = 0.2) -> dict:
             loss, grad = run(pad)
             loss0, grad0 = run(0.0)
         except ValueError as exc:
-            if not bounded and ("unbounded" in str(exc) or "overflow" in str(exc)):
-                res["refused_overflow"] += 1
-            else:
-                fail(dtype, f"{what}: ValueError: {exc}")
+            res["refused"] += 1
+            msg = str(exc).split(";")[0][:160]
+            if len(res["refusals"]) < 3 and all(msg.split("(")[0] != m.split("(")[0] for m in res["refusals"]):
+                res["refusals"].append(msg)
             continue
         except Exception as exc:  # noqa: BLE001 (a finding about the correction, not a crash)
             fail(dtype, f"{what}: {type(exc).__name__}: {exc}")

@@ -10,8 +10,10 @@ RULES = (
                     "vectors (simulators.peers.grid_max_mass) finds a larger mass than declared; the card then "
                     "uses the search's value, not the declaration.")),
     ("numerics", ("It breaks numerically when any case of the robustness sweep fails: a NaN value or gradient, a "
-                 "padded position that changes the value or gets a gradient, or a non-finite value or gradient "
-                 "where the registration declares it bounded.")),
+                 "padded position that changes the value or gets a gradient, a non-finite value or gradient "
+                 "where the registration declares it bounded, or an exception other than a ValueError (a "
+                 "ValueError naming the input is the toolkit's refusal of input outside a loss's domain: "
+                 "reported with its count, not a break).")),
     ("frontier", ("On E1 and E2 at F9's largest delay (Delta = 4) it is dominated by every registered estimator "
                  "with both a smaller-or-equal exact bias norm and second moment, one of them strictly "
                  "(claims.measures.dominators); not dominated = on the frontier.")),

@@ -278,3 +278,21 @@ def test_a_machine_whose_warm_start_differs_is_refused(tmp_path, loaded, monkeyp
     cell = _cell(part, "short", 64, "adam")
     assert cell["state"] == "refused" and "warm start is not the one" in cell["why"] and "self" not in cell
     assert not (tmp_path / "llm").exists()
+
+
+def test_a_token_level_correction_from_outside(loaded):
+    """A token loss: validated, swept for robustness, no group mass (not in C_eps's terms), no simulator
+    form; its delay-0 gradient is IS's divided by the completion length (1/18 at the long horizon)."""
+    from report_card import exact, llm, robustness, simulate
+
+    corr = loaded("token_tis")
+    assert corr.level == "token"
+    assert validate(corr)[0]["evaluated"] == 24  # 12 log-ratios within +-30, two advantage signs
+    rob = robustness.sweep(corr.name)
+    assert rob["passed"] and rob["cases"] == 212
+    assert not exact.membership(corr)["applies"] and not simulate.run(corr)["applies"]
+    eq = llm.delay0_equivalence(corr.name)
+    assert eq["kind"] == "scaled" and eq["scale"] == pytest.approx(1 / 18, rel=1e-12)
+    assert llm.stands_for(eq, "adam") and not llm.stands_for(eq, "adamwclip")
+    with pytest.raises(CorrectionError, match=r"token loss 'token_not_scalar' returns a loss of shape \(8,\)"):
+        validate(loaded("token_not_scalar"))
