@@ -196,7 +196,21 @@ def m_gmc_quadratic(sigma2=sigma2, G=G, eps=eps):
     return key_quadratic_bound(sp.sqrt(sigma2 / G), eps)
 
 
-@bound
+def _ratio_moments_feasible(sigma2=None, mu4=None, **_):
+    """A ratio law (w >= 0, E w = 1) with Var w = sigma2 and E(w-1)^4 = mu4 exists iff mu4 >= sigma2^2
+    (Jensen) when sigma2 <= 1, and mu4 >= sigma2^3 - sigma2^2 + sigma2 when sigma2 > 1 (w - 1 >= -1:
+    the two-point law on {0, 1 + sigma2} is the least; up to rounding). ``ValueError`` otherwise."""
+    s, m = np.broadcast_arrays(sigma2, mu4)
+    least = np.where(s <= 1, s**2, s**3 - s**2 + s)
+    bad = m < least * (1 - 1e-12) - 1e-300
+    if np.any(bad):
+        i = np.flatnonzero(bad.ravel())[0]
+        raise ValueError(f"infeasible ratio moments: mu4 = {float(m.ravel()[i])!r} is below {float(least.ravel()[i])!r}, "
+                         f"the least fourth central moment of a ratio law with sigma2 = {float(s.ravel()[i])!r} (no law "
+                         f"has them)")
+
+
+@bound(feasible=_ratio_moments_feasible)
 def fourth_moment_group_mean(sigma2=sigma2, mu4=mu4, G=G):
     """Identity (§3): ``E(Wbar - 1)^4 = (mu_4 + 3 (G-1) sigma^4) / G^3``.
 
@@ -206,7 +220,7 @@ def fourth_moment_group_mean(sigma2=sigma2, mu4=mu4, G=G):
     return (mu4 + 3 * (G - 1) * sigma2**2) / G**3
 
 
-@bound
+@bound(feasible=_ratio_moments_feasible)
 def m2_gmc_quartic(sigma2=sigma2, mu4=mu4, G=G, eps=eps):
     """§4 alternative route: ``m_GMC^2 <= E(Wbar-1)^4 / (16 eps^2)`` (Jensen + squared key inequality).
 

@@ -162,3 +162,22 @@ def test_symbols_pass_domain():
 
 def test_exponents_module_exports():
     assert exponents.exponent(delay.D_gmc() / eta**4, eps, 0) == -2
+
+
+def test_twins_that_take_ratio_moments_refuse_infeasible_ones():
+    """No law has mu_4 < sigma^4 (Jensen); a ratio w >= 0 of mean 1 with sigma^2 > 1 needs
+    mu_4 >= sigma^6 - sigma^4 + sigma^2 (the two-point law on {0, 1 + sigma^2} attains it)."""
+    for name in ("m2_gmc_quartic", "fourth_moment_group_mean"):
+        f = numeric.twin(name)
+        kw = {"G": 2.0, **({"eps": 0.2} if "eps" in f.params else {})}
+        with pytest.raises(ValueError, match=r"infeasible ratio moments: mu4 = 1\.0 .* sigma2 = 2\.0"):
+            f(sigma2=2.0, mu4=1.0, **kw)
+        with pytest.raises(ValueError, match="infeasible ratio moments"):
+            f(sigma2=np.array([0.5, 4.0]), mu4=np.array([1.0, 20.0]), **kw)  # 20 >= 4^2, but < 52
+        assert np.isfinite(f(sigma2=np.array([0.5, 4.0, 1.0]), mu4=np.array([0.25, 52.0, 1.0]), **kw)).all()
+    with pytest.raises(ValueError, match="infeasible ratio moments"):
+        bias.fourth_moment_group_mean(2, 1, 2)
+    # the two-point law on {0, 1 + s} has exactly these moments: the condition is tight
+    s = 4.0
+    p = 1 / (1 + s)  # P(w = 1 + s), mean 1
+    assert p * s**2 + (1 - p) == pytest.approx(s) and p * s**4 + (1 - p) == pytest.approx(s**3 - s**2 + s)
