@@ -1,0 +1,177 @@
+"""A run's drift: how far its policy moved from the behaviour policy that sampled its rollouts, and
+its place on the drift map.
+
+    python -m llm_runs.drift RUN_DIR                      # a run of this toolkit
+    python -m llm_runs.drift metrics.jsonl --stack verl   # a verl metrics export (file logger)
+    python -m llm_runs.drift trainer_state.json --stack trl --delay 4
+
+The drift of a run (:func:`summary`) is the median over updates t in [d, d + 20) (``early``, the
+map's axis: read before a collapse makes the ratios explode) and over every t >= d (``all``) of:
+
+==================  ==========================================  ==============================================
+axis                this toolkit (and its TRL adapter)          verl
+==================  ==========================================  ==============================================
+kl                  ``drift/kl``, ``mech/kl``                    ``rollout_corr/k3_kl`` (the same k3 estimate,
+                                                                 ``rollout_corr_helper.compute_offpolicy_metrics``)
+chi2                ``stale/chi2``                               ``rollout_corr/chi2_seq`` (its ratios clamped at
+                                                                 exp(+-20)); ``actor/stale/chi2`` (this plugin)
+ess_ratio           ``drift/ess_ratio``                          ``staleness/ess/minibatch_ess_ratio`` (VCPO's fork)
+abs_log_w_median    ``drift/abs_log_w_median``                   (none)
+==================  ==========================================  ==============================================
+
+TRL logs no KL, chi^2 or ESS of its own; with this toolkit's adapter (:mod:`llm_runs.integrations.trl`)
+its ``log_history`` carries the toolkit's names. The map itself (per estimator and optimiser, the
+stable share at each measured drift and the fitted failure boundary) is written by the drift study's
+analysis (``python -m claims.drift`` -> ``results/llm/drift/map.json``); :func:`place` reads it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+AXES = ("kl", "chi2", "ess_ratio", "abs_log_w_median")
+EARLY_UPDATES = 20
+"""The early window: updates d .. d + EARLY_UPDATES - 1."""
+COLUMNS = {
+    "toolkit": {"kl": ("drift/kl", "mech/kl"), "chi2": ("stale/chi2",), "ess_ratio": ("drift/ess_ratio",),
+                "abs_log_w_median": ("drift/abs_log_w_median",)},
+    "verl": {"kl": ("rollout_corr/k3_kl", "actor/mech/kl"), "chi2": ("rollout_corr/chi2_seq", "actor/stale/chi2"),
+             "ess_ratio": ("staleness/ess/minibatch_ess_ratio", "actor/drift/ess_ratio"), "abs_log_w_median": ()},
+    "trl": {"kl": ("mech/kl", "drift/kl"), "chi2": ("stale/chi2",), "ess_ratio": ("drift/ess_ratio",),
+            "abs_log_w_median": ("drift/abs_log_w_median",)},
+}
+"""Stack -> axis -> the metric names that carry it, preferred first."""
+STEP_COLUMNS = ("step", "training/global_step", "global_step")
+
+
+def summary(m: pd.DataFrame, delay: int, stack: str = "toolkit") -> dict:
+    """``{"<axis>_early": ..., "<axis>_all": ..., "<axis>_column": name}`` of a metrics table ``m`` (one row
+    per update, a step column) for a run of delay ``delay``; NaN where the stack logs no such column."""
+    if stack not in COLUMNS:
+        raise ValueError(f"unknown stack {stack!r}; valid: {', '.join(COLUMNS)}")
+    if isinstance(delay, bool) or not isinstance(delay, (int, np.integer)) or delay < 0:
+        raise ValueError(f"delay must be an integer >= 0, got {delay!r}")
+    step = next((c for c in STEP_COLUMNS if c in m), None)
+    if step is None:
+        raise ValueError(f"the metrics have no step column (one of {', '.join(STEP_COLUMNS)})")
+    t = pd.to_numeric(m[step], errors="coerce")
+    out: dict = {}
+    for axis in AXES:
+        col = next((c for c in COLUMNS[stack][axis] if c in m and m[c].notna().any()), None)
+        out[f"{axis}_column"] = col
+        for part, sel in (("early", (t >= delay) & (t < delay + EARLY_UPDATES)), ("all", t >= delay)):
+            x = pd.to_numeric(m.loc[sel, col], errors="coerce").dropna() if col else pd.Series(dtype=float)
+            out[f"{axis}_{part}"] = float(x.median()) if len(x) else math.nan
+    return out
+
+
+def read_metrics(path: str | Path, stack: str = "toolkit") -> tuple[pd.DataFrame, int | None]:
+    """The per-update metrics at ``path`` and the run's delay where the file records it: a run folder
+    of this toolkit; a verl file-logger export (JSON lines ``{"step": n, "data": {...}}`` or flat
+    dicts); a TRL ``trainer_state.json`` (its ``log_history``); or a CSV with a step column."""
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"{p}: no such file or folder")
+    if p.is_dir():
+        from schema.results import read_run, read_run_config
+
+        _, m = read_run(p)
+        return m, int(read_run_config(p)["delay"])
+    if p.suffix == ".csv":
+        return pd.read_csv(p), None
+    text = p.read_text()
+    if p.suffix in (".jsonl", ".ndjson"):
+        rows = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{p}: line {n} is not JSON ({exc})") from None
+            rows.append({"step": rec["step"], **rec["data"]} if isinstance(rec.get("data"), dict) else rec)
+        return pd.DataFrame(rows), None
+    try:
+        j = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{p}: not JSON ({exc})") from None
+    if isinstance(j, dict) and isinstance(j.get("log_history"), list):
+        return pd.DataFrame([r for r in j["log_history"] if "step" in r]), None
+    raise ValueError(f"{p}: not a run folder, a .jsonl/.csv export or a TRL trainer_state.json")
+
+
+def map_path() -> Path:
+    from schema.results import results_root
+
+    return results_root() / "llm" / "drift" / "map.json"
+
+
+def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dict]:
+    """Per (estimator, optimiser) of the drift map, what it did at drift ``drift`` on ``axis``: the
+    nearest measured level's stable share and whether ``drift`` lies below its fitted boundary."""
+    if table is None:
+        path = map_path()
+        if not path.is_file():
+            raise ValueError(f"no drift map at {path}: run the drift grid and `python -m claims.drift` first")
+        table = json.loads(path.read_text())
+    if table.get("axis") != axis:
+        raise ValueError(f"the map's axis is {table.get('axis')!r}, not {axis!r}")
+    out = []
+    for row in table["boundaries"]:
+        levels = [lv for lv in row["levels"] if lv["drift"] is not None and math.isfinite(lv["drift"])]
+        if not levels or not math.isfinite(drift) or drift <= 0:
+            continue
+        near = min(levels, key=lambda lv: abs(math.log(lv["drift"]) - math.log(drift)))
+        b = row["boundary"]
+        below = None if b is None else drift < b
+        out.append({"estimator": row["estimator"], "optimizer": row["optimizer"], "nearest_drift": near["drift"],
+                    "stable_share": near["stable_share"], "n": near["n"], "boundary": b,
+                    "censored": row.get("censored"), "below_boundary": below})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m llm_runs.drift", description=__doc__.split("\n\n")[0])
+    p.add_argument("path", help="a run folder, a verl .jsonl export or a TRL trainer_state.json")
+    p.add_argument("--stack", default="toolkit", choices=sorted(COLUMNS))
+    p.add_argument("--delay", type=int, default=None, help="the run's delay d (read from a toolkit run's config)")
+    args = p.parse_args(argv)
+    try:
+        m, delay = read_metrics(args.path, args.stack)
+        delay = args.delay if args.delay is not None else delay
+        if delay is None:
+            raise ValueError("give --delay: the export does not record the run's delay")
+        s = summary(m, delay, args.stack)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for axis in AXES:
+        col = s[f"{axis}_column"] or "(not logged)"
+        print(f"{axis:17s} early {s[axis + '_early']:.4g}  all {s[axis + '_all']:.4g}   [{col}]")
+    kl = s["kl_early"]
+    try:
+        rows = place(kl)
+    except ValueError as exc:
+        print(f"map: {exc}")
+        return 0
+    if not rows:
+        print("map: this run logs no KL per token; its place on the map (whose axis is the early KL) is unknown")
+        return 0
+    held = sorted({f"{r['estimator']} ({r['optimizer']})" for r in rows if r["stable_share"] >= 0.8})
+    print(f"map: at early KL per token {kl:.4g}, the drift study's nearest levels held (stable share >= 0.8) for: "
+          f"{', '.join(held) or 'none'}")
+    for r in rows:
+        print(f"  {r['estimator']:10s} {r['optimizer']:9s} nearest level KL {r['nearest_drift']:.4g}: stable "
+              f"{r['stable_share']:.0%} of {r['n']}; boundary {r['boundary'] if r['boundary'] is None else round(r['boundary'], 4)}"
+              f"{' (' + r['censored'] + ')' if r.get('censored') else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

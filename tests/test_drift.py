@@ -1,0 +1,144 @@
+"""A run's drift (llm_runs.drift) from this toolkit's runs and from verl and TRL metrics exports, and
+the drift map's failure boundary (claims.drift)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from claims import drift as analysis
+from llm_runs import drift
+
+
+def _table(n=100, d=10):
+    steps = np.arange(n)
+    kl = np.where(steps < d, 0.0, 0.01 * (1 + (steps - d)))  # grows after the delay
+    return pd.DataFrame({"step": steps, "drift/kl": kl, "stale/chi2": 2 * kl, "drift/ess_ratio": 1 - kl,
+                         "drift/abs_log_w_median": kl / 2})
+
+
+def test_summary_reads_the_early_window_and_everything_after_the_delay():
+    s = drift.summary(_table(), 10)
+    assert s["kl_early"] == pytest.approx(np.median(0.01 * np.arange(1, 21)))
+    assert s["kl_all"] == pytest.approx(np.median(0.01 * np.arange(1, 91)))
+    assert s["chi2_early"] == pytest.approx(2 * s["kl_early"]) and s["kl_column"] == "drift/kl"
+    with pytest.raises(ValueError, match="delay must be an integer >= 0"):
+        drift.summary(_table(), -1)
+    with pytest.raises(ValueError, match="unknown stack 'jax'"):
+        drift.summary(_table(), 0, "jax")
+    with pytest.raises(ValueError, match="no step column"):
+        drift.summary(_table().drop(columns="step"), 0)
+
+
+def test_a_mechanism_run_s_kl_column_is_read_where_drift_columns_are_absent():
+    t = _table().rename(columns={"drift/kl": "mech/kl"}).drop(columns=["drift/ess_ratio"])
+    s = drift.summary(t, 10)
+    assert s["kl_column"] == "mech/kl" and math.isnan(s["ess_ratio_early"])
+
+
+def test_a_verl_file_logger_export(tmp_path):
+    """verl's file logger writes one JSON object per step, {"step": n, "data": {metric: value}}; the KL
+    is rollout_corr/k3_kl, the sequence chi^2 rollout_corr/chi2_seq."""
+    path = tmp_path / "metrics.jsonl"
+    with path.open("w") as fh:
+        for t in range(30):
+            fh.write(json.dumps({"step": t, "data": {"rollout_corr/k3_kl": 0.001 * t, "rollout_corr/chi2_seq": 0.1 * t,
+                                                     "actor/pg_loss": 0.5}}) + "\n")
+    m, delay = drift.read_metrics(path, "verl")
+    assert delay is None
+    s = drift.summary(m, 4, "verl")
+    assert s["kl_column"] == "rollout_corr/k3_kl" and s["kl_early"] == pytest.approx(0.001 * np.median(range(4, 24)))
+    assert s["chi2_column"] == "rollout_corr/chi2_seq" and math.isnan(s["abs_log_w_median_early"])
+
+
+def test_a_trl_trainer_state_with_the_toolkit_adapter(tmp_path, capsys):
+    hist = [{"step": t, "loss": 0.1, "mech/kl": 0.002 * t, "stale/chi2": 0.05 * t} for t in range(1, 40)]
+    hist.append({"train_runtime": 12.0})  # TRL's last entry has no step
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"log_history": hist, "global_step": 39}))
+    assert drift.main([str(path), "--stack", "trl"]) == 2  # the delay is not in the export
+    assert "give --delay" in capsys.readouterr().err
+    rc = drift.main([str(path), "--stack", "trl", "--delay", "4"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "kl" in out and "[mech/kl]" in out
+
+
+def test_bad_exports_are_named(tmp_path):
+    bad = tmp_path / "x.jsonl"
+    bad.write_text('{"step": 0, "data": {}}\nnot json\n')
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        drift.read_metrics(bad, "verl")
+    with pytest.raises(ValueError, match="no such file"):
+        drift.read_metrics(tmp_path / "missing", "verl")
+    other = tmp_path / "o.json"
+    other.write_text("[]")
+    with pytest.raises(ValueError, match="not a run folder"):
+        drift.read_metrics(other, "trl")
+
+
+def test_a_toolkit_run_folder(tmp_path):
+    from conftest import tiny
+
+    from llm_runs.trainer import Trainer
+
+    cfg = tiny(tmp_path / "cache", delay=2, steps=4, drift_diagnostics=True)
+    Trainer(cfg, tmp_path / "run", progress=False, log=lambda m: None).run()
+    m, delay = drift.read_metrics(tmp_path / "run")
+    s = drift.summary(m, delay)
+    assert delay == 2 and s["kl_column"] == "drift/kl" and s["kl_early"] > 0
+
+
+def test_place_reads_the_map():
+    table = {"axis": "kl", "boundaries": [
+        {"estimator": "gmc", "optimizer": "sgd", "boundary": 0.02, "censored": None,
+         "levels": [{"drift": 0.01, "stable_share": 1.0, "n": 5}, {"drift": 0.03, "stable_share": 0.2, "n": 5}]}]}
+    (row,) = drift.place(0.025, "kl", table)
+    assert row["nearest_drift"] == 0.03 and row["stable_share"] == 0.2 and row["below_boundary"] is False
+    (row,) = drift.place(0.011, "kl", table)
+    assert row["stable_share"] == 1.0 and row["below_boundary"] is True
+    with pytest.raises(ValueError, match="axis is 'kl'"):
+        drift.place(0.01, "chi2", table)
+
+
+@pytest.mark.parametrize("levels, want, censored", [
+    ([(0.01, 1.0), (0.1, 0.6)], math.exp(math.log(0.01) + 0.5 * math.log(10)), None),  # 1.0 -> 0.6: halfway
+    ([(0.01, 1.0), (0.1, 0.9)], 0.1, "right"),
+    ([(0.01, 0.4), (0.1, 0.0)], 0.01, "left"),
+    ([(0.1, 0.0), (0.01, 0.8), (0.05, 0.8)], 0.05, None),  # unordered input; exactly 0.8 holds
+])
+def test_the_failure_boundary(levels, want, censored):
+    b, c = analysis.boundary(levels)
+    assert b == pytest.approx(want) and c == censored
+
+
+def test_the_level_of_a_run():
+    assert analysis._level({"optimizer": "sgd", "lr": 2e-4, "max_grad_norm": None}) == "sgd0.0002"
+    assert analysis._level({"optimizer": "adam", "lr": 1e-5, "max_grad_norm": 1.0}) == "adamclip1e-05"
+    assert analysis._level({"optimizer": "adam", "lr": 1e-4, "max_grad_norm": None}) is None  # the study's Adam
+    assert analysis._level({"optimizer": "adam", "lr": 1e-4, "max_grad_norm": 1.0, "ess_scaling": "sqrt"}) is None
+    assert analysis._level({"optimizer": "adamw", "lr": 1e-4, "max_grad_norm": 1.0, "weight_decay": 0.01}) is None
+
+
+def _runs(shares_sgd, shares_clip, drifts_sgd, drifts_clip, n=5):
+    rows = []
+    for fam, shares, drifts in (("sgd", shares_sgd, drifts_sgd), ("adamclip", shares_clip, drifts_clip)):
+        for i, (share, d) in enumerate(zip(shares, drifts)):
+            level = f"{fam}{(i + 1) * 1e-4:g}"
+            for s in range(n):
+                rows.append({"level": level, "family": fam, "estimator": "gmc", "delay": 64, "seed": s,
+                             "complete": True, "stable": s < round(share * n), "kl_early": d, "pc_final": 0.5})
+    return pd.DataFrame(rows)
+
+
+def test_d1_confirms_matching_boundaries_and_refutes_sgd_holding_beyond_adam():
+    same = _runs([1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.01, 0.03, 0.06], [0.01, 0.03, 0.08])
+    bounds = analysis.boundaries(same, list(range(5)), n_boot=200)
+    v = analysis.d1(bounds, analysis.cell_table(same, list(range(5))), adam_level=0.05)
+    assert v["verdict"] == "CONFIRMED"
+    apart = _runs([1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.01, 0.04, 0.08], [0.01, 0.03, 0.08])
+    bounds = analysis.boundaries(apart, list(range(5)), n_boot=200)
+    v = analysis.d1(bounds, analysis.cell_table(apart, list(range(5))), adam_level=0.05)
+    assert v["verdict"] == "REFUTED" and v["refuting_pairs"]

@@ -1,0 +1,211 @@
+"""Step-size control (llm_runs.stepsize): VCPO's ESS ratio and learning-rate rules against their
+code's formulas, GMC's step form against the group factors, the learning rate scaled only for
+the step, OPOB against a hand computation and brute-force per-trajectory gradients, the
+zero-gradient skip against Adam's momentum, and every control off leaving the update untouched."""
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny
+
+from llm_runs import stepsize
+from llm_runs.update import flat_params, policy_update
+
+
+def _vcpo_ess_ratio(values) -> float:
+    """mit-han-lab/vcpo recipe/fully_async_policy/staleness_utils.py compute_ess_info, unclipped branch:
+    Python floats, (sum w)^2 / (sum w^2 + 1e-8) / N."""
+    s1 = s2 = 0.0
+    for v in values:
+        s1 += float(v)
+        s2 += float(v) ** 2
+    return s1 ** 2 / (s2 + 1e-8) / len(values)
+
+
+def test_ess_ratio_is_vcpo_s():
+    rng = np.random.default_rng(0)
+    w = np.exp(rng.normal(0, 1.5, size=128))
+    assert stepsize.ess_ratio(torch.tensor(w)) == pytest.approx(_vcpo_ess_ratio(w), rel=1e-12)
+    assert stepsize.ess_ratio(torch.ones(64)) == pytest.approx(1.0, abs=1e-9)
+    one_heavy = torch.tensor([1e6] + [1e-6] * 15, dtype=torch.float64)
+    assert stepsize.ess_ratio(one_heavy) == pytest.approx(1 / 16, rel=1e-6)
+    huge = torch.tensor([1e200, 1e200, 1.0, 1.0], dtype=torch.float64)  # w^2 overflows float64: log space
+    assert stepsize.ess_ratio(huge) == pytest.approx(0.5, rel=1e-9)
+
+
+def test_ess_scale_rules():
+    assert stepsize.ess_scale("sqrt", 0.25) == pytest.approx(0.5)
+    assert stepsize.ess_scale("linear", 0.25) == pytest.approx(0.25)
+    assert stepsize.ess_scale("sqrt", 0.25, base=0.5) == pytest.approx(math.sqrt(0.5))
+    assert stepsize.ess_scale("sqrt", 0.9, base=0.5) == 1.0  # never above the base step
+    assert stepsize.ess_scale("none", 0.01) == 1.0
+    with pytest.raises(ValueError, match="unknown ess_scaling 'cubic'"):
+        stepsize.ess_scale("cubic", 0.5)
+
+
+def test_gmc_step_scale_is_the_mean_group_factor():
+    rng = np.random.default_rng(1)
+    lr = rng.normal(0, 1.0, size=(6, 8))
+    eps = 0.2
+    lam = np.minimum(1.0, (1 + eps) / np.exp(lr).mean(axis=1))
+    assert stepsize.gmc_step_scale(torch.tensor(lr), eps) == pytest.approx(lam.mean(), rel=1e-12)
+    assert stepsize.gmc_step_scale(torch.zeros(4, 8), eps) == 1.0
+
+
+def test_scaled_lr_scales_only_the_step_and_restores():
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([p], lr=0.1)
+    p.grad = torch.full((3,), 2.0)
+    with stepsize.scaled_lr(opt, 0.25):
+        assert opt.param_groups[0]["lr"] == pytest.approx(0.025)
+        opt.step()
+    assert opt.param_groups[0]["lr"] == 0.1
+    assert torch.allclose(p.detach(), torch.full((3,), 1 - 0.025 * 2))
+    with pytest.raises(ValueError, match="finite float >= 0"), stepsize.scaled_lr(opt, float("nan")):
+        pass
+    with pytest.raises(RuntimeError), stepsize.scaled_lr(opt, 0.5):  # restored even when the step raises
+        raise RuntimeError
+    assert opt.param_groups[0]["lr"] == 0.1
+
+
+def test_opob_advantages_by_hand():
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    lr = torch.tensor([[0.0, math.log(2.0), 0.0, math.log(0.5)], [0.1, 0.2, 0.3, 0.4]], dtype=torch.float64)
+    g2 = torch.tensor([[1.0, 1.0, 4.0, 2.0], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    W = np.array([1.0, 4.0, 4.0, 0.5])
+    b = (W * np.array([1, 0, 0, 1])).sum() / (W.sum() + 1e-8)
+    std = np.std([1, 0, 0, 1], ddof=1)
+    got = stepsize.opob_advantages(r, lr, g2, norm_by_std=True).numpy()
+    np.testing.assert_allclose(got[0], (np.array([1, 0, 0, 1]) - b) / std, rtol=1e-12)
+    np.testing.assert_array_equal(got[1], np.zeros(4))  # equal rewards: no signal, no division by 0
+    raw = stepsize.opob_advantages(r, lr, g2, norm_by_std=False).numpy()
+    np.testing.assert_allclose(raw[0], np.array([1, 0, 0, 1]) - b, rtol=1e-12)
+    with pytest.raises(ValueError, match="share one"):
+        stepsize.opob_advantages(r, lr[:, :3], g2)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny run's trainer after 5 updates at delay 2 (its last batch has a learning signal)."""
+    from llm_runs.trainer import Trainer
+
+    root = tmp_path_factory.mktemp("stepsize")
+    cfg = tiny(root / "cache", delay=2, steps=5)
+    trainer = Trainer(cfg, root / "run", progress=False, log=lambda m: None)
+    trainer.run()
+    assert float(trainer.last_batch.rewards.std()) > 0
+    return trainer
+
+
+def test_trajectory_grad_norms_equal_brute_force(trained):
+    from llm_runs.rollout import completion_logprobs
+
+    model, batch = trained.policy, trained.last_batch
+    got = stepsize.trajectory_grad_sq_norms(model, batch)
+    for i in (0, 5):
+        model.zero_grad(set_to_none=True)
+        logp = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, 1.0, 1)
+        (logp[i] * batch.completion_mask[i]).sum().backward()
+        want = sum(float((p.grad.double() ** 2).sum()) for p in model.parameters() if p.grad is not None)
+        assert got.view(-1)[i].item() == pytest.approx(want, rel=1e-4)
+    model.zero_grad(set_to_none=True)
+
+
+class _Control:
+    def __init__(self, **kw):
+        self.ess_scaling, self.ess_base_ratio, self.ess_use_clipped = "none", 1.0, False
+        self.gmc_step, self.skip_zero_grad, self.drift_diagnostics = False, False, False
+        self.opob_norm_by_std, self.estimator, self.eps = True, "gmc", 0.2
+        self.__dict__.update(kw)
+
+
+def _step(model, batch, control, opt_state=None, **kw):
+    m = copy.deepcopy(model)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    if opt_state is not None:
+        opt.load_state_dict(opt_state)
+    row = policy_update(m, opt, batch, estimator=kw.pop("estimator", "gmc"), eps=0.2, control=control, **kw)
+    return m, opt, row
+
+
+def test_every_control_off_is_the_uncontrolled_update(trained):
+    a, _, ra = _step(trained.policy, trained.last_batch, None)
+    b, _, rb = _step(trained.policy, trained.last_batch, _Control())
+    assert np.array_equal(flat_params(a), flat_params(b))
+    assert not any(k.startswith(("step/", "drift/")) for k in rb) and ra == {**ra, **rb}
+
+
+def test_a_step_scale_scales_sgd_s_step_exactly(trained):
+    base = flat_params(trained.policy)
+
+    def sgd_step(control):
+        m = copy.deepcopy(trained.policy)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        row = policy_update(m, opt, trained.last_batch, estimator="is", eps=0.2, control=control)
+        return flat_params(m) - base, row
+
+    plain, _ = sgd_step(None)
+    scaled, row = sgd_step(_Control(ess_scaling="linear", estimator="is"))
+    s = row["step/lr_scale"]
+    assert 0 < s < 1 and row["step/ess_ratio"] == pytest.approx(s)
+    ulp = 2.0**-23 * np.abs(base).max()  # float32 parameters: each difference is exact to about one ulp of theta
+    np.testing.assert_allclose(scaled, s * plain, rtol=1e-4, atol=4 * ulp)
+    assert np.abs(plain).max() > 1e3 * ulp  # the steps are far above the rounding
+    _, row = sgd_step(_Control(gmc_step=True, estimator="is"))
+    assert row["step/gmc_scale"] == row["step/lr_scale"] <= 1.0
+
+
+def test_the_zero_gradient_skip_stops_adam_s_momentum(trained):
+    batch = trained.last_batch
+    m1, opt, _ = _step(trained.policy, batch, None)  # a step with a gradient: Adam has momentum now
+    flat = copy.deepcopy(batch)
+    flat.rewards = torch.zeros_like(batch.rewards)  # every advantage 0: a zero gradient
+    state = opt.state_dict()
+    moved, _, row = _step(m1, flat, None, opt_state=state)
+    assert row["train/grad_norm"] == 0.0 and not np.array_equal(flat_params(moved), flat_params(m1))
+    kept, _, row = _step(m1, flat, _Control(skip_zero_grad=True), opt_state=state)
+    assert row["step/zero_grad_skipped"] == 1 and row["train/update_skipped"] == 0
+    assert np.array_equal(flat_params(kept), flat_params(m1))
+    _, _, row = _step(m1, batch, _Control(skip_zero_grad=True), opt_state=state)
+    assert row["step/zero_grad_skipped"] == 0
+
+
+def test_opob_runs_in_the_trainer_and_logs_its_cost(tmp_path):
+    import pandas as pd
+
+    from llm_runs.trainer import Trainer
+
+    cfg = tiny(tmp_path / "cache", delay=1, steps=2, advantage="opob", estimator="seq_tis", seq_tis_cap=8.0,
+               ess_scaling="sqrt", max_grad_norm=1.0, drift_diagnostics=True)
+    Trainer(cfg, tmp_path / "run", progress=False, log=lambda m: None).run()
+    m = pd.read_csv(tmp_path / "run" / "metrics.csv")
+    upd = m[m["step"] < 2]
+    assert (upd["perf/opob_s"] > 0).all() and upd["step/lr_scale"].between(0, 1).all()
+    assert upd["drift/kl"].notna().all() and upd["drift/ess_ratio"].between(0, 1 + 1e-9).all()
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("ess_scaling", "cubic", "unknown ess_scaling 'cubic'"),
+    ("ess_base_ratio", 0.0, "ess_base_ratio must be in"),
+    ("gmc_step", "yes", "gmc_step must be true or false"),
+    ("advantage", "opob2", "unknown advantage 'opob2'"),
+])
+def test_bad_step_controls_are_refused_by_name(tmp_path, field, value, match):
+    with pytest.raises(ValueError, match=match):
+        tiny(tmp_path, **{field: value}).validate()
+
+
+def test_clipped_ess_needs_trajectory_weights(tmp_path):
+    with pytest.raises(ValueError, match="token-level loss"):
+        tiny(tmp_path, estimator="gspo", ess_scaling="sqrt", ess_use_clipped=True).validate()
+
+
+def test_the_vcpo_recipe_names_only_real_settings():
+    from llm_runs.config import TrainConfig
+
+    fields = set(TrainConfig.__dataclass_fields__)
+    assert set(stepsize.RECIPES["vcpo"]) <= fields
