@@ -22,6 +22,10 @@ def __getattr__(name):  # bounds.delay imports sympy: loaded on first use
         from .delay import DELAY_TERMS
 
         return DELAY_TERMS
+    if name == "twin":
+        from .numeric import twin
+
+        return twin
     if name in ("SIGN_TABLE", "sign_error_bound", "trajectory_share_bound"):
         from . import normalised
 
@@ -30,4 +34,4 @@ def __getattr__(name):  # bounds.delay imports sympy: loaded on first use
 
 
 __all__ = ["DELAY_TERMS", "MASS_BOUNDS", "MASS_FORMS", "SIGN_TABLE", "mass_bound", "mass_bound_name",
-           "sign_error_bound", "trajectory_share_bound"]
+           "sign_error_bound", "trajectory_share_bound", "twin"]

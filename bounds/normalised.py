@@ -17,7 +17,8 @@ allows, is refused with a ``ValueError`` rather than turned into a number.
   per-sample scheme with a fixed baseline (iid terms);
 * :data:`SIGN_TABLE`: per scheme, the bound on E (group mass)^2, on E_b c^2, on the mass bias
   and on the largest single weight (the per-trajectory share); :func:`sign_error_bound`,
-  :func:`trajectory_share_bound` read it.
+  :func:`weight_max`, :func:`trajectory_share_bound` read it; §8.4's step scales
+  :func:`step_form_scale` (GMC's step form) and :func:`vcpo_scale` (VCPO's ESS-scaled step).
 
 These are this toolkit's reconstruction ([R]), not the paper's text.
 """
@@ -215,24 +216,40 @@ def trajectory_share(cmax=cmax, G=G, ngroups=ngroups):
     return cmax / (ngroups * G)
 
 
-def _vespo_peak(**params):
-    from estimators.params import resolve
-    from estimators.peers_2025 import vespo_phi_max
+# --------------------------------------------------------------------- §8.3 the per-scheme table
 
-    p = resolve("vespo", params)
-    return max(vespo_phi_max(p["k_pos"], p["lambda_pos"]), vespo_phi_max(p["k_neg"], p["lambda_neg"]))
+
+def _twin(name: str):
+    """The numeric twin of a registered bound, through the package (``bounds.twin``): this module is
+    imported by :mod:`bounds.numeric` to register its bounds, so it does not import that module back."""
+    import bounds
+
+    return bounds.twin(name)
+
+
+def phi_peak(k: float, lam: float) -> float:
+    """``max_w w^k exp(lam (1 - w))`` (VESPO's weight): ``(k/lam)^k exp(lam - k)`` at ``w = k/lam``;
+    ``exp(lam)`` as w -> 0 when k = 0."""
+    return math.exp(k * math.log(k / lam) + lam - k) if k > 0 else math.exp(lam)
+
+
+def _vespo_peak(k_pos, lambda_pos, k_neg, lambda_neg):
+    return max(phi_peak(k_pos, lambda_pos), phi_peak(k_neg, lambda_neg))
 
 
 def weight_max(scheme: str, G, eps, ngroups=1, **params) -> float:
     """§8.3: ``sup_w max_i c_i``, the largest weight one trajectory can get (exact, from the scheme's
-    definition in :mod:`estimators`): IS inf; GMC G(1+eps); TOPR 1; ... (:data:`SIGN_TABLE`)."""
-    from estimators.params import resolve
-
+    definition in :mod:`estimators`): IS inf; GMC G(1+eps); TOPR 1; ... (:data:`SIGN_TABLE`). A
+    scheme with knobs takes them as keywords; a knob not given takes the default written in the
+    row, which is :data:`estimators.params.PARAMS`'s (this module sits below :mod:`estimators`, so a
+    test checks the two agree)."""
     row = SIGN_TABLE.get(scheme)
     if row is None:
         raise ValueError(f"no §8 entry for scheme {scheme!r}; schemes: {', '.join(SIGN_TABLE)}")
-    p = resolve(scheme, params)
-    return float(row["c_max"](float(G), float(eps), int(ngroups), **p))
+    try:
+        return float(row["c_max"](float(G), float(eps), int(ngroups), **params))
+    except TypeError as e:
+        raise ValueError(f"weight_max({scheme!r}): pass exactly its knobs as keywords ({e})") from None
 
 
 SIGN_TABLE: dict[str, dict] = {
@@ -250,11 +267,12 @@ SIGN_TABLE: dict[str, dict] = {
             "mass_bias": "m_gmc_scarf"},
     "snis": {"c_max": lambda G, e, B: G, "mass_sq": 1.0, "weight_sq": None, "mass_bias": None},
     "topr": {"c_max": lambda G, e, B: 1.0, "mass_sq": 1.0, "weight_sq": None, "mass_bias": "m_abs_dev"},
-    "vespo": {"c_max": lambda G, e, B, **p: _vespo_peak(**p), "mass_sq": "peak", "weight_sq": None,
+    "vespo": {"c_max": lambda G, e, B, k_pos=2.0, lambda_pos=3.0, k_neg=3.0, lambda_neg=2.0:
+              _vespo_peak(k_pos, lambda_pos, k_neg, lambda_neg), "mass_sq": "peak", "weight_sq": None,
               "mass_bias": None},
-    "seq_tis_bn": {"c_max": lambda G, e, B, C: B * G, "mass_sq": None, "weight_sq": None, "mass_bias": None},
-    "seq_mis": {"c_max": lambda G, e, B, lo, hi: hi, "mass_sq": None, "weight_sq": None, "mass_bias": None},
-    "gmc_cap": {"c_max": lambda G, e, B, kappa: (1 + e) * kappa, "mass_sq": None, "weight_sq": None,
+    "seq_tis_bn": {"c_max": lambda G, e, B, C=2.0: B * G, "mass_sq": None, "weight_sq": None, "mass_bias": None},
+    "seq_mis": {"c_max": lambda G, e, B, lo=0.5, hi=2.0: hi, "mass_sq": None, "weight_sq": None, "mass_bias": None},
+    "gmc_cap": {"c_max": lambda G, e, B, kappa=1.0: (1 + e) * kappa, "mass_sq": None, "weight_sq": None,
                 "mass_bias": None},
     "gmc_topr": {"c_max": lambda G, e, B: G * (1 + e), "mass_sq": None, "weight_sq": None, "mass_bias": None},
     "topr_gmc": {"c_max": lambda G, e, B: max(1.0, (G - 1) * (1 + e)), "mass_sq": None, "weight_sq": None,
@@ -271,17 +289,15 @@ def _value(entry, **kw):
         return math.nan
     if isinstance(entry, (int, float)):
         return float(entry)
-    from .numeric import twin
-
-    f = twin(entry)
+    f = _twin(entry)
     return f(**{k: kw[k] for k in f.params})
 
 
-def sign_error_bound(scheme: str, grad_abs, M_, sigma2_, G_, eps_, form: str = "mass", mu4_=0.0):
+def sign_error_bound(scheme: str, grad_abs, M_, sigma2_, G_, eps_, form: str = "mass", mu4_=0.0, **knobs):
     """§8.3's sign-error bound of ``scheme`` at one coordinate: ``grad_abs = |grad_j J|``, M the A2
     bound, (sigma^2, mu_4) the ratio law, G, eps. ``form="mass"``: :func:`sign_error_mass` (every
     scheme with a mass_sq entry, leave-one-out); ``"iid"``: :func:`sign_error_iid` (per-sample
-    schemes, fixed baseline). The mean is bounded below by ``(|grad_j J| - M m)_+``, m the
+    schemes, fixed baseline; ``knobs``: a scheme's knobs where its row needs them). The mean is bounded below by ``(|grad_j J| - M m)_+``, m the
     scheme's mass-bias bound (0 for IS). NaN where the table has no entry (no mass-bias bound, or no
     second-moment bound in that form)."""
     row = SIGN_TABLE.get(scheme)
@@ -292,11 +308,10 @@ def sign_error_bound(scheme: str, grad_abs, M_, sigma2_, G_, eps_, form: str = "
     if np.all(np.isnan(m)):  # no bound on the bias: nothing bounds the mean from below
         return np.full(np.shape(grad_abs), np.nan)
     mu_lo = np.maximum(np.asarray(grad_abs, float) - M_ * np.asarray(m, float), 0.0)
-    from .numeric import twin
-
+    twin = _twin
     if form == "mass":
         entry = row["mass_sq"]
-        sq = weight_max(scheme, G_, eps_) ** 2 if entry == "peak" else _value(entry, **kw)
+        sq = weight_max(scheme, G_, eps_, **knobs) ** 2 if entry == "peak" else _value(entry, **kw)
         if np.all(np.isnan(sq)):
             return np.full_like(mu_lo, np.nan)
         return twin("sign_error_mass")(mu=mu_lo, M=M_, m2=sq)
@@ -313,10 +328,13 @@ def trajectory_share_bound(scheme: str, G, eps, ngroups=1, **params) -> float:
 
 def step_form_scale(log_ratio, eps):
     """§8.4: the step form of GMC's cap, ``s_t = (1/B) sum_g lambda_g`` over the batch's B groups
-    (rows of ``log_ratio``, raw trajectory log-ratios), lambda_g = min(1, (1+eps)/mean_i w_gi)."""
-    from estimators import gmc_lambda
+    (rows of ``log_ratio``, raw trajectory log-ratios), lambda_g = min(1, (1+eps)/mean_i w_gi),
+    in log space (a group's log mean ratio by log-sum-exp)."""
+    from scipy.special import logsumexp
 
-    return float(np.mean(gmc_lambda(np.asarray(log_ratio, float), eps)))
+    lr = np.atleast_2d(np.asarray(log_ratio, float))
+    log_mean = logsumexp(lr, axis=-1) - math.log(lr.shape[-1])
+    return float(np.mean(np.exp(np.minimum(0.0, math.log1p(eps) - log_mean))))
 
 
 def vcpo_scale(log_ratio):
@@ -328,5 +346,6 @@ def vcpo_scale(log_ratio):
     return float(math.sqrt(a * a / (lr.size * b)))
 
 
-__all__ = ["SIGN_TABLE", "sign_error_bound", "step_form_scale", "trajectory_share_bound", "vcpo_scale",
-           "weight_max"]
+__all__ = ["SIGN_TABLE", "adam_momentum_var_factor", "adam_sign_error", "adam_step_factor", "adam_step_factor_limit",
+           "cantelli_sign_error", "phi_peak", "sign_error_bound", "sign_error_iid", "sign_error_mass",
+           "step_form_scale", "trajectory_share_bound", "vcpo_scale", "weight_max"]

@@ -41,9 +41,11 @@ STUDY_FIGURES = ["f10_study_differences", "f11_study_pc_vs_delay", "f12_chi2_vs_
 report's first section (:func:`study_section`) instead of its figure list."""
 OPTIMIZER_FIGURES = ["f15_second_moment_vs_chi2", "f16_async_optimizers"]
 """The exact simulators against the LLM's ordering: shown in their own section (:func:`optimizer_section`)."""
+FRAME_FIGURES = ["f22_shared_collapse", "f23_theory_frame"]
+"""The shared-parameter model's search and the theory-against-LLM frame: their own section (:func:`frame_section`)."""
 FIGURES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
            "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier", *STUDY_FIGURES,
-           *MECHANISM_FIGURES, *OPTIMIZER_FIGURES]
+           *MECHANISM_FIGURES, *OPTIMIZER_FIGURES, *FRAME_FIGURES]
 def fig_module(name: str):
     return importlib.import_module(f"figures.{name}")
 
@@ -362,6 +364,30 @@ def optimizer_section(report_dir: Path, figures_out: Path, draw_missing: bool) -
     return md + lines, missing
 
 
+def frame_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str], list[str]]:
+    """Theory and experiment in one frame (F22, F23; THEORY §8): the shared-parameter model's answer in
+    one sentence, the frame table, and the cells where theory and LLM disagree. Returns (markdown lines,
+    figures not drawn, disagreement lines for "Disagreements and gaps")."""
+    f22, f23 = fig_module("f22_shared_collapse"), fig_module("f23_theory_frame")
+    md = ["## Theory and experiment in one frame (THEORY §8)", "",
+          ("`python -m simulators.sweep shared_collapse` (the shared-parameter exact model), "
+           "`python -m simulators.sweep async_optimizers` (the factorised E2) and the LLM's study and mechanism "
+           "runs; claims 20-22 in the claims table above."), ""]
+    try:
+        md += ["**Shared-parameter model.** " + plain(f22.pattern_sentence(f22.load())), ""]
+    except MissingResults as e:
+        md += [f"*{e}*", ""]
+    dis = []
+    try:
+        tab = f23.load()
+        md += f23.markdown(tab) + [""]
+        dis = f23.disagreements(tab)
+    except MissingResults as e:
+        md += [f"*{e}*", ""]
+    lines, missing = figure_sections(FRAME_FIGURES, report_dir, figures_out, draw_missing)
+    return md + lines, missing, dis
+
+
 # ----------------------------------------------------------------------------------- Qwen3-0.6B on one GPU
 
 GPU_FIGURE = "f14_gpu_pc_vs_delay"
@@ -527,10 +553,16 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
     opt_md, opt_missing = optimizer_section(report_dir, figures_out, draw_missing)
     md += opt_md
     missing += opt_missing
+    frame_md, frame_missing, frame_dis = frame_section(report_dir, figures_out, draw_missing)
+    md += frame_md
+    missing += frame_missing
+    if frame_dis:
+        disagreements += [("- Theory against the LLM (F23), where an exact model's prediction and the LLM's "
+                           "outcome differ:")] + ["  " + line for line in frame_dis]
 
     md += ["## Figures", ""]
     for name in (n for n in FIGURES if n not in STUDY_FIGURES and n not in MECHANISM_FIGURES
-                 and n not in OPTIMIZER_FIGURES):
+                 and n not in OPTIMIZER_FIGURES and n not in FRAME_FIGURES):
         lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
         md += lines + [""]
         if name == "f9_peers_frontier" and not miss:  # the newcomers against GMC, one sentence

@@ -22,7 +22,7 @@ J against the V^H enumeration in the tests). Training is asynchronous as in
 leave-one-out advantages, any optimiser of :mod:`simulators.optim`.
 
 ``python -m simulators.sweep shared_collapse [--quick]`` searches (H, V, sharing, lr, d, optimiser)
-for the LLM's pattern (:func:`pattern_table`): IS and GMC collapse under Adam while TOPR holds, and
+for the LLM's pattern (:func:`claims.shared_model.pattern_table` reads the results): IS and GMC collapse under Adam while TOPR holds, and
 GMC holds under SGD at a drift at least as large.
 """
 from __future__ import annotations
@@ -203,32 +203,6 @@ def run_setting(setting: dict, seeds: list[int]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def pattern_table(df: pd.DataFrame, share: float = 0.5, hold: float = 0.1) -> pd.DataFrame:
-    """Per (H, V, rank, d, Adam lr): the collapse shares, and whether the LLM's pattern holds there:
-    IS and GMC collapse in at least ``share`` of the seeds under Adam, TOPR in at most ``hold``, and
-    at some SGD step size GMC collapses in at most ``hold`` with a median drift at least Adam-GMC's."""
-    keys = ["H", "V", "rank", "d"]
-    out = []
-    for k, cell in df.groupby(keys, sort=True):
-        sgd = cell[cell["optimizer"] == "sgd"]
-        for lr, ad in cell[cell["optimizer"] == "adam"].groupby("lr"):
-            shares = ad.groupby("scheme")["collapsed"].mean()
-            drift_gmc = float(ad[ad["scheme"] == "gmc"]["avg_drift"].median())
-            g_sgd = sgd[sgd["scheme"] == "gmc"].groupby("lr").agg(share=("collapsed", "mean"),
-                                                                     drift=("avg_drift", "median"))
-            ok_sgd = g_sgd[(g_sgd["share"] <= hold) & (g_sgd["drift"] >= drift_gmc)]
-            r = dict(zip(keys, k))
-            r.update({"adam_lr": float(lr), **{f"collapse_{s}": float(shares.get(s, np.nan)) for s in SCHEMES},
-                      "adam_gmc_drift": drift_gmc,
-                      "sgd_gmc_hold_lrs": ",".join(f"{x:g}" for x in ok_sgd.index),
-                      "sgd_gmc_best_share": float(g_sgd["share"].min()) if len(g_sgd) else np.nan})
-            r["adam_part"] = bool(shares.get("is", 0) >= share and shares.get("gmc", 0) >= share
-                                  and shares.get("topr", 1) <= hold)
-            r["pattern"] = bool(r["adam_part"] and len(ok_sgd) > 0)
-            out.append(r)
-    return pd.DataFrame(out)
-
-
 _FIXED = {"G": 8, "eps": 0.2, "J_start": 0.25, "T": 150, "schemes": SCHEMES, "optimizers": OPTIMIZERS,
           "collapse_frac": 0.5, "tail": 0.25}
 
@@ -256,4 +230,4 @@ SWEEPS = [Sweep("shared_collapse", "Shared-parameter softmax model: search for t
                 "(IS and GMC collapse under Adam, TOPR holds, GMC holds under SGD)", SETTINGS["shared_collapse"],
                 run_setting, COLUMNS)]
 
-__all__ = ["SWEEPS", "SharedSoftmaxMDP", "collapsed", "pattern_table", "run_async", "run_setting"]
+__all__ = ["SWEEPS", "SharedSoftmaxMDP", "collapsed", "run_async", "run_setting"]

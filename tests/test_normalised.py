@@ -110,6 +110,18 @@ def test_weight_max_is_the_supremum_of_the_scheme_s_weights(scheme):
         assert c.max() > 1e3
 
 
+def test_table_knob_defaults_are_the_estimators():
+    """The c_max rows carry their schemes' knob defaults (bounds sits below estimators): they must agree."""
+    import inspect
+
+    from estimators.params import defaults
+
+    for scheme, row in nb.SIGN_TABLE.items():
+        sig = inspect.signature(row["c_max"])
+        knobs = {k: p.default for k, p in list(sig.parameters.items())[3:]}
+        assert knobs == defaults(scheme), scheme
+
+
 def test_share_and_step_form_and_vcpo():
     assert nb.trajectory_share_bound("gmc", 8, 0.2, 4) == pytest.approx(1.2 / 4)
     assert nb.trajectory_share_bound("topr", 8, 0.2, 4) == pytest.approx(1 / 32)
@@ -290,8 +302,8 @@ def test_shared_model_group_estimate_is_unbiased_for_is():
 
 def test_shared_collapse_quick_sweep(tmp_path, monkeypatch):
     """``python -m simulators.sweep shared_collapse --quick`` runs, and its table has one row per run."""
+    from claims.shared_model import pattern_table
     from simulators import sweep
-    from simulators.shared_softmax import pattern_table
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     assert sweep.main(["shared_collapse", "--quick"]) == 0
