@@ -68,3 +68,23 @@ def test_every_field_a_committed_run_lacks_has_a_legacy_entry():
         missing |= fields - set(json.loads(path.read_text())["config"])
     assert missing, "every committed run records every field: the legacy table is not exercised"
     assert missing <= set(LEGACY_FIELDS), f"fields committed runs lack with no legacy entry: {sorted(missing - set(LEGACY_FIELDS))}"
+
+
+def test_gspos_legacy_clip_range_is_filled_only_into_gspo_runs(tmp_path):
+    """The legacy rule filled GSPO's knob into every run that predates it, so a committed pilot's GMC run
+    read as made with ``gspo_eps_low = 0.2`` and its own grid refused it (``--grid pilot --dry-run``)."""
+    for estimator, expected in (("gmc", None), ("gspo", 0.2)):
+        filled = legacy_fields({"estimator": estimator, "eps": 0.2})
+        assert filled["gspo_eps_low"] == expected, estimator
+        assert filled["gspo_eps_high"] == (4e-4 if estimator == "gspo" else None)
+    run = SWEEP.parent / "pilot" / "long-gmc-d0-s0"
+    assert "gspo_eps_low" not in json.loads((run / "config.json").read_text())["config"]
+    assert "gspo_eps_low" not in read_run_config(run)  # today's default, which it never read
+    assert load_run_config(run).gspo_eps_low == TrainConfig().gspo_eps_low
+
+
+@pytest.mark.parametrize("grid", ["pilot", "pilot_short"])
+def test_the_committed_pilots_pass_their_own_grids_dry_run(grid, capsys):
+    from llm_runs.study import main
+
+    assert main(["--grid", grid, "--dry-run"]) == 0, capsys.readouterr().err
