@@ -346,3 +346,10 @@ def test_bf16_log_probs_with_advantages_near_float32s_range_are_refused_or_finit
         return
     out.loss.backward()
     assert torch.isfinite(out.loss) and bool(torch.isfinite(x.grad).all()), name
+
+
+def test_a_sapo_temperature_float32_cannot_hold_is_a_config_error_not_a_torch_error():
+    from llm_runs.config import resolve_config
+
+    with pytest.raises(ValueError, match=r"tau_pos .* 1e\+30.*sapo_tau_pos"):
+        resolve_config({"estimator": "sapo", "sapo_tau_pos": 1e300})
