@@ -322,3 +322,47 @@ def test_shared_collapse_quick_sweep(tmp_path, monkeypatch):
     assert sweep.main(["shared_collapse", "--quick"]) == 0
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "sim" / "shared_collapse-quick" / "results.parquet"),
                                   before)
+
+
+def _runs(cell, opt, lr, scheme, collapsed, drift, n=10):
+    return [{**cell, "optimizer": opt, "lr": lr, "scheme": scheme, "seed": s, "collapsed": s < collapsed,
+             "avg_drift": drift} for s in range(n)]
+
+
+def test_pattern_table_finds_a_planted_pattern_and_only_it():
+    import pandas as pd
+
+    from claims.shared_model import pattern_table
+
+    cell = {"H": 8, "V": 4, "rank": "4", "d": 4}
+    rows = (_runs(cell, "adam", 1.0, "is", 10, 0.7) + _runs(cell, "adam", 1.0, "gmc", 6, 0.7)
+            + _runs(cell, "adam", 1.0, "topr", 1, 0.7) + _runs(cell, "adam", 1.0, "tic_trunc", 0, 0.7)
+            + _runs(cell, "sgd", 2.0, "gmc", 0, 0.9) + _runs(cell, "sgd", 8.0, "gmc", 9, 2.0))
+    tab = pattern_table(pd.DataFrame(rows))
+    r = tab.iloc[0]
+    assert bool(r["pattern"]) and r["sgd_gmc_hold_lrs"] == "2" and r["collapse_gmc"] == pytest.approx(0.6)
+    rows_low = [x if not (x["optimizer"] == "sgd" and x["lr"] == 2.0) else {**x, "avg_drift": 0.5} for x in rows]
+    assert not bool(pattern_table(pd.DataFrame(rows_low)).iloc[0]["pattern"])  # SGD held only at a smaller drift
+    rows_topr = [x if x["scheme"] != "topr" else {**x, "collapsed": x["seed"] < 2} for x in rows]
+    assert not bool(pattern_table(pd.DataFrame(rows_topr)).iloc[0]["adam_part"])  # TOPR collapsed in 20%
+
+
+def test_frame_disagreements():
+    import pandas as pd
+
+    from figures import f23_theory_frame as f
+
+    base = {"c_max": 1.0, "e2_n": 20, "e2_final_J": 0.9, "e2_chi2": 1.0, "e2_bias_sq": 0.0, "e2_ghat_sq": 0.0,
+            "shared_n": 10, "shared_lr": 1.0, "llm_n": 10, "llm_pc": 0.5, "llm_chi2": 1.0, "llm_drift": 1.0}
+    tab = pd.DataFrame([
+        {**base, "scheme": "gmc", "optimizer": "adam", "e2_collapse": 0.0, "shared_collapse": 0.6, "llm_stable": 3},
+        {**base, "scheme": "topr", "optimizer": "adam", "e2_collapse": 0.0, "shared_collapse": 0.0, "llm_stable": 10},
+        {**base, "scheme": "is", "optimizer": "adam_clip", "e2_collapse": 0.0, "shared_collapse": np.nan,
+         "llm_stable": 5},
+    ])
+    dis = f.disagreements(tab)
+    assert len(dis) == 2  # GMC: E2 holds but LLM unstable; IS + clip: E2 holds but LLM unstable (shared not run)
+    assert any("GMC under Adam: the exact E2 predicts it holds" in d for d in dis)
+    assert not any("GMC" in d and "shared-parameter" in d for d in dis)  # collapses there and in the LLM: agree
+    md = f.markdown(tab)
+    assert len(md) == 2 + len(tab) and "| GMC | Adam |" in md[2]
