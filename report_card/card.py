@@ -154,7 +154,8 @@ def render(card: dict) -> str:
     L += [f"| {h} | {t} |" for h, t in card["verdict"]]
     L += ["", "Rules (written once in `report_card.verdict.RULES`):", ""]
     L += [f"- *{k}*: {t}" for k, t in RULES]
-    L += ["", "## 1. Definition and knobs", "", "```", d["doc"] or "(no docstring)", "```", ""]
+    doc = " ".join((d["doc"] or "(no docstring)").replace("``", "`").split())
+    L += ["", "## 1. Definition and knobs", "", f"Its registration's docstring: {doc}", ""]
     L += [f"- {k}: {v}" for k, v in d["flags"].items()]
     L += [f"- knob `{k['name']}` ({k['symbol']}) = {k['default']:g}: {k['doc']}" for k in d["knobs"]] or ["- no knobs"]
     L += ["", "Validation battery (`report_card.load.validate`, before any other part):", ""]
@@ -309,6 +310,7 @@ def _render_llm(card: dict) -> list[str]:
                      f"costs, `llm_runs.study.estimate_seconds`), plus the warm start if this machine has none "
                      f"cached.{why}")
         L += ["", f"Command: `{lp['command']}` (resumable; `--dry-run` prices it)."]
+    L += ["", "Its place on the drift map: pending (the toolkit has no drift map yet)."]
     return L
 
 
