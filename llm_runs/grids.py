@@ -134,11 +134,12 @@ class Study:
     doc: str = ""
     arms: tuple[Arm, ...] = ()  # intervention arms; none: ``estimators`` under ``base`` only
     pairs_with: tuple[str, ...] = ()  # grids whose runs its analysis pairs with (results/...): same warm start
+    kernel_env: tuple[tuple[str, str], ...] = ()  # environment forcing a CPU kernel path for every run (recorded)
 
     def settings(self) -> dict:
         """What ``sweep.json`` records (and a continued grid must match); a grid without arms
         records exactly what it recorded before arms existed."""
-        drop = ("out", "doc", "pairs_with") + (() if self.arms else ("arms",))
+        drop = ("out", "doc", "pairs_with") + (() if self.arms else ("arms",)) + (() if self.kernel_env else ("kernel_env",))
         found = {k: v for k, v in dataclasses.asdict(self).items() if k not in drop}
         found["async_estimators"] = []  # the sweep driver's field, which every study grid has recorded (empty)
         return json.loads(json.dumps(found))
@@ -289,6 +290,24 @@ def drift_decisive_arms() -> tuple[Arm, ...]:
     return (*arms, *drift_step_arms())
 
 
+AVX2_KERNELS = (("ATEN_CPU_CAPABILITY", "avx2"), ("MKL_ENABLE_INSTRUCTIONS", "AVX2"), ("DNNL_MAX_CPU_ISA", "AVX2"))
+"""A second kernel path on an AVX-512 machine: torch's dispatch, MKL's and oneDNN's ISA limited to AVX2
+(the setting the earlier investigation found to change the long warm start's outcome: pc 0.860
+against 0.514). On this machine it changes the warm-start recipe's rounding
+(:func:`llm_runs.warmstart.rounds_as_committed` is False under it)."""
+
+
+def replicate_arms() -> tuple[Arm, ...]:
+    """The cells the verdicts re-decided on the replicate rest on: the study's long horizon under its Adam
+    (gmc, is, tic_mask, tic_trunc, topr, gspo at d = 64 and the delay-0 run: H1, H2, H4), the mechanism
+    grid's SGD arm (gmc, is, tic_mask and its delay-0 run: M1) and its AdamW + clip arm (gmc, is, tic_mask,
+    tic_trunc, topr and its delay-0 run: M2b)."""
+    sgd, adamwclip = (next(a for a in MECHANISM_ARMS if a.label == name) for name in ("sgd", "adamwclip"))
+    return (Arm("study", {}, ("gmc", "is", "tic_mask", "tic_trunc", "topr", "gspo")),
+            Arm("sgd", {**sgd.overrides, "mechanism_diagnostics": True}, ("gmc", "is", "tic_mask")),
+            Arm("adamwclip", {**adamwclip.overrides, "mechanism_diagnostics": True}, MECHANISM_ESTIMATORS))
+
+
 STUDIES = {
     "primary": Study("primary", "results/llm/study", STUDY_BASE, HORIZONS, ESTIMATORS, delays=(16, 64),
                      seeds=tuple(range(10)),
@@ -380,4 +399,12 @@ STUDIES = {
                             doc="seeds 5-9 of the drift map's decisive cells (docs/PREREGISTRATION-DRIFT.md): gmc and "
                                 "topr at every level with the delay-0 runs, every drift estimator at Adam + clip "
                                 "1e-5, and the step-size arms"),
+    "replicate_avx2": Study("replicate_avx2", "results/llm/replicate_avx2", STUDY_BASE, {"long": HORIZONS["long"]}, (),
+                            delays=(64,), seeds=tuple(range(10)), floor=(), arms=replicate_arms(),
+                            pairs_with=("results/llm/study", "results/llm/mechanism"), kernel_env=AVX2_KERNELS,
+                            doc="the second-rounding replicate (docs/PREREGISTRATION-REPLICATE.md): the study's long "
+                                "horizon cells (gmc, is, tic_mask, tic_trunc, topr, gspo at d = 64 and d = 0), the "
+                                "mechanism grid's SGD gmc, is, tic_mask and AdamW + clip gmc, is, tic_mask, tic_trunc, "
+                                "topr cells (and their d = 0 runs), from the committed warm start, every run on AVX2 "
+                                "kernels, seeds 0-9 (170 runs)"),
 }

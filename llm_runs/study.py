@@ -27,6 +27,7 @@ finished runs whose ``perf/`` columns are read).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -165,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             raise ValueError(f"estimators {missing} are not registered (estimators.losses.loss_names()): the grid "
                              f"needs every one of them; nothing was run")
+        if study.kernel_env:  # every run of the grid on the forced kernel path (each run's config records it)
+            os.environ.update(dict(study.kernel_env))
+            print(f"kernel path forced for every run: {', '.join(f'{k}={v}' for k, v in study.kernel_env)}")
         warm = _warm_starts(study)
         for folder in [out, *study.paired_folders()]:  # its own runs and those its analysis pairs them with
             check_warm_starts(folder, warm)
