@@ -68,6 +68,7 @@ class Param:
     hi: float = math.inf
     lo_open: bool = True
     hi_open: bool = True
+    batch_length: bool = False  # a completion length: the adapters (verl, TRL) take it from the batch when not given
 
     def check(self, value: Any, owner: str) -> float:
         if isinstance(value, bool) or not isinstance(value, Real):
@@ -109,7 +110,7 @@ PARAMS: dict[str, tuple[Param, ...]] = {
                            "exp(l / L) is >= rho_lo"),
                      Param("hi", 1.001, "rho_hi", "seq_geo_mask: ... and <= rho_hi"),
                      Param("length", 1.0, "L", "seq_geo_mask: tokens per completion the geometric mean averages "
-                           "over (exact when every completion has L tokens)"),
+                           "over (exact when every completion has L tokens)", batch_length=True),
                      Param("C", 0.0, "C_geo", "seq_geo_mask: 0 = kept sequences get weight 1; C > 0 = min(w, C) "
                            "(verl's sequence-TIS variant)", lo_open=False)),
     "sapo": (Param("tau_pos", 1.0, "tau_pos", "sapo: gate temperature of tokens with A > 0 (at most 1e30: the "

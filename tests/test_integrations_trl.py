@@ -170,3 +170,32 @@ def test_mask_truncated_completions_is_refused_up_front(tmp_path):
     with pytest.raises(ValueError, match="does not support mask_truncated_completions = True"):
         TrajectoryGRPOTrainer(model=tiny_qwen3(len(tok)), reward_funcs=reward, processing_class=tok,
                               args=make_args(tmp_path, mask_truncated_completions=True), train_dataset=ds)
+
+
+def test_knobs_reach_the_loss_and_seq_geo_masks_length_comes_from_the_batch(trained):
+    """seq_geo_mask ran with L = 1 whatever the completions' length unless L was given: L is now the
+    batch's completion length (all completions of one length), refused by name when they differ; the
+    knobs given reach the loss, and an unknown knob is refused at construction."""
+    trainer, _, _ = trained
+    inputs = dict(trainer.records[1]["inputs"])
+    T = inputs["completion_ids"].shape[1]
+    saved = trainer.scheme, trainer.scheme_options
+    try:
+        trainer.scheme, trainer.scheme_options = "seq_geo_mask", {"lo": 0.5, "hi": 2.0}
+        inputs["completion_mask"] = torch.ones_like(inputs["completion_mask"])  # every completion has T tokens
+        TrajectoryGRPOTrainer._compute_loss(trainer, trainer.model, inputs)
+        out = trainer.last_loss_output
+        expected = estimators.weights("seq_geo_mask", out.seq_log_ratio.double(), trainer.eps, lo=0.5, hi=2.0,
+                                      length=float(T))
+        assert torch.equal(out.weights.double(), expected)
+        inputs["completion_mask"][0, -1] = 0  # one completion a token shorter
+        with pytest.raises(ValueError, match=r"seq_geo_mask: its knob length .* set length explicitly"):
+            TrajectoryGRPOTrainer._compute_loss(trainer, trainer.model, inputs)
+        trainer.scheme_options = {"lo": 0.5, "hi": 2.0, "length": 3.0}  # given: used as it is
+        TrajectoryGRPOTrainer._compute_loss(trainer, trainer.model, inputs)
+        assert torch.equal(trainer.last_loss_output.weights.double(), estimators.weights(
+            "seq_geo_mask", trainer.last_loss_output.seq_log_ratio.double(), trainer.eps, lo=0.5, hi=2.0, length=3.0))
+    finally:
+        trainer.scheme, trainer.scheme_options = saved
+    with pytest.raises(ValueError, match=r"'gmc_cap' takes no option\(s\) \['kapa'\]"):
+        TrajectoryGRPOTrainer(scheme="gmc_cap", scheme_options={"kapa": 2.0})

@@ -59,7 +59,7 @@ import estimators
 from estimators._validate import check_eps
 from estimators.losses import check_options, loss_names, policy_loss
 
-from ._common import check_contiguous_groups, metric_names
+from ._common import batch_options, check_contiguous_groups, metric_names
 
 
 def shuffle_groups(batch: dict[str, Any], group_size: int, generator: torch.Generator | None = None) -> dict[str, Any]:
@@ -92,7 +92,9 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
         eps: the threshold of the cap ``1 + eps`` (THEORY §2; TIC's public default 1.28 is eps = 0.28).
         advantage: kind of :func:`estimators.advantages`: ``loo`` (default), ``grpo`` or ``drgrpo``.
         scheme_options: the scheme's knobs (:data:`estimators.params.PARAMS`, e.g. ``{"C": 2.0}`` for
-            ``seq_tis_bn``, ``{"tau": 0.04}`` for ``m2po``); defaults otherwise. A batch-coupled
+            ``seq_tis_bn``, ``{"tau": 0.04}`` for ``m2po``); an unknown knob is refused; defaults
+            otherwise, but ``seq_geo_mask``'s ``length`` L, when not given, is each batch's completion
+            length (:func:`llm_runs.integrations._common.batch_options`). A batch-coupled
             scheme (``seq_tis_bn``, ``m2po``) takes its statistic over each optimisation batch.
         *args, **kwargs: passed to ``trl.GRPOTrainer``.
     """
@@ -101,7 +103,8 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
                  scheme_options: dict | None = None, **kwargs):
         if scheme not in loss_names():
             raise ValueError(f"unknown scheme {scheme!r}; valid: {', '.join(loss_names())}")
-        self.scheme_options = check_options(scheme, scheme_options)
+        check_options(scheme, scheme_options)  # unknown or bad knobs refused here
+        self.scheme_options = dict(scheme_options or {})  # as given: a completion length not given comes from the batch
         if advantage not in estimators.ADVANTAGE_KINDS:
             raise ValueError(f"unknown advantage kind {advantage!r}; valid: {', '.join(estimators.ADVANTAGE_KINDS)}")
         self.scheme = scheme
@@ -197,7 +200,8 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True, **multimodal)
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old  # TRL skips it when every slice is used on-policy
-        out = policy_loss(self.scheme, logps, old, mask, inputs["advantages"], G, self.eps, **self.scheme_options)
+        options = batch_options(self.scheme, self.scheme_options, mask)
+        out = policy_loss(self.scheme, logps, old, mask, inputs["advantages"], G, self.eps, **options)
         self.last_loss_output = out
 
         mode = "train" if self.model.training else "eval"
