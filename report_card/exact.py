@@ -146,7 +146,15 @@ def frontier_figure(mine: pd.DataFrame, committed: pd.DataFrame, out_dir, name: 
     others = committed[committed["scheme"] != mine["scheme"].iloc[0]]
     df = pd.concat([others, mine[others.columns.intersection(mine.columns)]], ignore_index=True)
     fig = f9_peers_frontier.plot(df)
-    fig.suptitle(f"F9 with {name} (grey star where the toolkit has no style for it)", y=1.02)
+    envs = [e for e in f9_peers_frontier.ENV_TITLE if e in set(df["env"])]
+    deltas = f9_peers_frontier._deltas(df)
+    for j, env in enumerate(envs):  # the card's correction ringed in every panel
+        for k, D in enumerate(deltas):
+            m = mine[(mine["env"] == env) & (mine["Delta"] == D)]
+            fig.axes[j * len(deltas) + k].plot(m["second_moment"], m["bias_norm"], linestyle="none", marker="o",
+                                               markersize=15, markerfacecolor="none", markeredgecolor="black",
+                                               markeredgewidth=1.4, zorder=6)
+    fig.suptitle(f"F9 with {name} ringed in black", y=1.02)
     paths = style.save(fig, "frontier", out_dir)
     for p in paths[1:]:  # the card shows the PNG; the PDF twin is not kept
         p.unlink(missing_ok=True)
