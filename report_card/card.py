@@ -266,8 +266,10 @@ def _render_llm(card: dict) -> list[str]:
     name = card["name"]
     eq = lp["delay0"]
     L = ["", "## 7. LLM study", "",
-         "Committed runs read with `claims.study.read_runs` (results/llm/study and results/llm/study_2025 under the "
-         "study's Adam; results/llm/mechanism's adamwclip arm under AdamW + decay 0.01 + clip 1.0); a correction's "
+         "Committed runs read as `claims.study.read_runs` reads them (each folder audited by "
+         "`llm_runs.grid_check.audit`, each run of the card's cells by `claims.study.run_row`): results/llm/study and "
+         "results/llm/study_2025 under the study's Adam, results/llm/mechanism's adamwclip arm under AdamW + decay "
+         "0.01 + clip 1.0. A correction's "
          "own runs made by `llm_runs.sweep.run_sweep` on the committed grid's settings, after "
          "`llm_runs.grid_check.check_warm_starts` (refused where this machine's warm start is not the committed "
          "one). Stable: `schema.results`' rule per run, a cell stable when at least "

@@ -6,8 +6,9 @@ study's Adam, and the long horizon at d = 0 and 64 under AdamW + decay 0.01 + cl
 mechanism grid's ``adamwclip`` arm: the only arm of that optimiser the toolkit has run).
 
 Committed runs are read, never rerun: ``results/llm/study`` and ``results/llm/study_2025`` (Adam),
-``results/llm/mechanism`` (its ``adamwclip`` arm), through :func:`claims.study.read_runs` (the
-grid audit, final pc, stability) and :func:`claims.mechanism.arm_of`. At delay 0 every trajectory
+``results/llm/mechanism`` (its ``adamwclip`` arm), as :func:`claims.study.read_runs` reads them (the
+grid audit, then :func:`claims.study.run_row` for final pc and stability), only the runs of the
+card's cells, with :func:`claims.mechanism.arm_of`. At delay 0 every trajectory
 scheme makes the same update (every ratio is 1), so the study ran one delay-0 run per seed that
 stands for every estimator (:func:`claims.study.paired`); the card lets it stand for a correction
 only when the correction's gradient at ratio 1 is IS's (:func:`delay0_equivalence`: exactly, or
