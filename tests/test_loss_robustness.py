@@ -353,3 +353,35 @@ def test_a_sapo_temperature_float32_cannot_hold_is_a_config_error_not_a_torch_er
 
     with pytest.raises(ValueError, match=r"tau_pos .* 1e\+30.*sapo_tau_pos"):
         resolve_config({"estimator": "sapo", "sapo_tau_pos": 1e300})
+
+
+def test_verl_plugin_reads_every_knob_from_policy_loss_and_refuses_an_unknown_one():
+    """loss_mode gmc_cap, seq_geo_mask, vespo ran at their defaults whatever actor.policy_loss set; and
+    seq_geo_mask ran with L = 1 whatever the response length."""
+    from llm_runs.integrations.verl.losses import knob_names, trajectory_policy_loss
+
+    old = torch.tensor([[-1.0, -0.5, -0.2], [-0.7, -0.4, -0.9], [-0.3, -0.2, -0.4], [-1.1, -0.9, -0.3]])
+    new = old + torch.tensor([[0.9, 0.4, 0.3], [-0.2, 0.1, 0.0], [0.05, -0.3, 0.2], [0.3, 0.2, -0.1]])
+    mask = torch.ones(4, 3)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])[:, None].expand(4, 3).clone()
+    base = {"rollout_n": 2, "clip_ratio_high": 0.2}
+    for scheme, knobs in (("gmc_cap", {"kappa": 0.7}), ("vespo", {"k_pos": 1.0, "lambda_pos": 0.5}),
+                          ("seq_geo_mask", {"lo": 0.9, "hi": 1.2, "C": 1.5})):
+        _, out = trajectory_policy_loss(scheme, old, new, adv, mask, {**base, "policy_loss": {"loss_mode": scheme,
+                                                                                              **knobs}})
+        length = {"length": 3.0} if scheme == "seq_geo_mask" else {}  # every response has 3 tokens
+        expected = estimators.weights(scheme, out.seq_log_ratio, 0.2, torch.tensor([[1.0, -1.0], [0.5, -0.5]]),
+                                      **knobs, **length)
+        default = estimators.weights(scheme, out.seq_log_ratio, 0.2, torch.tensor([[1.0, -1.0], [0.5, -0.5]]))
+        assert torch.equal(out.weights, expected) and not torch.equal(expected, default), scheme
+    with pytest.raises(ValueError, match=r"actor.policy_loss sets \['kapa'\], which loss_mode 'gmc_cap' does not take"):
+        trajectory_policy_loss("gmc_cap", old, new, adv, mask, {**base, "policy_loss": {"kapa": 2.0}})
+    with pytest.raises(ValueError, match=r"sets \['kappa'\], which loss_mode 'gmc'"):
+        trajectory_policy_loss("gmc", old, new, adv, mask, {**base, "policy_loss": {"kappa": 2.0}})
+    with pytest.raises(ValueError, match="kappa"):
+        trajectory_policy_loss("gmc_cap", old, new, adv, mask, {**base, "policy_loss": {"kappa": -1.0}})
+    ragged = mask.clone()
+    ragged[0, 2] = 0
+    with pytest.raises(ValueError, match="seq_geo_mask: its knob length"):
+        trajectory_policy_loss("seq_geo_mask", old, new, adv, ragged, base)
+    assert {"kappa", "length", "k_pos", "lambda_neg", "C", "lo", "hi"} <= set(knob_names())

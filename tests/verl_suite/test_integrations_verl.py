@@ -205,7 +205,9 @@ def test_2025_trajectory_peers_register_through_verl_and_equal_their_closed_form
     # trajectory-level newcomers are plugin losses like gmc
     assert core_algos.get_policy_loss_fn(scheme).gmc_plugin_scheme == scheme
     assert core_algos.get_policy_loss_fn("sapo").__module__.startswith("verl.")
-    cfg = verl_config(snippet_overrides() + [f"actor_rollout_ref.actor.policy_loss.loss_mode={scheme}"])
+    # responses of several lengths: seq_geo_mask's L is given (not the batch's), here L = 1
+    length = ["+actor_rollout_ref.actor.policy_loss.length=1.0"] if scheme == "seq_geo_mask" else []
+    cfg = verl_config(snippet_overrides() + [f"actor_rollout_ref.actor.policy_loss.loss_mode={scheme}", *length])
     actor = actor_config(cfg)
     G, eps = cfg.actor_rollout_ref.rollout.n, cfg.actor_rollout_ref.actor.clip_ratio_high
     batch = random_batch(seed=11, num_groups=4, G=G)
@@ -421,3 +423,51 @@ def test_rollout_is_weights_sequence_level_only(snippet_cfg):
         core_algos.get_policy_loss_fn("gmc")(**call, rollout_is_weights=token_level)
     with pytest.raises(ValueError, match="advantage varies along the tokens"):  # e.g. GAE
         core_algos.get_policy_loss_fn("gmc")(**{**call, "advantages": adv * token_level})
+
+
+@pytest.mark.parametrize("scheme, knobs", [
+    ("gmc_cap", {"kappa": 0.7}), ("vespo", {"k_pos": 1.0, "lambda_pos": 0.5, "k_neg": 0.5, "lambda_neg": 0.25}),
+    ("seq_geo_mask", {"lo": 0.6, "hi": 1.8, "C": 1.5})])
+def test_every_knob_set_under_policy_loss_reaches_the_loss(snippet_cfg, scheme, knobs):
+    """gmc_cap, seq_geo_mask and vespo ran at their defaults whatever ``actor.policy_loss`` set (verl's
+    PolicyLossConfig refused the keys), and seq_geo_mask with L = 1 whatever the response length: every
+    knob set with ``+actor_rollout_ref.actor.policy_loss.<knob>`` now reaches the loss through verl's own
+    config, and L is the micro-batch's response length."""
+    cfg = verl_config(snippet_overrides() + [f"actor_rollout_ref.actor.policy_loss.loss_mode={scheme}"]
+                      + [f"+actor_rollout_ref.actor.policy_loss.{k}={v}" for k, v in knobs.items()])
+    actor = actor_config(cfg)
+    assert {k: actor.policy_loss[k] for k in knobs} == knobs
+    from verl.utils.config import omega_conf_to_dataclass  # verl's own conversion (validate_config, the workers)
+
+    converted = omega_conf_to_dataclass(OmegaConf.create(OmegaConf.to_container(cfg.actor_rollout_ref.actor,
+                                                                                  resolve=True)))
+    assert {k: converted.policy_loss[k] for k in knobs} == knobs
+    G, eps = cfg.actor_rollout_ref.rollout.n, cfg.actor_rollout_ref.actor.clip_ratio_high
+    batch = random_batch(seed=12, num_groups=4, G=G, spread=0.6, binary=False)
+    batch.mask[:] = True  # every response has T tokens: L = T exactly
+    T = batch.mask.shape[1]
+    adv, _ = core_algos.get_adv_estimator_fn("gmc_loo")(token_level_rewards=batch.rewards,
+                                                          response_mask=batch.mask.double(), index=batch.index,
+                                                          config=instantiate(cfg.algorithm))
+    A = adv[:, 0].reshape(-1, G)
+    loss, _, _ = run_micro_batches(core_algos.get_policy_loss_fn(scheme), actor, batch, adv)
+    length = {"length": float(T)} if scheme == "seq_geo_mask" else {}
+    core = trajectory_loss(scheme, batch.new, batch.old, batch.mask, A, G, eps, **knobs, **length)
+    default = trajectory_loss(scheme, batch.new, batch.old, batch.mask, A, G, eps)
+    assert abs(float(loss) - float(core.loss)) <= 1e-12 and abs(float(core.loss) - float(default.loss)) > 1e-9
+
+    batch.mask[0, -1] = False  # responses of two lengths: one L cannot be verl's per-response rule
+    if scheme == "seq_geo_mask":
+        with pytest.raises(ValueError, match="seq_geo_mask: its knob length"):
+            run_micro_batches(core_algos.get_policy_loss_fn(scheme), actor, batch, adv)
+
+
+def test_a_knob_the_loss_does_not_take_is_refused(snippet_cfg):
+    cfg = verl_config(snippet_overrides() + ["+actor_rollout_ref.actor.policy_loss.kappa=2.0"])  # loss_mode gmc
+    actor = actor_config(cfg)
+    batch = random_batch(seed=13, num_groups=2, G=cfg.actor_rollout_ref.rollout.n)
+    adv, _ = core_algos.get_adv_estimator_fn("gmc_loo")(token_level_rewards=batch.rewards,
+                                                          response_mask=batch.mask.double(), index=batch.index,
+                                                          config=instantiate(cfg.algorithm))
+    with pytest.raises(ValueError, match=r"actor.policy_loss sets \['kappa'\], which loss_mode 'gmc' does not take"):
+        run_micro_batches(core_algos.get_policy_loss_fn("gmc"), actor, batch, adv)

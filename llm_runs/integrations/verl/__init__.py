@@ -11,9 +11,12 @@ module :mod:`llm_runs.integrations.verl_plugin` calls it: load that one in every
 * policy losses (``actor_rollout_ref.actor.policy_loss.loss_mode=<name>``) for every scheme
   of :data:`estimators.SCHEMES`: ``gmc``, ``tic_mask``, ``tic_trunc``, ``tic_ppo``, ``snis``,
   ``is``, ``stale``, ``topr``, ``seq_tis_bn``, ``seq_mis``, ``seq_geo_mask``, ``vespo``. Knobs (``C`` of
-  ``seq_tis_bn``, ``lo``/``hi`` of ``seq_mis``, ...) take their defaults of :data:`estimators.params.PARAMS` (verl's
-  ``PolicyLossConfig`` refuses extra fields); ``seq_tis_bn``'s batch is the micro-batch the
-  loss sees, not verl's whole batch. The surrogate is :func:`estimators.losses.trajectory_loss` itself:
+  ``seq_tis_bn``, ``lo``/``hi`` of ``seq_mis``, ``kappa`` of ``gmc_cap``, ...) are read from
+  ``actor.policy_loss.<knob>`` under the names of :data:`estimators.params.PARAMS`
+  (:func:`scheme_options_from`; an unknown knob, or another loss's, is refused; :func:`extend_policy_loss_config`
+  makes verl's ``PolicyLossConfig`` take them), defaults otherwise; ``seq_geo_mask``'s ``length`` L, when
+  not set, is the micro-batch's response length (every response of the same length, else refused
+  by name); ``seq_tis_bn``'s batch is the micro-batch the loss sees, not verl's whole batch. The surrogate is :func:`estimators.losses.trajectory_loss` itself:
   one trajectory log-ratio ``l_i = sum_t (log_prob - old_log_prob)`` per response, weights
   ``c = estimators.weights(scheme, l, eps)`` per group, loss ``-(1/N) sum_i c_i A_i`` over
   the N responses of the mini-batch, i.e. THEORY §2's ``g_hat(c)`` averaged over groups.
@@ -103,20 +106,23 @@ from .cpu import CPU_PLATFORM, cpu_platform, init_cpu_process_group, register_cp
 from .engine import EngineLoss, check_whole_groups_on_rank, patch_engine_path, regroup_by_uid
 from .losses import (
     eps_from,
+    extend_policy_loss_config,
     group_ids,
     group_order,
     group_size_from,
     make_policy_loss,
     policy_loss_names,
     rows_by_uid,
+    scheme_options_from,
     trajectory_policy_loss,
 )
 
 __all__ = ["ADVANTAGE_ESTIMATORS", "CPU_PLATFORM", "INSTALL_HINT", "METRICS_STYLE", "TUPLE4_STYLE", "EngineLoss",
-           "check_whole_groups_on_rank", "core_algos_or_none", "cpu_platform", "eps_from", "group_ids", "group_order",
+           "check_whole_groups_on_rank", "core_algos_or_none", "cpu_platform", "eps_from", "extend_policy_loss_config",
+           "group_ids", "group_order",
            "group_size_from", "grouped_advantages", "init_cpu_process_group", "install", "make_policy_loss",
            "metric_names", "patch_engine_path", "policy_loss_names", "register", "register_cpu_engines",
-           "regroup_by_uid", "return_style", "rows_by_uid", "trajectory_policy_loss"]
+           "regroup_by_uid", "return_style", "rows_by_uid", "scheme_options_from", "trajectory_policy_loss"]
 
 
 def register(core_algos=None) -> list[str]:
@@ -146,6 +152,7 @@ def install() -> list[str]:
     """Everything the plugin does to verl: :func:`register`, :func:`patch_engine_path`, and the CPU
     platform (its engines too under ``VERL_PLATFORM=cpu``). Returns the loss names."""
     names = register()
+    extend_policy_loss_config()
     patch_engine_path()
     try:
         cpu_platform()

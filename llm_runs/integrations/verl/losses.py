@@ -6,7 +6,7 @@ import contextlib
 import contextvars
 from typing import Any
 
-from .._common import metric_names
+from .._common import batch_options, metric_names
 from .compat import METRICS_STYLE, TUPLE4_STYLE, _cfg
 
 
@@ -49,6 +49,77 @@ def eps_from(config) -> float:
     except (TypeError, ValueError):
         raise ValueError(f"actor.clip_ratio_high / clip_ratio must be a number (eps of the cap 1+eps), got {eps!r}") \
             from None
+
+
+VERL_POLICY_LOSS_FIELDS = ("_target_", "loss_mode", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
+                           "ppo_kl_coef", "dro_beta", "rollout_correction", "group_size")
+"""Keys of ``actor.policy_loss`` that are verl's own (verl 0.9.1's ``PolicyLossConfig``) or the plugin's
+``group_size`` (old verl): never a knob."""
+
+
+def knob_names() -> list[str]:
+    """Every knob name of every scheme the plugin registers (:data:`estimators.params.PARAMS`)."""
+    from estimators.params import params_of
+
+    return sorted({p.name for s in policy_loss_names() for p in params_of(s)})
+
+
+def extend_policy_loss_config() -> type | None:
+    """Make verl's ``PolicyLossConfig`` (a dataclass that refuses fields it does not declare) take every
+    knob of :func:`knob_names` (``None``: not set), so that ``+actor_rollout_ref.actor.policy_loss.kappa=2``
+    reaches :func:`scheme_options_from`: a subclass declaring them replaces it in
+    ``verl.workers.config``, where the configs' ``_target_`` points. Idempotent; returns the class
+    (None: a verl without ``verl.workers.config``). It acts in a process that imported the plugin
+    before building the actor config (verl's workers, through ``external_lib``)."""
+    import dataclasses
+    import importlib
+
+    try:
+        wc = importlib.import_module("verl.workers.config")
+    except ModuleNotFoundError:
+        return None
+    current = getattr(wc, "PolicyLossConfig", None)
+    if current is None or getattr(current, "gmc_plugin_knobs", None) is not None:
+        return current
+    own = {f.name for f in dataclasses.fields(current)}
+    knobs = [k for k in knob_names() if k not in own]
+    ext = dataclasses.make_dataclass("PolicyLossConfig", [(k, float | None, dataclasses.field(default=None))
+                                                          for k in knobs], bases=(current,))
+    ext.__module__ = current.__module__
+    ext.gmc_plugin_knobs = tuple(knobs)
+    for module in {wc, importlib.import_module(current.__module__)}:
+        if getattr(module, "PolicyLossConfig", None) is current:
+            module.PolicyLossConfig = ext
+    return ext
+
+
+def scheme_options_from(config, scheme: str) -> dict:
+    """The knobs of ``scheme`` set in verl's actor config, each under ``actor.policy_loss.<knob>``
+    (``+actor_rollout_ref.actor.policy_loss.kappa=2`` for ``gmc_cap``; the names of
+    :data:`estimators.params.PARAMS`), checked (:func:`estimators.losses.check_options`). A key there
+    that is neither verl's own (:data:`VERL_POLICY_LOSS_FIELDS`) nor a knob of ``scheme`` is refused
+    naming it, a knob of another scheme included; a knob left unset (absent or None) takes its
+    default, except a completion length (``seq_geo_mask``'s ``length``), which comes from the batch."""
+    from estimators.losses import check_options
+    from estimators.params import params_of
+
+    pl = _cfg(config, "policy_loss", None)
+    if pl is None:
+        return {}
+    if hasattr(pl, "keys"):
+        keys = list(pl.keys())
+    else:
+        import dataclasses
+
+        keys = [f.name for f in dataclasses.fields(pl)] if dataclasses.is_dataclass(pl) else []
+    mine = {p.name for p in params_of(scheme)}
+    given = {k: _cfg(pl, k) for k in keys if k not in VERL_POLICY_LOSS_FIELDS and _cfg(pl, k) is not None}
+    unknown = sorted(set(given) - mine)
+    if unknown:
+        raise ValueError(f"actor.policy_loss sets {unknown}, which loss_mode {scheme!r} does not take (its knobs: "
+                         f"{', '.join(sorted(mine)) or 'none'}); remove them or choose the loss they belong to")
+    check_options(scheme, given)  # a bad value is refused naming the knob
+    return given
 
 
 def _check_layout_config(config, B: int, G: int) -> tuple[int, int | None]:
@@ -199,7 +270,8 @@ def trajectory_policy_loss(scheme: str, old_log_prob, log_prob, advantages, resp
     import estimators
 
     eps = eps_from(config)
-    out = policy_loss(scheme, log_prob, old_log_prob, mask, adv, G, eps)
+    options = batch_options(scheme, scheme_options_from(config, scheme), mask)
+    out = policy_loss(scheme, log_prob, old_log_prob, mask, adv, G, eps, **options)
     diag = estimators.diagnostics(out.seq_log_ratio, eps)  # once per micro-batch call
     out.metrics = {**diag, **out.metrics}
     from ...theory import batch_metrics
