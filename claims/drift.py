@@ -369,7 +369,8 @@ def d7(runs, seeds, reference_gain: float) -> dict:
 def analyse(runs: pd.DataFrame) -> dict:
     seeds = whole_seeds(runs, "drift")
     decisive = whole_seeds(runs, "drift_decisive")
-    out = {"format": VERDICTS_FORMAT, "axis": AXIS, "seeds_drift": seeds, "seeds_decisive": decisive}
+    out = {"format": VERDICTS_FORMAT, "axis": AXIS, "seeds_drift": seeds, "seeds_decisive": decisive,
+           "M6_disclosure": m6_disclosure()}
     if len(seeds) < 5:
         present = sorted(set(runs.loc[runs["grid"] == "drift", "seed"]))
         for h in ("D1", "D2", "D3", "D4", "D5", "D6", "D7"):
@@ -391,6 +392,24 @@ def analyse(runs: pd.DataFrame) -> dict:
             out[h] = _not_run(f"{len(all10)} of the 10 seeds of the step-size arms whole")
     out["D5"] = _not_run("the predictor's held-out test runs once the drift grids are whole")
     out["D7"] = d7(runs, seeds, study_gain())
+    return out
+
+
+def m6_disclosure() -> dict:
+    """The mechanism study's M6 on the 200 runs its analysis uses and on all 220 its pre-registration
+    names at d = 64 (the 20 more are the ``adam`` arm's gmc and topr runs, byte copies of study runs
+    the signal was chosen on): hits and false alarms and Fisher's one-sided p for each."""
+    from schema.results import results_root
+
+    from . import mechanism
+
+    llm = results_root() / "llm"
+    runs, replays = mechanism.read_both(llm / "study", llm / "mechanism")
+    out = {}
+    for label, df in (("200", runs), ("220", pd.concat([runs, replays.assign(source="mechanism")], ignore_index=True))):
+        r = mechanism._m6(llm / "mechanism", df)
+        out[label] = {"verdict": r["verdict"], "hits": [r["hit_rate"]["k"], r["hit_rate"]["n"]],
+                      "false_alarms": [r["false_alarm_rate"]["k"], r["false_alarm_rate"]["n"]], "p_fisher": r["p_fisher"]}
     return out
 
 
@@ -420,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     for h in ("D1", "D2", "D3", "D4", "D5", "D6", "D7"):
         v = result[h]
         print(f"{h}: {v['verdict']}" + (f" ({v['why']})" if "why" in v else ""))
+    for label, r in result["M6_disclosure"].items():
+        print(f"M6 on {label} runs: {r['verdict']}, hits {r['hits'][0]}/{r['hits'][1]}, false alarms "
+              f"{r['false_alarms'][0]}/{r['false_alarms'][1]}, Fisher p = {r['p_fisher']:.3f}")
     for b in result["boundaries"]:
         lv = "; ".join(f"{x['level']} KL {x['drift']:.3g} stable {x['stable_share']:.0%} (n={x['n']})" for x in b["levels"])
         print(f"  {b['estimator']:9s} {b['optimizer']:9s} boundary {b['boundary']} {b['censored'] or ''}: {lv}")
