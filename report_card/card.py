@@ -312,7 +312,19 @@ def _render_llm(card: dict) -> list[str]:
                      f"costs, `llm_runs.study.estimate_seconds`), plus the warm start if this machine has none "
                      f"cached.{why}")
         L += ["", f"Command: `{lp['command']}` (resumable; `--dry-run` prices it)."]
-    L += ["", "Its place on the drift map: pending (the toolkit has no drift map yet)."]
+    drows = [c for c in lp["cells"] if c.get("drift")]
+    if drows:
+        L += ["", ("Drift (`llm_runs.drift.summary`: per run the median over updates d .. d + 19 of the KL per token "
+              "and of the trajectory chi^2, then the median over the cell's runs) and its place on the drift map "
+              "(`llm_runs.drift.place`, read from the drift study's map):"), "",
+              "| cell | early KL per token (runs logging it) | early chi^2 (runs) | drift map |", "|---|---|---|---|"]
+        for c in drows:
+            d = c["drift"]
+            where = d["map"] if d["map"] != "placed" else (
+                "held at the nearest level: " + (", ".join(d["held_at_nearest_level"]) or "none")
+                + "; below the boundary of: " + (", ".join(d["below_boundary"]) or "none"))
+            L.append(f"| {c['label']} | {_n(d['kl_early'], '.4g')} ({d['kl_runs']}) | {_n(d['chi2_early'], '.3g')} "
+                     f"({d['chi2_runs']}) | {where} |")
     return L
 
 

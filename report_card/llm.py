@@ -25,6 +25,7 @@ differs the part is refused, never mixed. Paired differences: :func:`claims.stud
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,7 +297,46 @@ def cell_stats(runs: pd.DataFrame, c: LLMCell, estimator: str) -> dict:
     sel = sel.drop_duplicates("seed")
     return {"n": len(sel), "stable": int(sel["stable"].sum()), "pc_final": float(sel["pc_final"].mean())
             if len(sel) else math.nan, "seeds": sorted(int(s) for s in sel["seed"]),
-            "source": ", ".join(sorted(set(sel["source"]))) if len(sel) else ""}
+            "source": ", ".join(sorted(set(sel["source"]))) if len(sel) else "",
+            "runs": [[str(r.source), str(r.run)] for r in sel.itertuples()]}
+
+
+def drift(runs: list) -> dict:
+    """The drift of a cell's runs (:func:`llm_runs.drift.summary`: the early window's median KL per token
+    and trajectory chi^2, each run's, then their median over runs) and, where the drift study's map exists
+    (:func:`llm_runs.drift.map_path`), the place of that KL on it (:func:`llm_runs.drift.place`)."""
+    from llm_runs.drift import map_path, place, read_metrics, summary
+    from schema.results import results_root
+
+    vals = {"kl": [], "chi2": []}
+    for source, run in runs:
+        folder = Path(source) if Path(source).is_absolute() else results_root() / Path(source).relative_to("results")
+        m, d = read_metrics(folder / run)
+        s = summary(m, d)
+        for k, v in vals.items():
+            v.append(s[f"{k}_early"])
+    out = {}
+    for k, v in vals.items():
+        v = [x for x in v if math.isfinite(x)]
+        out[f"{k}_early"] = float(np.median(v)) if v else math.nan
+        out[f"{k}_runs"] = len(v)
+    kl = out["kl_early"]
+    if not map_path().is_file():
+        out["map"] = f"pending: no drift map at {map_path().relative_to(results_root().parent)} yet (python -m claims.drift)"
+    elif not math.isfinite(kl):
+        out["map"] = "not placed: these runs log no KL per token (the map's axis)"
+    elif (table := json.loads(map_path().read_text())).get("provisional"):
+        seeds = table.get("seeds")
+        out["map"] = (f"pending: the drift study's map is provisional "
+                      f"({len(seeds) if isinstance(seeds, list) else seeds} whole seeds); "
+                      "the card places a run on it once it is not")
+    else:
+        rows = place(kl, table=table)
+        out["map"] = "placed"
+        out["held_at_nearest_level"] = sorted({f"{r['estimator']} ({r['optimizer']})" for r in rows
+                                               if r["stable_share"] >= 0.8})
+        out["below_boundary"] = sorted({f"{r['estimator']} ({r['optimizer']})" for r in rows if r["below_boundary"]})
+    return out
 
 
 def paired_difference(runs: pd.DataFrame, c: LLMCell, a: str, b: str) -> dict:
@@ -363,6 +403,8 @@ def part(corr: Correction, card_dir: Path, *, quick: bool, jobs: int = 2, new_ru
                           + ("exactly" if eq["kind"] == "same" else f"times {eq['scale']:.4g} (Adam divides it out)"))
         rec["self"] = me
         rec["self"]["stable_cell"] = bool(me["n"]) and me["stable"] / me["n"] >= STABLE_FRACTION
+        if c.delay > 0 and me["n"]:
+            rec["drift"] = drift(me["runs"])
         refs = {}
         if c.delay > 0 and (state == "read" or paired_ok.get(c.arm)):
             for r in REFERENCES:

@@ -296,3 +296,26 @@ def test_a_token_level_correction_from_outside(loaded):
     assert llm.stands_for(eq, "adam") and not llm.stands_for(eq, "adamwclip")
     with pytest.raises(CorrectionError, match=r"token loss 'token_not_scalar' returns a loss of shape \(8,\)"):
         validate(loaded("token_not_scalar"))
+
+
+def test_the_drift_of_a_cell_and_its_place_on_the_map(tmp_path, monkeypatch):
+    """A cell's early KL is llm_runs.drift.summary's, median over its runs; it is placed on a map that is
+    not provisional (llm_runs.drift.place) and not on a provisional one."""
+    import llm_runs.drift
+    from llm_runs.drift import read_metrics, summary
+    from report_card import llm
+
+    runs = [["results/llm/mechanism", f"long-adamwclip-topr-d64-s{s}"] for s in (0, 1, 2)]
+    kl = sorted(summary(*read_metrics(ROOT / r[0] / r[1]))["kl_early"] for r in runs)[1]
+    row = {"estimator": "x", "optimizer": "adam", "boundary": 2 * kl, "censored": None,
+           "levels": [{"drift": kl, "stable_share": 1.0, "n": 3}]}
+    path = tmp_path / "map.json"
+    monkeypatch.setattr(llm_runs.drift, "map_path", lambda: path)
+    for provisional in (True, False):
+        path.write_text(json.dumps({"axis": "kl", "provisional": provisional, "seeds": 10, "boundaries": [row]}))
+        d = llm.drift(runs)
+        assert d["kl_early"] == kl and d["kl_runs"] == 3
+        if provisional:
+            assert d["map"].startswith("pending: the drift study's map is provisional (10 whole seeds)")
+        else:
+            assert d["map"] == "placed" and d["held_at_nearest_level"] == d["below_boundary"] == ["x (adam)"]
