@@ -244,7 +244,13 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     settings_file = out / "sweep.json"
     if settings_file.is_file():
-        stored = json.loads(settings_file.read_text())["settings"]
+        from schema.results import read_json
+
+        doc = read_json(settings_file)  # a truncated file is named
+        stored = doc.get("settings") if isinstance(doc, dict) else None
+        if not isinstance(stored, dict):
+            raise ValueError(f"{settings_file} holds no sweep settings (no 'settings' object): not a sweep's "
+                             f"sweep.json; use another --out")
         if stored != json.loads(json.dumps(sweep.settings())):
             raise ValueError(f"{settings_file} holds other sweep settings: use another --out (results are never "
                              f"overwritten)")

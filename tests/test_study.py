@@ -806,3 +806,15 @@ def test_a_truncated_or_foreign_sweep_json_is_named_by_path(tmp_path, capsys, te
     root = _copy_committed(tmp_path, ["long-gmc-d0-s0", "long-gmc-d64-s0"])
     (root / "sweep.json").write_text(text)
     _one_line_error(capsys, study.main(["--root", str(root)]), str(root / "sweep.json"))
+
+
+@pytest.mark.parametrize("text", ['{"settings": {"na', "[]"])
+def test_the_grid_runner_names_a_truncated_or_foreign_sweep_json(tmp_path, text):
+    import re
+
+    from llm_runs.grids import STUDIES
+    from llm_runs.sweep import run_sweep
+
+    (tmp_path / "sweep.json").write_text(text)
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / "sweep.json"))):
+        run_sweep(STUDIES["pilot"], tmp_path, resume=True, progress=False, log=lambda m: None)
