@@ -481,7 +481,9 @@ def _m6(root, runs) -> dict:
     path = Path(root) / WARNING_FILE
     if not path.is_file():
         return {"verdict": "INCONCLUSIVE", "reason": f"{path} is missing: the signal was not pre-registered"}
-    rule = json.loads(path.read_text())
+    from schema.results import read_json
+
+    rule = read_json(path)
     col, summary = rule["signal"].rsplit(":", 1)
     held = runs[(runs["source"] == "mechanism") & (runs["delay"] == DELAY) & runs["complete"]]
     tr = read_traces(root, (col,), GRID)

@@ -243,9 +243,9 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     settings_file = out / "sweep.json"
-    if settings_file.is_file():
-        from schema.results import read_json
+    from schema.results import read_json
 
+    if settings_file.is_file():
         doc = read_json(settings_file)  # a truncated file is named
         stored = doc.get("settings") if isinstance(doc, dict) else None
         if not isinstance(stored, dict):
@@ -319,7 +319,7 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
                     bar.write(f"FAILED {name}: it exited without a summary.json; see {out / 'logs' / (name + '.log')}")
                 elif rc == 0:
                     outcome.ran.append(name)
-                    s = json.loads((out / name / "summary.json").read_text())
+                    s = read_json(out / name / "summary.json")  # a non-finite value reads back as the float
                     bar.write(f"done {name}: held-out acc {s['heldout_acc_start']:.3f} -> {s['heldout_acc_end']:.3f}, "
                               f"pc {s['heldout_pc_start']:.3f} -> {s['heldout_pc_end']:.3f}, {s['wall_s']:.0f} s")
                 elif rc == 128 + signal.SIGTERM and stopping:

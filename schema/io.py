@@ -134,7 +134,7 @@ def same_settings_or_move_aside(out, cfg: dict, keys, force: bool = False) -> bo
     if not path.exists():
         return False
     try:
-        old = json.loads(path.read_text())
+        old = loads_json(path.read_text())  # non-finite settings read back as the floats written
     except ValueError as e:
         raise ValueError(f"{path}: not valid JSON ({e}); move the folder aside or choose another --out") from None
 

@@ -38,11 +38,11 @@ def _legacy_gspo_eps_high(cfg: dict):
 LEGACY_FIELDS: dict[str, tuple] = {
     "amp": (lambda cfg: "none", "no mixed precision existed: float32 throughout"),
     "gspo_eps_low": (_legacy_gspo_eps_low,
-                     "the trainer passed its eps to GSPO as the lower clip: GSPO clipped at 1 - eps (a run of "
-                     "another estimator never read it: today's default)"),
+                     ("the trainer passed its eps to GSPO as the lower clip: GSPO clipped at 1 - eps (a run of "
+                      "another estimator never read it: today's default)")),
     "gspo_eps_high": (_legacy_gspo_eps_high,
-                      "GSPO's upper clip was eps_high when set, else gspo_loss's default 4e-4 (another estimator: "
-                      "today's default)"),
+                      ("GSPO's upper clip was eps_high when set, else gspo_loss's default 4e-4 (another estimator: "
+                       "today's default)")),
     **{name: (None, "only the estimator it tunes reads it, and that estimator did not exist yet")
        for name in ("cispo_eps_low", "cispo_eps_high", "m2po_tau", "opsm_delta", "tis_cap", "mis_low", "mis_high",
                     "gmc_cap_kappa", "icepop_low", "icepop_high", "geo_low", "geo_high", "geo_length", "geo_cap",

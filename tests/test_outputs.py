@@ -148,3 +148,12 @@ def test_claims_mechanism_json_never_replaces_a_user_file_and_checks_first(tmp_p
     assert "cannot write" in err and "Traceback" not in err
     assert mechanism.is_mechanism_verdicts_text(json.dumps({"hypotheses": {"M1": {"verdict": "REFUTED"}}}))
     assert not mechanism.is_mechanism_verdicts_text(USER_TEXT)
+
+
+def test_a_simulator_table_with_an_infinite_setting_resumes(tmp_path):
+    from schema.io import same_settings_or_move_aside, write_json
+
+    cfg = {"sweep": "x", "settings": [{"eps": float("inf"), "G": 4}]}
+    write_json(tmp_path / "config.json", cfg)
+    _strict((tmp_path / "config.json").read_text())
+    assert same_settings_or_move_aside(tmp_path, cfg, ("sweep", "settings")) is True  # the same table: resume
