@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -49,6 +50,26 @@ TRAINER_ADVANTAGES = ("opob",)
 """Advantage modes the trainer computes itself (they need the model, not only the rewards)."""
 OPOB_EPS = 1e-8
 ESS_EPS = 1e-8
+
+
+@dataclass(frozen=True)
+class StepControl:
+    """The step-size controls outside this toolkit's trainer (the TRL callback, a verl actor, any loop),
+    with the names the trainer's config uses: ``scale = step_scale(control, seq_log_ratio, weights)``,
+    then ``with scaled_lr(optimizer, scale["step/lr_scale"]): optimizer.step()``."""
+
+    estimator: str = "gmc"
+    eps: float = 0.2
+    ess_scaling: str = "none"
+    ess_base_ratio: float = 1.0
+    ess_use_clipped: bool = False
+    gmc_step: bool = False
+    skip_zero_grad: bool = False
+    opob_norm_by_std: bool = True
+    drift_diagnostics: bool = False
+
+    def __post_init__(self):
+        check_step_control(self)
 
 
 def check_step_control(cfg) -> None:

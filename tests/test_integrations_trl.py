@@ -5,7 +5,7 @@ import pytest
 import torch
 from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM, TrainerCallback
 from trl import GRPOConfig
 
 import estimators
@@ -199,3 +199,39 @@ def test_knobs_reach_the_loss_and_seq_geo_masks_length_comes_from_the_batch(trai
         trainer.scheme, trainer.scheme_options = saved
     with pytest.raises(ValueError, match=r"'gmc_cap' takes no option\(s\) \['kapa'\]"):
         TrajectoryGRPOTrainer(scheme="gmc_cap", scheme_options={"kapa": 2.0})
+
+
+def test_the_step_size_callback_scales_the_step_and_restores_the_rate(tmp_path):
+    """VCPO's ESS sqrt scaling as a TRL callback: with stale samples (steps_per_generation = 2) the second
+    step of each generation has ratios != 1, its factor is logged, the learning rate the optimiser holds
+    after each step is the scheduler's own, and a zero-scale control would leave the weights unchanged."""
+    from llm_runs.integrations.stepsize_hooks import StepSizeCallback
+
+    tok = char_tokenizer()
+    ds = Dataset.from_dict({"prompt": ["ab", "cd", "ef", "gh", "ij", "ba", "dc", "fe"]})
+    trainer = TrajectoryGRPOTrainer(model=tiny_qwen3(len(tok)), reward_funcs=reward, args=make_args(tmp_path),
+                                    train_dataset=ds, processing_class=tok, scheme="is", eps=EPS)
+    cb = StepSizeCallback(trainer, ess_scaling="sqrt")
+    trainer.add_callback(cb)
+    during, after = [], []
+
+    class Spy(TrainerCallback):  # runs after cb: sees the scaled rate before the step, the restored one after
+        def on_pre_optimizer_step(self, args, state, control, **kw):
+            during.append((trainer.optimizer.param_groups[0]["lr"], trainer.lr_scheduler.get_last_lr()[0],
+                           cb.last["step/lr_scale"]))
+
+        def on_optimizer_step(self, args, state, control, **kw):
+            after.append((trainer.optimizer.param_groups[0]["lr"], trainer.lr_scheduler.get_last_lr()[0]))
+
+    trainer.add_callback(Spy())
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "step/lr_scale" in h]
+    assert len(logged) == 3 and all(0 < h["step/lr_scale"] <= 1 for h in logged)
+    assert all(0 < h["step/ess_ratio"] <= 1 + 1e-9 for h in logged)
+    assert any(s < 1 for _, _, s in during)  # stale samples: some step was reduced
+    assert all(lr == pytest.approx(base * s) for lr, base, s in during)
+    assert all(lr == base for lr, base in after) and cb._base is None
+    with pytest.raises(ValueError, match="no control on"):
+        StepSizeCallback(trainer)
+    with pytest.raises(ValueError, match="unknown ess_scaling 'cube'"):
+        StepSizeCallback(trainer, ess_scaling="cube")
