@@ -110,8 +110,8 @@ def disagreements(tab: pd.DataFrame) -> list[str]:
             p = _pred(getattr(r, col))
             if (p == "holds" and word == "unstable") or (p == "collapses" and word == "stable"):
                 out.append(f"- {style.label(r.scheme)} under {OPT_TITLE[r.optimizer]}: the {model} predicts it {p} "
-                           f"({1 - getattr(r, col):.0%} of runs held), the LLM was {word}: stable in {r.llm_stable} of "
-                           f"{r.llm_n} seeds (final pc {r.llm_pc:.3f}, chi^2 {r.llm_chi2:.2f}).")
+                           f"({1 - getattr(r, col):.0%} of runs held), the LLM was {word} ({r.llm_stable} of {r.llm_n} "
+                           f"seeds stable, final pc {r.llm_pc:.3f}, chi^2 {r.llm_chi2:.2f}).")
     return out
 
 
