@@ -308,6 +308,31 @@ def replicate_arms() -> tuple[Arm, ...]:
             Arm("adamwclip", {**adamwclip.overrides, "mechanism_diagnostics": True}, MECHANISM_ESTIMATORS))
 
 
+COMMITTED_WARM_STARTS = {"long": {**STUDY_BASE, **HORIZONS["long"]}, "short": {**STUDY_BASE, **HORIZONS["short"]},
+                         "large": {**STUDY_BASE, **HORIZONS["long"], "model_kwargs": STUDY_MODEL_LARGE}}
+"""The settings whose warm starts are committed (llm_runs/warmstarts): the staleness study's long and
+short horizons and the larger model's (the scale grids)."""
+
+
+def committed_config(which: str):
+    """The run configuration of :data:`COMMITTED_WARM_STARTS` ``which``."""
+    from .config import resolve_config
+
+    if which not in COMMITTED_WARM_STARTS:
+        raise ValueError(f"unknown warm start {which!r}; valid: {', '.join(COMMITTED_WARM_STARTS)}")
+    return resolve_config(COMMITTED_WARM_STARTS[which])
+
+
+def commit_warm_starts(which: tuple[str, ...] = tuple(COMMITTED_WARM_STARTS), log=print) -> None:
+    """Commit this machine's warm starts of ``which`` (:func:`llm_runs.warmstart.commit`; never replaces one)."""
+    from .tasks import build_task
+    from .warmstart import commit
+
+    for w in which:
+        cfg = committed_config(w)
+        commit(cfg, build_task(cfg), log)
+
+
 STUDIES = {
     "primary": Study("primary", "results/llm/study", STUDY_BASE, HORIZONS, ESTIMATORS, delays=(16, 64),
                      seeds=tuple(range(10)),

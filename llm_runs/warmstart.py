@@ -442,21 +442,21 @@ def check(config, task, log=print) -> dict:
             "heldout_pc": (rec["heldout_pc"], here["heldout_pc"]), "wall_s": here["wall_s"]}
 
 
-COMMITTED = ("long", "short", "large")
-"""The committed warm starts, by the grid settings that use them (:func:`committed_config`)."""
-
-
-def committed_config(which: str):
-    """The run configuration whose warm start is committed as ``which``: the study's long or short
-    horizon, or the larger model's (long horizon)."""
+def committed_configs() -> dict[str, object]:
+    """Folder name -> the run configuration each committed warm start was made for, rebuilt from the
+    settings its record holds (the grids that use them are :data:`llm_runs.grids.COMMITTED_WARM_STARTS`)."""
     from .config import resolve_config
-    from .grids import HORIZONS, STUDY_BASE, STUDY_MODEL_LARGE
 
-    if which not in COMMITTED:
-        raise ValueError(f"unknown warm start {which!r}; valid: {', '.join(COMMITTED)}")
-    horizon = "short" if which == "short" else "long"
-    extra = {"model_kwargs": STUDY_MODEL_LARGE} if which == "large" else {}
-    return resolve_config({**STUDY_BASE, **HORIZONS[horizon], **extra})
+    out = {}
+    root = committed_root()
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and ".tmp-" not in p.name) if root.is_dir() else []:
+        rec = json.loads((folder / "warmstart.json").read_text())
+        cfg = resolve_config(dict(rec["settings"]))
+        if committed_path(cfg).name != folder.name:
+            raise ValueError(f"{folder}: its recorded settings give the key {warm_start_key(cfg)}, not its name's "
+                             "(another torch or transformers version than the one that made it?)")
+        out[folder.name] = cfg
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -465,33 +465,32 @@ def main(argv: list[str] | None = None) -> int:
     from .tasks import build_task
 
     p = argparse.ArgumentParser(prog="python -m llm_runs.warmstart", description=(
-        "The committed warm starts: --check recomputes each recipe here and says whether this machine "
-        "reproduces the committed bits; --commit saves this machine's (once)."))
-    p.add_argument("--check", action="store_true", help="recompute the recipe(s) here and compare with the committed bits")
-    p.add_argument("--commit", action="store_true", help="commit this machine's warm start(s) (never replaces one)")
-    p.add_argument("--which", nargs="+", default=list(COMMITTED), choices=COMMITTED)
+        "The committed warm starts (llm_runs/warmstarts): --check recomputes each recipe here and says whether "
+        "this machine reproduces the committed bits (exit 1 if one does not)."))
+    p.add_argument("--check", action="store_true", required=True,
+                   help="recompute the recipe(s) here and compare with the committed bits")
+    p.add_argument("--only", nargs="+", default=None, metavar="FOLDER", help="check only these committed folders")
     args = p.parse_args(argv)
-    if args.check == args.commit:
-        p.error("give exactly one of --check and --commit")
     bad = 0
-    for which in args.which:
-        cfg = committed_config(which)
-        task = build_task(cfg)
-        try:
-            if args.commit:
-                commit(cfg, task)
+    try:
+        configs = committed_configs()
+        for name in args.only or []:
+            if name not in configs:
+                raise ValueError(f"no committed warm start {name!r}; committed: {', '.join(configs)}")
+        for name, cfg in configs.items():
+            if args.only and name not in args.only:
                 continue
-            found = check(cfg, task)
-        except ValueError as exc:
-            print(f"error: {which}: {exc}", file=sys.stderr)
-            return 2
-        say = ("reproduces the committed bits" if found["reproduces"] else
-               "does NOT reproduce the committed bits: runs here start from the committed weights and match the "
-               "committed runs statistically, not bit for bit")
-        print(f"{which}: this machine ({machine()['cpu_capability']}) {say} (sha256 {found['here'][:16]} vs "
-              f"{found['committed'][:16]}; held-out pc {found['heldout_pc'][1]:.3f} vs {found['heldout_pc'][0]:.3f}; "
-              f"{found['wall_s']:.0f} s)")
-        bad += not found["reproduces"]
+            found = check(cfg, build_task(cfg))
+            say = ("reproduces the committed bits" if found["reproduces"] else
+                   "does NOT reproduce the committed bits: runs here start from the committed weights and match the "
+                   "committed runs statistically, not bit for bit")
+            print(f"{name}: this machine ({machine()['cpu_capability']}) {say} (sha256 {found['here'][:16]} vs "
+                  f"{found['committed'][:16]}; held-out pc {found['heldout_pc'][1]:.3f} vs "
+                  f"{found['heldout_pc'][0]:.3f}; {found['wall_s']:.0f} s)")
+            bad += not found["reproduces"]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 1 if bad else 0
 
 

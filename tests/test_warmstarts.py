@@ -34,7 +34,9 @@ def _small(cache, **kw):
 def test_the_committed_warm_starts_are_the_ones_the_committed_runs_started_from(which, run, tmp_path):
     import dataclasses
 
-    cfg = dataclasses.replace(warmstart.committed_config(which), cache_dir=str(tmp_path))
+    from llm_runs.grids import committed_config
+
+    cfg = dataclasses.replace(committed_config(which), cache_dir=str(tmp_path))
     if not warmstart.committed_path(cfg).is_dir():
         pytest.fail(f"no committed warm start for {which} ({warmstart.committed_path(cfg)})")
     used = json.loads((ROOT / run / "config.json").read_text())["warm_start"]
@@ -166,3 +168,14 @@ def test_the_rounding_fingerprint_leaves_the_random_state_alone(tmp_path):
     assert torch.equal(torch.get_rng_state(), before[0]) and (np.random.get_state()[1] == before[1]).all()
     assert random.getstate() == before[2]
     assert warmstart.rounding_fingerprint(cfg, build_task(cfg)) == first  # deterministic on one machine
+
+
+def test_check_names_every_committed_warm_start_by_its_settings(tmp_path, monkeypatch, capsys):
+    """``python -m llm_runs.warmstart --check`` rebuilds each committed recipe from its record and
+    recomputes it here (a small one: this machine made it, so it reproduces the bits)."""
+    _, folder = _commit_small(tmp_path, monkeypatch)
+    assert list(warmstart.committed_configs()) == [folder.name]
+    assert warmstart.main(["--check"]) == 0
+    assert "reproduces the committed bits" in capsys.readouterr().out
+    assert warmstart.main(["--check", "--only", "nothing"]) == 2
+
