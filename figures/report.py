@@ -520,6 +520,9 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
     md += study_md
     missing += study_missing
     md += gpu_study_section(report_dir, figures_out, draw_missing)
+    from .progress_section import progress_section
+
+    md += progress_section()
 
     md += ["## Verdicts on the abstract's claims", ""]
     disagreements = []

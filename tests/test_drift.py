@@ -142,3 +142,20 @@ def test_d1_confirms_matching_boundaries_and_refutes_sgd_holding_beyond_adam():
     bounds = analysis.boundaries(apart, list(range(5)), n_boot=200)
     v = analysis.d1(bounds, analysis.cell_table(apart, list(range(5))), adam_level=0.05)
     assert v["verdict"] == "REFUTED" and v["refuting_pairs"]
+
+
+def test_the_report_section_reads_the_saved_verdicts(tmp_path):
+    from figures.progress_section import drift_lines, replicate_lines
+
+    assert "No drift verdicts yet" in drift_lines(tmp_path / "none.json")[0]
+    v = {"seeds_drift": [0], "seeds_decisive": [], "provisional": True,
+         "D1": {"verdict": "INCONCLUSIVE", "why": "not yet run: 1 of 5"},
+         "boundaries": [{"estimator": "gmc", "optimizer": "sgd", "boundary": 0.02, "censored": None,
+                         "levels": [{"level": "sgd0.0001", "drift": 0.01, "stable_share": 1.0, "n": 1}]}],
+         "M6_disclosure": {"220": {"verdict": "CONFIRMED", "hits": [17, 50], "false_alarms": [31, 170],
+                                   "p_fisher": 0.0169}}}
+    (tmp_path / "v.json").write_text(json.dumps(v))
+    text = "\n".join(drift_lines(tmp_path / "v.json"))
+    assert "| D1 | INCONCLUSIVE (not yet run: 1 of 5) |" in text and "provisional" in text
+    assert "| gmc | sgd | sgd0.0001: 0.01, 100% (1) | 0.02 |" in text and "17/50" in text
+    assert "No replicate comparison yet" in replicate_lines(tmp_path / "none.json")[0]

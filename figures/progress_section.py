@@ -1,0 +1,77 @@
+"""The report's section on the campaigns still running: the drift map (``results/llm/drift/verdicts.json``,
+made by ``python -m claims.drift``) and the second-rounding replicate
+(``results/llm/replicate_avx2/comparison.json``, made by ``python -m claims.replicate``). It only reads
+those files; what a verdict says is decided there."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from schema.results import results_root
+
+
+def _num(x, fmt="{:.3g}") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
+
+
+def drift_lines(path: Path) -> list[str]:
+    if not path.is_file():
+        return [(f"*No drift verdicts yet ({path}): `python -m claims.drift` after `python -m llm_runs.study --grid "
+                "drift`.*"), ""]
+    v = json.loads(path.read_text())
+    seeds = v.get("seeds_drift", [])
+    md = [(f"Pre-registered in `docs/PREREGISTRATION-DRIFT.md`. Whole seeds of the drift grid: {len(seeds)} of 5 "
+          f"({', '.join(map(str, seeds)) or 'none'}); of the decisive seeds 5-9: {len(v.get('seeds_decisive', []))}."),
+          "", "| hypothesis | verdict |", "|---|---|"]
+    for h in ("D1", "D2", "D3", "D4", "D5", "D6", "D7"):
+        r = v.get(h, {})
+        md.append(f"| {h} | {r.get('verdict', 'n/a')}{' (' + r['why'] + ')' if 'why' in r else ''} |")
+    md.append("")
+    bounds = v.get("boundaries", [])
+    if bounds:
+        state = "provisional, on the runs finished so far (not decided)" if v.get("provisional") else "decided"
+        md += [(f"The map ({state}): per correction and optimiser, each level's early KL per token (the median over "
+               "seeds of the median over updates d..d+19) and its stable share (runs)."), "",
+               "| correction | optimiser | levels: KL, stable (n) | boundary |", "|---|---|---|---|"]
+        for b in bounds:
+            lv = "; ".join(f"{x['level']}: {_num(x['drift'])}, {x['stable_share']:.0%} ({x['n']})" for x in b["levels"])
+            cens = {"right": " (none failed: beyond)", "left": " (failed at the smallest)"}.get(b.get("censored"), "")
+            md.append(f"| {b['estimator']} | {b['optimizer']} | {lv} | {_num(b['boundary'])}{cens} |")
+        md.append("")
+    m6 = v.get("M6_disclosure")
+    if m6:
+        md += ["The mechanism study's M6 as disclosed beside its verdict: "
+               + "; ".join(f"on {k} runs {r['verdict']} (hits {r['hits'][0]}/{r['hits'][1]}, false alarms "
+                           f"{r['false_alarms'][0]}/{r['false_alarms'][1]}, Fisher p = {r['p_fisher']:.3f})"
+                           for k, r in m6.items()) + ".", ""]
+    return md
+
+
+def replicate_lines(path: Path) -> list[str]:
+    if not path.is_file():
+        return [(f"*No replicate comparison yet ({path}): `python -m claims.replicate` after `python -m llm_runs.study "
+                "--grid replicate_avx2`.*"), ""]
+    v = json.loads(path.read_text())
+    state = "provisional (no verdict said to survive or not)" if v.get("provisional") else (
+        "the verdicts survive" if v.get("survives") else "the verdicts do NOT all survive")
+    md = [(f"Pre-registered in `docs/PREREGISTRATION-REPLICATE.md`; every run on AVX2 kernels from the committed warm "
+          f"start. Whole seeds: {len(v.get('seeds_whole', []))} of 10: {state}."), "",
+          ("| arm | correction | stable, replicate | stable, committed | difference (Newcombe 95%) | pc replicate | "
+          "pc committed |"), "|---|---|---|---|---|---|---|"]
+    for c in v.get("cells", []):
+        lo, hi = c["share_difference"]
+        md.append(f"| {c['arm']} | {c['estimator']} | {c['replicate_stable'][0]}/{c['replicate_stable'][1]} | "
+                  f"{c['committed_stable'][0]}/{c['committed_stable'][1]} | [{_num(lo, '{:+.2f}')}, "
+                  f"{_num(hi, '{:+.2f}')}] | {_num(c['pc_replicate'], '{:.3f}')} | {_num(c['pc_committed'], '{:.3f}')} |")
+    md.append("")
+    for h, r in v.get("verdicts", {}).items():
+        md.append(f"- {h}: replicate {r['replicate']}, committed {r['committed']}")
+    return md + [""]
+
+
+def progress_section() -> list[str]:
+    llm = results_root() / "llm"
+    return (["## Campaigns in progress", "", "### The drift map", ""] + drift_lines(llm / "drift" / "verdicts.json")
+            + ["### Verdicts under a different rounding (the replicate)", ""]
+            + replicate_lines(llm / "replicate_avx2" / "comparison.json"))
