@@ -150,6 +150,19 @@ def sign_error_mass(mu=mu, M=M, m2=m2):
     return sp.Piecewise((1 - mu**2 / (M**2 * m2), mu > 0), (1, True))
 
 
+@bound(feasible=_mass_feasible)
+def sign_error_mass_batch(mu=mu, M=M, m2=m2, ngroups=ngroups):
+    """§8.3, B independent groups per batch (the batch's estimate is their mean): the group's variance
+    is at most ``M^2 m2 - mu^2`` and is divided by B, so
+    ``P(wrong) <= (M^2 m2 - mu^2) / (M^2 m2 - mu^2 + B mu^2)``; :func:`sign_error_mass` at B = 1.
+
+    >>> sign_error_mass_batch(1, 2, 1, 3)
+    1/2
+    """
+    v = M**2 * m2 - mu**2
+    return sp.Piecewise((v / (v + ngroups * mu**2), mu > 0), (1, True))
+
+
 @bound(feasible=_iid_feasible)
 def sign_error_iid(c2=c2, mu=mu, M=M, G=G):
     """§8.2, a per-sample scheme with a fixed baseline (iid terms X_i = (r_i - E_b r) s_i):
@@ -293,11 +306,14 @@ def _value(entry, **kw):
     return f(**{k: kw[k] for k in f.params})
 
 
-def sign_error_bound(scheme: str, grad_abs, M_, sigma2_, G_, eps_, form: str = "mass", mu4_=0.0, **knobs):
+def sign_error_bound(scheme: str, grad_abs, M_, sigma2_, G_, eps_, form: str = "mass", mu4_=0.0, ngroups: int = 1,
+                     **knobs):
     """§8.3's sign-error bound of ``scheme`` at one coordinate: ``grad_abs = |grad_j J|``, M the A2
     bound, (sigma^2, mu_4) the ratio law, G, eps. ``form="mass"``: :func:`sign_error_mass` (every
     scheme with a mass_sq entry, leave-one-out); ``"iid"``: :func:`sign_error_iid` (per-sample
-    schemes, fixed baseline; ``knobs``: a scheme's knobs where its row needs them). The mean is bounded below by ``(|grad_j J| - M m)_+``, m the
+    schemes, fixed baseline; ``knobs``: a scheme's knobs where its row needs them). With ``ngroups = B``
+    independent groups per batch the mass form is :func:`sign_error_mass_batch` and the iid form
+    has B G terms. The mean is bounded below by ``(|grad_j J| - M m)_+``, m the
     scheme's mass-bias bound (0 for IS). NaN where the table has no entry (no mass-bias bound, or no
     second-moment bound in that form)."""
     row = SIGN_TABLE.get(scheme)
@@ -314,11 +330,13 @@ def sign_error_bound(scheme: str, grad_abs, M_, sigma2_, G_, eps_, form: str = "
         sq = weight_max(scheme, G_, eps_, **knobs) ** 2 if entry == "peak" else _value(entry, **kw)
         if np.all(np.isnan(sq)):
             return np.full_like(mu_lo, np.nan)
-        return twin("sign_error_mass")(mu=mu_lo, M=M_, m2=sq)
+        if ngroups == 1:
+            return twin("sign_error_mass")(mu=mu_lo, M=M_, m2=sq)
+        return twin("sign_error_mass_batch")(mu=mu_lo, M=M_, m2=sq, ngroups=ngroups)
     sq = _value(row["weight_sq"], **kw)
     if np.all(np.isnan(sq)):
         return np.full_like(mu_lo, np.nan)
-    return twin("sign_error_iid")(c2=sq, mu=mu_lo, M=M_, G=G_)
+    return twin("sign_error_iid")(c2=sq, mu=mu_lo, M=M_, G=int(ngroups) * G_)
 
 
 def trajectory_share_bound(scheme: str, G, eps, ngroups=1, **params) -> float:
@@ -348,4 +366,5 @@ def vcpo_scale(log_ratio):
 
 __all__ = ["SIGN_TABLE", "adam_momentum_var_factor", "adam_sign_error", "adam_step_factor", "adam_step_factor_limit",
            "cantelli_sign_error", "phi_peak", "sign_error_bound", "sign_error_iid", "sign_error_mass",
+           "sign_error_mass_batch",
            "step_form_scale", "trajectory_share_bound", "vcpo_scale", "weight_max"]
