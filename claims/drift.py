@@ -377,6 +377,7 @@ def analyse(runs: pd.DataFrame) -> dict:
             out[h] = _not_run(f"{len(seeds)} of the drift grid's 5 seeds whole (seeds with runs: {present})")
         out["boundaries"] = boundaries(runs, seeds or present) if (seeds or present) else []
         out["provisional"] = True
+        out["D5"] = d5(d5_records(D5_TRAIN), d5_records(D5_HELD_OUT), decided=False)
         return out
     bounds = boundaries(runs, seeds)
     cells = cell_table(runs, seeds)
@@ -390,7 +391,7 @@ def analyse(runs: pd.DataFrame) -> dict:
     else:
         for h in ("D3", "D4", "D6"):
             out[h] = _not_run(f"{len(all10)} of the 10 seeds of the step-size arms whole")
-    out["D5"] = _not_run("the predictor's held-out test runs once the drift grids are whole")
+    out["D5"] = d5(d5_records(D5_TRAIN), d5_records(D5_HELD_OUT), decided=len(all10) >= 10)
     out["D7"] = d7(runs, seeds, study_gain())
     return out
 
@@ -411,6 +412,140 @@ def m6_disclosure() -> dict:
         out[label] = {"verdict": r["verdict"], "hits": [r["hit_rate"]["k"], r["hit_rate"]["n"]],
                       "false_alarms": [r["false_alarm_rate"]["k"], r["false_alarm_rate"]["n"]], "p_fisher": r["p_fisher"]}
     return out
+
+
+# --------------------------------------------------------------------------- D5: VCPO's predictor
+
+D5_SIGNALS = {"stale/ess": "low", "train/grad_norm": "high"}
+"""D5's two signals and the side on which each fires."""
+D5_WINDOW = 5
+D5_ALPHA = ALPHA / 2  # Bonferroni over the two signals
+D5_TRAIN = ("study",)
+D5_HELD_OUT = ("mechanism", "scale", "scale_variants", "study_2025", "drift", "drift_decisive")
+"""Where D5's runs come from (results/llm/<folder>): the thresholds are chosen on the staleness study's
+long-horizon runs at positive delay only; every other grid's long-horizon runs at positive delay are
+held out, except the copies of runs already counted (the mechanism grid's ``adam``-arm gmc and topr,
+byte copies of study runs; ``scale_mech``, copies of the scale grid's runs, is not read)."""
+
+
+def d5_run(run: Path) -> dict | None:
+    """One run's D5 record: collapsed (the stability rule), its collapse update (the first evaluation whose
+    accuracy is below the rule's threshold, or the first non-finite update), and per signal the extreme of
+    its rolling median over updates t >= d and the first update each threshold would fire (as a sorted
+    trace, so a threshold's firing update is found without re-reading)."""
+    from schema.results import read_run, read_run_config
+    from schema.stability import drop_threshold
+
+    _, m = read_run(run)
+    cfg = read_run_config(run)
+    d = int(cfg["delay"])
+    if d == 0 or int(m["step"].max()) < int(cfg["steps"]):
+        return None
+    ev = m.dropna(subset=["eval/heldout_acc"]).sort_values("step")
+    acc0 = float(ev["eval/heldout_acc"].iloc[0])
+    thr = acc0 - drop_threshold(acc0, cfg.get("heldout_size"))
+    upd = m[m["step"] < int(cfg["steps"])].sort_values("step")
+    bad = upd[~np.isfinite(pd.to_numeric(upd["train/loss"], errors="coerce"))
+              | ~np.isfinite(pd.to_numeric(upd["train/grad_norm"], errors="coerce"))]
+    below = ev[ev["eval/heldout_acc"] < thr]
+    collapsed = bool(len(bad) or float(ev["eval/heldout_acc"].iloc[-1]) < thr
+                     or float(pd.to_numeric(upd.get("train/update_skipped", 0), errors="coerce").sum()) > 0)
+    t_col = min([int(x) for x in (below["step"].iloc[0] if len(below) else None, bad["step"].iloc[0] if len(bad) else None)
+                 if x is not None], default=None)
+    rec = {"run": run.name, "grid": run.parent.name, "collapsed": collapsed, "t_collapse": t_col}
+    for col in D5_SIGNALS:
+        for key, start in ((col, d), (f"{col}@0", 0)):  # as pre-registered (t >= d), and from the first update
+            u = upd[upd["step"] >= start]
+            med = pd.to_numeric(u[col], errors="coerce").rolling(D5_WINDOW, min_periods=D5_WINDOW).median()
+            steps, vals = u["step"].to_numpy(int), med.to_numpy(float)
+            ok = np.isfinite(vals)
+            rec[key] = (steps[ok], vals[ok])
+    return rec
+
+
+def _fires(rec: dict, col: str, tau: float) -> int | None:
+    steps, vals = rec[col]
+    hit = vals <= tau if D5_SIGNALS[col.split("@")[0]] == "low" else vals >= tau
+    return int(steps[np.argmax(hit)]) if hit.any() else None
+
+
+def _counts(recs: list[dict], col: str, tau: float) -> dict:
+    hit = miss = fa = quiet = 0
+    leads = []
+    for r in recs:
+        t = _fires(r, col, tau)
+        if r["collapsed"]:
+            early = t is not None and (r["t_collapse"] is None or t <= r["t_collapse"])
+            hit, miss = hit + early, miss + (not early)
+            if early and r["t_collapse"] is not None:
+                leads.append(r["t_collapse"] - t)
+        else:
+            fa, quiet = fa + (t is not None), quiet + (t is None)
+    return {"hits": [hit, hit + miss], "false_alarms": [fa, fa + quiet],
+            "lead_median": float(np.median(leads)) if leads else math.nan}
+
+
+def d5_records(grids: tuple[str, ...]) -> list[dict]:
+    from schema.results import results_root
+
+    out = []
+    for g in grids:
+        root = results_root() / "llm" / g
+        if not root.is_dir():
+            continue
+        for run in sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.json").is_file()):
+            if not run.name.startswith("long-") or (g == "mechanism" and run.name.split("-")[1] == "adam"
+                                                    and run.name.split("-")[2] in ("gmc", "topr")):
+                continue
+            from schema.results import metrics_path
+
+            if metrics_path(run) is None:  # a run not started yet
+                continue
+            rec = d5_run(run)
+            if rec is not None:
+                out.append(rec)
+    return out
+
+
+def _d5_signals(train: list[dict], held: list[dict], suffix: str = "") -> dict:
+    out = {}
+    for base, side in D5_SIGNALS.items():
+        col = base + suffix
+        cands = sorted({float(v) for r in train for v in r[col][1]})
+        if len(cands) > 400:
+            cands = list(np.quantile(cands, np.linspace(0, 1, 401)))
+        best, best_j = None, -math.inf
+        for tau in cands:
+            c = _counts(train, col, tau)
+            j = c["hits"][0] / max(c["hits"][1], 1) - c["false_alarms"][0] / max(c["false_alarms"][1], 1)
+            if j > best_j:
+                best, best_j = tau, j
+        c = _counts(held, col, best)
+        (h, nh), (f, nf) = c["hits"], c["false_alarms"]
+        p = float(stats.fisher_exact([[h, nh - h], [f, nf - f]], alternative="greater").pvalue) if nh and nf else math.nan
+        out[base] = {"fires": side, "threshold": best, "train_youden": best_j, **c, "p_fisher": p,
+                     "hit_rate": h / nh if nh else math.nan, "false_alarm_rate": f / nf if nf else math.nan}
+    return out
+
+
+def d5(train: list[dict], held: list[dict], decided: bool) -> dict:
+    """Each signal's threshold chosen on ``train`` (maximising hit rate minus false-alarm rate), then
+    applied to ``held``: hits, false alarms, Fisher's one-sided p, the median lead time. ``exploratory_from_0``:
+    the same with the rolling median from the first update instead of from t >= d (not pre-registered:
+    the staleness study's collapses are mostly seen at the first evaluation, update 20, before t = d = 64)."""
+    out = {"train_runs": len(train), "held_out_runs": len(held), "signals": _d5_signals(train, held),
+           "exploratory_from_0": _d5_signals(train, held, "@0")}
+    sig = out["signals"].values()
+    if any(x["p_fisher"] < D5_ALPHA and x["hit_rate"] > x["false_alarm_rate"] for x in sig):
+        v = "CONFIRMED"
+    elif all(x["hit_rate"] <= x["false_alarm_rate"] for x in sig):
+        v = "REFUTED"
+    else:
+        v = "INCONCLUSIVE"
+    if not decided:
+        out["interim_verdict"], v = v, "INCONCLUSIVE"
+        out["why"] = "not yet run: the drift grids' held-out runs are not whole; interim numbers on the runs so far"
+    return {"verdict": v, **out}
 
 
 def map_table(result: dict) -> dict:

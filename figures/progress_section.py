@@ -39,6 +39,16 @@ def drift_lines(path: Path) -> list[str]:
             cens = {"right": " (none failed: beyond)", "left": " (failed at the smallest)"}.get(b.get("censored"), "")
             md.append(f"| {b['estimator']} | {b['optimizer']} | {lv} | {_num(b['boundary'])}{cens} |")
         md.append("")
+    d5 = v.get("D5", {})
+    for key, label in (("signals", "as pre-registered (rolling median from t = d)"),
+                       ("exploratory_from_0", "exploratory, not pre-registered (from the first update)")):
+        if d5.get(key):
+            md += [f"D5, VCPO's predictor, {label}" + (" (interim)" if "interim_verdict" in d5 else "") + ": "
+                   + "; ".join(f"`{c}` ({x['fires']}, threshold {_num(x['threshold'])} chosen on "
+                               f"{d5['train_runs']} study runs): hits {x['hits'][0]}/{x['hits'][1]}, false alarms "
+                               f"{x['false_alarms'][0]}/{x['false_alarms'][1]} of {d5['held_out_runs']} held-out runs, "
+                               f"Fisher p = {_num(x['p_fisher'])}, median lead {_num(x['lead_median'])} updates"
+                               for c, x in d5[key].items()) + ".", ""]
     m6 = v.get("M6_disclosure")
     if m6:
         md += ["The mechanism study's M6 as disclosed beside its verdict: "

@@ -159,3 +159,24 @@ def test_the_report_section_reads_the_saved_verdicts(tmp_path):
     assert "| D1 | INCONCLUSIVE (not yet run: 1 of 5) |" in text and "provisional" in text
     assert "| gmc | sgd | sgd0.0001: 0.01, 100% (1) | 0.02 |" in text and "17/50" in text
     assert "No replicate comparison yet" in replicate_lines(tmp_path / "none.json")[0]
+
+
+def test_d5_chooses_a_threshold_on_training_runs_and_counts_held_out_hits():
+    """A low-ESS signal that fires before every collapse and never in a stable run: the threshold chosen
+    on training runs separates held-out runs too (CONFIRMED when decided; INCONCLUSIVE before)."""
+    def rec(collapsed, low):
+        steps = np.arange(64, 200)
+        vals = np.where(steps >= 70, 0.1 if low else 0.6, 0.6)
+        return {"collapsed": collapsed, "t_collapse": 100 if collapsed else None,
+                **{k: (steps, vals if k.startswith("stale/ess") else np.full(len(steps), 10.0))
+                   for k in ("stale/ess", "stale/ess@0", "train/grad_norm", "train/grad_norm@0")}}
+
+    train = [rec(True, True) for _ in range(10)] + [rec(False, False) for _ in range(10)]
+    held = [rec(True, True) for _ in range(8)] + [rec(False, False) for _ in range(12)]
+    r = analysis.d5(train, held, decided=True)
+    ess = r["signals"]["stale/ess"]
+    assert r["verdict"] == "CONFIRMED" and ess["hits"] == [8, 8] and ess["false_alarms"] == [0, 12]
+    assert ess["lead_median"] == 30 and 0.1 <= ess["threshold"] < 0.6
+    assert analysis.d5(train, held, decided=False)["verdict"] == "INCONCLUSIVE"
+    useless = [rec(True, False) for _ in range(8)] + [rec(False, True) for _ in range(12)]
+    assert analysis.d5(train, useless, decided=True)["verdict"] == "REFUTED"
