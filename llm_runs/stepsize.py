@@ -1,9 +1,11 @@
 """Step-size control: corrections that act on the step rather than on the gradient.
 
-A normalising optimiser (Adam, and signSGD exactly) throws away a common scale of the gradient
-(THEORY §8), so a correction that shrinks every weight of the batch by one factor, as GMC does
-with one group per batch, leaves Adam's path where IS's is. These controls move that factor to
-the learning rate, where no optimiser can undo it:
+A normalising optimiser throws away a common scale of the gradient (THEORY §8.1): under signSGD a
+correction that shrinks every weight of the batch by one factor, as GMC does with one group per
+batch, leaves the path where IS's is; under Adam only a factor constant in time does (a factor that
+varies from step to step, as GMC's lambda_t does, moves Adam's path, but not by the factor itself:
+the step length stays Adam's). These controls move that factor to the learning rate, where no
+optimiser can undo it:
 
 * **ESS scaling** (VCPO, Huang et al. 2026, arXiv 2602.17616; mit-han-lab/vcpo
   ``verl/workers/actor/megatron_actor.py:_optimizer_step_with_buffer`` and

@@ -27,6 +27,7 @@ finished runs whose ``perf/`` columns are read).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -65,8 +66,11 @@ from .sweep import run_sweep
 def horizon_label(config: dict, horizons: dict) -> str | None:
     """The label of the horizon in ``horizons`` whose every task setting the run's stored
     ``config`` has (None if none does)."""
-    for h, task in horizons.items():
-        if all(config.get(k) == v for k, v in task.items()):
+    from .config import TrainConfig
+
+    knobs = {f.name for f in dataclasses.fields(TrainConfig) if "knob" in f.metadata}
+    for h, task in horizons.items():  # an estimator's knob in a horizon's block (the geo mask's L) is no task setting
+        if all(config.get(k) == v for k, v in task.items() if k not in knobs):
             return h
     return None
 

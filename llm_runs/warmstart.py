@@ -27,7 +27,6 @@ reproduces the committed bits.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import shutil
@@ -38,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from schema.io import dumps_json, loads_json
 
 from .presets import initial_policy, save_pretrained
 from .rollout import completion_logprobs, encode_answers, encode_prompts, evaluate
@@ -156,7 +157,7 @@ def cached_problem(path: Path) -> str | None:
     """Why the cached warm start in ``path`` cannot be used (None: it can): ``warmstart.json`` and
     every ``*.safetensors`` file must read whole, and every weight must be finite."""
     try:
-        info = json.loads((path / "warmstart.json").read_text())
+        info = loads_json((path / "warmstart.json").read_text())
         if not isinstance(info, dict) or "heldout_acc" not in info:
             return "warmstart.json lacks its record"
     except (OSError, ValueError) as exc:
@@ -193,7 +194,7 @@ def committed_record(config) -> dict | None:
     if not path.is_file():
         return None
     try:
-        rec = json.loads(path.read_text())
+        rec = loads_json(path.read_text())
     except ValueError as exc:
         raise ValueError(f"the committed warm start record {path} is unreadable ({exc})") from exc
     if not isinstance(rec, dict) or not rec.get("weights_sha256") or rec.get("key") != warm_start_key(config):
@@ -230,12 +231,12 @@ def _materialise(config, path: Path, rec: dict, log) -> dict:
                              f"{digest[:16]}, its record says {rec['weights_sha256'][:16]}; refused (restore it "
                              f"with `git checkout -- {src}`)")
         info = {**rec, "source": "committed", "committed": f"{src.parent.name}/{src.name}"}
-        (tmp / "warmstart.json").write_text(json.dumps(info, indent=2, default=str))
+        (tmp / "warmstart.json").write_text(dumps_json(info))
         os.rename(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if path.is_dir() and (path / "warmstart.json").is_file():  # another run materialised it first
-            return json.loads((path / "warmstart.json").read_text())
+            return loads_json((path / "warmstart.json").read_text())
         raise
     log(f"warm start: the committed one ({src.name}, held-out pc {rec['heldout_pc']:.3f}), weights sha256 checked")
     return info
@@ -270,7 +271,7 @@ def get_warm_start(config, task, log=print) -> WarmStart:
     committed = committed_record(config)
     if path.is_dir() and (done.is_file() or any(path.glob("*.safetensors"))):
         problem = cached_problem(path)
-        info = json.loads(done.read_text()) if problem is None else {}
+        info = loads_json(done.read_text()) if problem is None else {}
         problem = problem or _cache_mismatch(path, info, committed)
         if problem is None:
             info.setdefault("weights_sha256", weights_digest(path))  # a record made before weights were hashed
@@ -358,14 +359,14 @@ def _train(config, task, path: Path, log) -> dict:
     tmp.mkdir(parents=True)
     save_pretrained(model, tokenizer, tmp)
     info.update({"weights_sha256": weights_digest(tmp), "machine": machine()})
-    (tmp / "warmstart.json").write_text(json.dumps(info, indent=2, default=str))
+    (tmp / "warmstart.json").write_text(dumps_json(info))
     try:
         os.rename(tmp, path)
     except OSError:  # another run finished the same warm start first: use theirs
         shutil.rmtree(tmp, ignore_errors=True)
         if not (path / "warmstart.json").is_file():
             raise
-        info = json.loads((path / "warmstart.json").read_text())
+        info = loads_json((path / "warmstart.json").read_text())
     return info
 
 
@@ -403,7 +404,7 @@ def commit(config, task, log=print) -> Path:
                 (tmp / f"{f.name}.part-{i // PART_BYTES:02d}").write_bytes(data[i:i + PART_BYTES])
         else:
             shutil.copyfile(f, tmp / f.name)
-    (tmp / "warmstart.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+    (tmp / "warmstart.json").write_text(dumps_json(info) + "\n")
     os.rename(tmp, dest)
     log(f"committed warm start {dest} (weights sha256 {info['weights_sha256'][:16]}, held-out pc {info['heldout_pc']:.3f})")
     return dest
@@ -450,7 +451,7 @@ def committed_configs() -> dict[str, object]:
     out = {}
     root = committed_root()
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and ".tmp-" not in p.name) if root.is_dir() else []:
-        rec = json.loads((folder / "warmstart.json").read_text())
+        rec = loads_json((folder / "warmstart.json").read_text())
         cfg = resolve_config(dict(rec["settings"]))
         if committed_path(cfg).name != folder.name:
             raise ValueError(f"{folder}: its recorded settings give the key {warm_start_key(cfg)}, not its name's "

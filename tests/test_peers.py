@@ -17,7 +17,7 @@ from estimators import PARAMS, SCHEMES, advantages, weights
 from estimators.losses import TOKEN_LOSSES, check_options, loss_names, m2po_keep_mask, policy_loss
 from llm_runs.config import TrainConfig, config_fields
 
-PEERS_TRAJ = ("topr", "seq_tis_bn", "seq_mis", "seq_geo_mask", "vespo")
+PEERS_TRAJ = ("topr", "seq_tis", "seq_tis_bn", "seq_mis", "seq_geo_mask", "vespo")
 PEERS_TOKEN = ("m2po", "cispo", "opsm", "icepop", "sapo", "dppo_tv")
 
 
@@ -32,6 +32,15 @@ def test_topr_hand_values():
     np.testing.assert_allclose(weights("topr", lr, 0.2, A), [[1.0, 1.0, 1.0, 0.25]], rtol=1e-15)
     with pytest.raises(ValueError, match="needs `advantages`"):
         weights("topr", lr, 0.2)
+
+
+def test_seq_tis_truncates_without_normalising():
+    from estimators import SCHEMES
+
+    lr = np.log([[3.0, 1.0, 0.5, 10.0]])
+    np.testing.assert_allclose(weights("seq_tis", lr, 0.2), [[2.0, 1.0, 0.5, 2.0]], rtol=1e-14)
+    np.testing.assert_allclose(weights("seq_tis", lr, 0.2, C=8.0), [[3.0, 1.0, 0.5, 8.0]], rtol=1e-14)
+    assert SCHEMES["seq_tis"].sup_mass(0.2, 4, C=8.0) == 8.0 and not SCHEMES["seq_tis"].in_class
 
 
 def test_seq_tis_bn_normalises_over_the_batch_not_the_group():
@@ -198,7 +207,7 @@ def test_trajectory_peer_gradients_equal_their_weights():
 def test_paper_defaults_and_config_fields():
     d = {name: {p.name: p.default for p in ps} for name, ps in PARAMS.items()}
     assert d == {"m2po": {"tau": 0.04}, "cispo": {"eps_low": 10.0, "eps_high": 0.2}, "opsm": {"delta": 0.5},
-                 "gspo": {"eps_low": 3e-4, "eps_high": 4e-4}, "seq_tis_bn": {"C": 2.0},
+                 "gspo": {"eps_low": 3e-4, "eps_high": 4e-4}, "seq_tis": {"C": 2.0}, "seq_tis_bn": {"C": 2.0},
                  "seq_mis": {"lo": 0.5, "hi": 2.0}, "icepop": {"lo": 0.5, "hi": 5.0},
                  "seq_geo_mask": {"lo": 0.999, "hi": 1.001, "length": 1.0, "C": 0.0},
                  "sapo": {"tau_pos": 1.0, "tau_neg": 1.05},
