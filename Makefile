@@ -47,7 +47,7 @@ define venv
 endef
 
 $(STAMP): pyproject.toml Makefile
-	$(call venv,$(VENV),test$(COMMA)trl$(COMMA)gsm8k$(COMMA)ray,verl)
+	$(call venv,$(VENV),test$(COMMA)trl$(COMMA)gsm8k$(COMMA)ray$(COMMA)gpu,verl)
 
 $(VERL_STAMP): pyproject.toml Makefile
 	$(call venv,$(VERL_VENV),test$(COMMA)verl,trl)
