@@ -29,8 +29,7 @@ def _small(cache, **kw):
 
 
 @pytest.mark.parametrize("which, run", [("long", "results/llm/study/long-gmc-d64-s0"),
-                                        ("short", "results/llm/study/short-gmc-d64-s0"),
-                                        ("large", "results/llm/scale/long-gmc-d64-s0")])
+                                        ("short", "results/llm/study/short-gmc-d64-s0")])
 def test_the_committed_warm_starts_are_the_ones_the_committed_runs_started_from(which, run, tmp_path):
     import dataclasses
 
