@@ -263,3 +263,34 @@ def test_every_update_was_a_real_gmc_step(trained):
         grad = float(np.mean(m["grad_norm"]))
         assert np.isfinite(grad) and grad > 0
     assert capped > 0
+
+
+def test_a_step_size_control_scales_verl_s_step_and_restores_the_rate(tmp_path):
+    """VCPO's ESS scaling (linear rule) installed on verl's engine: the first step of an actor with it
+    equals the first step of one without, times the factor it logged (AdamW's step is linear in lr,
+    clipping acts before), and the rate is the configured one again after the step."""
+    from llm_runs.integrations.verl.stepsize import install_step_control
+
+    vocab = tiny_qwen3(tmp_path)
+    cfg = verl_config(snippet_overrides() + [f"actor_rollout_ref.model.path={tmp_path}"] + CPU_OVERRIDES)
+    OmegaConf.resolve(cfg)
+    tensors, uids, _ = rollout_batch(vocab, seed=1)
+    g = torch.Generator().manual_seed(2)
+    tensors["old_log_probs"] = (torch.log_softmax(torch.randn(B, RESPONSE_LEN, vocab, generator=g), -1)[..., 0]
+                                * tensors["response_mask"])  # far from the policy: ratios far from 1
+    rows = balanced_rows(tensors["attention_mask"], uids)
+    deltas, scales = [], []
+    for control in (False, True):
+        worker, actor_config = build_actor(cfg)
+        before = engine_weights(worker)
+        if control:
+            install_step_control(worker.engine, estimator="gmc", eps=actor_config.clip_ratio_high, ess_scaling="linear")
+        worker.train_mini_batch(to_verl(tensors, uids, rows))
+        after = engine_weights(worker)
+        deltas.append(torch.cat([(after[k] - before[k]).flatten() for k in sorted(before)]))
+        if control:
+            scales.append(worker.engine.step_control_last["step/lr_scale"])
+            assert worker.engine.optimizer.param_groups[0]["lr"] == pytest.approx(actor_config.optim.lr)
+    s = scales[0]
+    assert 0 < s < 0.99
+    torch.testing.assert_close(deltas[1], s * deltas[0], rtol=1e-3, atol=1e-7)

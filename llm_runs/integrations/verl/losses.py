@@ -272,6 +272,9 @@ def trajectory_policy_loss(scheme: str, old_log_prob, log_prob, advantages, resp
     eps = eps_from(config)
     options = batch_options(scheme, scheme_options_from(config, scheme), mask)
     out = policy_loss(scheme, log_prob, old_log_prob, mask, adv, G, eps, **options)
+    from .stepsize import record
+
+    record(out.seq_log_ratio, out.weights)  # for a step-size control around the next optimiser step, if installed
     diag = estimators.diagnostics(out.seq_log_ratio, eps)  # once per micro-batch call
     out.metrics = {**diag, **out.metrics}
     from ...theory import batch_metrics
