@@ -229,6 +229,14 @@ class TrainConfig:
         from .optim import check_optimizer
 
         check_optimizer(self.optimizer, self.momentum, self.weight_decay)
+        shrink = 1 - self.lr * self.weight_decay  # the factor the decay applies to the weights each step
+        need(self.optimizer == "adam" or shrink > 0,
+             f"weight_decay {self.weight_decay!r} at lr {self.lr!r}: optimizer {self.optimizer!r} multiplies the weights "
+             f"by 1 - lr * weight_decay = {shrink:.6g} every step, which is no decay (it must be > 0)")
+        need(not (self.dtype == "float16" and self.optimizer in ("adam", "adamw")),
+             f"optimizer {self.optimizer!r} cannot step float16 weights: its state is float16 too, where Adam's eps "
+             f"(1e-8) underflows to 0, so an update with a zero gradient steps by 0/0 = NaN. Use dtype float32 (or "
+             f"amp bfloat16, float32 master weights and state), or optimizer 'sgd'")
         need(isinstance(self.mechanism_diagnostics, bool),
              f"mechanism_diagnostics must be true or false, got {self.mechanism_diagnostics!r}")
         need(self.temperature > 0 and math.isfinite(self.temperature), f"temperature must be > 0, got {self.temperature!r}")

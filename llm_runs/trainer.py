@@ -73,7 +73,7 @@ from .run_folder import RunFolder, check_new_run_folder, check_resumable
 from .tasks import build_task
 from .theory import DirectionTracker
 from .update import policy_update, staleness_metrics
-from .warmstart import default_max_new_tokens, get_warm_start, machine, rounding_note
+from .warmstart import default_max_new_tokens, get_warm_start, machine, nonfinite_parameter, rounding_note
 
 
 @dataclass
@@ -233,6 +233,10 @@ class Trainer:
                 raise KeyboardInterrupt
 
     def _write_checkpoint(self, step: int, complete: bool) -> Path:
+        bad = nonfinite_parameter(self.policy)
+        if bad is not None:
+            raise ValueError(f"not writing the checkpoint of update {step} in {self.out}: parameter {bad} is not "
+                             "finite (a checkpoint never holds a NaN or inf weight)")
         self.folder.started = True
         self.writer.sync()
         keep = 1 if complete else self.config.keep_checkpoints

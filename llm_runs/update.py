@@ -96,6 +96,7 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
             torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, torch.tensor(grad_norm))
         with stepsize.scaled_lr(optimizer, scale):
             optimizer.step()
+        _check_step(model, params, optimizer, grad_norm)
     diag = estimators.diagnostics(lr_all, eps)
     rewards = batch.rewards.view(n_groups, G)
     row = {DIAGNOSTIC_COLUMNS[k]: v for k, v in diag.items() if k in DIAGNOSTIC_COLUMNS}
@@ -123,6 +124,20 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
         row.update(drift_metrics(lr_all, torch.cat(tok_lr), batch.completion_mask))
     row.update(step_cols)
     return row
+
+
+def _check_step(model, params, optimizer, grad_norm: float) -> None:
+    """Refuse an optimiser step that made a parameter non-finite (the gradient was finite: the step
+    itself overflowed), naming the optimiser, its settings and the parameter; the weights are not
+    used further and no checkpoint is written from them."""
+    if all(bool(torch.isfinite(p.detach()).all()) for p in params):
+        return
+    name = next(n for n, p in model.named_parameters() if not bool(torch.isfinite(p.detach()).all()))
+    group = optimizer.param_groups[0]
+    knobs = ", ".join(f"{k} {group[k]!r}" for k in ("lr", "weight_decay", "eps", "momentum") if k in group)
+    raise ValueError(f"the optimiser step ({type(optimizer).__name__}: {knobs}) made parameter {name} non-finite from "
+                     f"a finite gradient (norm {grad_norm:.4g}); the step is not kept and no checkpoint is written. "
+                     "Lower the learning rate or the weight decay, or use float32 weights")
 
 
 def _opob(model, batch: RolloutBatch, temperature: float, control) -> tuple[torch.Tensor, dict]:

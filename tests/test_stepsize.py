@@ -209,3 +209,45 @@ def test_the_vcpo_recipe_names_only_real_settings():
 
     fields = set(TrainConfig.__dataclass_fields__)
     assert set(stepsize.RECIPES["vcpo"]) <= fields
+
+
+def test_an_optimiser_step_that_overflows_is_refused_by_name(trained):
+    """A step that turns a weight non-finite from a finite gradient (here an SGD whose step writes an
+    inf, as an overflowing step would) is an error naming the optimiser step and its settings, not the
+    log-probabilities of the next forward pass."""
+    class Overflowing(torch.optim.SGD):
+        def step(self, closure=None):
+            super().step(closure)
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].view(-1)[0] = float("inf")
+
+    m = copy.deepcopy(trained.policy)
+    with pytest.raises(ValueError, match=r"the optimiser step \(Overflowing: lr 0.01.*non-finite from a finite "
+                                         r"gradient \(norm"):
+        policy_update(m, Overflowing(m.parameters(), lr=0.01), trained.last_batch, estimator="gmc", eps=0.2)
+
+
+def test_settings_whose_steps_must_blow_up_are_refused_up_front(tmp_path):
+    from llm_runs.train import main
+
+    with pytest.raises(ValueError, match=r"1 - lr \* weight_decay = -99999.*no decay"):
+        tiny(tmp_path, optimizer="adamw", lr=0.1, weight_decay=1e6).validate()
+    with pytest.raises(ValueError, match="cannot step float16 weights"):
+        tiny(tmp_path, dtype="float16").validate()
+    tiny(tmp_path, dtype="float16", optimizer="sgd").validate()  # SGD's step needs no eps
+    assert main(["--out", str(tmp_path / "run2"), "--no-progress", "--dtype", "float16", "--steps", "1",
+                 "--cache-dir", str(tmp_path / "cache")]) == 2
+
+
+def test_a_checkpoint_is_never_written_with_a_non_finite_weight(trained):
+    p = next(trained.policy.parameters())
+    keep = p.detach().clone()
+    with torch.no_grad():
+        p.view(-1)[0] = float("nan")
+    try:
+        with pytest.raises(ValueError, match="not writing the checkpoint of update 7 .* is not finite"):
+            trained.save_checkpoint(7)
+        assert not (trained.out / "checkpoints" / "step-000007").exists()
+    finally:
+        with torch.no_grad():
+            p.copy_(keep)
