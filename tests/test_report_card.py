@@ -319,3 +319,24 @@ def test_the_drift_of_a_cell_and_its_place_on_the_map(tmp_path, monkeypatch):
             assert d["map"].startswith("pending: the drift study's map is provisional (10 whole seeds)")
         else:
             assert d["map"] == "placed" and d["held_at_nearest_level"] == d["below_boundary"] == ["x (adam)"]
+
+
+def test_the_readme_s_add_a_correction_snippet_loads_and_validates(tmp_path):
+    """The code block of the README's "Add a correction in three steps", written to a file outside the
+    package as a new user would, registers a correction the card's loader accepts and validates."""
+    import re
+    from pathlib import Path
+
+    from report_card.load import load_correction, unload, validate
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("## Add a correction in three steps"):]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    path = tmp_path / "my_correction.py"
+    path.write_text(code)
+    try:
+        corr = load_correction(path)
+        rows = validate(corr)  # a CorrectionError on any wrong shape, NaN or negative weight
+        assert corr.name == "seq_is_trunc" and rows[0]["evaluated"] > 0 and rows[1]["result"] == "2"
+    finally:
+        unload(path)
