@@ -2,7 +2,7 @@
 
 A correction file registers one trajectory scheme (:func:`estimators.register_scheme`) or one
 token-level loss (:func:`estimators.losses.register_token_loss`), its knobs in
-:data:`estimators.params.PARAMS` (docs/ADD-A-CORRECTION.md). :func:`load_correction` imports
+:data:`estimators.params.PARAMS` (README, "Add a correction in three steps"). :func:`load_correction` imports
 it, finds what it registered, and :func:`validate` evaluates the new correction on a small battery
 of ratio vectors (a scheme) or batches (a token loss). Every problem is one
 :class:`CorrectionError` naming what is wrong; nothing the file registered stays registered
@@ -110,7 +110,7 @@ def load_correction(path: str | Path, name: str | None = None) -> Correction:
             sys.modules.pop(mod_name, None)
             raise CorrectionError(f"{p.name} registers no correction: decorate a function with "
                                   f"estimators.register_scheme(...) or estimators.losses.register_token_loss(...) "
-                                  f"(docs/ADD-A-CORRECTION.md)")
+                                  f"(the README's 'Add a correction in three steps')")
         _LOADED[key] = names
     if name is None and len(names) > 1:
         raise CorrectionError(f"{p.name} registers {len(names)} corrections ({', '.join(names)}): pick one with --name")
