@@ -12,7 +12,12 @@ from schema.results import results_root
 
 
 def _num(x, fmt="{:.3g}") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
+    """A number as ``fmt``; "n/a" for None and for non-finite values (saved as strings such as "nan")."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return "n/a"
+    return fmt.format(v) if math.isfinite(v) else "n/a"
 
 
 def drift_lines(path: Path) -> list[str]:

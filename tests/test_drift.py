@@ -180,3 +180,9 @@ def test_d5_chooses_a_threshold_on_training_runs_and_counts_held_out_hits():
     assert analysis.d5(train, held, decided=False)["verdict"] == "INCONCLUSIVE"
     useless = [rec(True, False) for _ in range(8)] + [rec(False, True) for _ in range(12)]
     assert analysis.d5(train, useless, decided=True)["verdict"] == "REFUTED"
+
+
+def test_the_report_section_shows_saved_non_finite_values_as_not_available():
+    from figures.progress_section import _num
+
+    assert _num("nan") == "n/a" and _num(None) == "n/a" and _num(float("inf")) == "n/a" and _num(0.01234) == "0.0123"
