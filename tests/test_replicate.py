@@ -17,8 +17,13 @@ def test_newcombe_s_worked_example():
 
 
 def test_wilson_bounds_stay_in_the_unit_interval():
-    assert replicate.wilson(0, 10)[0] == pytest.approx(0.0, abs=1e-12) and replicate.wilson(10, 10)[1] == pytest.approx(1.0)
-    assert replicate.wilson(3, 10)[0] == pytest.approx(0.1078, abs=5e-5)  # Wilson (1927) 3/10: 0.1078 to 0.6032
+    from claims.study import share_ci
+
+    def wilson(k, n):
+        return share_ci(k, n, "wilson")
+
+    assert wilson(0, 10)[0] == pytest.approx(0.0, abs=1e-12) and wilson(10, 10)[1] == pytest.approx(1.0)
+    assert wilson(3, 10)[0] == pytest.approx(0.1078, abs=5e-5)  # Wilson (1927) 3/10: 0.1078 to 0.6032
 
 
 def test_the_committed_run_of_a_replicate_cell():
@@ -34,8 +39,9 @@ def test_the_replicate_grid_forces_its_kernel_path_and_others_record_none(monkey
 
     assert STUDIES["replicate_avx2"].settings()["kernel_env"] == [list(kv) for kv in AVX2_KERNELS]
     assert "kernel_env" not in STUDIES["primary"].settings()  # recorded settings of earlier grids unchanged
-    for k, _ in AVX2_KERNELS:
-        monkeypatch.delenv(k, raising=False)
+    for k, _ in AVX2_KERNELS:  # set, then removed: monkeypatch restores each to its state before the test
+        monkeypatch.setenv(k, "unset")
+        monkeypatch.delenv(k)
     monkeypatch.setattr(study, "_warm_starts", lambda s: (_ for _ in ()).throw(ValueError("stop here")))
     assert study.main(["--grid", "replicate_avx2", "--out", "/nonexistent/never-made"]) == 2
     assert all(os.environ.get(k) == v for k, v in AVX2_KERNELS)
