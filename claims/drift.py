@@ -13,7 +13,6 @@ pre-registration's; a hypothesis whose seeds are not whole is INCONCLUSIVE ("not
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -22,7 +21,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .result import jsonable
 from .study import ALPHA, BOOT_SEED, MARGIN, bootstrap, holm, p_below, run_row
 
 SHARE = 0.80
@@ -85,7 +83,7 @@ def read(folders: dict[str, Path] | None = None) -> pd.DataFrame:
             row["grid"] = name
             row["arm"] = arm if arm in STEP_ARMS else None
             row["level"] = None if row["arm"] else _level(row)
-            row["family"] = (row["level"] or "").rstrip("0123456789.e-") or None
+            row["family"] = None if row["level"] is None else "sgd" if row["optimizer"] == "sgd" else "adamclip"
             rows.append(row)
     if not rows:
         raise ValueError("no run of the drift grids: run `python -m llm_runs.study --grid drift` first")
@@ -98,33 +96,26 @@ def whole_seeds(runs: pd.DataFrame, grid: str) -> list[int]:
     from llm_runs.grids import STUDIES
 
     have = {(r["run"], r["grid"]) for r in runs[runs["complete"]].to_dict("records")}
-    names = {r["run"] for r in runs[runs["complete"]].to_dict("records")}
-    out = []
-    for s in STUDIES[grid].seeds:
-        planned = [c.name for c in STUDIES[grid].cells() if c.seed == s]
-        if planned and all((n, grid) in have for n in planned):
-            reused = [n.replace("long-sgd0.0001-", "long-sgd-").replace("long-adamclip0.0001-", "long-adamclip-")
-                      for n in _reused_names(s)]
-            if all(n in names for n in reused):
-                out.append(s)
-    return out
+    return [s for s in STUDIES[grid].seeds
+            if all((n, grid) in have for n in _planned(grid, s))
+            and all((n, "mechanism") in have for n in _reused_names(s))]
+
+
+def _planned(grid: str, seed: int) -> list[str]:
+    from llm_runs.grids import STUDIES
+
+    return [c.name for c in STUDIES[grid].cells() if c.seed == seed]
 
 
 def _reused_names(seed: int) -> list[str]:
-    from llm_runs.grids import DRIFT_STUDY_LR, MECHANISM_ESTIMATORS, SGD_LR
+    """The mechanism grid's runs of ``seed`` that stand for the drift grid's two 1e-4 levels."""
+    from llm_runs.grids import MECHANISM_ESTIMATORS
 
-    out = []
-    for opt, lr in (("sgd", SGD_LR), ("adamclip", DRIFT_STUDY_LR)):
-        out.append(f"long-{opt}{lr:g}-gmc-d0-s{seed}")
-        out += [f"long-{opt}{lr:g}-{e}-d64-s{seed}" for e in MECHANISM_ESTIMATORS]
-    return out
+    return [name for arm in ("sgd", "adamclip")
+            for name in (f"long-{arm}-gmc-d0-s{seed}", *(f"long-{arm}-{e}-d64-s{seed}" for e in MECHANISM_ESTIMATORS))]
 
 
 # --------------------------------------------------------------------------- the map
-
-
-def _level_rate(level: str) -> float:
-    return float(level.lstrip("sgdamclip"))
 
 
 def cell_table(runs: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
@@ -133,10 +124,10 @@ def cell_table(runs: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
     r = runs[runs["level"].notna() & (runs["delay"] > 0) & runs["seed"].isin(seeds) & runs["complete"]]
     out = []
     for (fam, level, est), g in r.groupby(["family", "level", "estimator"]):
-        out.append({"family": fam, "level": level, "rate": _level_rate(level), "estimator": est, "n": len(g),
+        out.append({"family": fam, "level": level, "estimator": est, "n": len(g),
                     "stable_share": float(g["stable"].mean()), "drift": float(g[AXIS].median()),
                     "pc_final": float(g["pc_final"].mean())})
-    return pd.DataFrame(out, columns=["family", "level", "rate", "estimator", "n", "stable_share", "drift", "pc_final"])
+    return pd.DataFrame(out, columns=["family", "level", "estimator", "n", "stable_share", "drift", "pc_final"])
 
 
 def boundary(levels: list[tuple[float, float]]) -> tuple[float | None, str | None]:
@@ -238,6 +229,19 @@ def d1(bounds, cells, adam_level: float) -> dict:
     return {"verdict": "INCONCLUSIVE", **numbers}
 
 
+def _jitter(bounds: list[dict], rng) -> list[float]:
+    """Each boundary drawn from a normal on the log scale whose 95% range is its bootstrap interval
+    (a boundary without an interval stays put)."""
+    out = []
+    for b in bounds:
+        lo, hi = b["low"], b["high"]
+        if None in (lo, hi) or lo <= 0:
+            out.append(b["boundary"])
+        else:
+            out.append(math.exp(rng.normal(math.log(b["boundary"]), max((math.log(hi) - math.log(lo)) / 3.92, 1e-9))))
+    return out
+
+
 def d2(bounds) -> dict:
     from llm_runs.grids import DRIFT_ESTIMATORS
 
@@ -247,16 +251,9 @@ def d2(bounds) -> dict:
     x = [a["boundary"] for a, _ in pairs]
     y = [b["boundary"] for _, b in pairs]
     rho = float(stats.spearmanr(x, y).statistic)
-    lows = [(a["low"], b["low"]) for a, b in pairs]
-    highs = [(a["high"], b["high"]) for a, b in pairs]
     rng = np.random.default_rng(BOOT_SEED)
-    boot = []
-    for _ in range(N_BOOT):  # the boundaries resampled within their intervals' spread (normal on log scale)
-        xs = [math.exp(rng.normal(math.log(b), max((math.log(h) - math.log(lo)) / 3.92, 1e-9)))
-              if None not in (lo, h) and lo > 0 else b for b, lo, h in zip(x, (l[0] for l in lows), (h[0] for h in highs))]
-        ys = [math.exp(rng.normal(math.log(b), max((math.log(h) - math.log(lo)) / 3.92, 1e-9)))
-              if None not in (lo, h) and lo > 0 else b for b, lo, h in zip(y, (l[1] for l in lows), (h[1] for h in highs))]
-        boot.append(stats.spearmanr(xs, ys).statistic)
+    boot = [stats.spearmanr(_jitter([a for a, _ in pairs], rng), _jitter([b for _, b in pairs], rng)).statistic
+            for _ in range(N_BOOT)]
     lo, hi = float(np.nanquantile(boot, 0.025)), float(np.nanquantile(boot, 0.975))
     gmc = {f: _find(bounds, "gmc", f) for f in ("sgd", "adamclip")}
     below = [f"{e} ({f})" for e in ("topr", "vespo") for f in ("sgd", "adamclip")
@@ -486,7 +483,7 @@ def _counts(recs: list[dict], col: str, tau: float) -> dict:
 
 
 def d5_records(grids: tuple[str, ...]) -> list[dict]:
-    from schema.results import results_root
+    from schema.results import metrics_path, results_root
 
     out = []
     for g in grids:
@@ -497,8 +494,6 @@ def d5_records(grids: tuple[str, ...]) -> list[dict]:
             if not run.name.startswith("long-") or (g == "mechanism" and run.name.split("-")[1] == "adam"
                                                     and run.name.split("-")[2] in ("gmc", "topr")):
                 continue
-            from schema.results import metrics_path
-
             if metrics_path(run) is None:  # a run not started yet
                 continue
             rec = d5_run(run)
@@ -555,7 +550,7 @@ def map_table(result: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from schema.io import check_output, write_text
+    from schema.io import check_output, write_json
 
     p = argparse.ArgumentParser(prog="python -m claims.drift", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", default=None, help="write the verdicts here (default: results/llm/drift/verdicts.json)")
@@ -569,8 +564,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    write_text(out, json.dumps(jsonable(result), indent=2, allow_nan=False) + "\n")
-    write_text(folders["drift"] / "map.json", json.dumps(jsonable(map_table(result)), indent=2, allow_nan=False) + "\n")
+    write_json(out, result)
+    write_json(folders["drift"] / "map.json", map_table(result))
     for h in ("D1", "D2", "D3", "D4", "D5", "D6", "D7"):
         v = result[h]
         print(f"{h}: {v['verdict']}" + (f" ({v['why']})" if "why" in v else ""))

@@ -32,6 +32,7 @@ from .study import (
     p_below,
     read_runs,
     read_traces,
+    share_ci,
     whole_seeds,
 )
 from .study import planned_cells as study_planned_cells
@@ -495,10 +496,7 @@ def _m6(root, runs) -> dict:
     fa, quiet = int((warned & ~collapsed).sum()), int((~warned & ~collapsed).sum())
 
     def rate(k, n):
-        if not n:
-            return {"k": k, "n": n, "rate": math.nan, "ci": [math.nan, math.nan]}
-        ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - ALPHA, method="exact")
-        return {"k": k, "n": n, "rate": k / n, "ci": [float(ci.low), float(ci.high)]}
+        return {"k": k, "n": n, "rate": k / n if n else math.nan, "ci": list(share_ci(k, n))}
 
     hits, alarms = rate(hit, hit + miss), rate(fa, fa + quiet)
     p = float(stats.fisher_exact([[hit, miss], [fa, quiet]], alternative="greater").pvalue)

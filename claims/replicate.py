@@ -13,17 +13,14 @@ Decided at 10 whole seeds; fewer are shown as provisional.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-from .result import jsonable
-from .study import ALPHA, bootstrap, read_runs
+from .study import bootstrap, read_runs, share_ci
 
 GRID = "replicate_avx2"
 FORMAT = "gmc-grpo-replicate/1"
@@ -32,23 +29,13 @@ COMMITTED = {"study": ("study", "primary"), "sgd": ("mechanism", "mechanism"), "
 """Replicate arm -> (the committed grid's folder under results/llm, its grid name)."""
 
 
-def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson's score interval of k successes in n."""
-    if n == 0:
-        return math.nan, math.nan
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def newcombe(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
     """Newcombe's hybrid score interval (method 10) of p1 - p2 from two Wilson intervals."""
     if not n1 or not n2:
         return math.nan, math.nan
     p1, p2 = k1 / n1, k2 / n2
-    l1, u1 = wilson(k1, n1)
-    l2, u2 = wilson(k2, n2)
+    l1, u1 = share_ci(k1, n1, "wilson")
+    l2, u2 = share_ci(k2, n2, "wilson")
     d = p1 - p2
     return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
 
@@ -98,14 +85,8 @@ def cells(rep: pd.DataFrame, com: pd.DataFrame, seeds: list[int]) -> list[dict]:
         common = sorted(set(a.index) & set(b.index))
         boot = bootstrap((a.loc[common] - b.loc[common]).to_numpy(float))
 
-        def cp(k, n):
-            if not n:
-                return [math.nan, math.nan]
-            ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - ALPHA, method="exact")
-            return [float(ci.low), float(ci.high)]
-
-        out.append({"arm": arm, "estimator": est, "replicate_stable": [k1, n1], "replicate_ci": cp(k1, n1),
-                    "committed_stable": [k2, n2], "committed_ci": cp(k2, n2), "share_difference": [lo, hi],
+        out.append({"arm": arm, "estimator": est, "replicate_stable": [k1, n1], "replicate_ci": list(share_ci(k1, n1)),
+                    "committed_stable": [k2, n2], "committed_ci": list(share_ci(k2, n2)), "share_difference": [lo, hi],
                     "shares_agree": bool(lo <= 0 <= hi) if math.isfinite(lo) else None,
                     "pc_replicate": float(a.mean()), "pc_committed": float(b.mean()),
                     "pc_difference": {k: boot[k] for k in ("mean", "low", "high", "n")}})
@@ -171,7 +152,7 @@ def analyse(rep: pd.DataFrame, com: pd.DataFrame) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from schema.io import check_output, write_text
+    from schema.io import check_output, write_json
     from schema.results import results_root
 
     p = argparse.ArgumentParser(prog="python -m claims.replicate", description=__doc__.split("\n\n")[0])
@@ -184,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    write_text(out, json.dumps(jsonable(result), indent=2, allow_nan=False) + "\n")
+    write_json(out, result)
     state = "provisional" if result["provisional"] else ("survive" if result["survives"] else "do NOT all survive")
     print(f"replicate: {len(result['seeds_whole'])} whole seeds of {SEEDS_NEEDED}; verdicts {state}")
     for c in result["cells"]:

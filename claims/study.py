@@ -155,6 +155,15 @@ def bootstrap(diffs: np.ndarray, confidence: float = 1 - ALPHA) -> dict:
             "high": float(res.confidence_interval.high), "dist": res.bootstrap_distribution}
 
 
+def share_ci(k: int, n: int, method: str = "exact") -> tuple[float, float]:
+    """The 95% interval of a share k/n (``scipy.stats.binomtest``: ``exact`` is Clopper-Pearson, ``wilson``
+    Wilson's score interval); NaNs for n = 0."""
+    if not n:
+        return math.nan, math.nan
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - ALPHA, method=method)
+    return float(ci.low), float(ci.high)
+
+
 def p_below(boot: dict, value: float) -> float:
     """One-sided bootstrap p-value of H0: mean <= value (the share of resampled means <= value)."""
     d = boot["dist"]
@@ -307,8 +316,7 @@ def _analyse(runs: pd.DataFrame) -> dict:
     if n < MIN_COLLAPSES:
         v4, ci = "INCONCLUSIVE", (math.nan, math.nan)
     else:
-        ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - ALPHA, method="exact")
-        ci = (float(ci.low), float(ci.high))
+        ci = share_ci(k, n)
         v4 = "CONFIRMED" if ci[0] > 0.5 else "REFUTED" if ci[1] < 0.5 else "INCONCLUSIVE"
     out["H4"] = {"verdict": v4, "diagnostic": H4_DIAGNOSTIC, "threshold": H4_THRESHOLD, "collapsed_runs": n,
                  "warned_before_collapse": k, "ci": list(ci), "false_alarms": false_alarms,

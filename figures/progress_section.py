@@ -4,11 +4,10 @@ made by ``python -m claims.drift``) and the second-rounding replicate
 those files; what a verdict says is decided there."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
-from schema.results import results_root
+from schema.results import read_json, results_root
 
 
 def _num(x, fmt="{:.3g}") -> str:
@@ -24,7 +23,7 @@ def drift_lines(path: Path) -> list[str]:
     if not path.is_file():
         return [(f"*No drift verdicts yet ({path}): `python -m claims.drift` after `python -m llm_runs.study --grid "
                 "drift`.*"), ""]
-    v = json.loads(path.read_text())
+    v = read_json(path)
     seeds = v.get("seeds_drift", [])
     md = [(f"Pre-registered in `docs/PREREGISTRATION-DRIFT.md`. Whole seeds of the drift grid: {len(seeds)} of 5 "
           f"({', '.join(map(str, seeds)) or 'none'}); of the decisive seeds 5-9: {len(v.get('seeds_decisive', []))}."),
@@ -67,7 +66,7 @@ def replicate_lines(path: Path) -> list[str]:
     if not path.is_file():
         return [(f"*No replicate comparison yet ({path}): `python -m claims.replicate` after `python -m llm_runs.study "
                 "--grid replicate_avx2`.*"), ""]
-    v = json.loads(path.read_text())
+    v = read_json(path)
     state = "provisional (no verdict said to survive or not)" if v.get("provisional") else (
         "the verdicts survive" if v.get("survives") else "the verdicts do NOT all survive")
     md = [(f"Pre-registered in `docs/PREREGISTRATION-REPLICATE.md`; every run on AVX2 kernels from the committed warm "

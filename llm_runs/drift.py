@@ -119,7 +119,9 @@ def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dic
         path = map_path()
         if not path.is_file():
             raise ValueError(f"no drift map at {path}: run the drift grid and `python -m claims.drift` first")
-        table = json.loads(path.read_text())
+        from schema.results import read_json
+
+        table = read_json(path)
     if table.get("axis") != axis:
         raise ValueError(f"the map's axis is {table.get('axis')!r}, not {axis!r}")
     out = []

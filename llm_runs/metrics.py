@@ -85,9 +85,9 @@ def run_columns(config) -> list[str]:
     cols = COLUMNS + (MECHANISM_COLUMNS if getattr(config, "mechanism_diagnostics", False) else [])
     if getattr(config, "drift_diagnostics", False):
         cols = cols + list(DRIFT)
-    step = []
-    if getattr(config, "ess_scaling", "none") != "none" or getattr(config, "gmc_step", False):
-        step += ["step/lr_scale"]
+    from .stepsize import is_active
+
+    step = ["step/lr_scale"] if hasattr(config, "gmc_step") and is_active(config) else []
     if getattr(config, "ess_scaling", "none") != "none":
         step += ["step/ess_ratio"]
     if getattr(config, "gmc_step", False):

@@ -178,21 +178,15 @@ def _check_warm_start(run: Path, cfg) -> None:
     from schema.results import read_json
 
     from .tasks import build_task
-    from .warmstart import differs, get_warm_start, machine, rounds_as_committed
+    from .warmstart import differs, get_warm_start, machine, rounds_as_committed, torch_threads
 
     stored = read_json(run / "config.json")
     used = stored.get("warm_start")
     if not used or "key" not in used:
         return
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads)  # as the trainer computes it
-    try:
+    with torch_threads(cfg.threads):  # as the trainer computes it
         task = build_task(cfg)
         here = get_warm_start(cfg, task, log=lambda m: None).info
-    finally:
-        torch.set_num_threads(threads)
     why = differs(used, here)
     made_on = stored.get("machine", "not recorded")
     if why:

@@ -153,24 +153,34 @@ def is_active(cfg) -> bool:
     return cfg.ess_scaling != "none" or bool(cfg.gmc_step)
 
 
+def scale_lrs(optimizer: torch.optim.Optimizer, scale: float) -> list[float]:
+    """Multiply every parameter group's ``lr`` by ``scale``; the rates before, for :func:`restore_lrs`."""
+    if not (isinstance(scale, float) and math.isfinite(scale) and scale >= 0):
+        raise ValueError(f"a step scale must be a finite float >= 0, got {scale!r}")
+    base = [pg["lr"] for pg in optimizer.param_groups]
+    for pg, lr in zip(optimizer.param_groups, base):
+        pg["lr"] = lr * scale
+    return base
+
+
+def restore_lrs(optimizer: torch.optim.Optimizer, base: list[float]) -> None:
+    for pg, lr in zip(optimizer.param_groups, base):
+        pg["lr"] = lr
+
+
 @contextmanager
 def scaled_lr(optimizer: torch.optim.Optimizer, scale: float):
     """Every parameter group's ``lr`` multiplied by ``scale`` inside the block, restored after it
     (VCPO sets and restores ``pg["lr"]`` around ``optimizer.step()`` the same way). ``scale == 1`` leaves
     the optimiser untouched."""
-    if not (isinstance(scale, float) and math.isfinite(scale) and scale >= 0):
-        raise ValueError(f"a step scale must be a finite float >= 0, got {scale!r}")
     if scale == 1.0:
         yield
         return
-    base = [pg["lr"] for pg in optimizer.param_groups]
-    for pg, lr in zip(optimizer.param_groups, base):
-        pg["lr"] = lr * scale
+    base = scale_lrs(optimizer, scale)
     try:
         yield
     finally:
-        for pg, lr in zip(optimizer.param_groups, base):
-            pg["lr"] = lr
+        restore_lrs(optimizer, base)
 
 
 def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_norms: torch.Tensor,

@@ -216,22 +216,16 @@ def pack_finished(study: Study, out: Path) -> int:
 def _warm_starts(study: Study) -> dict[str, dict]:
     """One warm start per horizon, computed before any run (runs would otherwise race for it);
     ``{horizon: its record}``."""
-    import torch
-
     from .config import resolve_config
     from .tasks import build_task
-    from .warmstart import get_warm_start
+    from .warmstart import get_warm_start, torch_threads
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         found = {}
         for h, task in study.horizons.items():
             cfg = resolve_config({**study.base, **task})
             found[h] = get_warm_start(cfg, build_task(cfg)).info
         return found
-    finally:
-        torch.set_num_threads(threads)
 
 
 if __name__ == "__main__":

@@ -237,7 +237,7 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
 
     from .config import resolve_config
     from .tasks import build_task
-    from .warmstart import get_warm_start
+    from .warmstart import get_warm_start, torch_threads
 
     log = log or (lambda msg: print(msg, flush=True))
     if jobs < 1:
@@ -267,15 +267,9 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
                                    "provenance": provenance()})
     t0 = time.perf_counter()
     if pending:
-        import torch
-
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:  # the shared warm start, once (runs would otherwise race to compute it)
+        with torch_threads(1):  # the shared warm start, once (runs would otherwise race to compute it)
             base = resolve_config(pending[0][0].overrides)
             get_warm_start(base, build_task(base), log)
-        finally:
-            torch.set_num_threads(threads)
     own_executor = executor is None
     executor = LocalExecutor(jobs) if own_executor else executor
     slots = executor.capacity

@@ -32,6 +32,7 @@ import platform
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -410,14 +411,21 @@ def commit(config, task, log=print) -> Path:
     return dest
 
 
+@contextmanager
+def torch_threads(n: int):
+    """``n`` torch CPU threads inside the block (the numerics depend on it), the previous count after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def rounds_fingerprint_here(config, task) -> str:
     """:func:`rounding_fingerprint` with ``config.threads`` torch threads, as the trainer computes."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
-    try:
+    with torch_threads(config.threads):
         return rounding_fingerprint(config, task)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def check(config, task, log=print) -> dict:
@@ -432,12 +440,8 @@ def check(config, task, log=print) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "warmstart" / committed_path(config).name
         path.parent.mkdir(parents=True)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(config.threads)
-        try:
+        with torch_threads(config.threads):
             here = _train(dataclasses.replace(config, cache_dir=tmp), task, path, lambda m: None)
-        finally:
-            torch.set_num_threads(threads)
     return {"committed": rec["weights_sha256"], "here": here["weights_sha256"],
             "reproduces": here["weights_sha256"] == rec["weights_sha256"],
             "heldout_pc": (rec["heldout_pc"], here["heldout_pc"]), "wall_s": here["wall_s"]}

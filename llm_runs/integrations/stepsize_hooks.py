@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from transformers import TrainerCallback
 
-from ..stepsize import StepControl, is_active, step_scale
+from ..stepsize import StepControl, is_active, restore_lrs, scale_lrs, step_scale
 
 
 class StepSizeCallback(TrainerCallback):
@@ -38,18 +38,13 @@ class StepSizeCallback(TrainerCallback):
         if out is None:
             raise ValueError("StepSizeCallback: the trainer computed no loss before the optimiser step")
         self.last = step_scale(self.control, out.seq_log_ratio, out.weights)
-        scale = self.last["step/lr_scale"]
-        opt = self.trainer.optimizer
-        self._base = [pg["lr"] for pg in opt.param_groups]
-        for pg, lr in zip(opt.param_groups, self._base):
-            pg["lr"] = lr * scale
+        self._base = scale_lrs(self.trainer.optimizer, self.last["step/lr_scale"])
         for key, value in self.last.items():
             self.trainer._metrics["train"][key].append(float(value))
         return control
 
     def on_optimizer_step(self, args, state, control, **kwargs):
         if self._base is not None:
-            for pg, lr in zip(self.trainer.optimizer.param_groups, self._base):
-                pg["lr"] = lr
+            restore_lrs(self.trainer.optimizer, self._base)
             self._base = None
         return control
