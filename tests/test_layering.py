@@ -5,12 +5,14 @@ every ``importlib.import_module``/``__import__`` call with a literal (or literal
 name counts. Layers, bottom to top::
 
     estimators, bounds      pure math
+    stats                   generic statistics (intervals, bootstrap, Holm, power)
     execution               where sweep runs execute (imports nothing of the toolkit)
     schema                  the results contract
     simulators, llm_runs    producers
     claims                  claim checks and verdicts
     figures                 readers
     report_card             a card for one correction from every layer below
+    studies                 the research campaigns: analyses, verdicts, report sections
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"estimators": 0, "bounds": 0, "execution": 0, "schema": 1, "simulators": 2, "llm_runs": 2, "claims": 3, "figures": 4, "report_card": 5}
+LAYERS = {"estimators": 0, "bounds": 0, "execution": 0, "stats": 0, "schema": 1, "simulators": 2, "llm_runs": 2, "claims": 3, "figures": 4, "report_card": 5, "studies": 6}
 
 
 def _module_name(path: Path) -> str:
