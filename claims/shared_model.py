@@ -33,4 +33,15 @@ def pattern_table(df: pd.DataFrame, share: float = 0.5, hold: float = 0.1) -> pd
     return pd.DataFrame(out)
 
 
-__all__ = ["pattern_table"]
+def chi2_levels(df: pd.DataFrame) -> pd.DataFrame:
+    """The exact model's stable share on the trajectory chi^2 axis: per (optimizer, scheme, lr), pooled
+    over the searched settings (H, V, rank, d) and seeds, the number of runs, the share that did not
+    collapse and the median over runs of the run's mean chi^2. A step size is one level of drift, as a
+    learning rate is in the LLM's drift map."""
+    g = df.groupby(["optimizer", "scheme", "lr"], sort=True)
+    out = g.agg(n=("collapsed", "size"), collapsed=("collapsed", "mean"), chi2=("avg_chi2", "median")).reset_index()
+    out["stable_share"] = 1.0 - out.pop("collapsed").astype(float)
+    return out[["optimizer", "scheme", "lr", "n", "stable_share", "chi2"]]
+
+
+__all__ = ["chi2_levels", "pattern_table"]

@@ -379,3 +379,20 @@ def test_frame_disagreements():
     assert not any("GMC" in d and "shared-parameter" in d for d in dis)  # collapses there and in the LLM: agree
     md = f.markdown(tab)
     assert len(md) == 2 + len(tab) and "| GMC | Adam |" in md[2]
+
+
+def test_chi2_levels_pools_settings_per_step_size():
+    import pandas as pd
+
+    from claims.shared_model import chi2_levels
+
+    def runs(sc, lr):  # three settings per step size; GMC collapses in one of them at the large step
+        return ((8, False, 0.1 * lr), (16, sc == "gmc" and lr == 1.0, 0.3 * lr), (8, False, 0.2 * lr))
+
+    rows = [{"optimizer": "adam", "scheme": sc, "lr": lr, "H": h, "collapsed": c, "avg_chi2": x}
+            for sc in ("gmc", "topr") for lr in (0.1, 1.0) for h, c, x in runs(sc, lr)]
+    tab = chi2_levels(pd.DataFrame(rows))
+    assert len(tab) == 4 and set(tab["n"]) == {3}
+    top = tab[(tab["scheme"] == "gmc") & (tab["lr"] == 1.0)].iloc[0]
+    assert top["stable_share"] == pytest.approx(2 / 3) and top["chi2"] == pytest.approx(0.2)
+    assert (tab[tab["scheme"] == "topr"]["stable_share"] == 1.0).all()
