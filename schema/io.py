@@ -5,6 +5,7 @@ target (``os.replace`` is atomic on one file system).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -86,6 +87,89 @@ def write_json(path, obj, indent: int = 2) -> Path:
 def write_parquet(path, df) -> Path:
     """A pandas DataFrame to ``path`` as parquet, atomically."""
     return atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
+
+
+MAX_FILE_BYTES = 5_000_000
+"""No committed file is larger (``tests/test_file_sizes.py``); :func:`write_parquet_parts` keeps
+each part under :data:`PART_BYTES`, with room to spare."""
+PART_BYTES = 4_000_000
+
+
+def _parquet_bytes(df) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    return buf.getvalue()
+
+
+def parquet_parts(path) -> list[Path]:
+    """The files holding the table ``path``: ``[path]`` when it is one file, else its row-range parts
+    ``STEM.partNN.parquet`` in order (written by :func:`write_parquet_parts`); ``[]`` when neither."""
+    import re
+
+    path = Path(path)
+    if path.exists():
+        return [path]
+    stem = path.name.removesuffix(".parquet")
+    pattern = re.compile(re.escape(stem) + r"\.part(\d+)\.parquet")
+    found = [(int(m.group(1)), p) for p in path.parent.glob(f"{stem}.part*.parquet")
+             if (m := pattern.fullmatch(p.name))] if path.parent.is_dir() else []
+    return [p for _, p in sorted(found)]
+
+
+def read_parquet_parts(path):
+    """The table ``path`` as one DataFrame, whether it is one file or row-range parts (see
+    :func:`write_parquet_parts`): the parts concatenated in order, the same rows, columns and dtypes."""
+    import pandas as pd
+
+    files = parquet_parts(path)
+    if not files:
+        raise FileNotFoundError(f"{path}: no such table (neither the file nor its .partNN.parquet parts)")
+    if len(files) == 1:
+        return pd.read_parquet(files[0])
+    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+
+
+def write_parquet_parts(path, df, max_bytes: int = PART_BYTES) -> list[Path]:
+    """The DataFrame ``df`` as the table ``path``: one file when its parquet is at most ``max_bytes``,
+    else consecutive row ranges ``STEM.part00.parquet``, ``STEM.part01.parquet``, ... each at most
+    ``max_bytes`` (so that no committed file is large). Each file is written atomically; the other
+    form's files (an older single file or older parts) are removed after. The table read back by
+    :func:`read_parquet_parts` must equal ``df`` (else ``ValueError``, and nothing is replaced)."""
+    import io
+    import re
+
+    import pandas as pd
+
+    path = Path(path)
+    stem = path.name.removesuffix(".parquet")
+    whole = _parquet_bytes(df)
+    if len(whole) <= max_bytes:
+        blobs = {path: whole}
+    else:
+        n = -(-len(whole) // max_bytes)
+        while True:
+            bounds = [round(i * len(df) / n) for i in range(n + 1)]
+            pieces = [df.iloc[a:b] for a, b in itertools.pairwise(bounds)]
+            blobs = {path.with_name(f"{stem}.part{i:02d}.parquet"): _parquet_bytes(pc) for i, pc in enumerate(pieces)}
+            if max(len(b) for b in blobs.values()) <= max_bytes or n >= len(df):
+                break
+            n += 1
+        back = pd.concat([pd.read_parquet(io.BytesIO(b)) for b in blobs.values()], ignore_index=True)
+        try:
+            pd.testing.assert_frame_equal(back, pd.read_parquet(io.BytesIO(whole)), check_exact=True)
+        except AssertionError as exc:
+            raise ValueError(f"{path}: the table does not read back the same from row-range parts: {exc}") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for target, blob in blobs.items():
+        write_bytes(target, blob)
+    stale = [path] if path.exists() and path not in blobs else []
+    stale += [p for p in path.parent.glob(f"{stem}.part*.parquet")
+              if p not in blobs and re.fullmatch(re.escape(stem) + r"\.part\d+\.parquet", p.name)]
+    for p in stale:
+        p.unlink()
+    return list(blobs)
 
 
 def check_writable(path) -> Path:

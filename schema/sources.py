@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .io import loads_json
+from .io import loads_json, parquet_parts, read_parquet_parts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,14 +65,19 @@ VERDICTS = Source("llm/study/verdicts.json", ("llm/study/verdicts.json",),
 
 
 def read_sim(source: Source, steps: bool = False) -> pd.DataFrame:
-    """The tidy table of a simulator sweep (``steps=True``: its ``steps.parquet``)."""
+    """The tidy table of a simulator sweep (``steps=True``: its ``steps.parquet``, one file or its
+    row-range parts ``steps.partNN.parquet``, read as one table)."""
     path = source.require()
     if steps:
         path = path.with_name("steps.parquet")
-        if not path.exists():
+        files = parquet_parts(path)
+        if not files:
             raise MissingResults(f"missing results {path} (per-step records); make them with `{source.command}`")
-    df = pd.read_parquet(path)
-    df.attrs["source"] = str(path)
+        df = read_parquet_parts(path)
+        df.attrs["source"] = str(files[0]) if len(files) == 1 else [str(f) for f in files]
+    else:
+        df = pd.read_parquet(path)
+        df.attrs["source"] = str(path)
     df.attrs["quick"] = source.is_quick()
     return df
 

@@ -10,7 +10,9 @@ Layout of ``results/sim/NAME/`` (``NAME-quick/`` for ``--quick``)::
     config.json      the settings table, seeds, column meanings, versions, git commit
     parts/KEY.parquet  one file per finished setting (KEY = hash of the setting)
     results.parquet  every part concatenated (re-made at the end of each run)
-    steps.parquet    per-step records, for sweeps that have them (async_sgd)
+    steps.parquet    per-step records, for sweeps that have them (async_sgd); a table over 4 MB is
+                     written as row-range parts steps.part00.parquet, ... (async_optimizers), read
+                     back as one table by schema.results.read_sim(..., steps=True)
 
 Where settings run (``--executor``, see :mod:`execution`): ``local`` (default) one after the
 other in this process; ``ray`` one Ray task per setting (``--ray-address``, ``--cpus-per-run``),
@@ -31,7 +33,13 @@ from pathlib import Path
 import pandas as pd
 
 import execution
-from schema.io import check_output_folder, same_settings_or_move_aside, write_json, write_parquet
+from schema.io import (
+    check_output_folder,
+    same_settings_or_move_aside,
+    write_json,
+    write_parquet,
+    write_parquet_parts,
+)
 from schema.provenance import git_commit, package_versions
 from schema.results import results_root
 from schema.runlock import LOCK_NAME, RunLock
@@ -166,7 +174,7 @@ def _run_locked(sweep: Sweep, name: str, quick: bool, out: Path, cfg: dict, cfg_
                     out / "results.parquet")
     step_files = [parts / f"{k}.steps.parquet" for k in keys if (parts / f"{k}.steps.parquet").exists()]
     if step_files:
-        _atomic_parquet(pd.concat([pd.read_parquet(f) for f in step_files], ignore_index=True), out / "steps.parquet")
+        write_parquet_parts(out / "steps.parquet", pd.concat([pd.read_parquet(f) for f in step_files], ignore_index=True))
     return out
 
 

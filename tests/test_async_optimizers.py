@@ -210,7 +210,9 @@ def test_async_optimizers_quick_sweep_is_tidy_and_resumable(tmp_path):
     assert len(df) == 2 * 4 * 4 * 2 * 2  # H x scheme x optimiser x delay x seed
     clipped = df[df["optimizer"] == "adam_clip"]
     assert (clipped["clip_norm"] < 1.0).all()  # the quantile of Adam's norms, not the default 1.0
-    steps = pd.read_parquet(out / "steps.parquet")
+    from schema.io import read_parquet_parts
+
+    steps = read_parquet_parts(out / "steps.parquet")
     assert {"ghat_sq", "ghat_sq_se", "step_norm", "bias_sq"} <= set(steps.columns)
     before = (out / "results.parquet").stat().st_mtime_ns
     parts = sorted(p.stat().st_mtime_ns for p in (out / "parts").glob("*.parquet"))

@@ -1,0 +1,43 @@
+"""No committed file is larger than schema.io.MAX_FILE_BYTES (5 MB): a large table is written as
+row-range parts (schema.io.write_parquet_parts), a finished LLM grid as packed tables."""
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from schema.io import MAX_FILE_BYTES, parquet_parts, read_parquet_parts, write_parquet_parts
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_no_tracked_file_over_the_limit():
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    big = {}
+    for name in out.decode().split("\0"):
+        path = ROOT / name
+        if name and path.is_file() and not path.is_symlink() and path.stat().st_size > MAX_FILE_BYTES:
+            big[name] = path.stat().st_size
+    assert not big, f"tracked files over {MAX_FILE_BYTES} bytes: {big}"
+
+
+def test_a_large_table_is_written_as_parts_and_read_back_as_one(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"x": rng.standard_normal(20000), "k": np.arange(20000), "s": ["a", "b"] * 10000})
+    df.loc[3, "x"] = np.nan
+    df.loc[4, "x"] = np.inf
+    path = tmp_path / "steps.parquet"
+    files = write_parquet_parts(path, df, max_bytes=60_000)
+    assert len(files) > 1 and not path.exists()
+    assert all(f.stat().st_size <= 60_000 for f in files)
+    assert parquet_parts(path) == files
+    pd.testing.assert_frame_equal(read_parquet_parts(path), df, check_exact=True)
+    small = df.iloc[:10].reset_index(drop=True)
+    assert write_parquet_parts(path, small) == [path]  # fits: one file again, the old parts removed
+    assert parquet_parts(path) == [path] and not list(tmp_path.glob("steps.part*"))
+    pd.testing.assert_frame_equal(read_parquet_parts(path), small, check_exact=True)
