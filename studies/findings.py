@@ -1,0 +1,206 @@
+"""The README's "What it found": five bullets rendered from the committed verdict files.
+
+No number in the bullets is typed by hand: each is read from the file named beside it
+(``results/verify/claims.json``, ``results/llm/study/verdicts.json`` and the study grids'
+``summary.csv``, ``results/llm/mechanism/verdicts.json``, ``results/llm/drift/verdicts.json``,
+``results/llm/replicate_avx2/comparison.json``). README.md holds the rendered block between
+:data:`START` and :data:`END`; ``tests/test_readme.py`` asserts it equals :func:`render`.
+
+    python -m studies.findings            # print the block
+    python -m studies.findings --write    # rewrite README.md's block
+    python -m studies.findings --check    # exit 1 if README.md's block is not the rendered one
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+from llm_runs.grids import STUDIES
+from schema.io import loads_json, write_text
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "results"  # the committed results: the README describes these, whatever GMC_RESULTS says
+README = REPO / "README.md"
+START = "<!-- findings:start (python -m studies.findings --write; generated from the verdict files, do not edit) -->"
+END = "<!-- findings:end -->"
+
+SOURCES = {
+    "claims": "verify/claims.json",
+    "study": "llm/study/verdicts.json",
+    "study_runs": "llm/study/summary.csv",
+    "peers_2025_runs": "llm/study_2025/summary.csv",
+    "mechanism": "llm/mechanism/verdicts.json",
+    "drift": "llm/drift/verdicts.json",
+    "replicate": "llm/replicate_avx2/comparison.json",
+}
+OPTIMISERS = {"sgd": "SGD with a small fixed step", "adam": "Adam (the study's)", "adamclip": "Adam + gradient clipping",
+              "adamwclip": "AdamW + decay + clipping (verl's actor default)"}
+NAMES = {"gmc": "GMC", "topr": "TOPR", "gspo": "GSPO", "vespo": "VESPO", "is": "IS", "tic_mask": "TIC-mask",
+         "tic_trunc": "TIC-trunc", "gmc_cap": "GMC + per-trajectory cap", "topr_gmc": "`topr_gmc`", "gmc_topr": "`gmc_topr`"}
+
+
+def load(root: Path = RESULTS) -> dict:
+    """Every source of the bullets, read from ``root`` (JSON through :func:`schema.io.loads_json`)."""
+    out = {}
+    for key, rel in SOURCES.items():
+        path = root / rel
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: a source of the README's findings is missing")
+        out[key] = list(csv.DictReader(path.open())) if rel.endswith(".csv") else loads_json(path.read_text())
+    return out
+
+
+def _ci(r: dict) -> str:
+    return f"{r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]"
+
+
+def _share(pair) -> str:
+    return f"{pair[0]} of {pair[1]}"
+
+
+def _stable(rows: list[dict], horizon: str, delay: int) -> dict[str, list[int]]:
+    """{estimator: [stable runs, runs]} of a grid's summary at one horizon and delay."""
+    out: dict[str, list[int]] = {}
+    for r in rows:
+        if r["run"].startswith(f"{horizon}-") and int(r["delay"]) == delay:
+            s = out.setdefault(r["estimator"], [0, 0])
+            s[0] += r["stable"] == "True"
+            s[1] += 1
+    return out
+
+
+def theory(claims: dict) -> str:
+    rows = claims["claims"]
+    passed = [r for r in rows if r["status"] == "PASS"]
+    failed = [r for r in rows if r["status"] != "PASS"]
+    from claims.registry import CLAIMS  # the registered claims: the committed table must cover them all
+
+    covered = "" if len(rows) == len(CLAIMS) and claims.get("complete") else (
+        f" (the committed table covers {len(rows)} of the {len(CLAIMS)} registered claims: rerun it)")
+    text = (f"**Theory.** `make verify-bounds` checks the {len(rows)} claims of [THEORY](docs/THEORY.md) §5 against "
+            f"exact computation, simulation and sympy: {len(passed)} PASS{covered}")
+    if not failed:
+        return text + "."
+    fails = "; ".join(f"claim {r['id']} {r['status']}s (*{r['title']}*: {r['measured']})" for r in failed)
+    return (text + f", and {fails}, so the command exits 1 "
+            "([`results/verify/claims.md`](results/verify/claims.md) has the evidence).")
+
+
+def staleness(study: dict, runs: list[dict], peers: list[dict], mechanism: dict) -> str:
+    h = study
+    delay, seeds = h["H1"]["delay"], h["H1"]["seeds"]
+    long_ = _stable(runs, "long", delay)
+    new = _stable(peers, "long", delay)
+    holds = f"TOPR ({_share(long_['topr'])}), GSPO ({_share(long_['gspo'])}) and VESPO ({_share(new['vespo'])}; run after"
+    h2 = "; ".join(f"GMC - {NAMES[b]} {_ci(v)}" for b, v in h["H2"]["baselines"].items())
+    h4 = h["H4"]
+    m5 = mechanism["hypotheses"]["M5"]
+    scale = ", ".join(f"{NAMES[e]} {_share(m5['stable_shares'][e])}" for e in ("gmc", "topr", "gspo"))
+    return (f"**GMC collapses with long completions under Adam** (the pre-registered staleness study, "
+            f"{len(seeds)} whole seeds, long horizon, d = {delay}): GMC is stable in {_share(long_['gmc'])} seeds, "
+            f"while {holds} the study, exploratory) hold. "
+            f"H1 {h['H1']['verdict']} (GMC - TIC-mask {_ci(h['H1']['gmc_minus_tic_mask'])}), "
+            f"H2 {h['H2']['verdict']} ({h2}), H3 {h['H3']['verdict']} (the gap shrinks with the horizon: "
+            f"{_ci(h['H3']['long_gap_minus_short_gap'])}), H4 {h4['verdict']} ({h4['warned_before_collapse']} of "
+            f"{h4['collapsed_runs']} collapses warned first) but no warning a user can act on (it also fired in "
+            f"{h4['false_alarms']} of {h4['non_collapsed_runs']} runs that held). "
+            f"At a larger model (M5 {m5['verdict']}, {len(m5['scale_seeds'])} seeds): {scale}.")
+
+
+def optimiser(mechanism: dict) -> str:
+    hyp, shares = mechanism["hypotheses"], mechanism["stable_shares"]
+    m1 = hyp["M1"]
+    arms = "; ".join(f"{OPTIMISERS[a]} {_share(shares[f'{a}/gmc'])}" for a in ("adam", "adamclip", "adamwclip"))
+    topr = sorted({tuple(shares[f"{a}/topr"]) for a in OPTIMISERS})
+    topr_text = (f"{_share(topr[0])} under every optimiser" if len(topr) == 1 else
+                 ", ".join(f"{OPTIMISERS[a]} {_share(shares[f'{a}/topr'])}" for a in OPTIMISERS))
+    m2b = hyp["M2b"]["baselines"]
+    return (f"**The optimiser decides** (the pre-registered mechanism study, {len(mechanism['seeds'])} seeds, long "
+            f"horizon, d = 64): under {OPTIMISERS['sgd']} GMC is stable in {_share(m1['gmc_stable'])} and ahead of "
+            f"TIC-mask ({_ci(m1['gmc_minus_tic_mask'])}) and IS ({_ci(m1['gmc_minus_is'])}), as the theory says "
+            f"(M1 {m1['verdict']}); under {arms} (M2 {hyp['M2']['verdict']}, M2b {hyp['M2b']['verdict']}: "
+            f"GMC - TOPR {_ci(m2b['topr'])} under AdamW), while TOPR is stable in {topr_text}.")
+
+
+def mechanism_rest(mechanism: dict, drift: dict) -> str:
+    hyp = mechanism["hypotheses"]
+    m4, m6 = hyp["M4"], hyp["M6"]
+    analysed, named = sorted(drift["M6_disclosure"], key=int)  # the runs analysed; all the pre-registration names
+    d220 = drift["M6_disclosure"][named]
+    return (f"**What does not fix it, and no warning:** a per-trajectory cap after GMC is stable in "
+            f"{_share(hyp['M3']['gmc_cap_stable'])} (M3 {hyp['M3']['verdict']}); TOPR's weight on positive-advantage "
+            f"trajectories with GMC's rescaling on the negative ones (`topr_gmc`) holds in "
+            f"{_share(m4['topr_gmc']['stable'])} but `topr_gmc` - TOPR is {_ci(m4['topr_gmc'])}, beyond the "
+            f"{m4['margin']} margin, "
+            f"and the reverse split (`gmc_topr`) holds in {_share(m4['gmc_topr']['stable'])} (M4 {m4['verdict']}). "
+            f"The early-warning signal chosen beforehand warned before {m6['hit_rate']['k']} of {m6['hit_rate']['n']} "
+            f"held-out collapses and in {m6['false_alarm_rate']['k']} of {m6['false_alarm_rate']['n']} runs that held "
+            f"(Fisher p = {m6['p_fisher']:.3f}, M6 {m6['verdict']} on the {analysed} runs analysed; a disclosed "
+            f"deviation: on all {named} the pre-registration names, {d220['hits'][0]} of {d220['hits'][1]} against "
+            f"{d220['false_alarms'][0]} of {d220['false_alarms'][1]}, p = {d220['p_fisher']:.3f}, {d220['verdict']}): "
+            "watch the held-out reward.")
+
+
+def in_progress(drift: dict, replicate: dict) -> str:
+    hyps = [k for k in drift if k.startswith("D") and k[1:].isdigit()]
+    verdicts = sorted({drift[k]["verdict"] for k in hyps})
+    planned = len(STUDIES["drift"].seeds)
+    cells = replicate["cells"]
+    agree = sum(bool(c["shares_agree"]) for c in cells)
+    pc = [abs(c["pc_difference"]["mean"]) for c in cells]
+    state = "provisional" if replicate.get("provisional") else "final"
+    signs = replicate["signs"]
+    same_sign = sum(bool(s["agree_in_sign"]) for s in signs)
+    return (f"**In progress, no verdict yet.** The drift map ([pre-registration](docs/PREREGISTRATION-DRIFT.md)): "
+            f"{hyps[0]}-{hyps[-1]} {' / '.join(verdicts)}, {len(drift['seeds_drift'])} of its {planned} seeds whole. "
+            f"The second-rounding replicate ([pre-registration](docs/PREREGISTRATION-REPLICATE.md), {state}, "
+            f"{len(replicate['seeds_whole'])} of {len(STUDIES['replicate_avx2'].seeds)} seeds whole): "
+            f"{agree} of {len(cells)} cells have the committed stability outcome, {same_sign} of {len(signs)} GMC "
+            f"differences the committed sign, and a cell's final held-out pc differs from the committed one by a median "
+            f"of {statistics.median(pc):.1g} (at most {max(pc):.1g}).")
+
+
+def render(root: Path = RESULTS) -> str:
+    """The README block, markers included."""
+    s = load(root)
+    bullets = (theory(s["claims"]), staleness(s["study"], s["study_runs"], s["peers_2025_runs"], s["mechanism"]),
+               optimiser(s["mechanism"]), mechanism_rest(s["mechanism"], s["drift"]), in_progress(s["drift"], s["replicate"]))
+    return "\n".join((START, *(f"* {b}" for b in bullets), END))
+
+
+def readme_block(text: str) -> str:
+    """The block between the markers (markers included) of ``text``; a ValueError when absent."""
+    i, j = text.find(START), text.find(END)
+    if i < 0 or j < i:
+        raise ValueError(f"README.md has no findings block ({START!r} ... {END!r})")
+    return text[i:j + len(END)]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m studies.findings", description=__doc__.split("\n")[0])
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--write", action="store_true", help="rewrite README.md's findings block")
+    g.add_argument("--check", action="store_true", help="exit 1 if README.md's block differs from the rendered one")
+    args = p.parse_args(argv)
+    block = render()
+    if not (args.write or args.check):
+        print(block)
+        return 0
+    text = README.read_text()
+    old = readme_block(text)
+    if args.check:
+        if old != block:
+            print("README.md's findings block is out of date: run python -m studies.findings --write", file=sys.stderr)
+            return 1
+        return 0
+    if old != block:
+        write_text(README, text.replace(old, block))
+    print(f"{README}: findings block {'rewritten' if old != block else 'already up to date'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
