@@ -85,7 +85,7 @@ def theory(claims: dict) -> str:
     if not failed:
         return text + "."
     fails = "; ".join(f"claim {r['id']} {r['status']}s (*{r['title']}*: {r['measured']})" for r in failed)
-    return (text + f", and {fails}, so the command exits 1 "
+    return (text + f", and {fails}, so `python -m claims` exits 1 "
             "([`results/verify/claims.md`](results/verify/claims.md) has the evidence).")
 
 
@@ -118,8 +118,9 @@ def optimiser(mechanism: dict) -> str:
     topr_text = (f"{_share(topr[0])} under every optimiser" if len(topr) == 1 else
                  ", ".join(f"{OPTIMISERS[a]} {_share(shares[f'{a}/topr'])}" for a in OPTIMISERS))
     m2b = hyp["M2b"]["baselines"]
+    delays = "/".join(str(d) for d in STUDIES["mechanism"].delays)
     return (f"**The optimiser decides** (the pre-registered mechanism study, {len(mechanism['seeds'])} seeds, long "
-            f"horizon, d = 64): under {OPTIMISERS['sgd']} GMC is stable in {_share(m1['gmc_stable'])} and ahead of "
+            f"horizon, d = {delays}): under {OPTIMISERS['sgd']} GMC is stable in {_share(m1['gmc_stable'])} and ahead of "
             f"TIC-mask ({_ci(m1['gmc_minus_tic_mask'])}) and IS ({_ci(m1['gmc_minus_is'])}), as the theory says "
             f"(M1 {m1['verdict']}); under {arms} (M2 {hyp['M2']['verdict']}, M2b {hyp['M2b']['verdict']}: "
             f"GMC - TOPR {_ci(m2b['topr'])} under AdamW), while TOPR is stable in {topr_text}.")
@@ -158,8 +159,8 @@ def in_progress(drift: dict, replicate: dict) -> str:
             f"{hyps[0]}-{hyps[-1]} {' / '.join(verdicts)}, {len(drift['seeds_drift'])} of its {planned} seeds whole. "
             f"The second-rounding replicate ([pre-registration](docs/PREREGISTRATION-REPLICATE.md), {state}, "
             f"{len(replicate['seeds_whole'])} of {len(STUDIES['replicate_avx2'].seeds)} seeds whole): "
-            f"{agree} of {len(cells)} cells have the committed stability outcome, {same_sign} of {len(signs)} GMC "
-            f"differences the committed sign, and a cell's final held-out pc differs from the committed one by a median "
+            f"{agree} of {len(cells)} cells have the committed stability outcome, {same_sign} of {len(signs)} "
+            f"GMC-minus-baseline differences the committed sign, and a cell's final held-out pc differs from the committed one by a median "
             f"of {statistics.median(pc):.1g} (at most {max(pc):.1g}).")
 
 

@@ -1,0 +1,139 @@
+"""The README as a front door: its Python snippets run as written, its findings block is the one
+``python -m studies.findings`` renders from the committed verdict files, and every command it names
+exists (a ``make`` target of the Makefile, a ``python -m`` module of the toolkit)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from studies import findings
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+DOCS = sorted(p for p in (REPO / "docs").glob("*.md")
+              if not p.name.startswith("PREREGISTRATION") and p.name != "THEORY.md")  # those two are frozen
+
+# Names a snippet takes from its reader's own program, given here as the smallest working stand-ins.
+TRL_SETUP = """
+import sys
+sys.path.insert(0, {tests!r})
+from datasets import Dataset
+from test_integrations_trl import char_tokenizer, make_args, reward as reward_fn, tiny_qwen3
+
+tokenizer = char_tokenizer()
+model = tiny_qwen3(len(tokenizer))
+grpo_config = make_args({out!r}, max_steps=1)
+dataset = Dataset.from_dict({{"prompt": ["ab", "cd", "ef", "gh"]}})
+"""
+SETUPS = {"TrajectoryGRPOTrainer": TRL_SETUP}
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), re.DOTALL)
+
+
+def _run_block(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    setup = "".join(s.format(tests=str(REPO / "tests"), out=str(tmp_path / "out"))
+                    for key, s in SETUPS.items() if key in code)
+    script = tmp_path / "snippet.py"
+    script.write_text(textwrap.dedent(setup) + "\n" + code)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "GMC_RESULTS": str(tmp_path / "results")}
+    # written outside the repository and run in a fresh interpreter, as a reader would run it
+    return subprocess.run([sys.executable, str(script)], check=False, cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+README_BLOCKS = python_blocks(README)
+DOC_BLOCKS = [(p.name, b) for p in DOCS for b in python_blocks(p)]
+
+
+def test_the_readme_has_the_three_quickstarts():
+    text = "\n".join(README_BLOCKS)
+    for piece in ("estimators.weights(", "policy_loss(", "TrajectoryGRPOTrainer("):
+        assert piece in text, piece
+    assert re.search(r"```bash\npython3 -m verl\.trainer\.main_ppo", README.read_text())  # tests/verl_suite reads it
+
+
+@pytest.mark.parametrize("code", README_BLOCKS, ids=[f"README-{i}" for i in range(len(README_BLOCKS))])
+def test_every_readme_python_block_runs(code, tmp_path):
+    proc = _run_block(code, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+@pytest.mark.parametrize("name,code", DOC_BLOCKS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(DOC_BLOCKS)])
+def test_every_docs_python_block_runs(name, code, tmp_path):
+    proc = _run_block(code, tmp_path)
+    assert proc.returncode == 0, (name, proc.stdout[-2000:] + proc.stderr[-4000:])
+
+
+def test_the_findings_block_is_the_rendered_one():
+    """No number of "What it found" is typed by hand: rerun ``python -m studies.findings --write``
+    after a verdict file changes."""
+    assert findings.readme_block(README.read_text()) == findings.render()
+
+
+def test_the_findings_say_what_the_files_say():
+    block = findings.render()
+    assert block.count("\n* ") == 5
+    drift = findings.load()["drift"]
+    if all(drift[k]["verdict"] == "INCONCLUSIVE" for k in drift if re.fullmatch(r"D\d+", k)):
+        assert "In progress, no verdict yet" in block and "INCONCLUSIVE" in block
+    from claims.registry import CLAIMS
+
+    assert f"checks the {len(CLAIMS)} claims" in block or "covers" in block  # every registered claim, or says not
+
+
+def test_the_two_commands_state_the_committed_claims_table():
+    """The claim count and the failing claims the README types by hand are the registry's and the
+    committed table's."""
+    from claims.registry import CLAIMS
+
+    text = README.read_text()
+    section = text[text.index("## The two commands"):text.index("## Quickstart")]
+    assert f"checks the {len(CLAIMS)} claims of THEORY" in section
+    rows = findings.load()["claims"]["claims"]
+    failing = [r["id"] for r in rows if r["status"] != "PASS"]
+    assert len(rows) == len(CLAIMS)
+    if failing:
+        assert "exits non-zero" in section
+        assert all(f"claim {i} FAILs" in section for i in failing), failing
+        assert len(re.findall(r"claim \d+ FAILs", section)) == len(failing)
+    else:
+        assert "exits non-zero" not in section
+
+
+def test_findings_check_and_write(tmp_path, monkeypatch):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{findings.START}\nstale\n{findings.END}\n\nafter\n")
+    monkeypatch.setattr(findings, "README", readme)
+    assert findings.main(["--check"]) == 1
+    assert findings.main(["--write"]) == 0
+    assert findings.main(["--check"]) == 0
+    text = readme.read_text()
+    assert text.startswith("# x\n\n") and text.endswith("\n\nafter\n") and findings.render() in text
+    readme.write_text("no block\n")
+    with pytest.raises(ValueError, match="no findings block"):
+        findings.main(["--check"])
+
+
+def _make_targets() -> set[str]:
+    return set(re.findall(r"^([A-Za-z][\w-]*):", (REPO / "Makefile").read_text(), re.MULTILINE))
+
+
+@pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
+def test_every_named_command_exists(path):
+    text = path.read_text()
+    targets = _make_targets()
+    missing = sorted({t for t in re.findall(r"`make ([a-z][\w-]*)", text) if t not in targets})
+    assert not missing, f"{path.name} names make targets the Makefile lacks: {missing}"
+    modules = set(re.findall(r"python3? -m ([a-z_][\w.]*)", text))
+    ours = {m for m in modules if m.split(".")[0] in {p.name for p in REPO.iterdir() if (p / "__init__.py").is_file()}}
+    absent = sorted(m for m in ours if importlib.util.find_spec(m) is None)
+    assert not absent, f"{path.name} names modules that do not exist: {absent}"
