@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from stats import fisher_greater
+
 from .study import ALPHA, BOOT_SEED, MARGIN, bootstrap, holm, p_below, run_row
 
 SHARE = 0.80
@@ -212,8 +214,8 @@ def d1(bounds, cells, adam_level: float) -> dict:
         for _, a in a_rows.iterrows():
             if s["drift"] >= a["drift"] and s["stable_share"] >= SHARE and a["stable_share"] < SHARE:
                 ks, ka = round(s["stable_share"] * s["n"]), round(a["stable_share"] * a["n"])
-                p = stats.fisher_exact([[ks, s["n"] - ks], [ka, a["n"] - ka]], alternative="greater").pvalue
-                refute.append({"sgd_level": s["level"], "adamclip_level": a["level"], "p": float(p)})
+                p = fisher_greater([[ks, s["n"] - ks], [ka, a["n"] - ka]])
+                refute.append({"sgd_level": s["level"], "adamclip_level": a["level"], "p": p})
     high = s_rows[s_rows["drift"] >= adam_level]
     second = None if high.empty else bool((high["stable_share"] < SHARE).all())
     overlap = _overlap(sgd, clip)
@@ -517,7 +519,7 @@ def _d5_signals(train: list[dict], held: list[dict], suffix: str = "") -> dict:
                 best, best_j = tau, j
         c = _counts(held, col, best)
         (h, nh), (f, nf) = c["hits"], c["false_alarms"]
-        p = float(stats.fisher_exact([[h, nh - h], [f, nf - f]], alternative="greater").pvalue) if nh and nf else math.nan
+        p = fisher_greater([[h, nh - h], [f, nf - f]]) if nh and nf else math.nan
         out[base] = {"fires": side, "threshold": best, "train_youden": best_j, **c, "p_fisher": p,
                      "hit_rate": h / nh if nh else math.nan, "false_alarm_rate": f / nf if nf else math.nan}
     return out

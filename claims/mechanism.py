@@ -20,6 +20,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from stats import auc, fisher_greater, sign_test, stratified_auc
+
 from .study import (
     ALPHA,
     BOOT_SEED,
@@ -77,27 +79,6 @@ def warning_candidates(traces: pd.DataFrame) -> pd.DataFrame:
     agg = early.groupby("run")[cols].agg(list(WARNING_SUMMARIES))
     agg.columns = [f"{c}:{s}" for c, s in agg.columns]
     return agg
-
-
-def auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """P(score of a positive > score of a negative) + 1/2 P(tie): the Mann-Whitney AUC."""
-    pos, neg = scores[labels], scores[~labels]
-    if not len(pos) or not len(neg):
-        return math.nan
-    u = stats.mannwhitneyu(pos, neg, alternative="two-sided").statistic
-    return float(u) / (len(pos) * len(neg))
-
-
-def stratified_auc(scores: np.ndarray, labels: np.ndarray, strata: np.ndarray) -> float:
-    """The AUC over the (positive, negative) pairs that share a stratum (estimator x delay)."""
-    num = den = 0.0
-    for s in np.unique(strata):
-        sel = strata == s
-        p, n = int(labels[sel].sum()), int((~labels[sel]).sum())
-        if p and n:
-            num += auc(scores[sel], labels[sel]) * p * n
-            den += p * n
-    return num / den if den else math.nan
 
 
 def select_warning(study_root: str | Path) -> dict:
@@ -336,7 +317,7 @@ def _m2(runs) -> dict:
         common = a.index.intersection(b.index)
         up = int((a[common] & ~b[common]).sum())
         down = int((~a[common] & b[common]).sum())
-        p[e] = float(stats.binomtest(up, up + down, 0.5).pvalue) if up + down else 1.0
+        p[e] = sign_test(up, down)
         out[e] = {"clipped_stable": int(a[common].sum()), "unclipped_stable": int(b[common].sum()),
                   "n": len(common), "up": up, "down": down, "p_mcnemar": p[e]}
     rej = holm(p)
@@ -499,7 +480,7 @@ def _m6(root, runs) -> dict:
         return {"k": k, "n": n, "rate": k / n if n else math.nan, "ci": list(share_ci(k, n))}
 
     hits, alarms = rate(hit, hit + miss), rate(fa, fa + quiet)
-    p = float(stats.fisher_exact([[hit, miss], [fa, quiet]], alternative="greater").pvalue)
+    p = fisher_greater([[hit, miss], [fa, quiet]])
     if hit + miss < 5 or fa + quiet < 5:
         v = "INCONCLUSIVE"
     else:

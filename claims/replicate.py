@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from stats import newcombe
+
 from .study import bootstrap, read_runs, share_ci
 
 GRID = "replicate_avx2"
@@ -27,17 +29,6 @@ FORMAT = "gmc-grpo-replicate/1"
 SEEDS_NEEDED = 10
 COMMITTED = {"study": ("study", "primary"), "sgd": ("mechanism", "mechanism"), "adamwclip": ("mechanism", "mechanism")}
 """Replicate arm -> (the committed grid's folder under results/llm, its grid name)."""
-
-
-def newcombe(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
-    """Newcombe's hybrid score interval (method 10) of p1 - p2 from two Wilson intervals."""
-    if not n1 or not n2:
-        return math.nan, math.nan
-    p1, p2 = k1 / n1, k2 / n2
-    l1, u1 = share_ci(k1, n1, "wilson")
-    l2, u2 = share_ci(k2, n2, "wilson")
-    d = p1 - p2
-    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
 
 
 def _arm(run: str) -> str:

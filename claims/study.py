@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+import stats as _stats
 from schema.io import dumps_json
 
 ALPHA = 0.05  # two-sided level of every interval (95%)
@@ -140,59 +140,28 @@ def paired(runs: pd.DataFrame, horizon: str, delay: int, a: str, b: str, metric:
 
 
 def bootstrap(diffs: np.ndarray, confidence: float = 1 - ALPHA) -> dict:
-    """Mean paired difference, its percentile-bootstrap interval (scipy.stats.bootstrap) and the
-    bootstrap distribution of the mean (for one-sided p-values)."""
-    diffs = np.asarray(diffs, float)
-    if len(diffs) < 2:
-        return {"n": len(diffs), "mean": float(diffs.mean()) if len(diffs) else math.nan, "low": math.nan,
-                "high": math.nan, "dist": np.array([])}
-    if np.all(diffs == diffs[0]):  # a degenerate sample: the interval is the point
-        return {"n": len(diffs), "mean": float(diffs[0]), "low": float(diffs[0]), "high": float(diffs[0]),
-                "dist": np.full(N_RESAMPLES, diffs[0])}
-    res = stats.bootstrap((diffs,), np.mean, confidence_level=confidence, n_resamples=N_RESAMPLES,
-                          method="percentile", random_state=np.random.default_rng(BOOT_SEED))
-    return {"n": len(diffs), "mean": float(diffs.mean()), "low": float(res.confidence_interval.low),
-            "high": float(res.confidence_interval.high), "dist": res.bootstrap_distribution}
+    """Mean paired difference, its percentile-bootstrap interval and the bootstrap distribution of the
+    mean (:func:`stats.bootstrap_mean` with the study's :data:`N_RESAMPLES` and :data:`BOOT_SEED`)."""
+    return _stats.bootstrap_mean(diffs, confidence, N_RESAMPLES, BOOT_SEED)
 
 
 def share_ci(k: int, n: int, method: str = "exact") -> tuple[float, float]:
-    """The 95% interval of a share k/n (``scipy.stats.binomtest``: ``exact`` is Clopper-Pearson, ``wilson``
-    Wilson's score interval); NaNs for n = 0."""
-    if not n:
-        return math.nan, math.nan
-    ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - ALPHA, method=method)
-    return float(ci.low), float(ci.high)
+    """The 95% interval of a share k/n (:func:`stats.share_ci` at the study's :data:`ALPHA`)."""
+    return _stats.share_ci(k, n, method, ALPHA)
 
 
-def p_below(boot: dict, value: float) -> float:
-    """One-sided bootstrap p-value of H0: mean <= value (the share of resampled means <= value)."""
-    d = boot["dist"]
-    return float(np.mean(d <= value)) if len(d) else math.nan
+p_below = _stats.p_below
 
 
 def holm(pvalues: dict[str, float], alpha: float = ALPHA) -> dict[str, bool]:
-    """Holm's step-down procedure: which nulls are rejected at family-wise level ``alpha``."""
-    order = sorted(pvalues, key=lambda k: (math.isnan(pvalues[k]), pvalues[k]))
-    m, out, going = len(order), {}, True
-    for i, k in enumerate(order):
-        going = going and not math.isnan(pvalues[k]) and pvalues[k] <= alpha / (m - i)
-        out[k] = going
-    return out
+    """Holm's step-down procedure (:func:`stats.holm`) at the study's level by default."""
+    return _stats.holm(pvalues, alpha)
 
 
 def seeds_for_power(sd_diff: float, delta: float = MARGIN, alpha: float = ALPHA, power: float = 0.8,
                     n_max: int = 10_000) -> int:
-    """Smallest number of paired seeds n whose two-sided paired t-test at level ``alpha`` detects a
-    mean difference ``delta`` with probability >= ``power`` (noncentral t), for differences of
-    standard deviation ``sd_diff``."""
-    if not (sd_diff > 0 and math.isfinite(sd_diff)):
-        raise ValueError(f"sd_diff must be a finite number > 0, got {sd_diff!r}")
-    for n in range(2, n_max + 1):
-        df, nc = n - 1, delta / (sd_diff / math.sqrt(n))
-        crit = stats.t.ppf(1 - alpha / 2, df)
-        if stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc) >= power:
-            return n
-    return n_max
+    """:func:`stats.seeds_for_power` at the study's margin and level by default."""
+    return _stats.seeds_for_power(sd_diff, delta, alpha, power, n_max)
 
 
 # --------------------------------------------------------------------------- the hypotheses

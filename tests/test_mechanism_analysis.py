@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from claims.mechanism import _diff, _m1, _m2, _m3, _m4, arm_of, auc, m5_verdict, stratified_auc, whole_seeds_of
+from claims.mechanism import _diff, _m1, _m2, _m3, _m4, arm_of, m5_verdict, whole_seeds_of
 
 
 def _runs(cells: dict) -> pd.DataFrame:
@@ -72,17 +72,6 @@ def test_whole_seeds_need_every_cell():
     r = _runs({("sgd", "gmc"): (GOOD, _pc(0.6)), ("sgd", "is"): (GOOD, _pc(0.6))})
     r.loc[(r["estimator"] == "is") & (r["seed"] == 3), "complete"] = False
     assert whole_seeds_of(r) == [s for s in range(10) if s != 3]
-
-
-def test_auc_and_stratified_auc():
-    x = np.array([1.0, 2.0, 3.0, 4.0])
-    y = np.array([False, False, True, True])
-    assert auc(x, y) == 1.0 and auc(-x, y) == 0.0
-    # within each stratum every positive is below its negative (0); pooled, one pair of four is above
-    x2 = np.array([1.0, 0.0, 11.0, 10.0])
-    strata = np.array(["a", "a", "b", "b"])
-    y2 = np.array([False, True, False, True])
-    assert stratified_auc(x2, y2, strata) == 0.0 and auc(x2, y2) == 0.25
 
 
 def test_replay_comparison_ignores_columns_only_the_replay_has(tmp_path):

@@ -2,28 +2,7 @@
 stable shares, and the replicate grid forcing and recording its kernel path."""
 from __future__ import annotations
 
-import pytest
-
 from claims import replicate
-
-
-def test_newcombe_s_worked_example():
-    """Newcombe (1998), Statistics in Medicine 17:873, table II example (f): 56/70 vs 48/80, the
-    hybrid score interval of the difference 0.0524 to 0.3339."""
-    lo, hi = replicate.newcombe(56, 70, 48, 80)
-    assert lo == pytest.approx(0.0524, abs=5e-5) and hi == pytest.approx(0.3339, abs=5e-5)
-    lo, hi = replicate.newcombe(10, 10, 10, 10)  # both 10/10: the interval contains 0
-    assert lo < 0 < hi or lo <= 0 <= hi
-
-
-def test_wilson_bounds_stay_in_the_unit_interval():
-    from claims.study import share_ci
-
-    def wilson(k, n):
-        return share_ci(k, n, "wilson")
-
-    assert wilson(0, 10)[0] == pytest.approx(0.0, abs=1e-12) and wilson(10, 10)[1] == pytest.approx(1.0)
-    assert wilson(3, 10)[0] == pytest.approx(0.1078, abs=5e-5)  # Wilson (1927) 3/10: 0.1078 to 0.6032
 
 
 def test_the_committed_run_of_a_replicate_cell():
