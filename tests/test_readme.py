@@ -3,6 +3,7 @@
 exists (a ``make`` target of the Makefile, a ``python -m`` module of the toolkit)."""
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import re
@@ -137,3 +138,37 @@ def test_every_named_command_exists(path):
     ours = {m for m in modules if m.split(".")[0] in {p.name for p in REPO.iterdir() if (p / "__init__.py").is_file()}}
     absent = sorted(m for m in ours if importlib.util.find_spec(m) is None)
     assert not absent, f"{path.name} names modules that do not exist: {absent}"
+
+
+PACKAGES = sorted(p.name for p in REPO.iterdir() if (p / "__init__.py").is_file())
+DOTTED = re.compile(r"`[^`]*?(?<![\w/.-])((?:{})(?:\.\w+)+)(?![\w/-])".format("|".join(PACKAGES)))
+
+
+def _resolve(name: str) -> str | None:
+    """None if ``name`` (``pkg.module.attr...``) names an existing module or attribute, else why not."""
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        mod = ".".join(parts[:i])
+        if importlib.util.find_spec(parts[0]) is None:
+            return "no such package"
+        try:
+            obj = importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name == mod:
+                continue  # a shorter prefix may be the module and the rest its attributes
+            raise
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return f"{'.'.join(parts[:parts.index(attr)])} has no attribute {attr!r}"
+            obj = getattr(obj, attr)
+        return None
+    return "no such module"
+
+
+@pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
+def test_every_named_python_object_exists(path):
+    """Every `pkg.module.name` the page writes in code spans is importable: a renamed or moved
+    module or function shows up here, not in a reader's traceback."""
+    names = sorted({m for m in DOTTED.findall(path.read_text()) if not re.search(r"\.(md|json|csv|png|py|gz)$", m)})
+    absent = {n: why for n in names if (why := _resolve(n))}
+    assert not absent, f"{path.name}: {absent}"
