@@ -344,10 +344,10 @@ def resolve_config(explicit: dict[str, Any] | None = None, **kw) -> TrainConfig:
 
 def load_run_config(out_dir: str | Path) -> TrainConfig:
     """The configuration stored in ``<out>/config.json`` (a bad file is a ValueError naming it)."""
-    from schema.results import read_run_config
+    from schema.results import is_packed_run, read_run_config
 
     path = Path(out_dir) / "config.json"
-    if not path.is_file():
+    if not path.is_file() and not is_packed_run(out_dir):
         raise ValueError(f"{path} does not exist: {out_dir} is not a run directory")
     return TrainConfig.from_dict(read_run_config(out_dir))
 

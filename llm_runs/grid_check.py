@@ -15,7 +15,8 @@ class Audit:
     """What :func:`audit` found under a grid folder. ``foreign``: folders that are no run of the
     grid (an unknown name, or a known name run with other settings: ``{name: why}``);
     ``no_metrics``: run folders of the grid holding a ``config.json`` but no metrics table;
-    ``runs``: the folders a reader may use."""
+    ``runs``: the folders a reader may use (a run of a packed grid as ``root/name``,
+    :mod:`schema.packed`)."""
 
     grid: str | None
     runs: list[Path]
@@ -89,13 +90,13 @@ def audit(root: str | Path) -> Audit:
     assembled by hand) every run must agree with the others on every setting outside
     :data:`_FREE_FIELDS` and no two runs may be the same cell; the odd ones out are foreign.
     """
-    from schema.results import metrics_path
+    from schema.results import metrics_path, run_stamp
 
     root = Path(root)
     folders = _run_dirs(root)
     settings_file = root / "sweep.json"
     key = (str(root.resolve()), settings_file.stat().st_mtime_ns if settings_file.is_file() else None,
-           tuple((p.name, (p / "config.json").stat().st_mtime_ns, metrics_path(p) is not None) for p in folders))
+           tuple((p.name, run_stamp(p), metrics_path(p) is not None) for p in folders))
     if key in _AUDITS:
         return _AUDITS[key]
     _AUDITS[key] = found = _audit(root, folders)
@@ -156,15 +157,18 @@ def _audit(root: Path, folders: list[Path]) -> Audit:
 
 
 def _run_dirs(root) -> list[Path]:
-    """The folders directly under ``root`` holding a ``config.json`` (run folders), sorted."""
-    return [p for p in sorted(Path(root).iterdir()) if p.is_dir() and (p / "config.json").is_file()]
+    """The runs directly under ``root``, sorted: folders holding a ``config.json`` and the runs of its
+    packed tables (:func:`schema.results.run_dirs`)."""
+    from schema.results import run_dirs
+
+    return run_dirs(root)
 
 
 def _warm_starts_used(runs) -> dict[str, dict]:
     """``{run name: the warm-start record its config.json holds}`` for run folders ``runs``."""
-    from schema.results import read_json
+    from schema.results import read_run_doc
 
-    return {p.name: read_json(p / "config.json").get("warm_start") or {} for p in runs}
+    return {p.name: read_run_doc(p).get("warm_start") or {} for p in runs}
 
 
 def _common_warm_starts(used: dict[str, dict]) -> dict[str, dict]:

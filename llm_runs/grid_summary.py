@@ -17,9 +17,10 @@ def summarize_run(run: Path, cell, steps_planned: int) -> dict | None:
     :func:`schema.results.run_summary`'s rule, so the table and the figures agree."""
     from schema.results import (
         metrics_path,
-        read_json,
         read_run,
         read_run_config,
+        read_run_summary,
+        run_finished,
         run_settings,
         run_summary,
     )
@@ -30,7 +31,7 @@ def summarize_run(run: Path, cell, steps_planned: int) -> dict | None:
     _, m = read_run(run)
     if m.empty:
         return None
-    complete = (run / "summary.json").is_file()
+    complete = run_finished(run)
     meta = {**{k: v for k, v in stored.items() if v is None or isinstance(v, (str, int, float))},
             "run": cell.name, **{k: run_settings(stored)[k] for k in ("mode", "delay")}, "steps": steps_planned,
             "complete": complete}
@@ -57,7 +58,7 @@ def summarize_run(run: Path, cell, steps_planned: int) -> dict | None:
                 "nonfinite": bool(verdict["nonfinite"]), "collapsed": bool(verdict["collapsed"])})
     wall = math.nan
     if complete:
-        wall = float(read_json(run / "summary.json").get("wall_s", math.nan))
+        wall = float(read_run_summary(run).get("wall_s", math.nan))
     row["wall_s"] = wall
     return row
 

@@ -133,13 +133,13 @@ def replay_against_commit(run: str | Path, steps: int, commit: str | None = None
     subprocess (``python -m llm_runs.train`` in its own folder); each computes its own warm start."""
     import subprocess
 
-    from schema.results import METRICS_FILE, read_json
+    from schema.results import METRICS_FILE, read_run_doc
 
     from .train import cli_flags
     from .trainer import Trainer
 
     run = Path(run)
-    stored = read_json(run / "config.json")
+    stored = read_run_doc(run)
     commit = commit or stored.get("git_commit")
     if not commit:
         raise ValueError(f"{run}/config.json records no git commit: name one with --against-commit")
@@ -175,12 +175,12 @@ def _check_warm_start(run: Path, cfg) -> None:
     """Refuse a replay that cannot be byte-identical: this machine's warm start for the run's
     settings is not the one the run started from, or it is (the committed weights) but this
     machine rounds the recipe differently from the one that made it (:class:`ReplaySkipped`)."""
-    from schema.results import read_json
+    from schema.results import read_run_doc
 
     from .tasks import build_task
     from .warmstart import differs, get_warm_start, machine, rounds_as_committed, torch_threads
 
-    stored = read_json(run / "config.json")
+    stored = read_run_doc(run)
     used = stored.get("warm_start")
     if not used or "key" not in used:
         return
@@ -244,9 +244,9 @@ def _made_from_a_dirty_tree(run: Path, commit: str | None) -> str | None:
     """The note ``--against-commit`` prints for a run made from a working tree with uncommitted
     changes (``config.json`` ``git_dirty``) when compared with its own commit: that commit's code is not
     the code that made the run, so the comparison vouches for nothing about it (None: a clean run)."""
-    from schema.results import read_json
+    from schema.results import read_run_doc
 
-    stored = read_json(run / "config.json")
+    stored = read_run_doc(run)
     if not stored.get("git_dirty") or (commit and commit != stored.get("git_commit")):
         return None
     return (f"note: {run} was made from a working tree with uncommitted changes (config.json git_dirty): the code "

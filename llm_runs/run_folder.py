@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from schema.results import METRICS_FILE, PACKED_METRICS_FILE, read_run_config
+from schema.results import METRICS_FILE, PACKED_METRICS_FILE, is_packed_run, read_run_config
 from schema.runlock import LOCK_NAME, RunLock, check_free, entries
 
 from .config import config_diff
@@ -39,6 +39,9 @@ def check_resumable(out: Path, config: dict) -> None:
     stored = out / "config.json"
     if out.is_dir():
         check_free(out)  # a live trainer in it: name its pid
+    if not stored.is_file() and is_packed_run(out):
+        raise ValueError(f"--resume: {out} is a finished run of a packed grid ({out.parent}/runs.jsonl.gz): "
+                         f"there is nothing to resume")
     if not stored.is_file():
         raise ValueError(f"--resume: {out} holds no run (no config.json)")
     if (out / PACKED_METRICS_FILE).exists():
@@ -99,6 +102,13 @@ def run_state(run: Path, planned: dict) -> str:
     and so is one a live trainer holds (:mod:`schema.runlock`): never two trainers on one folder."""
     if run.is_dir():
         check_free(run)
+    if not (run / "config.json").is_file() and is_packed_run(run):  # a finished run of a packed grid
+        diff = config_diff(read_run_config(run), planned)
+        if diff:
+            changes = ", ".join(f"{k}: {a!r} vs planned {b!r}" for k, (a, b) in diff.items())
+            raise ValueError(f"{run} (packed in {run.parent}) was run with other settings ({changes}): use another "
+                             f"--out")
+        return "complete"
     if not run.exists() or (run.is_dir() and not entries(run)):
         return "new"
     stored_file = run / "config.json"

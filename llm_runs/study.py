@@ -136,10 +136,18 @@ def main(argv: list[str] | None = None) -> int:
     execution.add_arguments(p)
     p.add_argument("--pack", action="store_true",
                    help="only pack the finished runs' metrics.csv as metrics.csv.gz (same bytes; runs after a sweep too)")
+    p.add_argument("--pack-grid", action="store_true",
+                   help="pack the finished grid into three tables (runs.jsonl.gz, metrics.parquet, logs.jsonl.gz; "
+                        "schema.packed) and remove its run folders once the tables read back the same; refused "
+                        "unless every run of the grid finished")
     args = p.parse_args(argv)
     study = STUDIES[args.grid]
     out = Path(args.out) if args.out else study.default_out()
     try:
+        if args.pack_grid:
+            n = pack_study(study, out)
+            print(f"study {study.name}: packed {n} run folders under {out}")
+            return 0
         if args.pack:
             n = pack_finished(study, out)
             print(f"study {study.name}: packed {n} finished runs under {out}")
@@ -151,13 +159,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             if args.executor == "local":
                 execution.from_arguments(args, jobs=args.jobs).close()  # the flags' errors, without running
+            from schema.results import is_packed_run
+
             from .config import resolve_config
             from .run_folder import run_state
 
             for c in cells:
                 if c.estimator in missing:
                     state = "estimator not registered"
-                elif (out / c.name).exists():
+                elif (out / c.name).exists() or is_packed_run(out / c.name):  # a packed run: complete
                     state = run_state(out / c.name, resolve_config(c.overrides).to_dict())
                 else:
                     state = "new"
@@ -211,6 +221,24 @@ def pack_finished(study: Study, out: Path) -> int:
         pack_metrics(run)
         n += 1
     return n
+
+
+def pack_study(study: Study, out: Path) -> int:
+    """Pack the finished grid ``study`` under ``out`` (:func:`schema.packed.pack_grid`): every cell
+    of the grid must have finished (a packed run counts as finished, and ``--resume`` never runs it
+    again). Returns the number of run folders packed."""
+    from schema.packed import pack_grid
+    from schema.results import run_finished
+
+    from .grid_check import check_grid_folder
+
+    check_grid_folder(out, study.name)
+    unfinished = [c.name for c in study.cells() if not run_finished(Path(out) / c.name)]
+    if unfinished:
+        raise ValueError(f"{out}: {len(unfinished)} run(s) of grid {study.name} have not finished "
+                         f"({', '.join(unfinished[:4])}{', ...' if len(unfinished) > 4 else ''}): only a finished "
+                         f"grid is packed")
+    return pack_grid(out)
 
 
 def _warm_starts(study: Study) -> dict[str, dict]:

@@ -241,7 +241,7 @@ def run_grids(corr: Correction, card_dir: Path, grid_list, jobs: int, log=print)
     from llm_runs.grid_check import check_warm_starts
     from llm_runs.study import _warm_starts
     from llm_runs.sweep import run_sweep
-    from schema.results import read_json, results_root
+    from schema.results import read_run_doc, results_root, run_dirs
 
     status = {}
     for arm, g in grid_list:
@@ -255,8 +255,7 @@ def run_grids(corr: Correction, card_dir: Path, grid_list, jobs: int, log=print)
         except ValueError as exc:
             status[arm] = {"state": "refused", "why": str(exc)}
             continue
-        keys = {(read_json(p / "config.json").get("warm_start") or {}).get("key")
-                for p in committed.iterdir() if (p / "config.json").is_file()}
+        keys = {(read_run_doc(p).get("warm_start") or {}).get("key") for p in run_dirs(committed)}
         paired = all(info.get("key") in keys for info in warm.values())
         o = run_sweep(g, out, resume=True, jobs=jobs, progress=False, log=log, executor=_executor(jobs, corr))
         status[arm] = {"state": "ran", "paired": paired, "ran": len(o.ran), "skipped": len(o.skipped),
@@ -269,16 +268,14 @@ def own_runs(corr: Correction, card_dir: Path) -> pd.DataFrame:
     """The correction's own runs under the card's folder (:func:`claims.study.run_row` each)."""
     from claims.mechanism import arm_of
     from claims.study import run_row
-    from schema.results import read_run_config
+    from schema.results import read_run_config, run_dirs
 
     rows = []
     for arm in ARMS:
         folder = card_folder_llm(card_dir, arm)
         if not folder.is_dir():
             continue
-        for p in sorted(folder.iterdir()):
-            if not (p / "config.json").is_file():
-                continue
+        for p in run_dirs(folder):
             r = run_row(p)
             if r is None:
                 continue

@@ -95,11 +95,11 @@ each part under :data:`PART_BYTES`, with room to spare."""
 PART_BYTES = 4_000_000
 
 
-def _parquet_bytes(df) -> bytes:
+def _parquet_bytes(df, **parquet_kw) -> bytes:
     import io
 
     buf = io.BytesIO()
-    df.to_parquet(buf, index=False)
+    df.to_parquet(buf, index=False, **parquet_kw)
     return buf.getvalue()
 
 
@@ -131,12 +131,13 @@ def read_parquet_parts(path):
     return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
 
 
-def write_parquet_parts(path, df, max_bytes: int = PART_BYTES) -> list[Path]:
+def write_parquet_parts(path, df, max_bytes: int = PART_BYTES, **parquet_kw) -> list[Path]:
     """The DataFrame ``df`` as the table ``path``: one file when its parquet is at most ``max_bytes``,
     else consecutive row ranges ``STEM.part00.parquet``, ``STEM.part01.parquet``, ... each at most
     ``max_bytes`` (so that no committed file is large). Each file is written atomically; the other
     form's files (an older single file or older parts) are removed after. The table read back by
-    :func:`read_parquet_parts` must equal ``df`` (else ``ValueError``, and nothing is replaced)."""
+    :func:`read_parquet_parts` must equal ``df`` (else ``ValueError``, and nothing is replaced).
+    ``parquet_kw`` go to ``DataFrame.to_parquet`` (``compression``, ``schema``)."""
     import io
     import re
 
@@ -144,7 +145,7 @@ def write_parquet_parts(path, df, max_bytes: int = PART_BYTES) -> list[Path]:
 
     path = Path(path)
     stem = path.name.removesuffix(".parquet")
-    whole = _parquet_bytes(df)
+    whole = _parquet_bytes(df, **parquet_kw)
     if len(whole) <= max_bytes:
         blobs = {path: whole}
     else:
@@ -152,7 +153,8 @@ def write_parquet_parts(path, df, max_bytes: int = PART_BYTES) -> list[Path]:
         while True:
             bounds = [round(i * len(df) / n) for i in range(n + 1)]
             pieces = [df.iloc[a:b] for a, b in itertools.pairwise(bounds)]
-            blobs = {path.with_name(f"{stem}.part{i:02d}.parquet"): _parquet_bytes(pc) for i, pc in enumerate(pieces)}
+            blobs = {path.with_name(f"{stem}.part{i:02d}.parquet"): _parquet_bytes(pc, **parquet_kw)
+                     for i, pc in enumerate(pieces)}
             if max(len(b) for b in blobs.values()) <= max_bytes or n >= len(df):
                 break
             n += 1

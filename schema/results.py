@@ -26,7 +26,11 @@ A run folder is read by :func:`read_run` only: its ``config.json`` and ``metrics
 parsed strictly (a bad line or a truncated file is an error naming the file and line) and
 its steps must be 0..T once each (a run with a duplicated or missing step is refused).
 A finished run's table may be stored packed as ``metrics.csv.gz``, the same bytes
-gzip-compressed (:func:`pack_metrics`); :func:`metrics_path` finds either.
+gzip-compressed (:func:`pack_metrics`); :func:`metrics_path` finds either. A finished grid may be
+packed as a whole (:mod:`schema.packed`: ``runs.jsonl.gz``, ``metrics.parquet``, ``logs.jsonl.gz``
+in the grid folder, no run folders): :func:`run_folders` lists its runs as ``root/name`` and
+:func:`read_run`, :func:`read_run_config`, :func:`read_run_doc`, :func:`run_finished` and
+:func:`metrics_text` read them exactly as the folders read.
 A configuration field the run predates reads as the value the run actually used
 (:data:`LEGACY_FIELDS`), never as today's default.
 """
@@ -46,6 +50,7 @@ from .runs import (  # noqa: F401
     check_steps,
     horizon_of,
     horizon_tokens,
+    is_packed_run,
     legacy_fields,
     metrics_path,
     metrics_text,
@@ -54,8 +59,13 @@ from .runs import (  # noqa: F401
     read_metrics_csv,
     read_run,
     read_run_config,
+    read_run_doc,
+    read_run_summary,
+    run_dirs,
+    run_finished,
     run_folders,
     run_settings,
+    run_stamp,
     scratchpad_horizon,
     sum_width,
 )

@@ -78,14 +78,65 @@ def legacy_fields(cfg: dict) -> dict[str, object]:
             for name, (value, _why) in LEGACY_FIELDS.items() if name not in cfg}
 
 
+def read_run_doc(run: Path) -> dict:
+    """The whole stored ``run/config.json`` document (settings, machine, warm start, versions), from
+    the run folder or, for a run of a packed grid (:mod:`schema.packed`), from the grid's
+    ``runs.jsonl.gz``. A missing run is ``FileNotFoundError``, a bad file ``ValueError`` naming it."""
+    import copy
+
+    from .packed import packed_entry
+
+    path = Path(run) / "config.json"
+    if not path.is_file():
+        entry = packed_entry(run)
+        if entry is not None:
+            return copy.deepcopy(entry["config"])
+    return read_json(path)
+
+
+def read_run_summary(run: Path) -> dict | None:
+    """The run's ``summary.json`` (folder or packed; None: the run has not finished)."""
+    import copy
+
+    from .packed import packed_entry
+
+    path = Path(run) / "summary.json"
+    if path.is_file():
+        return read_json(path)
+    entry = packed_entry(run) if not (Path(run) / "config.json").is_file() else None
+    return copy.deepcopy(entry.get("summary")) if entry is not None else None
+
+
+def run_finished(run: Path) -> bool:
+    """Whether the run finished (wrote ``summary.json``; every packed run did)."""
+    from .packed import packed_entry
+
+    run = Path(run)
+    if (run / "summary.json").is_file():
+        return True
+    if (run / "config.json").is_file():
+        return False
+    entry = packed_entry(run)
+    return entry is not None and entry.get("summary") is not None
+
+
+def is_packed_run(run: Path) -> bool:
+    """Whether ``run`` is read from its grid's packed tables (no ``config.json`` of its own)."""
+    from .packed import packed_entry
+
+    run = Path(run)
+    return not (run / "config.json").is_file() and packed_entry(run) is not None
+
+
 def read_run_config(run: Path, legacy: bool = True) -> dict:
-    """The ``config`` block of ``run/config.json`` (``ValueError`` naming the file if it is bad).
+    """The ``config`` block of ``run/config.json`` (``ValueError`` naming the file if it is bad),
+    from the run folder or its packed grid (:func:`read_run_doc`).
 
     With ``legacy`` (the default) a field the run predates takes the value the run actually
     used (:data:`LEGACY_FIELDS`); ``legacy=False`` gives the stored block as written.
     """
     path = Path(run) / "config.json"
-    j = read_json(path)
+    j = read_json(path) if path.is_file() else read_run_doc(run)
     cfg = j.get("config", j) if isinstance(j, dict) else None
     if not isinstance(cfg, dict):
         raise ValueError(f"{path}: expected an object with a 'config' object")
@@ -103,12 +154,22 @@ PACKED_METRICS_FILE = METRICS_FILE + ".gz"
 
 def metrics_path(run: Path) -> Path | None:
     """The run folder's metrics table, plain or packed (None: neither). Both at once is a
-    ``ValueError``: two copies of one table would be free to disagree."""
+    ``ValueError``: two copies of one table would be free to disagree. A run of a packed grid
+    (:mod:`schema.packed`) has the path ``run/metrics.csv``, which does not exist: read it with
+    :func:`metrics_text` / :func:`read_metrics_csv` (or :func:`read_run`), which find it in the pack."""
+    from .packed import packed_entry
+
     run = Path(run)
     plain, packed = run / METRICS_FILE, run / PACKED_METRICS_FILE
     if plain.is_file() and packed.is_file():
         raise ValueError(f"{run}: both {METRICS_FILE} and {PACKED_METRICS_FILE}; keep one (they may disagree)")
-    return plain if plain.is_file() else packed if packed.is_file() else None
+    if plain.is_file():
+        return plain
+    if packed.is_file():
+        return packed
+    if not (run / "config.json").is_file() and packed_entry(run) is not None:
+        return plain
+    return None
 
 
 def metrics_text(path: Path) -> str:
@@ -116,6 +177,12 @@ def metrics_text(path: Path) -> str:
     import gzip
 
     path = Path(path)
+    if not path.exists() and path.name == METRICS_FILE:
+        from .packed import packed_grid
+
+        pack = packed_grid(path.parent.parent)
+        if pack is not None and path.parent.name in pack.entries:
+            return pack.metrics_text(path.parent.name)
     if path.name.endswith(".gz"):
         try:
             with gzip.open(path, "rb") as fh:
@@ -217,7 +284,12 @@ def read_run(run: Path) -> tuple[dict, pd.DataFrame]:
         read_run_config(run)  # a bad config.json is named first
         raise MissingResults(f"{run}: no {METRICS_FILE}")
     cfg_file = run / "config.json"
-    key = (str(run.resolve()), path.name, cfg_file.stat().st_mtime_ns, path.stat().st_mtime_ns, path.stat().st_size)
+    if cfg_file.is_file():
+        key = (str(run.resolve()), path.name, cfg_file.stat().st_mtime_ns, path.stat().st_mtime_ns, path.stat().st_size)
+    else:  # a packed run: its grid's packed tables
+        from .packed import PackedGrid
+
+        key = (str(run.resolve()), "packed", PackedGrid.signature(run.parent))
     hit = _READ_CACHE.get(key)
     if hit is None:
         cfg = read_run_config(run)
@@ -228,14 +300,35 @@ def read_run(run: Path) -> tuple[dict, pd.DataFrame]:
     return dict(hit[0]), hit[1].copy()
 
 
-def run_folders(root: Path) -> list[Path]:
-    """The run folders directly under ``root``, sorted: folders with a ``config.json`` and a
-    metrics table, plain or packed (:func:`metrics_path`). None if ``root`` is not a folder."""
+def run_dirs(root: Path) -> list[Path]:
+    """Every run under ``root``, sorted by name, whether it has a metrics table or not: folders
+    with a ``config.json`` and the runs of its packed tables (:mod:`schema.packed`), each as the
+    path ``root/name`` (a packed run's folder does not exist; read it through this module)."""
+    from .packed import packed_names
+
     root = Path(root)
     if not root.is_dir():
         return []
-    return [p for p in sorted(root.iterdir())
-            if p.is_dir() and (p / "config.json").is_file() and metrics_path(p) is not None]
+    names = {p.name for p in root.iterdir() if p.is_dir() and (p / "config.json").is_file()}
+    return [root / n for n in sorted(names | set(packed_names(root)))]
+
+
+def run_stamp(run: Path) -> tuple:
+    """What changes when the run's stored settings change: its ``config.json``'s modification time,
+    or the signature of its grid's packed tables (for caches of what was read from them)."""
+    run = Path(run)
+    if (run / "config.json").is_file():
+        return ("folder", (run / "config.json").stat().st_mtime_ns)
+    from .packed import PackedGrid
+
+    return ("packed", PackedGrid.signature(run.parent))
+
+
+def run_folders(root: Path) -> list[Path]:
+    """The runs directly under ``root``, sorted: folders with a ``config.json`` and a metrics
+    table, plain or packed (:func:`metrics_path`), and the runs of its packed tables
+    (:func:`run_dirs`). None if ``root`` is not a folder."""
+    return [p for p in run_dirs(root) if metrics_path(p) is not None]
 
 
 def _run_index(root: Path) -> list[dict]:
@@ -246,7 +339,7 @@ def _run_index(root: Path) -> list[dict]:
         cfg = run_settings(read_run_config(run))
         if cfg["estimator"] is None or cfg["delay"] is None:
             continue
-        done = (run / "summary.json").exists()
+        done = run_finished(run)
         out.append({"run": run.name, "path": run, "metrics": metrics, "complete": done, **cfg})
     return out
 

@@ -5,13 +5,13 @@ the trainer then passed its own ``eps`` (0.2) to GSPO as the lower clip, so they
 the sequence ratio at ``[0.8, 1 + 4e-4]``. Tests read copies; committed results are never written.
 """
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from llm_runs.config import TrainConfig, config_diff, load_run_config
-from schema.results import LEGACY_FIELDS, legacy_fields, read_run, read_run_config
+from schema.packed import unpack_run
+from schema.results import LEGACY_FIELDS, legacy_fields, read_run, read_run_config, read_run_doc, run_dirs, run_folders
 
 SWEEP = Path(__file__).resolve().parents[1] / "results" / "llm" / "sweep"
 GSPO_RUN = SWEEP / "gspo-controlled-d2-s0"
@@ -19,10 +19,8 @@ GSPO_RUN = SWEEP / "gspo-controlled-d2-s0"
 
 @pytest.fixture
 def old_gspo(tmp_path):
-    assert (GSPO_RUN / "config.json").is_file(), f"the committed reference run {GSPO_RUN} is missing"
-    copy = tmp_path / GSPO_RUN.name
-    shutil.copytree(GSPO_RUN, copy)
-    return copy
+    assert GSPO_RUN in run_folders(SWEEP), f"the committed reference run {GSPO_RUN} is missing"
+    return unpack_run(GSPO_RUN, tmp_path / GSPO_RUN.name)  # a folder of its own, whether committed packed or not
 
 
 def test_committed_gspo_run_reads_as_the_clip_range_it_used(old_gspo):
@@ -61,11 +59,11 @@ def test_recorded_fields_win_and_eps_high_carries_over(tmp_path):
 def test_every_field_a_committed_run_lacks_has_a_legacy_entry():
     fields = set(TrainConfig().to_dict())
     assert set(LEGACY_FIELDS) <= fields, sorted(set(LEGACY_FIELDS) - fields)
-    configs = sorted(SWEEP.parent.glob("*/*/config.json"))  # every committed run folder under results/llm
-    assert configs, f"no committed run folders under {SWEEP.parent}"
+    runs = [r for g in sorted(SWEEP.parent.iterdir()) for r in run_dirs(g)]  # every committed run, packed or not
+    assert runs, f"no committed runs under {SWEEP.parent}"
     missing = set()
-    for path in configs:
-        missing |= fields - set(json.loads(path.read_text())["config"])
+    for run in runs:
+        missing |= fields - set(read_run_doc(run)["config"])
     assert missing, "every committed run records every field: the legacy table is not exercised"
     assert missing <= set(LEGACY_FIELDS), f"fields committed runs lack with no legacy entry: {sorted(missing - set(LEGACY_FIELDS))}"
 
@@ -78,7 +76,7 @@ def test_gspos_legacy_clip_range_is_filled_only_into_gspo_runs(tmp_path):
         assert filled["gspo_eps_low"] == expected, estimator
         assert filled["gspo_eps_high"] == (4e-4 if estimator == "gspo" else None)
     run = SWEEP.parent / "pilot" / "long-gmc-d0-s0"
-    assert "gspo_eps_low" not in json.loads((run / "config.json").read_text())["config"]
+    assert "gspo_eps_low" not in read_run_doc(run)["config"]
     assert "gspo_eps_low" not in read_run_config(run)  # today's default, which it never read
     assert load_run_config(run).gspo_eps_low == TrainConfig().gspo_eps_low
 
