@@ -91,6 +91,14 @@ def test_the_findings_say_what_the_files_say():
     assert f"checks the {len(CLAIMS)} claims" in block or "covers" in block  # every registered claim, or says not
 
 
+def test_the_formula_is_quoted_from_the_definition():
+    from estimators.schemes import gmc_log_weights
+
+    quoted = re.search(r"^## The two commands", README.read_text(), re.MULTILINE)
+    block = re.findall(r"```\n(.*?)\n```", README.read_text()[:quoted.start()], re.DOTALL)
+    assert len(block) == 1 and block[0] in " ".join(gmc_log_weights.__doc__.split())
+
+
 def test_the_two_commands_state_the_committed_claims_table():
     """The claim count and the failing claims the README types by hand are the registry's and the
     committed table's."""
