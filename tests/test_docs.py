@@ -171,3 +171,11 @@ def test_the_drift_snapshot_quotes_the_committed_verdicts():
                   f"in {ess['false_alarms'][0]} of {ess['false_alarms'][1]} runs that held",
                   f"(Fisher p = {ess['p_fisher']:.0e})", f"(p = {grad['p_fisher']:.2f})"):
         assert piece in para, piece
+
+
+def test_the_verl_command_is_one_command():
+    """docs/INTEGRATIONS.md explains the README's verl command (which tests/verl_suite trains
+    through); the two copies are the same."""
+    pattern = r"```bash\n(python3 -m verl\.trainer\.main_ppo.*?)```"
+    copies = [re.findall(pattern, p.read_text(), re.DOTALL) for p in (REPO / "README.md", REPO / "docs" / "INTEGRATIONS.md")]
+    assert [len(c) for c in copies] == [1, 1] and copies[0] == copies[1]
