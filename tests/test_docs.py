@@ -179,3 +179,12 @@ def test_the_verl_command_is_one_command():
     pattern = r"```bash\n(python3 -m verl\.trainer\.main_ppo.*?)```"
     copies = [re.findall(pattern, p.read_text(), re.DOTALL) for p in (REPO / "README.md", REPO / "docs" / "INTEGRATIONS.md")]
     assert [len(c) for c in copies] == [1, 1] and copies[0] == copies[1]
+
+
+def test_the_claims_count_is_the_committed_table_s():
+    rows = json.loads((REPO / "results" / "verify" / "claims.json").read_text())["claims"]
+    passed = sum(r["status"] == "PASS" for r in rows)
+    failed = [r["id"] for r in rows if r["status"] != "PASS"]
+    section = _section("## What the toolkit found")
+    expected = f"{passed} of {len(rows)} claims PASS" + "".join(f", claim {i} FAILS" for i in failed)
+    assert f"**{expected}" in section, expected
