@@ -6,6 +6,7 @@
     python -m llm_runs.study --grid pilot     # the delay-0 pilot that sized it -> results/llm/pilot/
     python -m llm_runs.study --grid horizon   # chi^2 against the horizon H = 3..18 -> results/llm/horizon/
     python -m llm_runs.study --grid pilot_long_steps   # delay 0, long horizon, 800 updates -> results/llm/pilot_long_steps/
+    python -m llm_runs.study --grid pilot --pack-grid  # a finished grid as three tables (schema.packed)
 
 The grid is data (:data:`STUDIES`): the settings shared by every run (:data:`STUDY_BASE`), one
 block of settings per horizon (:data:`HORIZONS`: ``short`` is the arithmetic task of the
