@@ -74,17 +74,17 @@ all: sim-sweeps tuned-sweep llm-sweep verify-bounds figures report
 tuned-sweep: $(STAMP)
 	$(PY) -m simulators.tuned_sweep
 
-abstract: $(STAMP)
+abstract: verdicts
 	$(PY) -m claims.abstract
 
 figures: $(STAMP)
 	$(PY) -m figures
 
 verdicts: $(STAMP)
-	$(PY) -m claims.study --json results/llm/study/verdicts.json
+	$(PY) -m studies.staleness --json results/llm/study/verdicts.json
 
 report: abstract verdicts figures
-	$(PY) -m figures.report
+	$(PY) -m studies.report
 
 llm-study: $(STAMP)
 	$(PY) -m llm_runs.study
@@ -112,7 +112,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PIP) install -q ruff==0.17.6
-	$(VENV)/bin/ruff check estimators bounds schema simulators llm_runs claims figures execution tests
+	$(VENV)/bin/ruff check estimators bounds stats schema simulators llm_runs claims figures report_card studies execution tests
 
 clean-venv:
 	rm -rf $(VENV) $(VERL_VENV)

@@ -4,9 +4,10 @@
 results of the simulator sweeps, the LLM staleness study and the LLM sweep (through
 :mod:`schema.results`) and writes one verdict per claim of THEORY §0's abstract, with the
 numbers behind it. The LLM claim's verdict is the pre-registered study's hypothesis H2
-(:mod:`claims.study`, docs/PREREGISTRATION.md), applied as written. ``python -m
-claims`` writes it after a full run too. The report (``python -m figures.report``) only
-renders this file. Every tolerance is the one of the claim it belongs to.
+(docs/PREREGISTRATION.md), read from the study's verdicts file (``results/llm/study/verdicts.json``,
+made by ``python -m studies.staleness --json``: the analysis sits in the studies layer, above this
+one, so its verdicts are read here, never recomputed). ``python -m claims`` writes it after a full
+run too. The report (``python -m studies.report``) only renders this file. Every tolerance is the one of the claim it belongs to.
 """
 from __future__ import annotations
 
@@ -160,11 +161,13 @@ def _interval_text(r: dict) -> str:
 
 
 def _study_verdict() -> tuple[str, str]:
-    """(verdict word, text) for the LLM claim: the staleness study's H2 (and H1 beside it)."""
-    from .study import PRIMARY, analyse, read_runs, stable_in_cell
+    """(verdict word, text) for the LLM claim: the staleness study's H2 (and H1 beside it), from its
+    verdicts file; whether GMC itself is stable there, from the study's runs."""
+    from llm_runs.run_table import PRIMARY, read_runs, stable_in_cell
+    from schema.results import VERDICTS, read_json
 
     runs = read_runs(STUDY.require(), PRIMARY)
-    res = analyse(runs)
+    res = read_json(VERDICTS.require())
     h1, h2 = res["H1"], res["H2"]
     seeds, d = h2["seeds"], h2["delay"]
     word = STUDY_WORDS[h2["verdict"]]

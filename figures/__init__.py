@@ -1,18 +1,20 @@
-"""Figures and the report, drawn from saved results only (they start no program).
+"""Figures, drawn from saved results only (they start no program); they draw, they decide nothing.
 
 The figure protocol. A figure is a module ``figures/fN_<name>.py`` listed in
-:data:`figures.report.FIGURES`, with
+:data:`figures.registry.FIGURES`, with
 
 * ``NAME``: its file stem (``fN_<name>``), under which :func:`figures.style.save` writes the PNG
   and PDF (``figures/out/`` by default);
 * ``TITLE``: the caption's title in the report;
-* ``load()``: the results it draws, read through :mod:`schema.results` (or the claims layer,
-  which computes every statistic: a figure renders, it does not decide), raising
+* ``load()``: the results it draws, read through :mod:`schema.results` (or the run tables
+  :mod:`llm_runs.run_table` and :mod:`llm_runs.mechanism_table`, which compute every statistic: a
+  figure renders, it does not decide), raising
   :class:`schema.results.MissingResults` naming the command that makes them when they are absent;
 * ``plot(data, ax=None)``: a matplotlib figure of ``data`` (on the axes given, if any);
 * ``caption(data)``: the report's text under it, with the source (:func:`schema.results.source_note`);
 * ``main(out=None)``: ``style.save(plot(load()), NAME, out)``.
 
 ``python -m figures`` draws them all (a missing result is named, the others still drawn);
-``python -m figures.report`` writes ``results/REPORT.md`` and ``.html`` from the same modules.
+``python -m studies.report`` writes ``results/REPORT.md`` and ``.html`` from the same modules
+(:mod:`figures.registry` places each figure in a section).
 """

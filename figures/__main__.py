@@ -1,4 +1,4 @@
-"""``python -m figures [--only f1,f7] [--out DIR]`` (``make figures``): draw every figure of ``figures.report.FIGURES`` from the results present.
+"""``python -m figures [--only f1,f7] [--out DIR]`` (``make figures``): draw every figure of ``figures.registry.FIGURES`` from the results present.
 
 Figures only read results (full sweeps preferred over quick ones); they start no program.
 A figure whose results are missing is not drawn, and the message names the command that
@@ -15,7 +15,7 @@ from pathlib import Path
 from schema.results import MissingResults
 
 from . import style
-from .report import FIGURES, fig_module
+from .registry import FIGURES, fig_module
 
 
 def main(argv=None) -> int:

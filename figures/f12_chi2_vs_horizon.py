@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from claims.study import PRIMARY, read_traces
+from llm_runs.run_table import PRIMARY, read_traces
 from schema.results import STUDY, STUDY_HORIZON, source_note
 
 from . import style

@@ -3,7 +3,7 @@
 F11's drawing (:func:`figures.f11_study_pc_vs_delay.plot`, the same points, intervals and
 warm-start line) of the runs of ``python -m llm_runs.gpu_study`` (``results/llm/gpu_study/``):
 the long-horizon task, the estimators at the study's large delay and the seed's delay-0 run,
-over the whole seeds (:func:`claims.study.whole_seeds`). Not among the figures ``python -m
+over the whole seeds (:func:`llm_runs.run_table.whole_seeds`). Not among the figures ``python -m
 figures`` draws (no GPU, no results): the report draws it when the folder exists.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from claims.study import run_row, whole_seeds
+from llm_runs.run_table import run_row, whole_seeds
 from schema.results import GPU_STUDY, read_json, run_folders
 
 from . import f11_study_pc_vs_delay as f11
@@ -24,7 +24,7 @@ SOURCES = [GPU_STUDY]
 
 
 def read_gpu_runs(root: Path) -> pd.DataFrame:
-    """One row per run folder under ``root`` (:func:`claims.study.run_row`, the study's table). Every run
+    """One row per run folder under ``root`` (:func:`llm_runs.run_table.run_row`, the study's table). Every run
     folder must be a run the sweep planned (``sweep.json``'s ``runs``): a foreign one is a ``ValueError``,
     never mixed in. (The study's own check, :func:`llm_runs.study.audit`, knows the CPU grids only.)"""
     planned = set(read_json(root / "sweep.json").get("runs", [])) if (root / "sweep.json").is_file() else None

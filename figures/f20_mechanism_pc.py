@@ -5,7 +5,7 @@ norm clipped at 1; ``adamwclip``: AdamW + weight decay 0.01 + clip 1, verl's act
 staleness study's unclipped Adam, with the GMC variants), one point per estimator: the mean final
 pc over the seeds complete in every cell of the grid (the whole seeds; before the first whole seed,
 every complete run, marked interim), with the 95% percentile-bootstrap interval of the mean
-(:func:`claims.study.bootstrap`). The numbers under each point: stable seeds / seeds. Dotted grey:
+(:func:`llm_runs.run_table.bootstrap`). The numbers under each point: stable seeds / seeds. Dotted grey:
 the warm start; dashed: each arm's delay-0 mean.
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from claims.mechanism import DELAY, load
-from claims.study import bootstrap
+from llm_runs.mechanism_table import DELAY, load
+from llm_runs.run_table import bootstrap
 from schema.results import MECHANISM, STUDY
 
 from . import style

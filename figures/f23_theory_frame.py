@@ -9,7 +9,7 @@ For each (scheme, optimiser) the exact models' prediction sits beside the LLM's 
   runs that collapsed at each optimiser's largest step size, pooled over the shared cells;
 * THEORY §8: the largest single weight ``c_max`` (G = 8, eps = 0.2; ``bounds.normalised``);
 * the LLM at d = 64, long horizon (``results/llm/study`` and ``results/llm/mechanism`` through
-  :func:`claims.mechanism.load` and :func:`claims.mechanism.drift_table`): stable runs, mean final
+  :func:`llm_runs.mechanism_table.load` and :func:`llm_runs.mechanism_table.drift_table`): stable runs, mean final
   held-out pc, the median over runs of the run's median plug-in chi^2 and of its mean |log ratio|.
 
 The figure puts each exact model's share of runs that held (1 - collapse share) on x and the LLM's
@@ -43,8 +43,8 @@ LLM_STABLE = 0.8  # the study's rule: a baseline is stable in a cell when >= 80%
 
 @functools.cache
 def _llm() -> tuple[pd.DataFrame, pd.DataFrame]:
-    from claims.mechanism import drift_table
-    from claims.mechanism import load as load_runs
+    from llm_runs.mechanism_table import drift_table
+    from llm_runs.mechanism_table import load as load_runs
     from schema.results import MECHANISM, STUDY
 
     runs = load_runs()

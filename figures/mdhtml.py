@@ -1,6 +1,6 @@
 """A minimal Markdown-to-HTML converter for the report (the ``markdown`` package is not a dependency).
 
-Handles what ``figures.report`` writes: ATX headings, paragraphs, ``-`` lists, pipe tables
+Handles what ``studies.report`` writes: ATX headings, paragraphs, ``-`` lists, pipe tables
 (with an alignment row), images, links, ``**bold**``, ``*italic*``, ```code``` and backslash
 escapes (``\\*``). Text is
 HTML-escaped first, so nothing in a caption can inject markup.

@@ -22,7 +22,7 @@ abs_log_w_median    ``drift/abs_log_w_median``                   (none)
 TRL logs no KL, chi^2 or ESS of its own; with this toolkit's adapter (:mod:`llm_runs.integrations.trl`)
 its ``log_history`` carries the toolkit's names. The map itself (per estimator and optimiser, the
 stable share at each measured drift and the fitted failure boundary) is written by the drift study's
-analysis (``python -m claims.drift`` -> ``results/llm/drift/map.json``); :func:`place` reads it.
+analysis (``python -m studies.drift`` -> ``results/llm/drift/map.json``); :func:`place` reads it.
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dic
     if table is None:
         path = map_path()
         if not path.is_file():
-            raise ValueError(f"no drift map at {path}: run the drift grid and `python -m claims.drift` first")
+            raise ValueError(f"no drift map at {path}: run the drift grid and `python -m studies.drift` first")
         from schema.results import read_json
 
         table = read_json(path)

@@ -6,11 +6,11 @@ study's Adam, and the long horizon at d = 0 and 64 under AdamW + decay 0.01 + cl
 mechanism grid's ``adamwclip`` arm: the only arm of that optimiser the toolkit has run).
 
 Committed runs are read, never rerun: ``results/llm/study`` and ``results/llm/study_2025`` (Adam),
-``results/llm/mechanism`` (its ``adamwclip`` arm), as :func:`claims.study.read_runs` reads them (the
-grid audit, then :func:`claims.study.run_row` for final pc and stability), only the runs of the
-card's cells, with :func:`claims.mechanism.arm_of`. At delay 0 every trajectory
+``results/llm/mechanism`` (its ``adamwclip`` arm), as :func:`llm_runs.run_table.read_runs` reads them (the
+grid audit, then :func:`llm_runs.run_table.run_row` for final pc and stability), only the runs of the
+card's cells, with :func:`llm_runs.mechanism_table.arm_of`. At delay 0 every trajectory
 scheme makes the same update (every ratio is 1), so the study ran one delay-0 run per seed that
-stands for every estimator (:func:`claims.study.paired`); the card lets it stand for a correction
+stands for every estimator (:func:`llm_runs.run_table.paired`); the card lets it stand for a correction
 only when the correction's gradient at ratio 1 is IS's (:func:`delay0_equivalence`: exactly, or
 up to a positive factor under unclipped Adam, which does not see a factor).
 
@@ -19,8 +19,8 @@ are made by :func:`llm_runs.sweep.run_sweep` on a grid of :class:`llm_runs.grids
 committed grid's settings, seeds 0-4; ``--quick``: seeds 0-1, the short horizon at d = 64 only),
 under the card's folder, resumable. Before any run, this machine's warm start is computed and
 checked against the committed runs' (:func:`llm_runs.grid_check.check_warm_starts`): where it
-differs the part is refused, never mixed. Paired differences: :func:`claims.study.paired` and
-:func:`claims.study.bootstrap` (95% percentile bootstrap, the study's seed and resamples).
+differs the part is refused, never mixed. Paired differences: :func:`llm_runs.run_table.paired` and
+:func:`llm_runs.run_table.bootstrap` (95% percentile bootstrap, the study's seed and resamples).
 """
 from __future__ import annotations
 
@@ -74,12 +74,12 @@ def _cell_of(run_name: str) -> tuple[str, str, int]:
 def committed_runs(estimators_: tuple[str, ...] = ()) -> pd.DataFrame:
     """The committed runs of the cells' arms (:data:`CELLS`) for ``estimators_`` (every estimator's
     delay-0 runs too), one row each, with ``arm`` and ``source``: each folder audited as
-    :func:`claims.study.read_runs` audits it (:func:`llm_runs.grid_check.audit`, foreign runs refused),
-    each run read by :func:`claims.study.run_row`; only the runs of the card's cells are read (and each
+    :func:`llm_runs.run_table.read_runs` audits it (:func:`llm_runs.grid_check.audit`, foreign runs refused),
+    each run read by :func:`llm_runs.run_table.run_row`; only the runs of the card's cells are read (and each
     once per process)."""
-    from claims.mechanism import arm_of
-    from claims.study import run_row
     from llm_runs.grid_check import audit, check_pairing
+    from llm_runs.mechanism_table import arm_of
+    from llm_runs.run_table import run_row
     from schema.results import read_run_config, results_root
 
     root = results_root()
@@ -265,9 +265,9 @@ def run_grids(corr: Correction, card_dir: Path, grid_list, jobs: int, log=print)
 
 
 def own_runs(corr: Correction, card_dir: Path) -> pd.DataFrame:
-    """The correction's own runs under the card's folder (:func:`claims.study.run_row` each)."""
-    from claims.mechanism import arm_of
-    from claims.study import run_row
+    """The correction's own runs under the card's folder (:func:`llm_runs.run_table.run_row` each)."""
+    from llm_runs.mechanism_table import arm_of
+    from llm_runs.run_table import run_row
     from schema.results import read_run_config, run_dirs
 
     rows = []
@@ -319,7 +319,7 @@ def drift(runs: list) -> dict:
         out[f"{k}_runs"] = len(v)
     kl = out["kl_early"]
     if not map_path().is_file():
-        out["map"] = f"pending: no drift map at {map_path().relative_to(results_root().parent)} yet (python -m claims.drift)"
+        out["map"] = f"pending: no drift map at {map_path().relative_to(results_root().parent)} yet (python -m studies.drift)"
     elif not math.isfinite(kl):
         out["map"] = "not placed: these runs log no KL per token (the map's axis)"
     elif (table := json.loads(map_path().read_text())).get("provisional"):
@@ -338,7 +338,7 @@ def drift(runs: list) -> dict:
 
 def paired_difference(runs: pd.DataFrame, c: LLMCell, a: str, b: str) -> dict:
     """``a - b`` in final pc, paired by seed, with the study's bootstrap interval."""
-    from claims.study import bootstrap, paired
+    from llm_runs.run_table import bootstrap, paired
 
     arm = runs[runs["arm"] == c.arm]
     boot = bootstrap(paired(arm, c.horizon, c.delay, a, b))
@@ -349,7 +349,7 @@ def part(corr: Correction, card_dir: Path, *, quick: bool, jobs: int = 2, new_ru
          overrides: dict | None = None, seeds: tuple[int, ...] | None = None, log=print) -> dict:
     """The whole LLM part: what was read, what was run, the numbers (``overrides`` and ``seeds``: a
     smoke test's smaller settings for the correction's own runs)."""
-    from claims.study import STABLE_FRACTION
+    from llm_runs.run_table import STABLE_FRACTION
 
     cells = CELLS
     seeds = seeds or (QUICK_SEEDS if quick else FULL_SEEDS)

@@ -61,7 +61,7 @@ ABSTRACT = Source("verify/abstract.json", ("verify/abstract.json",), "python -m 
 
 
 VERDICTS = Source("llm/study/verdicts.json", ("llm/study/verdicts.json",),
-                  "python -m claims.study --json results/llm/study/verdicts.json")
+                  "python -m studies.staleness --json results/llm/study/verdicts.json")
 
 
 def read_sim(source: Source, steps: bool = False) -> pd.DataFrame:

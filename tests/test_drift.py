@@ -1,5 +1,5 @@
 """A run's drift (llm_runs.drift) from this toolkit's runs and from verl and TRL metrics exports, and
-the drift map's failure boundary (claims.drift)."""
+the drift map's failure boundary (studies.drift)."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from claims import drift as analysis
 from llm_runs import drift
+from studies.drift import analysis
 
 
 def _table(n=100, d=10):
@@ -145,7 +145,7 @@ def test_d1_confirms_matching_boundaries_and_refutes_sgd_holding_beyond_adam():
 
 
 def test_the_report_section_reads_the_saved_verdicts(tmp_path):
-    from figures.progress_section import drift_lines, replicate_lines
+    from studies.drift.section import drift_lines, replicate_lines
 
     assert "No drift verdicts yet" in drift_lines(tmp_path / "none.json")[0]
     v = {"seeds_drift": [0], "seeds_decisive": [], "provisional": True,
@@ -183,6 +183,6 @@ def test_d5_chooses_a_threshold_on_training_runs_and_counts_held_out_hits():
 
 
 def test_the_report_section_shows_saved_non_finite_values_as_not_available():
-    from figures.progress_section import _num
+    from studies.drift.section import _num
 
     assert _num("nan") == "n/a" and _num(None) == "n/a" and _num(float("inf")) == "n/a" and _num(0.01234) == "0.0123"

@@ -12,13 +12,13 @@ import time
 import pytest
 import torch
 
-from claims.study import whole_seeds
 from figures.f14_gpu_pc_vs_delay import read_gpu_runs
 from llm_runs import gpu_study
 from llm_runs.gpu_check import QWEN3_0_6B_SHAPE
 from llm_runs.presets import char_tokenizer
 from llm_runs.tasks import ScratchpadTask
 from schema.results import read_run, read_run_config, run_folders
+from studies.staleness.analysis import whole_seeds
 
 RUNS = ["long-gmc-d0-s0", *(f"long-{e}-d2-s0" for e in gpu_study.GPU_ESTIMATORS)]
 
@@ -149,7 +149,7 @@ def test_deadline_executor_kills_running_runs_and_starts_nothing_after_it(tmp_pa
 
 
 def test_report_shows_the_gpu_study_or_says_it_has_not_run(tiny, monkeypatch, tmp_path):
-    from figures import report
+    from studies import report
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path / "empty"))
     md = "\n".join(report.gpu_study_section(tmp_path, tmp_path / "figs", draw_missing=False))

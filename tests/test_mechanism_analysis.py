@@ -1,4 +1,4 @@
-"""The mechanism study's decision rules (claims.mechanism) on planted outcomes, the arm of a
+"""The mechanism study's decision rules (studies.mechanism) on planted outcomes, the arm of a
 run's settings, and the replay comparison that lets the committed runs stand for unclipped Adam."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from claims.mechanism import _diff, _m1, _m2, _m3, _m4, arm_of, m5_verdict, whole_seeds_of
+from studies.mechanism.analysis import _diff, _m1, _m2, _m3, _m4, arm_of, m5_verdict, whole_seeds_of
 
 
 def _runs(cells: dict) -> pd.DataFrame:
@@ -102,7 +102,7 @@ def test_m5_keeps_the_sign_of_the_study_model_or_refutes_it():
 
 
 def test_the_scale_probe_is_absent_until_it_has_run(tmp_path):
-    from claims.mechanism import scale_drift
+    from studies.mechanism.analysis import scale_drift
 
     assert scale_drift(tmp_path / "scale", tmp_path / "scale_mech") == {}
     (tmp_path / "scale_mech").mkdir()
@@ -110,13 +110,13 @@ def test_the_scale_probe_is_absent_until_it_has_run(tmp_path):
 
 
 def test_the_scale_variants_are_absent_until_they_have_run(tmp_path):
-    from claims.mechanism import scale_variants
+    from studies.mechanism.analysis import scale_variants
 
     assert scale_variants(tmp_path / "scale", tmp_path / "scale_variants") == {}
 
 
 def test_the_report_quotes_each_verdicts_numbers_and_picks_the_best_variant_once_decided():
-    from figures.mechanism_section import variant_pick, verdict_numbers
+    from studies.mechanism.section import variant_pick, verdict_numbers
 
     runs = _runs({("sgd", "gmc"): (GOOD, _pc(0.65)), ("sgd", "tic_mask"): (GOOD, _pc(0.6)),
                   ("sgd", "is"): (BAD, _pc(0.2)), ("adam", "topr"): (GOOD, _pc(0.62)),

@@ -31,7 +31,7 @@ def test_check_output_rule(tmp_path):
 
 
 def test_claims_study_json_never_replaces_a_user_file(tmp_path, capsys):
-    from claims.study import main
+    from studies.staleness.analysis import main
 
     target = _user_file(tmp_path / "verdicts.json")
     assert main(["--root", str(tmp_path / "nothing"), "--json", str(target)]) == 2
@@ -40,7 +40,7 @@ def test_claims_study_json_never_replaces_a_user_file(tmp_path, capsys):
 
 
 def test_claims_study_json_unwritable_is_refused_before_the_analysis(tmp_path, capsys, monkeypatch):
-    from claims import study
+    from studies.staleness import analysis as study
 
     monkeypatch.setattr(study, "read_runs", lambda root: pytest.fail("the analysis ran before the check"))
     blocker = _user_file(tmp_path / "file")
@@ -49,7 +49,7 @@ def test_claims_study_json_unwritable_is_refused_before_the_analysis(tmp_path, c
 
 
 def test_claims_study_replaces_its_own_verdicts(tmp_path):
-    from claims.study import is_verdicts_text
+    from studies.staleness.analysis import is_verdicts_text
 
     assert is_verdicts_text(json.dumps({"H1": {"verdict": "REFUTED"}, "H2": {"verdict": "NOT DECIDED"}}))
     assert not is_verdicts_text(json.dumps({"H1": 3}))
@@ -67,7 +67,7 @@ def test_claims_abstract_out_never_replaces_a_user_file(tmp_path, capsys, monkey
 
 
 def test_figures_report_out_never_replaces_a_user_file_and_checks_first(tmp_path, capsys, monkeypatch):
-    from figures import report
+    from studies import report
 
     monkeypatch.setattr(report, "build", lambda *a, **k: pytest.fail("the report was built before the check"))
     out = tmp_path / "out"
@@ -135,7 +135,7 @@ def test_a_trainer_config_with_an_infinite_setting_is_strict_json_and_resumes(tm
 
 
 def test_claims_mechanism_json_never_replaces_a_user_file_and_checks_first(tmp_path, capsys, monkeypatch):
-    from claims import mechanism
+    from studies.mechanism import analysis as mechanism
 
     monkeypatch.setattr(mechanism, "analyse", lambda *a: pytest.fail("the analysis ran before the check"))
     target = _user_file(tmp_path / "verdicts.json")

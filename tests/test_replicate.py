@@ -1,8 +1,8 @@
-"""The second-rounding replicate's comparison (claims.replicate): the interval of a difference of two
+"""The second-rounding replicate's comparison (studies.replicate): the interval of a difference of two
 stable shares, and the replicate grid forcing and recording its kernel path."""
 from __future__ import annotations
 
-from claims import replicate
+from studies.replicate import analysis as replicate
 
 
 def test_the_committed_run_of_a_replicate_cell():

@@ -149,9 +149,9 @@ def test_topr_and_gmc_cards_equal_the_committed_verdicts(registered_llm):
 
 
 def test_topr_and_gmc_cards_equal_the_study_tables(registered_llm):
-    """Against claims.study's difference table and the committed report's printed numbers."""
-    from claims.study import differences_table
+    """Against the staleness study's difference table and the committed report's printed numbers."""
     from report_card import llm
+    from studies.staleness.analysis import differences_table
 
     runs = llm.committed_runs(("topr", "gmc"))
     study = runs[(runs["source"] == "results/llm/study") & (runs["arm"] == "adam")].reset_index(drop=True)

@@ -332,7 +332,7 @@ def _fake_study(root, effect_long, effect_short=0.0, n_seeds=10):
 
 
 def test_analysis_confirms_a_planted_effect_and_refutes_a_reversed_one(tmp_path):
-    from claims.study import analyse, differences_table, read_runs
+    from studies.staleness.analysis import analyse, differences_table, read_runs
 
     _fake_study(tmp_path / "up", effect_long=0.1)
     runs = read_runs(tmp_path / "up")
@@ -354,7 +354,7 @@ def test_analysis_confirms_a_planted_effect_and_refutes_a_reversed_one(tmp_path)
 
 
 def test_h4_counts_warnings_that_precede_collapse(tmp_path):
-    from claims.study import analyse, read_runs
+    from studies.staleness.analysis import analyse, read_runs
 
     base = {"task": "scratchpad", "steps": 40, "eps": 0.2, "heldout_size": 200, "mode": "controlled", "delay": 64}
     for s in range(6):  # chi^2 crosses 1 at update 10; pc collapses at step 20
@@ -368,7 +368,7 @@ def test_h4_counts_warnings_that_precede_collapse(tmp_path):
 
 
 def test_statistics_helpers():
-    from claims.study import bootstrap, holm, p_below, seeds_for_power
+    from studies.staleness.analysis import bootstrap, holm, p_below, seeds_for_power
 
     assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == {"a": True, "c": False, "b": False}
     assert holm({"a": 0.01, "b": 0.02}) == {"a": True, "b": True}
@@ -383,7 +383,7 @@ def test_statistics_helpers():
 def test_verdicts_wait_for_the_pre_registered_number_of_whole_seeds(tmp_path):
     """Fewer than MIN_SEEDS whole seeds: every verdict is NOT DECIDED (the rule's outcome so far
     kept as interim); a seed missing one run is not a whole seed and is left out of every comparison."""
-    from claims.study import MIN_SEEDS, analyse, read_runs
+    from studies.staleness.analysis import MIN_SEEDS, analyse, read_runs
 
     _fake_study(tmp_path / "few", effect_long=0.1, n_seeds=MIN_SEEDS - 1)
     res = analyse(read_runs(tmp_path / "few"))
@@ -401,7 +401,7 @@ def test_verdicts_wait_for_the_pre_registered_number_of_whole_seeds(tmp_path):
 def test_stopping_points_are_the_rule_on_the_first_k_whole_seeds(tmp_path):
     """The verdicts on the first MIN_SEEDS, MIN_SEEDS + 2, ... whole seeds and on all of them, each
     equal to the analysis of exactly those seeds; an effect that flips after seed 6 shows in them."""
-    from claims.study import MIN_SEEDS, analyse, read_runs, stopping_points
+    from studies.staleness.analysis import MIN_SEEDS, analyse, read_runs, stopping_points
 
     _fake_study(tmp_path / "s", effect_long=0.1, n_seeds=9)
     runs = read_runs(tmp_path / "s")
@@ -422,8 +422,8 @@ def test_stopping_points_are_the_rule_on_the_first_k_whole_seeds(tmp_path):
 
 
 def test_report_tabulates_the_stopping_points(tmp_path):
-    from claims.study import read_runs, stopping_points
-    from figures.report import stopping_markdown
+    from studies.report import stopping_markdown
+    from studies.staleness.analysis import read_runs, stopping_points
 
     _fake_study(tmp_path / "s", effect_long=0.1, n_seeds=8)
     runs = read_runs(tmp_path / "s")
@@ -438,12 +438,13 @@ def test_report_tabulates_the_stopping_points(tmp_path):
 
 
 def test_the_names_the_preregistration_quotes_are_the_analysis_that_runs():
-    """docs/PREREGISTRATION.md quotes ``figures.study.<name>`` and ``python -m figures.study``: every
-    quoted name resolves, and to the very object of claims.study (one rule, not two copies)."""
+    """docs/PREREGISTRATION.md quotes ``figures.study.<name>`` and ``python -m figures.study``, which are
+    now :mod:`studies.staleness` (``python -m studies.staleness``): every quoted name resolves there,
+    and to the very object of the analysis (one rule, not two copies)."""
     import re
 
-    import claims.study as analysis
-    import figures.study as quoted
+    import studies.staleness as quoted
+    from studies.staleness import analysis
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "PREREGISTRATION.md").read_text()
     names = set(re.findall(r"figures\.study\.([A-Za-z_]+)", text))
@@ -457,14 +458,17 @@ def test_the_names_the_preregistration_quotes_are_the_analysis_that_runs():
                                                    (-0.1, 10, "refuted in this setting"),
                                                    (0.1, 3, "not decided")])
 def test_the_abstracts_llm_claim_is_the_studys_h2(tmp_path, monkeypatch, effect, n_seeds, word):
-    """claims.abstract's verdict on the LLM claim is H2 of the pre-registered study, with its
-    numbers; the earlier sweep only adds a sentence."""
+    """claims.abstract's verdict on the LLM claim is H2 of the pre-registered study, read from the
+    verdicts file ``python -m studies.staleness --json`` writes, with its numbers; the earlier sweep
+    only adds a sentence."""
     from claims.abstract import ABSTRACT, verdicts
-    from claims.study import analyse, read_runs
+    from schema.results import read_json
+    from studies.staleness.analysis import main
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     _fake_study(tmp_path / "llm" / "study", effect_long=effect, n_seeds=n_seeds)
-    h2 = analyse(read_runs(tmp_path / "llm" / "study"))["H2"]
+    assert main(["--json", str(tmp_path / "llm" / "study" / "verdicts.json")]) == 0
+    h2 = read_json(tmp_path / "llm" / "study" / "verdicts.json")["H2"]
     llm = [v for v in verdicts() if not v["claim_ids"]]
     assert len(llm) == 1 and llm[0]["text"] == ABSTRACT[-1].text
     assert llm[0]["verdict"] == word
@@ -500,7 +504,7 @@ def _copy_committed(tmp_path, names):
 def test_analysis_refuses_a_foreign_run_placed_under_a_grid_name(tmp_path, capsys):
     import json
 
-    from claims.study import read_runs
+    from studies.staleness.analysis import read_runs
 
     root = _copy_committed(tmp_path, ["long-gmc-d0-s0", "long-gmc-d64-s0"])
     assert len(read_runs(root)) == 2
@@ -516,8 +520,8 @@ def test_analysis_refuses_a_foreign_run_placed_under_a_grid_name(tmp_path, capsy
 
 
 def test_a_run_folder_without_metrics_is_named_not_dropped(tmp_path, capsys):
-    from claims.study import read_runs
     from schema.results import metrics_path
+    from studies.staleness.analysis import read_runs
 
     root = _copy_committed(tmp_path, ["long-gmc-d0-s0", "long-gmc-d64-s0"])
     metrics_path(root / "long-gmc-d64-s0").unlink()
@@ -526,7 +530,7 @@ def test_a_run_folder_without_metrics_is_named_not_dropped(tmp_path, capsys):
 
 
 def test_a_hand_assembled_folder_must_agree_on_shared_settings_and_hold_each_cell_once(tmp_path):
-    from claims.study import read_runs
+    from studies.staleness.analysis import read_runs
 
     _fake_study(tmp_path / "s", effect_long=0.1, n_seeds=2)
     assert len(read_runs(tmp_path / "s")) == 2 * 2 * 4
@@ -555,7 +559,7 @@ def _set_warm_start(run, **fields):
 
 def test_analysis_refuses_a_run_that_started_from_another_machines_warm_start(tmp_path):
     """Same settings and warm-start key, another warm start (a CPU that rounds differently): foreign."""
-    from claims.study import read_runs
+    from studies.staleness.analysis import read_runs
 
     root = _copy_committed(tmp_path, ["long-gmc-d0-s0", "long-gmc-d64-s0", "long-topr-d64-s0"])
     assert len(read_runs(root)) == 3
@@ -669,8 +673,8 @@ def test_a_paired_grid_adds_exploratory_rows_and_never_enters_the_hypotheses(tmp
     plain answer; the verdicts are those of the study alone; a seed not whole there is left out."""
     import figures.f10_study_differences as f10
     import figures.f11_study_pc_vs_delay as f11
-    from claims.study import analyse, differences, plain_answer_facts, read_runs
-    from figures.report import differences_markdown, plain_answer
+    from studies.report import differences_markdown, plain_answer
+    from studies.staleness.analysis import analyse, differences, plain_answer_facts, read_runs
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     _fake_study(tmp_path / "llm" / "study", effect_long=0.1)
@@ -719,8 +723,8 @@ def test_a_paired_grid_run_from_another_warm_start_is_refused(tmp_path):
     import json
     import shutil
 
-    from claims.study import read_paired, read_runs, whole_seeds
     from llm_runs.grid_check import check_pairing
+    from studies.staleness.analysis import read_paired, read_runs, whole_seeds
 
     root = _copy_committed(tmp_path, ["long-gmc-d0-s0", "long-gmc-d64-s0"])
     other = tmp_path / "study_2025"
@@ -765,11 +769,11 @@ def _one_line_error(capsys, rc, *needles):
 
 
 def test_the_analyses_refuse_a_folder_of_another_grid(tmp_path, capsys):
-    """``claims.mechanism --study`` given the 2025-2026 grid flipped M4 and M5, and ``--root`` given the
+    """``studies.mechanism --study`` given the 2025-2026 grid flipped M4 and M5, and ``--root`` given the
     study printed verdicts: every analysis checks each folder it is given by its ``sweep.json``."""
-    import claims.mechanism as mech
-    from claims import study
-    from claims.study import read_runs
+    import studies.mechanism.analysis as mech
+    from studies.staleness import analysis as study
+    from studies.staleness.analysis import read_runs
 
     peers = _grid_folder(tmp_path, "peers_2025", "a")
     primary = _grid_folder(tmp_path, "primary", "b")
@@ -785,8 +789,8 @@ def test_the_analyses_refuse_a_folder_of_another_grid(tmp_path, capsys):
 
 @pytest.mark.parametrize("kind", ["missing", "empty", "file"])
 def test_a_missing_empty_or_non_folder_root_is_one_line(tmp_path, capsys, kind):
-    import claims.mechanism as mech
-    from claims import study
+    import studies.mechanism.analysis as mech
+    from studies.staleness import analysis as study
 
     root = tmp_path / "root"
     if kind == "empty":
@@ -801,7 +805,7 @@ def test_a_missing_empty_or_non_folder_root_is_one_line(tmp_path, capsys, kind):
 
 @pytest.mark.parametrize("text", ['{"settings": {"na', "[]", "{}"])
 def test_a_truncated_or_foreign_sweep_json_is_named_by_path(tmp_path, capsys, text):
-    from claims import study
+    from studies.staleness import analysis as study
 
     root = _copy_committed(tmp_path, ["long-gmc-d0-s0", "long-gmc-d64-s0"])
     (root / "sweep.json").write_text(text)

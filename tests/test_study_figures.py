@@ -161,7 +161,7 @@ def test_f11_means_intervals_and_the_shared_delay_zero_point(study):
 
 
 def test_bound_table_counts_every_update_by_hand(study):
-    from claims.study import bound_table
+    from studies.staleness.analysis import bound_table
 
     tab = bound_table(study).set_index(["horizon", "delay", "scheme"])
     assert "is" not in tab.index.get_level_values("scheme")  # IS has no bound (m = 0 exactly)
@@ -183,7 +183,7 @@ def test_bound_table_counts_every_update_by_hand(study):
 
 
 def test_bound_ratio_reads_0_over_0_as_holding_and_r_over_0_as_failing():
-    from claims.study import bound_ratio
+    from studies.staleness.analysis import bound_ratio
 
     assert list(bound_ratio([0.0, 0.2, 0.1], [0.0, 0.0, 0.4])) == [0.0, math.inf, 0.25]
 
@@ -311,7 +311,7 @@ VERDICTS = {
 
 
 def test_report_headline_renders_the_verdicts_and_tables(study, tmp_path):
-    from figures import report
+    from studies import report
 
     (study / "verdicts.json").write_text(json.dumps(VERDICTS))
     md, missing = report.study_section(tmp_path, tmp_path / "figs", draw_missing=True)
@@ -341,13 +341,13 @@ def test_report_headline_renders_the_verdicts_and_tables(study, tmp_path):
 
 
 def test_report_headline_names_the_commands_of_missing_results(tmp_path, monkeypatch):
-    from figures import report
+    from studies import report
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     md, missing = report.study_section(tmp_path, tmp_path / "figs", draw_missing=True)
     text = "\n".join(md)
     assert "missing results llm study" in text and "`python -m llm_runs.study`" in text
-    assert "python -m claims.study --json results/llm/study/verdicts.json" in text
+    assert "python -m studies.staleness --json results/llm/study/verdicts.json" in text
     assert len(missing) == 4
     with pytest.raises(data.MissingResults, match="python -m llm_runs.study"):
         report.fig_module("f10_study_differences").load()
@@ -356,7 +356,7 @@ def test_report_headline_names_the_commands_of_missing_results(tmp_path, monkeyp
 def test_a_figure_is_redrawn_when_a_file_in_its_source_folder_changes(study, tmp_path):
     import os
 
-    from figures import report
+    from figures import registry as report
 
     m = report.fig_module("f11_study_pc_vs_delay")
     png = tmp_path / "f11.png"

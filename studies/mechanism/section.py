@@ -1,21 +1,19 @@
 """The report's headline section "Why GMC fails here": what the staleness study's own data say
 against its first explanation, the mechanism study's interventions (docs/PREREGISTRATION-MECHANISM.md)
 and their verdicts so far, and its figures (F20, F21). Renders only: every number is computed by
-:mod:`claims.mechanism`."""
+:mod:`studies.mechanism.analysis`."""
 from __future__ import annotations
 
 from pathlib import Path
 
+from figures import style
+from figures.mdhtml import interval, plain
+from figures.registry import MECHANISM_FIGURES
 from schema.results import MECHANISM, STUDY, MissingResults
-
-from . import style
-from .mdhtml import interval, plain
-
-MECHANISM_FIGURES = ["f20_mechanism_pc", "f21_mechanism_diagnostics"]
 
 
 def _facts_lines(study: Path) -> list[str]:
-    from claims.mechanism import study_facts
+    from studies.mechanism.analysis import study_facts
 
     f = study_facts(study)
     w64, w16, h4 = f["weight_max"][64], f["weight_max"][16], f["h4"]
@@ -44,7 +42,7 @@ def _share(kn) -> str:
 
 
 def verdict_numbers(h: str, r: dict) -> str:
-    """The numbers a verdict of :func:`claims.mechanism.analyse` rests on, in one line."""
+    """The numbers a verdict of :func:`studies.mechanism.analysis.analyse` rests on, in one line."""
     if h == "M1":
         return (f"SGD: GMC stable {_share(r.get('gmc_stable'))}; GMC - TIC-mask {_iv(r.get('gmc_minus_tic_mask'))}; "
                 f"GMC - IS {_iv(r.get('gmc_minus_is'))}")
@@ -73,7 +71,7 @@ def verdict_numbers(h: str, r: dict) -> str:
 
 
 def _verdict_lines(res: dict) -> list[str]:
-    from claims.mechanism import HYPOTHESES
+    from studies.mechanism.analysis import HYPOTHESES
 
     out = ["| | hypothesis | verdict | on the seeds so far | numbers |", "|---|---|---|---|---|"]
     for h, r in res["hypotheses"].items():
@@ -105,8 +103,8 @@ def scale_lines(m5: dict) -> list[str]:
 
 
 def _drift_cells(v) -> str:
-    """A drift table row's :data:`claims.mechanism.DRIFT_COLUMNS` cells ("-" for NaN)."""
-    from claims.mechanism import DRIFT_COLUMNS
+    """A drift table row's :data:`llm_runs.mechanism_table.DRIFT_COLUMNS` cells ("-" for NaN)."""
+    from llm_runs.mechanism_table import DRIFT_COLUMNS
 
     return " | ".join(f"{v[c]:.3g}" if v[c] == v[c] else "-" for c in DRIFT_COLUMNS)
 
@@ -164,13 +162,13 @@ def variant_pick(runs, res: dict) -> str | None:
 
 def drift_lines(runs, study: Path, root: Path) -> list[str]:
     """How far each arm's policy drifts from its behaviour policy at d = 64, and what its update does."""
-    from claims.mechanism import drift_table
+    from llm_runs.mechanism_table import drift_table
 
     tab = drift_table(runs, study, root)
     if tab.empty:
         return []
     out = [("**How far each optimiser's policy is from the one that sampled its batch** (d = 64; per run the median "
-            "over its updates, then the median over runs; `claims.mechanism.drift_table`; the committed runs have no "
+            "over its updates, then the median over runs; `llm_runs.mechanism_table.drift_table`; the committed runs have no "
             "`mech/` columns). The delay is counted in updates; what an estimator faces is how far those updates "
             "moved the policy."), "",
            ("| arm | estimator | stable / runs | median abs log w | chi^2 | KL per token | step norm | cos with IS | "
@@ -204,7 +202,8 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
         root = MECHANISM.require()
     except MissingResults as e:
         return md + [f"*{e}*", ""], missing
-    from claims.mechanism import analyse, load
+    from llm_runs.mechanism_table import load
+    from studies.mechanism.analysis import analyse
 
     runs = load(study, root)
     seeds = runs.attrs["seeds"]

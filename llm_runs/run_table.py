@@ -1,22 +1,19 @@
-"""The staleness study's pre-registered analysis (docs/PREREGISTRATION.md), applied as written.
+"""The run table every LLM campaign reads, and the staleness study's reading rules.
 
-    python -m claims.study [--root results/llm/study] [--json results/llm/study/verdicts.json]
+One row per run folder of a study grid (:func:`read_runs`, :func:`run_row`: settings, horizon, final
+held-out pc, AUC of the pc curve, stability, collapse timing), the per-update traces
+(:func:`read_traces`), whole seeds, paired differences with the study's bootstrap settings
+(:func:`paired`, :func:`bootstrap`, :func:`differences_table`), the exploratory grids set beside the
+study (:func:`read_paired`) and the realised mass bias against THEORY's bound (:func:`bound_table`).
 
-(``python -m figures.study``, the command the pre-registration names, is the same program:
-:mod:`figures.study` binds every name of this module. The analysis sits in the claims layer so
-that the verdict on the abstract's claim 7, :mod:`claims.abstract`, is computed from it.)
-
-Reads every run folder under ``root`` through :func:`schema.results.read_run`, computes per run
-the final held-out pc, the area under its pc curve and the stability flag
-(:func:`schema.results.run_summary`, :data:`schema.results.UNSTABLE_RULE`), forms paired differences
-across estimators of one seed, and prints a verdict (CONFIRMED / REFUTED / INCONCLUSIVE) for
-each hypothesis with its numbers. Every constant of the rule is a module constant below, so
-the file and the pre-registration cannot drift apart (the pre-registration quotes them).
+The constants below are the pre-registered rule's (docs/PREREGISTRATION.md quotes them): the staleness
+study's analysis (:mod:`studies.staleness`) decides its hypotheses with them, and the other campaigns,
+the figures and the report cards read the runs by the same rule. They sit here, below the figures
+and the cards, so that every reader of the study grids shares one rule; the hypotheses and their
+verdicts are :mod:`studies.staleness.analysis`.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -25,7 +22,6 @@ import numpy as np
 import pandas as pd
 
 import stats as _stats
-from schema.io import dumps_json
 
 ALPHA = 0.05  # two-sided level of every interval (95%)
 MARGIN = 0.03  # the smallest difference in final held-out pc that matters (H2's non-inferiority margin)
@@ -164,14 +160,6 @@ def seeds_for_power(sd_diff: float, delta: float = MARGIN, alpha: float = ALPHA,
     return _stats.seeds_for_power(sd_diff, delta, alpha, power, n_max)
 
 
-# --------------------------------------------------------------------------- the hypotheses
-
-
-def _verdict(low: float, high: float, threshold: float = 0.0) -> str:
-    if math.isnan(low) or math.isnan(high):
-        return "INCONCLUSIVE"
-    return "CONFIRMED" if low > threshold else "REFUTED" if high < threshold else "INCONCLUSIVE"
-
 
 def _interval(boot: dict) -> dict:
     return {k: boot[k] for k in ("n", "mean", "low", "high")}
@@ -204,105 +192,6 @@ def whole_seeds(runs: pd.DataFrame, cells: set | None = None, fields: tuple[str,
         cells = set(runs[fields].itertuples(index=False, name=None))
     done = runs[runs["complete"]].groupby("seed")
     return sorted(int(s) for s, g in done if set(g[fields].itertuples(index=False, name=None)) >= cells)
-
-
-def analyse(runs: pd.DataFrame) -> dict:
-    """Every hypothesis' verdict and numbers (see docs/PREREGISTRATION.md), over the whole seeds
-    only. With fewer than :data:`MIN_SEEDS` of them the stopping rule is not met: each verdict is
-    NOT DECIDED, and the rule's outcome on the seeds so far is kept as ``interim_verdict``."""
-    seeds = whole_seeds(runs)
-    out = _analyse(runs[runs["seed"].isin(seeds)])
-    for r in out.values():
-        r["seeds"] = seeds
-        if len(seeds) < MIN_SEEDS:
-            r["interim_verdict"], r["verdict"] = r["verdict"], "NOT DECIDED"
-            r["reason"] = f"{len(seeds)} whole seeds, fewer than the pre-registered minimum of {MIN_SEEDS}"
-    return out
-
-
-def stopping_points(runs: pd.DataFrame, step: int = 2) -> list[dict]:
-    """The verdicts had the grid stopped earlier: :func:`analyse` on the first k whole seeds for
-    k = MIN_SEEDS, MIN_SEEDS + step, ..., up to every whole seed (always included). A check of how
-    much the verdicts depend on where the stopping rule cut the grid; not a pre-registered test.
-    One record per k: ``seeds`` (k), and per hypothesis its verdict and headline interval."""
-    seeds = whole_seeds(runs)
-    counts = sorted({*range(MIN_SEEDS, len(seeds), step), len(seeds)}) if len(seeds) >= MIN_SEEDS else []
-    out = []
-    for k in counts:
-        res = analyse(runs[runs["seed"].isin(seeds[:k])])
-        rec = {"seeds": k}
-        for h, r in res.items():
-            rec[h] = r["verdict"]
-        rec["H1_interval"] = res["H1"]["gmc_minus_tic_mask"]
-        rec["H2_stable"] = sorted(res["H2"]["baselines"])
-        rec["H4_warned"] = (res["H4"]["warned_before_collapse"], res["H4"]["collapsed_runs"])
-        out.append(rec)
-    return out
-
-
-def _analyse(runs: pd.DataFrame) -> dict:
-    out = {}
-    dmax = int(runs.loc[runs["delay"] > 0, "delay"].max()) if (runs["delay"] > 0).any() else 0
-    # H1: GMC's final held-out pc exceeds TIC-mask's at the largest delay, long horizon.
-    b = bootstrap(paired(runs, "long", dmax, "gmc", "tic_mask"))
-    out["H1"] = {"verdict": _verdict(b["low"], b["high"]), "delay": dmax, "gmc_minus_tic_mask": _interval(b)}
-    # H2: GMC is at least as good as every stable baseline there (non-inferiority by MARGIN, Holm).
-    baselines = sorted(e for e in runs.loc[(runs["horizon"] == "long") & (runs["delay"] == dmax), "estimator"].unique()
-                       if e != "gmc" and stable_in_cell(runs, "long", dmax, e))
-    boots = {e: bootstrap(paired(runs, "long", dmax, "gmc", e)) for e in baselines}
-    p_noninf = {e: p_below(bt, -MARGIN) for e, bt in boots.items()}  # H0: gmc - e <= -MARGIN
-    p_worse = {e: 1.0 - p_below(bt, 0.0) for e, bt in boots.items()}  # H0: gmc - e >= 0
-    noninf, worse = holm(p_noninf), holm(p_worse)
-    if not baselines:
-        v2 = "INCONCLUSIVE"
-    elif all(noninf.values()):
-        v2 = "CONFIRMED"
-    elif any(worse.values()):
-        v2 = "REFUTED"
-    else:
-        v2 = "INCONCLUSIVE"
-    out["H2"] = {"verdict": v2, "delay": dmax, "margin": MARGIN,
-                 "baselines": {e: {**_interval(boots[e]), "p_noninferior": p_noninf[e], "noninferior": noninf[e],
-                                   "p_worse": p_worse[e], "worse": worse[e]} for e in baselines},
-                 "unstable_excluded": sorted(set(runs.loc[(runs["horizon"] == "long") & (runs["delay"] == dmax),
-                                                          "estimator"]) - set(baselines) - {"gmc"})}
-    # H3: the gap between trajectory corrections (GMC - TIC-mask) grows with H (long minus short, paired by seed).
-    a, c = TRAJECTORY
-    g_long = _per_seed(runs, "long", dmax, a, c)
-    g_short = _per_seed(runs, "short", dmax, a, c)
-    common = g_long.index.intersection(g_short.index)
-    b3 = bootstrap((g_long[common] - g_short[common]).to_numpy(float))
-    out["H3"] = {"verdict": _verdict(b3["low"], b3["high"]), "delay": dmax, "pair": list(TRAJECTORY),
-                 "long_gap_minus_short_gap": _interval(b3)}
-    # H4: the diagnostic crossing its threshold precedes collapse.
-    pos = runs[(runs["delay"] > 0) & runs["complete"]]
-    col = pos[pos["collapsed"]]
-    warned_first = [(r.t_warning is not None and not _nan(r.t_warning) and r.t_warning < r.t_collapse)
-                    for r in col.itertuples()]
-    k, n = int(sum(warned_first)), len(warned_first)
-    quiet = pos[~pos["collapsed"]]
-    false_alarms = int(sum(t is not None and not _nan(t) for t in quiet["t_warning"]))
-    if n < MIN_COLLAPSES:
-        v4, ci = "INCONCLUSIVE", (math.nan, math.nan)
-    else:
-        ci = share_ci(k, n)
-        v4 = "CONFIRMED" if ci[0] > 0.5 else "REFUTED" if ci[1] < 0.5 else "INCONCLUSIVE"
-    out["H4"] = {"verdict": v4, "diagnostic": H4_DIAGNOSTIC, "threshold": H4_THRESHOLD, "collapsed_runs": n,
-                 "warned_before_collapse": k, "ci": list(ci), "false_alarms": false_alarms,
-                 "non_collapsed_runs": len(quiet)}
-    return out
-
-
-def _nan(x) -> bool:
-    return isinstance(x, float) and math.isnan(x)
-
-
-def _per_seed(runs, horizon, delay, a, b) -> pd.Series:
-    sel = runs[(runs["horizon"] == horizon) & (runs["delay"] == delay) & runs["complete"]]
-    x = sel[sel["estimator"] == a].groupby("seed")["pc_final"].first()
-    y = sel[sel["estimator"] == b].groupby("seed")["pc_final"].first()
-    common = x.index.intersection(y.index)
-    return x[common] - y[common]
 
 
 def differences_table(runs: pd.DataFrame, reference: str = "gmc", metric: str = "pc_final") -> pd.DataFrame:
@@ -386,55 +275,6 @@ def with_exploratory(runs: pd.DataFrame) -> pd.DataFrame:
     extra = pd.DataFrame(extra, copy=True)
     extra.attrs = {}
     return pd.concat([base, extra], ignore_index=True)
-
-
-def plain_answer_facts(runs: pd.DataFrame) -> dict:
-    """The study's answer so far, by rule: at the largest positive delay of the long horizon (else
-    the first horizon with one), the stable estimators ranked by mean final pc, GMC's paired
-    difference to the best other stable one, and the unstable ones (whole seeds only). The report
-    renders it (:func:`figures.report.plain_answer`)."""
-    seeds = runs.attrs.get("seeds", sorted(runs["seed"].unique()))
-    pos = runs[(runs["delay"] > 0) & runs["complete"]]
-    h = "long" if (pos["horizon"] == "long").any() else (sorted(pos["horizon"].unique()) or [None])[0]
-    facts = {"seeds": list(seeds), "interim": len(seeds) < MIN_SEEDS, "horizon": h,
-             "stable_fraction": STABLE_FRACTION}
-    if h is None:
-        return facts
-    cell = pos[pos["horizon"] == h]
-    d = int(cell["delay"].max())
-    means = cell[cell["delay"] == d].groupby("estimator")["pc_final"].mean()
-    stable = [e for e in means.index if stable_in_cell(runs, h, d, e)]
-    ranked = sorted(stable, key=lambda e: -means[e])
-    facts.update(delay=d, ranked=[(e, float(means[e])) for e in ranked],
-                 unstable=[e for e in means.index if e not in stable], gmc_present="gmc" in means.index,
-                 gmc_stable="gmc" in stable)
-    others = [e for e in ranked if e != "gmc"]
-    if "gmc" in means.index and others:
-        facts["gmc_vs_best"] = {"best": others[0], **_interval(bootstrap(paired(runs, h, d, "gmc", others[0])))}
-    extra = exploratory_estimators(runs)
-    if extra:  # ranked over the seeds whole in both grids, every estimator on the same seeds
-        xseeds = list(runs.attrs["exploratory"].attrs.get("seeds", []))
-        both = with_exploratory(runs)
-        both = both[both["seed"].isin(xseeds)]
-        sel = both[(both["horizon"] == h) & (both["delay"] == d) & both["complete"]]
-        m = sel.groupby("estimator")["pc_final"].mean()
-        ok = sorted((e for e in m.index if stable_in_cell(both, h, d, e)), key=lambda e: -m[e])
-        masked = sel.groupby("estimator")["masked_update_frac"].mean()
-        facts["exploratory"] = {"seeds": xseeds, "estimators": extra,
-                                "ranked": [(e, float(m[e]), e in extra) for e in ok],
-                                "unstable": [e for e in extra if e in m.index and e not in ok],
-                                "absent": [e for e in extra if e not in m.index],
-                                "masked_updates": {e: float(masked[e]) for e in extra if e in masked.index}}
-    return facts
-
-
-HYPOTHESES = {
-    "H1": "GMC's final held-out pc exceeds TIC-mask's at the largest delay, long horizon",
-    "H2": "GMC is at least as good as every stable baseline there (non-inferiority by the margin, Holm)",
-    "H3": "the gap between trajectory corrections (GMC - TIC-mask) grows with the horizon",
-    "H4": "the trajectory chi^2 crossing its threshold precedes collapse",
-}
-"""Each hypothesis in one line (docs/PREREGISTRATION.md states them in full)."""
 
 
 # --------------------------------------------------------------------------- traces and the bound
@@ -540,42 +380,10 @@ def bound_table(runs_root: str | Path | pd.DataFrame, form: str = "logged") -> p
                                        "ratio_median", "ratio_max", "bound_zero_frac"])
 
 
-def is_verdicts_text(text: str) -> bool:
-    """True for the text of a ``verdicts.json`` that :func:`main` wrote: an object of hypotheses
-    (``H1``, ...), each a record with a ``verdict``."""
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        return False
-    return (isinstance(obj, dict) and bool(obj)
-            and all(str(k).startswith("H") and isinstance(v, dict) and "verdict" in v for k, v in obj.items()))
+def grid_folder(grid: str) -> Path:
+    """The results folder of grid ``grid`` under the results root: its ``Study.out`` in
+    :data:`llm_runs.grids.STUDIES`, the one table that names every grid's folder (the analyses read
+    their own and their sibling grids' folders through it, never by a path of their own)."""
+    from llm_runs.grids import STUDIES
 
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m claims.study", description=__doc__.split("\n\n")[0])
-    p.add_argument("--root", default=None, help="the study's run folders (default: llm/study under the results root)")
-    p.add_argument("--json", default=None, help="also write the verdicts here")
-    args = p.parse_args(argv)
-    from schema.io import check_output
-    from schema.results import results_root
-
-    try:
-        if args.json:
-            check_output(args.json, legacy=is_verdicts_text)
-        runs = read_runs(args.root or results_root() / "llm" / "study", PRIMARY)
-    except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    res = analyse(runs)
-    for h, r in res.items():
-        print(f"{h}: {r['verdict']}  " + dumps_json({k: v for k, v in r.items() if k != 'verdict'}, indent=None))
-    print(differences_table(runs).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    if args.json:
-        from schema.io import write_json
-
-        write_json(args.json, res)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return STUDIES[grid].default_out()

@@ -1,13 +1,14 @@
 """The second-rounding replicate's comparison (docs/PREREGISTRATION-REPLICATE.md).
 
-    python -m claims.replicate [--json results/llm/replicate_avx2/comparison.json]
+    python -m studies.replicate [--json results/llm/replicate_avx2/comparison.json]
 
 Per cell of ``results/llm/replicate_avx2`` (every run on AVX2 kernels, from the committed warm start)
 beside the committed runs of the same cell and seeds (``results/llm/study``, ``results/llm/mechanism``):
 the stable shares with exact intervals and the Newcombe interval of their difference, the paired
 difference of final pc, the sign agreement of GMC's paired differences with each baseline, and H1,
 H2, H4, M1, M2b re-decided on the replicate alone by the studies' own rules
-(:func:`claims.study._analyse`, :func:`claims.mechanism._m1`, :func:`claims.mechanism._m2b`).
+(:func:`studies.staleness.analysis._analyse`, :func:`studies.mechanism.analysis._m1`,
+:func:`studies.mechanism.analysis._m2b`).
 Decided at 10 whole seeds; fewer are shown as provisional.
 """
 from __future__ import annotations
@@ -20,15 +21,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from llm_runs.run_table import bootstrap, grid_folder, read_runs, share_ci
 from stats import newcombe
-
-from .study import bootstrap, read_runs, share_ci
 
 GRID = "replicate_avx2"
 FORMAT = "gmc-grpo-replicate/1"
 SEEDS_NEEDED = 10
-COMMITTED = {"study": ("study", "primary"), "sgd": ("mechanism", "mechanism"), "adamwclip": ("mechanism", "mechanism")}
-"""Replicate arm -> (the committed grid's folder under results/llm, its grid name)."""
+COMMITTED = {"study": "primary", "sgd": "mechanism", "adamwclip": "mechanism"}
+"""Replicate arm -> the committed grid it replicates (its folder: :func:`llm_runs.run_table.grid_folder`)."""
 
 
 def _arm(run: str) -> str:
@@ -44,14 +44,11 @@ def _committed_name(arm: str, run: str) -> str:
 def read(root: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(replicate, committed)``: one row per run, each with its ``arm``; the committed rows are the
     runs of the replicate's cells and seeds."""
-    from schema.results import results_root
-
-    llm = results_root() / "llm"
-    rep = read_runs(root or llm / GRID, GRID)
+    rep = read_runs(root or grid_folder(GRID), GRID)
     rep["arm"] = [_arm(r) for r in rep["run"]]
     rows = []
-    for arm, (folder, grid) in COMMITTED.items():
-        base = read_runs(llm / folder, grid)
+    for arm, grid in COMMITTED.items():
+        base = read_runs(grid_folder(grid), grid)
         names = {_committed_name(arm, r) for r in rep.loc[rep["arm"] == arm, "run"]}
         rows.append(base[base["run"].isin(names)].assign(arm=arm))
     return rep, pd.concat(rows, ignore_index=True)
@@ -107,8 +104,8 @@ def signs(rep: pd.DataFrame, com: pd.DataFrame, seeds: list[int]) -> list[dict]:
 
 def verdicts(rep: pd.DataFrame, seeds: list[int]) -> dict:
     """H1, H2, H4 and M1, M2b on the replicate alone, by the studies' own rules."""
-    from .mechanism import _m1, _m2b
-    from .study import _analyse
+    from studies.mechanism.analysis import _m1, _m2b
+    from studies.staleness.analysis import _analyse
 
     r = rep[rep["seed"].isin(seeds)]
     study = _analyse(r[r["arm"] == "study"].assign(horizon="long"))
@@ -118,11 +115,10 @@ def verdicts(rep: pd.DataFrame, seeds: list[int]) -> dict:
 def committed_verdicts() -> dict[str, str]:
     """The committed verdicts the replicate re-decides, read from ``results/llm/study/verdicts.json``
     (H1, H2, H4) and ``results/llm/mechanism/verdicts.json`` (M1, M2b)."""
-    from schema.results import read_json, results_root
+    from schema.results import read_json
 
-    llm = results_root() / "llm"
-    study = read_json(llm / "study" / "verdicts.json")
-    mech = read_json(llm / "mechanism" / "verdicts.json")["hypotheses"]
+    study = read_json(grid_folder("primary") / "verdicts.json")
+    mech = read_json(grid_folder("mechanism") / "verdicts.json")["hypotheses"]
     return {**{h: study[h]["verdict"] for h in ("H1", "H2", "H4")}, **{h: mech[h]["verdict"] for h in ("M1", "M2b")}}
 
 
@@ -144,12 +140,11 @@ def analyse(rep: pd.DataFrame, com: pd.DataFrame) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from schema.io import check_output, write_json
-    from schema.results import results_root
 
-    p = argparse.ArgumentParser(prog="python -m claims.replicate", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m studies.replicate", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", default=None, help="default: results/llm/replicate_avx2/comparison.json")
     args = p.parse_args(argv)
-    out = Path(args.json) if args.json else results_root() / "llm" / GRID / "comparison.json"
+    out = Path(args.json) if args.json else grid_folder(GRID) / "comparison.json"
     try:
         check_output(out)
         result = analyse(*read())

@@ -1,10 +1,10 @@
 """The drift study's analysis (docs/PREREGISTRATION-DRIFT.md): the drift map and D1-D7.
 
-    python -m claims.drift [--json results/llm/drift/verdicts.json]
+    python -m studies.drift [--json results/llm/drift/verdicts.json]
 
 Reads the drift grids (``results/llm/drift``, ``results/llm/drift_decisive``) and the mechanism
 grid's SGD and Adam + clip arms (its 1e-4 levels), one row per run: its level (optimiser, rate) or
-step-size arm, estimator, seed, stability and final pc (:func:`claims.study.run_row`, the staleness
+step-size arm, estimator, seed, stability and final pc (:func:`llm_runs.run_table.run_row`, the staleness
 study's rule) and its drift (:func:`llm_runs.drift.summary`, the early KL per token the map's axis).
 Writes the map (``map.json``: per estimator and optimiser, each level's drift and stable share and the
 failure boundary with its seed-bootstrap interval) and the verdicts. Every rule is the
@@ -21,9 +21,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from llm_runs.run_table import ALPHA, BOOT_SEED, MARGIN, bootstrap, grid_folder, holm, p_below, run_row
 from stats import fisher_greater
-
-from .study import ALPHA, BOOT_SEED, MARGIN, bootstrap, holm, p_below, run_row
 
 SHARE = 0.80
 """A cell is stable when at least this share of its runs is (the pre-registration's 80%)."""
@@ -39,10 +38,8 @@ SETTINGS = ("optimizer", "lr", "max_grad_norm", "weight_decay", "momentum", "adv
 
 
 def _folders() -> dict[str, Path]:
-    from schema.results import results_root
-
-    root = results_root() / "llm"
-    return {"drift": root / "drift", "drift_decisive": root / "drift_decisive", "mechanism": root / "mechanism"}
+    """The folders of the grids the analysis reads (:func:`llm_runs.run_table.grid_folder`)."""
+    return {g: grid_folder(g) for g in ("drift", "drift_decisive", "mechanism")}
 
 
 def _level(cfg: dict) -> str | None:
@@ -62,9 +59,8 @@ def _level(cfg: dict) -> str | None:
 def read(folders: dict[str, Path] | None = None) -> pd.DataFrame:
     """One row per run of the drift grids and the mechanism grid's ``sgd``/``adamclip`` arms."""
     from llm_runs.drift import summary
+    from llm_runs.run_table import _study_folders
     from schema.results import read_run, read_run_config
-
-    from .study import _study_folders
 
     folders = folders or _folders()
     rows = []
@@ -338,10 +334,10 @@ def d6(arms, n_seeds: int) -> dict:
 
 def study_gain() -> float:
     """The staleness study's mean delay-0 gain at the long horizon (final pc minus warm-start pc)."""
-    from schema.results import read_run, results_root
+    from schema.results import read_run
 
     g = []
-    for run in sorted((results_root() / "llm" / "study").glob("long-gmc-d0-s*")):
+    for run in sorted(grid_folder("primary").glob("long-gmc-d0-s*")):
         _, m = read_run(run)
         pc = m["eval/heldout_pc"].dropna()
         g.append(float(pc.iloc[-1] - pc.iloc[0]))
@@ -399,15 +395,12 @@ def m6_disclosure() -> dict:
     """The mechanism study's M6 on the 200 runs its analysis uses and on all 220 its pre-registration
     names at d = 64 (the 20 more are the ``adam`` arm's gmc and topr runs, byte copies of study runs
     the signal was chosen on): hits and false alarms and Fisher's one-sided p for each."""
-    from schema.results import results_root
+    from studies.mechanism import analysis as mechanism
 
-    from . import mechanism
-
-    llm = results_root() / "llm"
-    runs, replays = mechanism.read_both(llm / "study", llm / "mechanism")
+    runs, replays = mechanism.read_both(grid_folder("primary"), grid_folder("mechanism"))
     out = {}
     for label, df in (("200", runs), ("220", pd.concat([runs, replays.assign(source="mechanism")], ignore_index=True))):
-        r = mechanism._m6(llm / "mechanism", df)
+        r = mechanism._m6(grid_folder("mechanism"), df)
         out[label] = {"verdict": r["verdict"], "hits": [r["hit_rate"]["k"], r["hit_rate"]["n"]],
                       "false_alarms": [r["false_alarm_rate"]["k"], r["false_alarm_rate"]["n"]], "p_fisher": r["p_fisher"]}
     return out
@@ -485,11 +478,11 @@ def _counts(recs: list[dict], col: str, tau: float) -> dict:
 
 
 def d5_records(grids: tuple[str, ...]) -> list[dict]:
-    from schema.results import metrics_path, results_root
+    from schema.results import metrics_path
 
     out = []
     for g in grids:
-        root = results_root() / "llm" / g
+        root = grid_folder(g)
         if not root.is_dir():
             continue
         for run in sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.json").is_file()):
@@ -554,7 +547,7 @@ def map_table(result: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from schema.io import check_output, write_json
 
-    p = argparse.ArgumentParser(prog="python -m claims.drift", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m studies.drift", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", default=None, help="write the verdicts here (default: results/llm/drift/verdicts.json)")
     args = p.parse_args(argv)
     folders = _folders()

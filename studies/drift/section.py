@@ -1,6 +1,6 @@
 """The report's section on the campaigns still running: the drift map (``results/llm/drift/verdicts.json``,
-made by ``python -m claims.drift``) and the second-rounding replicate
-(``results/llm/replicate_avx2/comparison.json``, made by ``python -m claims.replicate``). It only reads
+made by ``python -m studies.drift``) and the second-rounding replicate
+(``results/llm/replicate_avx2/comparison.json``, made by ``python -m studies.replicate``). It only reads
 those files; what a verdict says is decided there."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _num(x, fmt="{:.3g}") -> str:
 
 def drift_lines(path: Path) -> list[str]:
     if not path.is_file():
-        return [(f"*No drift verdicts yet ({path}): `python -m claims.drift` after `python -m llm_runs.study --grid "
+        return [(f"*No drift verdicts yet ({path}): `python -m studies.drift` after `python -m llm_runs.study --grid "
                 "drift`.*"), ""]
     v = read_json(path)
     seeds = v.get("seeds_drift", [])
@@ -64,7 +64,7 @@ def drift_lines(path: Path) -> list[str]:
 
 def replicate_lines(path: Path) -> list[str]:
     if not path.is_file():
-        return [(f"*No replicate comparison yet ({path}): `python -m claims.replicate` after `python -m llm_runs.study "
+        return [(f"*No replicate comparison yet ({path}): `python -m studies.replicate` after `python -m llm_runs.study "
                 "--grid replicate_avx2`.*"), ""]
     v = read_json(path)
     state = "provisional (no verdict said to survive or not)" if v.get("provisional") else (

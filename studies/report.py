@@ -1,4 +1,4 @@
-"""``python -m figures.report``: ``results/REPORT.md`` and ``results/REPORT.html``.
+"""``python -m studies.report``: ``results/REPORT.md`` and ``results/REPORT.html``.
 
 The report puts theory and measurement side by side: a verdict per claim of the abstract
 (derived at report time from the claim statuses of ``results/verify/claims.json`` and from
@@ -12,13 +12,27 @@ A figure whose results are missing is listed with the command that makes them.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 import time
 from pathlib import Path
 
 from claims.abstract import evidence_excerpt
+from figures import style
+from figures.mdhtml import interval as _iv
+from figures.mdhtml import num as _num
+from figures.mdhtml import plain, to_html
+from figures.registry import (
+    FIGURES,
+    FRAME_FIGURES,
+    GPU_FIGURE,
+    MECHANISM_FIGURES,
+    OPTIMIZER_FIGURES,
+    STUDY_FIGURES,
+    fig_module,
+    figure_section,
+    figure_sections,
+)
 from schema.io import check_output, check_output_folder, write_text
 from schema.provenance import git_commit
 from schema.results import (
@@ -29,26 +43,6 @@ from schema.results import (
     results_root,
     verify_was_quick,
 )
-
-from . import style
-from .mdhtml import interval as _iv
-from .mdhtml import num as _num
-from .mdhtml import plain, to_html
-from .mechanism_section import MECHANISM_FIGURES
-
-STUDY_FIGURES = ["f10_study_differences", "f11_study_pc_vs_delay", "f12_chi2_vs_horizon", "f13_theory_in_the_loop"]
-"""The staleness study's figures: drawn by ``python -m figures`` with the others, shown in the
-report's first section (:func:`study_section`) instead of its figure list."""
-OPTIMIZER_FIGURES = ["f15_second_moment_vs_chi2", "f16_async_optimizers"]
-"""The exact simulators against the LLM's ordering: shown in their own section (:func:`optimizer_section`)."""
-FRAME_FIGURES = ["f22_shared_collapse", "f23_theory_frame"]
-"""The shared-parameter model's search and the theory-against-LLM frame: their own section (:func:`frame_section`)."""
-FIGURES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
-           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier", *STUDY_FIGURES,
-           *MECHANISM_FIGURES, *OPTIMIZER_FIGURES, *FRAME_FIGURES]
-def fig_module(name: str):
-    return importlib.import_module(f"figures.{name}")
-
 
 # ----------------------------------------------------------------------------------- sections
 
@@ -112,7 +106,7 @@ def verdict_numbers(key: str, r: dict) -> str:
 
 
 def verdicts_table(verdicts: dict) -> list[str]:
-    from claims.study import HYPOTHESES
+    from studies.staleness.analysis import HYPOTHESES
 
     esc = lambda t: str(t).replace("|", "\\|")
     out = ["| | hypothesis | verdict | rule's outcome on the seeds so far | numbers |", "|---|---|---|---|---|"]
@@ -125,7 +119,7 @@ def verdicts_table(verdicts: dict) -> list[str]:
 
 def differences_markdown(runs) -> list[str]:
     """GMC minus each baseline (whole seeds) per horizon and delay, final pc and AUC, as a table."""
-    from claims.study import differences
+    from studies.staleness.analysis import differences
 
     tab = differences(runs)
     if not len(tab):
@@ -146,9 +140,9 @@ def differences_markdown(runs) -> list[str]:
 
 
 def stopping_markdown(runs) -> list[str]:
-    """The verdicts on the first k whole seeds (``claims.study.stopping_points``): how much they
+    """The verdicts on the first k whole seeds (``studies.staleness.analysis.stopping_points``): how much they
     depend on where the grid stopped."""
-    from claims.study import stopping_points
+    from studies.staleness.analysis import stopping_points
 
     points = stopping_points(runs)
     if len(points) < 2:
@@ -179,8 +173,8 @@ def bound_markdown(tab) -> list[str]:
 
 
 def plain_answer(runs) -> str:
-    """:func:`claims.study.plain_answer_facts` in one paragraph."""
-    from claims.study import MIN_SEEDS, plain_answer_facts
+    """:func:`studies.staleness.analysis.plain_answer_facts` in one paragraph."""
+    from studies.staleness.analysis import MIN_SEEDS, plain_answer_facts
 
     f = plain_answer_facts(runs)
     if f["horizon"] is None:
@@ -226,10 +220,9 @@ def plain_answer(runs) -> str:
 def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str]]:
     """The report's first section: the staleness study's verdicts, tables, plain answer and figures.
     Returns (markdown lines, names of figures not drawn)."""
-    from claims.study import MIN_SEEDS, STABLE_FRACTION, bound_table, exploratory_estimators
+    from figures.f10_study_differences import load as load_runs
     from schema.results import STUDY, VERDICTS, read_json
-
-    from .f10_study_differences import load as load_runs
+    from studies.staleness.analysis import MIN_SEEDS, STABLE_FRACTION, bound_table, exploratory_estimators
 
     md = ["## Staleness study (headline)", "",
           ("The pre-registered study (docs/PREREGISTRATION.md): GMC and ten baselines at delays 16 and 64 (and the "
@@ -276,29 +269,18 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     md += differences_markdown(runs) + [""]
     md += ["### THEORY §3's mass-bias bound at LLM scale", "",
            ("Per update of every complete run: the realised mass bias against its bound at the batch's plug-in chi^2 "
-           "(`claims.study.bound_table`; a ratio above 1 is a failure)."), ""]
+           "(`llm_runs.run_table.bound_table`; a ratio above 1 is a failure)."), ""]
     try:
         md += bound_markdown(bound_table(STUDY.require())) + [""]
         md += [("The same updates against the one table's tight form (`bounds.mass_bound(..., form=\"tight\")`: Scarf's "
                 "bound for GMC and TIC-trunc, unchanged for TIC-mask and stale), recomputed from the logged chi^2 and "
-                "mu_4 (`claims.study.bound_table(..., form=\"tight\")`); the logged column above is Theorem 2's form "
+                "mu_4 (`llm_runs.run_table.bound_table(..., form=\"tight\")`); the logged column above is Theorem 2's form "
                 "(`llm_runs.theory.BOUND_FORM`)."), ""]
         md += bound_markdown(bound_table(STUDY.require(), form="tight")) + [""]
     except ValueError as e:
         md += [f"*{e}*", ""]
     lines, missing = figure_sections(STUDY_FIGURES, report_dir, figures_out, draw_missing)
     return md + lines, missing
-
-
-def figure_sections(names, report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str]]:
-    """:func:`figure_section` of each figure in ``names``: (markdown lines, figures not drawn)."""
-    md, missing = [], []
-    for name in names:
-        lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
-        md += lines + [""]
-        if miss:
-            missing.append(miss)
-    return md, missing
 
 
 def simulator_ordering_paragraph(df) -> str:
@@ -390,10 +372,6 @@ def frame_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
 
 # ----------------------------------------------------------------------------------- Qwen3-0.6B on one GPU
 
-GPU_FIGURE = "f14_gpu_pc_vs_delay"
-"""The GPU study's figure: drawn here (not by ``python -m figures``, which runs without a GPU's results)."""
-
-
 def gpu_study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> list[str]:
     """The Qwen3-0.6B study (``python -m llm_runs.gpu_study``), beside the CPU study's figures: its row of the
     plain answer (:func:`plain_answer`, the same rule) and F14; "not yet run on a GPU" without its folder."""
@@ -420,38 +398,6 @@ def gpu_study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -
            f"{plain_answer(runs).replace('|', '/')} |"), ""]
     lines, _ = figure_section(GPU_FIGURE, report_dir, figures_out, draw_missing)
     return md + lines + [""]
-
-
-def _newest_mtime(path: Path) -> float:
-    """A file's modification time; a folder's is that of the newest file under it (a run added
-    to or rewritten in a study folder does not change the folder's own time)."""
-    if path.is_file():
-        return path.stat().st_mtime
-    return max((f.stat().st_mtime for f in path.rglob("*") if f.is_file()), default=path.stat().st_mtime)
-
-
-def _png_stale(png: Path, module) -> bool:
-    """The figure is missing or older than one of its sources (files, or any file in a folder)."""
-    if not png.exists():
-        return True
-    made = png.stat().st_mtime
-    return any(_newest_mtime(p) > made for p in (s.find() for s in module.SOURCES) if p is not None)
-
-
-def figure_section(name: str, report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], str | None]:
-    m = fig_module(name)
-    png = figures_out / f"{name}.png"
-    try:
-        df = m.load()
-    except MissingResults as e:
-        return [f"### {plain(m.TITLE)}", "", f"*Not drawn: {e}*"], f"{plain(m.TITLE)}: results missing"
-    if draw_missing and _png_stale(png, m):
-        style.save(m.plot(df), name, figures_out)
-    rel = os.path.relpath(png, report_dir)
-    lines = [f"### {plain(m.TITLE)}", ""]
-    lines += [f"![{name}]({rel})", ""] if png.exists() else ["*PNG missing: run `python -m figures`.*", ""]
-    lines += [plain(m.caption(df))]
-    return lines, None
 
 
 # --------------------------------------------------------------------------- the 2025-2026 peers against GMC (F9)
@@ -508,11 +454,11 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
         rows, claims, claims_missing = [], None, str(e)
     quick_verify = verify_was_quick() if claims is not None else None
     md = ["# GMC-GRPO toolkit: theory against measurement", "",
-          (f"Generated by `python -m figures.report` on {time.strftime('%Y-%m-%d %H:%M')} at commit {_git_commit()}. "
+          (f"Generated by `python -m studies.report` on {time.strftime('%Y-%m-%d %H:%M')} at commit {_git_commit()}. "
           "Every number and verdict below is computed from the results files when the report is made. The bounds "
           "are THEORY.md's reconstruction ([R]) of the paper (only its abstract is public), not the paper's text."), ""]
 
-    from .mechanism_section import mechanism_section
+    from studies.mechanism.section import mechanism_section
 
     mech_md, missing = mechanism_section(report_dir, figures_out, draw_missing, figure_sections)
     md += mech_md
@@ -520,7 +466,7 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
     md += study_md
     missing += study_missing
     md += gpu_study_section(report_dir, figures_out, draw_missing)
-    from .progress_section import progress_section
+    from studies.drift.section import progress_section
 
     md += progress_section()
 
@@ -611,7 +557,7 @@ def _is_report_text(text: str) -> bool:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m figures.report", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m studies.report", description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=None, help="folder for REPORT.md/.html (default results/)")
     p.add_argument("--figures", type=Path, default=None, help="folder of the figure PNGs (default figures/out/)")
     p.add_argument("--no-draw", action="store_true", help="do not draw missing or out-of-date figures")
@@ -620,7 +566,7 @@ def main(argv=None) -> int:
     try:
         md, html = write_report(a.out, a.figures, draw_missing=not a.no_draw)
     except (ValueError, OSError) as exc:
-        print(f"python -m figures.report: {exc}", file=sys.stderr)
+        print(f"python -m studies.report: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {md} and {html} ({time.perf_counter() - t0:.1f} s)")
     return 0

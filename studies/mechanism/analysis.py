@@ -1,12 +1,14 @@
 """The mechanism study's pre-registered analysis (docs/PREREGISTRATION-MECHANISM.md), applied as written.
 
-    python -m claims.mechanism --select-warning     # M6's signal from the committed study only -> warning.json
-    python -m claims.mechanism [--json results/llm/mechanism/verdicts.json]
+    python -m studies.mechanism --select-warning     # M6's signal from the committed study only -> warning.json
+    python -m studies.mechanism [--json results/llm/mechanism/verdicts.json]
 
-Reuses the staleness study's machinery unchanged (:mod:`claims.study`: the run reader with its
-grid check, the stability rule, paired bootstrap intervals, Holm, whole seeds). A run's
-``arm`` is its optimiser setting (:func:`arm_of`); the committed study's runs are the
-unclipped-Adam arm ``adam``.
+Reuses the staleness study's machinery unchanged (:mod:`llm_runs.run_table`: the run reader with its
+grid check, the stability rule, paired bootstrap intervals, Holm, whole seeds) and reads both grids
+through :mod:`llm_runs.mechanism_table`. A run's ``arm`` is its optimiser setting
+(:func:`llm_runs.mechanism_table.arm_of`); the committed study's runs are the unclipped-Adam arm ``adam``.
+The sibling grids it reads (scale, scale_mech, scale_variants) are found through the one table of
+grid folders, :data:`llm_runs.grids.STUDIES` (``Study.out``).
 """
 from __future__ import annotations
 
@@ -20,9 +22,28 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from stats import auc, fisher_greater, sign_test, stratified_auc
-
-from .study import (
+from llm_runs.mechanism_table import (  # noqa: F401  (the table's names, which the analysis' readers use)
+    DELAY,
+    DRIFT_COLUMNS,
+    GRID,
+    MECH_COLUMNS,
+    MECHANISM_CELL,
+    REUSED,
+    SCALE,
+    SCALE_MECH,
+    SCALE_VARIANTS,
+    arm_of,
+    compare_runs,
+    drift_table,
+    load,
+    mechanism_seeds,
+    per_run_means,
+    planned_cells,
+    read_both,
+    replay_check,
+    whole_seeds_of,
+)
+from llm_runs.run_table import (
     ALPHA,
     BOOT_SEED,
     MARGIN,
@@ -30,40 +51,19 @@ from .study import (
     PRIMARY,
     STABLE_FRACTION,
     bootstrap,
+    grid_folder,
     holm,
     p_below,
     read_runs,
     read_traces,
     share_ci,
-    whole_seeds,
 )
-from .study import planned_cells as study_planned_cells
-
-GRID, SCALE, SCALE_MECH, SCALE_VARIANTS = "mechanism", "scale", "scale_mech", "scale_variants"
-"""The grids this analysis reads besides the study's (:data:`claims.study.PRIMARY`): each folder it is
-given is checked to hold its grid (:func:`llm_runs.grid_check.check_grid_folder`)."""
+from stats import auc, fisher_greater, sign_test, stratified_auc
 
 WARNING_WINDOW = 20  # updates 0-19: before the first evaluation that can detect a collapse
 WARNING_SUMMARIES = ("median", "mean", "min", "max")
 WARNING_MIN_FINITE = 0.9  # a candidate must be finite in at least this share of the training runs
 WARNING_EXCLUDE_PREFIXES = ("eval/", "perf/", "stale/staleness_", "stale/dropped")
-
-
-def arm_of(config: dict) -> str:
-    """The optimiser arm of a run's settings: ``sgd``, ``adamclip``, ``adamwclip``, ``adam`` (the
-    committed study's: Adam, no clipping, no decay), ``adamk2`` (gmc_cap with kappa 2 under
-    ``adam``), else a description."""
-    opt = config.get("optimizer") or "adam"
-    clip = config.get("max_grad_norm")
-    if opt == "sgd":
-        return "sgd"
-    if opt == "adam" and clip is None and not config.get("weight_decay"):
-        return "adamk2" if config.get("estimator") == "gmc_cap" and config.get("gmc_cap_kappa") == 2.0 else "adam"
-    if opt == "adam" and clip == 1.0 and not config.get("weight_decay"):
-        return "adamclip"
-    if opt == "adamw" and clip == 1.0 and config.get("weight_decay") == 0.01:
-        return "adamwclip"
-    return f"{opt}-clip{clip}-wd{config.get('weight_decay')}"
 
 
 # --------------------------------------------------------------------------- M6: the early warning
@@ -131,15 +131,6 @@ def _trace_columns() -> tuple[str, ...]:
     return tuple(c for c in COLUMNS if c != "step" and not c.startswith(WARNING_EXCLUDE_PREFIXES))
 
 
-# --------------------------------------------------------------------------- reading both grids
-
-DELAY = 64  # every hypothesis is at the long horizon and this delay
-REUSED = ("gmc", "is", "tic_mask", "tic_trunc", "topr")  # the committed study's unclipped-Adam runs reused
-MECH_COLUMNS = ("mech/cos_is", "mech/heavy_share", "mech/lambda_min", "mech/step_norm", "mech/step_cos_grad",
-                "mech/kl", "stale/gmc_lambda_mean", "stale/mass_cap_frac", "stale/mass_bias", "train/weight_max",
-                "train/grad_norm")
-"""Per-update columns averaged per run for the mechanism table and figure."""
-
 HYPOTHESES = {
     "M1": "under SGD GMC is stable, not below TIC-mask and above IS (THEORY claim 17's setting)",
     "M2": "clipping the gradient norm at 1 raises GMC's and IS's shares of stable seeds under Adam",
@@ -150,51 +141,6 @@ HYPOTHESES = {
     "M6": "the pre-registered early-warning signal fires more often before collapse than without one",
 }
 
-
-def read_both(study: str | Path, root: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(runs, replays)``: one row per run of the long horizon with its ``arm`` (the committed
-    study's reused cells as arm ``adam``, the mechanism grid's others), and the mechanism grid's
-    ``adam``-arm runs of estimators the committed study already has (the full-length replays).
-    ``ValueError`` if a mechanism run started from another warm start than the study's runs
-    (:func:`llm_runs.grid_check.check_pairing`)."""
-    from llm_runs.grid_check import check_grid_folder, check_pairing
-
-    check_grid_folder(study, PRIMARY)
-    check_grid_folder(root, GRID)
-    check_pairing(root, study)
-    s = read_runs(study, PRIMARY)
-    s = s[(s["horizon"] == "long") & ((s["delay"] == 0) | s["estimator"].isin(REUSED))]
-    s = s[(s["delay"] == 0) | (s["delay"] == DELAY)].assign(arm="adam", source="study")
-    m = read_runs(root, GRID).assign(source="mechanism")
-    from schema.results import read_run_config
-
-    m["arm"] = [arm_of(read_run_config(Path(root) / run)) for run in m["run"]]
-    replay = (m["arm"] == "adam") & m["estimator"].isin(REUSED)
-    return pd.concat([s, m[~replay]], ignore_index=True), m[replay]
-
-
-def compare_runs(pairs) -> dict:
-    """``{run: {reference, differences, first}}`` for each ``(run folder, reference folder, updates)``
-    of ``pairs`` whose reference has a metrics table: every column of the reference, every update,
-    compared as text (:func:`llm_runs.replay.compare_metrics`)."""
-    from llm_runs.replay import compare_metrics
-    from schema.results import metrics_path
-
-    out = {}
-    for run, ref, steps in pairs:
-        if metrics_path(ref) is not None:
-            diffs = compare_metrics(metrics_path(ref), metrics_path(run), int(steps))
-            out[run.name] = {"reference": ref.name, "differences": len(diffs), "first": diffs[:3]}
-    return out
-
-
-def replay_check(study: str | Path, root: str | Path, replays: pd.DataFrame) -> dict:
-    """The mechanism grid's unclipped-Adam runs of gmc and topr against the committed study's runs
-    of the same seed: every common column of every update, compared as text (llm_runs.replay)."""
-    out = compare_runs((Path(root) / r.run, Path(study) / f"long-{r.estimator}-d{int(r.delay)}-s{int(r.seed)}", r.steps)
-                       for r in replays[replays["complete"]].itertuples())
-    same = all(v["differences"] == 0 for v in out.values())
-    return {"verdict": ("byte-identical" if same else "DIFFERS") if out else "no replay complete yet", "runs": out}
 
 
 def _arm(runs: pd.DataFrame, arm: str) -> pd.DataFrame:
@@ -225,52 +171,6 @@ def _iv(b: dict) -> dict:
     return {k: b[k] for k in ("n", "mean", "low", "high")}
 
 
-MECHANISM_CELL = ("arm", "estimator", "delay")
-"""The fields that name a cell of the mechanism grid (and of the single-horizon grids it reads)."""
-
-
-def planned_cells(grid: str = "mechanism") -> set[tuple]:
-    """(arm, estimator, delay) of every run a seed of the grid plans (:func:`claims.study.planned_cells`)."""
-    return study_planned_cells(grid, MECHANISM_CELL)
-
-
-def whole_seeds_of(runs: pd.DataFrame, cells: set | None = None) -> list[int]:
-    """Seeds whose every cell (arm, estimator, delay) is complete: the ``cells`` given (a grid's
-    plan, :func:`planned_cells`), else every cell any seed has (:func:`claims.study.whole_seeds`)."""
-    return whole_seeds(runs, cells, MECHANISM_CELL)
-
-
-def mechanism_seeds(runs: pd.DataFrame, replays: pd.DataFrame) -> list[int]:
-    """The whole seeds of the mechanism grid: every planned run of the seed complete."""
-    return whole_seeds_of(pd.concat([runs[runs["source"] == "mechanism"], replays]), planned_cells())
-
-
-def load(study: str | Path | None = None, root: str | Path | None = None) -> pd.DataFrame:
-    """The runs the figures draw (:func:`read_both`): the whole seeds, or while there is none
-    every complete run of the mechanism grid and the committed runs of those seeds (interim);
-    ``attrs["seeds"]`` lists the whole seeds."""
-    from schema.results import MECHANISM, STUDY
-
-    study, root = study or STUDY.require(), root or MECHANISM.require()
-    runs, replays = read_both(study, root)
-    seeds = mechanism_seeds(runs, replays)
-    mech = runs[(runs["source"] == "mechanism") & runs["complete"]]
-    keep = seeds or sorted(set(mech["seed"]))
-    out = runs[runs["seed"].isin(keep)].reset_index(drop=True)
-    out.attrs.update(seeds=seeds, source=str(root))
-    return out
-
-
-def per_run_means(roots: list[str | Path], columns=MECH_COLUMNS) -> pd.DataFrame:
-    """Per run (name, source root): the mean of each of ``columns`` over its updates."""
-    frames = []
-    for root in roots:
-        tr = read_traces(root, tuple(columns))
-        means = tr.groupby("run")[list(columns)].mean()
-        frames.append(means.assign(root=str(root)))
-    return pd.concat(frames)
-
-
 def analyse(study: str | Path, root: str | Path) -> dict:
     runs, replays = read_both(study, root)
     seeds = mechanism_seeds(runs, replays)
@@ -280,7 +180,7 @@ def analyse(study: str | Path, root: str | Path) -> dict:
     runs = runs.assign(mass_bias=[key.get((str(study) if r.source == "study" else str(root), r.run), math.nan)
                                   for r in runs.itertuples()])
     hyp = {"M1": _m1(runs), "M2": _m2(runs), "M2b": _m2b(runs), "M3": _m3(runs), "M4": _m4(runs),
-           "M5": _m5(study, Path(root).parent / "scale"), "M6": _m6(root, runs)}
+           "M5": _m5(study, grid_folder(SCALE)), "M6": _m6(root, runs)}
     for h, r in hyp.items():
         r["seeds"] = seeds
         if h != "M5" and len(seeds) < MIN_SEEDS:
@@ -291,8 +191,8 @@ def analyse(study: str | Path, root: str | Path) -> dict:
     d0 = {a: float(g["pc_final"].mean() - g["pc0"].mean()) for a, g in runs[runs["delay"] == 0].groupby("arm")}
     return {"hypotheses": hyp, "seeds": seeds, "stable_shares": shares, "delay0_gain": d0,
             "replay": replay_check(study, root, replays),
-            "scale_drift": scale_drift(Path(root).parent / "scale", Path(root).parent / "scale_mech"),
-            "scale_variants": scale_variants(Path(root).parent / "scale", Path(root).parent / "scale_variants")}
+            "scale_drift": scale_drift(grid_folder(SCALE), grid_folder(SCALE_MECH)),
+            "scale_variants": scale_variants(grid_folder(SCALE), grid_folder(SCALE_VARIANTS))}
 
 
 def _m1(runs) -> dict:
@@ -489,36 +389,6 @@ def _m6(root, runs) -> dict:
             "hit_rate": hits, "false_alarm_rate": alarms, "p_fisher": p}
 
 
-DRIFT_COLUMNS = ("stale/log_ratio_abs_mean", "stale/chi2", "mech/kl", "mech/step_norm", "mech/cos_is",
-                 "mech/heavy_share", "stale/mass_cap_frac")
-"""How far the policy is from the one that sampled its batch, and what the update does, per run."""
-
-
-def drift_table(runs: pd.DataFrame, study: str | Path, root: str | Path, first: int | None = None) -> pd.DataFrame:
-    """Per (arm, estimator) at d = 64: runs, stable runs, and the median over runs of each run's
-    median over its updates (its first ``first`` updates, if given) of :data:`DRIFT_COLUMNS` (the
-    committed runs have no ``mech/`` columns: NaN there)."""
-    sel = runs[(runs["delay"] == DELAY) & runs["complete"]]
-    meds = []
-    for src, path in (("study", study), ("mechanism", root)):
-        names = set(sel.loc[sel["source"] == src, "run"])
-        if not names:
-            continue
-        tr = read_traces(path, DRIFT_COLUMNS)
-        if first is not None:
-            tr = tr[tr["step"] < first]
-        meds.append(tr[tr["run"].isin(names)].groupby("run")[list(DRIFT_COLUMNS)].median().assign(source=src))
-    if not meds:
-        return pd.DataFrame()
-    per_run = pd.concat(meds).reset_index()
-    per_run = per_run.merge(sel[["run", "source", "arm", "estimator", "stable"]], on=["run", "source"])
-    g = per_run.groupby(["arm", "estimator"])
-    out = g[list(DRIFT_COLUMNS)].median()
-    out.insert(0, "stable", g["stable"].sum().astype(int))
-    out.insert(0, "runs", g.size())
-    return out.reset_index()
-
-
 def study_facts(study: str | Path) -> dict:
     """What the committed staleness study's own data say about its first explanation of GMC's
     failure (one heavy trajectory) and about H4's warning, at the long horizon: per delay, GMC's
@@ -554,17 +424,16 @@ WARNING_FILE = "warning.json"
 
 def main(argv: list[str] | None = None) -> int:
     from schema.io import check_output
-    from schema.results import results_root
 
-    p = argparse.ArgumentParser(prog="python -m claims.mechanism", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m studies.mechanism", description=__doc__.split("\n\n")[0])
     p.add_argument("--study", default=None, help="the committed staleness study (default: <results>/llm/study)")
     p.add_argument("--root", default=None, help="the mechanism grid (default: <results>/llm/mechanism)")
     p.add_argument("--select-warning", action="store_true",
                    help="choose M6's signal on the committed study only and write <root>/warning.json")
     p.add_argument("--json", default=None, help="write the verdicts here")
     args = p.parse_args(argv)
-    study = Path(args.study) if args.study else results_root() / "llm" / "study"
-    root = Path(args.root) if args.root else results_root() / "llm" / "mechanism"
+    study = Path(args.study) if args.study else grid_folder(PRIMARY)
+    root = Path(args.root) if args.root else grid_folder(GRID)
     try:
         if args.json:
             check_output(args.json, legacy=is_mechanism_verdicts_text)

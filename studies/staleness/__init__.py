@@ -1,0 +1,36 @@
+"""The staleness study (docs/PREREGISTRATION.md): does GMC hold up against every stable baseline
+under delayed (stale) rollouts, at the largest delay of the long horizon? ``python -m
+studies.staleness`` computes its verdicts (:mod:`studies.staleness.analysis`); every name the
+pre-registration quotes (the rule's constants, :func:`seeds_for_power`, :func:`differences_table`,
+:func:`analyse`, ...) is bound here to the very object the analysis uses."""
+from .analysis import (  # noqa: F401
+    ALPHA,
+    BOOT_SEED,
+    BOUND_COLUMNS,
+    COLLAPSE_FRACTION,
+    H4_DIAGNOSTIC,
+    H4_THRESHOLD,
+    H4_WINDOW,
+    HYPOTHESES,
+    MARGIN,
+    MIN_COLLAPSES,
+    MIN_SEEDS,
+    N_RESAMPLES,
+    STABLE_FRACTION,
+    TRAJECTORY,
+    analyse,
+    bootstrap,
+    bound_ratio,
+    bound_table,
+    collapse_timing,
+    differences_table,
+    holm,
+    main,
+    p_below,
+    paired,
+    read_runs,
+    read_traces,
+    seeds_for_power,
+    stable_in_cell,
+    whole_seeds,
+)
