@@ -186,3 +186,53 @@ def test_the_report_section_shows_saved_non_finite_values_as_not_available():
     from studies.drift.section import _num
 
     assert _num("nan") == "n/a" and _num(None) == "n/a" and _num(float("inf")) == "n/a" and _num(0.01234) == "0.0123"
+
+
+def test_d5_reports_the_training_set_as_counted_in_the_text_beside_the_rule():
+    """The stale floor's runs are in the rule's training set; the deviation beside the verdict chooses the
+    thresholds without them and applies them to the same held-out runs."""
+    def rec(name, collapsed, low):
+        steps = np.arange(64, 200)
+        vals = np.where(steps >= 70, 0.1 if low else 0.6, 0.6)
+        return {"run": name, "collapsed": collapsed, "t_collapse": 100 if collapsed else None,
+                **{k: (steps, vals if k.startswith("stale/ess") else np.full(len(steps), 10.0))
+                   for k in ("stale/ess", "stale/ess@0", "train/grad_norm", "train/grad_norm@0")}}
+
+    train = [rec(f"long-gmc-d64-s{i}", True, True) for i in range(5)] + [rec(f"long-topr-d64-s{i}", False, False)
+                                                                         for i in range(5)]
+    floor = [rec(f"long-stale-d64-s{i}", True, True) for i in range(3)]
+    held = [rec("h", True, True), rec("h", False, False)]
+    r = analysis.d5(train + floor, held, decided=False)
+    assert r["train_runs"] == 13 and r["deviation"]["train_runs"] == 10
+    assert "selects 13, the 3 more" in r["deviation"]["text"]
+    assert set(r["deviation"]["signals"]) == set(analysis.D5_SIGNALS)
+    assert "deviation" not in analysis.d5(train, held, decided=False)
+
+
+def test_the_map_file_holds_every_level_run_as_a_point_and_the_chi2_view():
+    runs = _runs([1.0, 0.0], [1.0, 0.2], [0.01, 0.03], [0.02, 0.05])
+    runs["chi2_early"] = 10 * runs["kl_early"]
+    runs["grid"], runs["run"] = "drift", [f"r{i}" for i in range(len(runs))]
+    res = {"seeds_drift": list(range(5)), "provisional": False,
+           "boundaries": analysis.boundaries(runs, list(range(5)), n_boot=50)}
+    m = analysis.map_table(res, runs)
+    assert len(m["points"]) == len(runs) and {p["optimizer"] for p in m["points"]} == {"sgd", "adamclip"}
+    assert sum(p["stable"] for p in m["points"]) == int(runs["stable"].sum())
+    kl = {(b["estimator"], b["optimizer"]): b["boundary"] for b in m["boundaries"]}
+    chi2 = {(b["estimator"], b["optimizer"]): b["boundary"] for b in m["boundaries_chi2"]}
+    assert chi2 == pytest.approx({k: 10 * v for k, v in kl.items()})  # log interpolation scales with the axis
+    assert "points" not in analysis.map_table(res)
+
+
+def test_the_exact_model_s_boundaries_come_from_its_chi2_levels(monkeypatch):
+    import schema.results
+
+    rows = [{"optimizer": "adam", "scheme": sc, "lr": lr, "collapsed": c, "avg_chi2": x}
+            for sc, fails in (("gmc", True), ("topr", False)) for lr, x in ((0.1, 0.1), (1.0, 1.0))
+            for c in (False, fails and lr == 1.0)]
+    monkeypatch.setattr(schema.results, "read_sim", lambda source, steps=False: pd.DataFrame(rows))
+    ex = analysis.exact_model()
+    b = {r["estimator"]: r for r in ex["boundaries"]}
+    assert b["topr"]["censored"] == "right" and b["topr"]["boundary"] == pytest.approx(1.0)
+    assert b["gmc"]["censored"] is None and 0.1 < b["gmc"]["boundary"] < 1.0  # 100% at 0.1, 50% at 1.0
+    assert [lv["stable_share"] for lv in b["gmc"]["levels"]] == [1.0, 0.5]

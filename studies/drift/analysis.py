@@ -116,14 +116,14 @@ def _reused_names(seed: int) -> list[str]:
 # --------------------------------------------------------------------------- the map
 
 
-def cell_table(runs: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
+def cell_table(runs: pd.DataFrame, seeds: list[int], axis: str = AXIS) -> pd.DataFrame:
     """Per (family, level, estimator) at d = 64 on ``seeds``: n, stable share, level drift (median
     over seeds of the runs' early KL), mean final pc."""
     r = runs[runs["level"].notna() & (runs["delay"] > 0) & runs["seed"].isin(seeds) & runs["complete"]]
     out = []
     for (fam, level, est), g in r.groupby(["family", "level", "estimator"]):
         out.append({"family": fam, "level": level, "estimator": est, "n": len(g),
-                    "stable_share": float(g["stable"].mean()), "drift": float(g[AXIS].median()),
+                    "stable_share": float(g["stable"].mean()), "drift": float(g[axis].median()),
                     "pc_final": float(g["pc_final"].mean())})
     return pd.DataFrame(out, columns=["family", "level", "estimator", "n", "stable_share", "drift", "pc_final"])
 
@@ -146,9 +146,10 @@ def boundary(levels: list[tuple[float, float]]) -> tuple[float | None, str | Non
     return lv[-1][0], "right"
 
 
-def boundaries(runs: pd.DataFrame, seeds: list[int], n_boot: int = N_BOOT) -> list[dict]:
-    """Per (estimator, family): its levels, the boundary and a 95% seed-bootstrap percentile interval."""
-    cells = cell_table(runs, seeds)
+def boundaries(runs: pd.DataFrame, seeds: list[int], n_boot: int = N_BOOT, axis: str = AXIS) -> list[dict]:
+    """Per (estimator, family): its levels, the boundary and a 95% seed-bootstrap percentile interval, on
+    the drift column ``axis`` (the map's early KL; ``chi2_early`` for the chi^2 view)."""
+    cells = cell_table(runs, seeds, axis)
     rng = np.random.default_rng(BOOT_SEED)
     r = runs[runs["level"].notna() & (runs["delay"] > 0) & runs["seed"].isin(seeds) & runs["complete"]]
     draws = [rng.choice(seeds, size=len(seeds), replace=True) for _ in range(n_boot)] if len(seeds) > 1 else []
@@ -159,7 +160,7 @@ def boundaries(runs: pd.DataFrame, seeds: list[int], n_boot: int = N_BOOT) -> li
         boot = []
         for pick in draws:
             rows = pd.concat([sub[sub["seed"] == s] for s in pick])
-            lv = [(float(x[AXIS].median()), float(x["stable"].mean())) for _, x in rows.groupby("level")]
+            lv = [(float(x[axis].median()), float(x["stable"].mean())) for _, x in rows.groupby("level")]
             boot.append(boundary(lv)[0])
         boot = [x for x in boot if x is not None]
         lo, hi = (float(np.quantile(boot, ALPHA / 2)), float(np.quantile(boot, 1 - ALPHA / 2))) if boot else (None, None)
@@ -525,6 +526,14 @@ def d5(train: list[dict], held: list[dict], decided: bool) -> dict:
     the staleness study's collapses are mostly seen at the first evaluation, update 20, before t = d = 64)."""
     out = {"train_runs": len(train), "held_out_runs": len(held), "signals": _d5_signals(train, held),
            "exploratory_from_0": _d5_signals(train, held, "@0")}
+    counted = [r for r in train if not str(r.get("run", "")).startswith("long-stale-")]
+    if len(counted) != len(train):
+        out["deviation"] = {
+            "text": ("the pre-registration counts the staleness study's long-horizon runs at positive delay as 220; "
+                     f"its rule selects {len(train)}, the {len(train) - len(counted)} more being the stale floor's "
+                     "runs (no correction, d = 64). The verdict uses the rule as written; beside it, the thresholds "
+                     f"chosen on the {len(counted)} runs without the stale floor"),
+            "train_runs": len(counted), "signals": _d5_signals(counted, held)}
     sig = out["signals"].values()
     if any(x["p_fisher"] < D5_ALPHA and x["hit_rate"] > x["false_alarm_rate"] for x in sig):
         v = "CONFIRMED"
@@ -538,10 +547,49 @@ def d5(train: list[dict], held: list[dict], decided: bool) -> dict:
     return {"verdict": v, **out}
 
 
-def map_table(result: dict) -> dict:
-    """What ``map.json`` holds: the axis and, per estimator and optimiser, the levels and the boundary."""
-    return {"format": MAP_FORMAT, "axis": "kl", "window": "early", "share": SHARE, "seeds": result["seeds_drift"],
-            "provisional": bool(result.get("provisional")), "boundaries": result["boundaries"]}
+def points(runs: pd.DataFrame, seeds: list[int]) -> list[dict]:
+    """Every level run at d = 64 on ``seeds``: the map's points (early KL and chi^2, stable, final pc)."""
+    r = runs[runs["level"].notna() & (runs["delay"] > 0) & runs["seed"].isin(seeds) & runs["complete"]]
+    return [{"run": x["run"], "estimator": x["estimator"], "optimizer": x["family"], "level": x["level"],
+             "seed": int(x["seed"]), "drift": float(x[AXIS]), "chi2": float(x["chi2_early"]),
+             "stable": bool(x["stable"]), "pc_final": float(x["pc_final"])}
+            for _, x in r.sort_values(["family", "level", "estimator", "seed"]).iterrows()]
+
+
+def exact_model() -> dict:
+    """The exact shared-parameter model's prediction on the trajectory chi^2 axis
+    (``results/sim/shared_collapse``, :func:`claims.shared_model.chi2_levels`): per optimiser and scheme,
+    each step size's median chi^2 and share not collapsed, and the boundary by :func:`boundary`. Its
+    collapse is the model's own rule (the objective falling below a fraction of its start), not the LLM's
+    stability rule; the model has no TIC-mask, GSPO or VESPO. Empty when the sweep is absent."""
+    from claims.shared_model import chi2_levels
+    from schema.results import MissingResults, Sim, read_sim
+
+    try:
+        df = read_sim(Sim("shared_collapse"))
+    except MissingResults:
+        return {}
+    out = []
+    for (opt, est), g in chi2_levels(df).groupby(["optimizer", "scheme"]):
+        b, cens = boundary(list(zip(g["chi2"], g["stable_share"])))
+        out.append({"estimator": est, "optimizer": opt, "boundary": b, "censored": cens, "low": None, "high": None,
+                    "levels": [{"lr": float(x["lr"]), "chi2": float(x["chi2"]), "stable_share": float(x["stable_share"]),
+                                "n": int(x["n"])} for _, x in g.sort_values("chi2").iterrows()]})
+    return {"source": "results/sim/shared_collapse", "axis": "chi2", "boundaries": out}
+
+
+def map_table(result: dict, runs: pd.DataFrame | None = None) -> dict:
+    """What ``map.json`` holds: the axis and, per estimator and optimiser, the levels and the boundary; with
+    ``runs``, also every run as a point, the boundaries on the chi^2 axis and the exact model's beside them."""
+    out = {"format": MAP_FORMAT, "axis": "kl", "window": "early", "share": SHARE, "seeds": result["seeds_drift"],
+           "provisional": bool(result.get("provisional")), "boundaries": result["boundaries"]}
+    if runs is not None:
+        present = sorted({int(s) for s in runs.loc[runs["grid"] == "drift", "seed"]})
+        seeds = present if result.get("provisional") else result["seeds_drift"]  # as the boundaries
+        out["points"] = points(runs, seeds)
+        out["boundaries_chi2"] = boundaries(runs, seeds, axis="chi2_early") if seeds else []
+        out["exact_model"] = exact_model()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -555,12 +603,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for path in (out, folders["drift"] / "map.json"):
             check_output(path)
-        result = analyse(read(folders))
+        runs = read(folders)
+        result = analyse(runs)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     write_json(out, result)
-    write_json(folders["drift"] / "map.json", map_table(result))
+    write_json(folders["drift"] / "map.json", map_table(result, runs))
     for h in ("D1", "D2", "D3", "D4", "D5", "D6", "D7"):
         v = result[h]
         print(f"{h}: {v['verdict']}" + (f" ({v['why']})" if "why" in v else ""))

@@ -53,6 +53,12 @@ def drift_lines(path: Path) -> list[str]:
                                f"{x['false_alarms'][0]}/{x['false_alarms'][1]} of {d5['held_out_runs']} held-out runs, "
                                f"Fisher p = {_num(x['p_fisher'])}, median lead {_num(x['lead_median'])} updates"
                                for c, x in d5[key].items()) + ".", ""]
+    dev = d5.get("deviation")
+    if dev:
+        md += [f"D5's disclosed deviation: {dev['text']}: "
+               + "; ".join(f"`{c}` threshold {_num(x['threshold'])}, hits {x['hits'][0]}/{x['hits'][1]}, false alarms "
+                           f"{x['false_alarms'][0]}/{x['false_alarms'][1]}, Fisher p = {_num(x['p_fisher'])}"
+                           for c, x in dev["signals"].items()) + ".", ""]
     m6 = v.get("M6_disclosure")
     if m6:
         md += ["The mechanism study's M6 as disclosed beside its verdict: "
