@@ -149,7 +149,15 @@ def test_every_named_command_exists(path):
 
 
 PACKAGES = sorted(p.name for p in REPO.iterdir() if (p / "__init__.py").is_file())
-DOTTED = re.compile(r"`[^`]*?(?<![\w/.-])((?:{})(?:\.\w+)+)(?![\w/-])".format("|".join(PACKAGES)))
+DOTTED = re.compile(r"(?<![\w/.-])((?:{})(?:\.\w+)+)(?![\w/-])".format("|".join(PACKAGES)))
+
+
+def dotted_names(text: str) -> set[str]:
+    """The ``pkg.module.attr`` names inside the code spans and blocks of a markdown ``text``."""
+    blocks = re.findall(r"```.*?```", text, re.DOTALL)
+    spans = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.DOTALL))
+    return {m for chunk in (*blocks, *spans) for m in DOTTED.findall(chunk)
+            if not re.search(r"\.(md|json|csv|png|py|gz)$", m)}
 
 
 def _resolve(name: str) -> str | None:
@@ -177,6 +185,6 @@ def _resolve(name: str) -> str | None:
 def test_every_named_python_object_exists(path):
     """Every `pkg.module.name` the page writes in code spans is importable: a renamed or moved
     module or function shows up here, not in a reader's traceback."""
-    names = sorted({m for m in DOTTED.findall(path.read_text()) if not re.search(r"\.(md|json|csv|png|py|gz)$", m)})
+    names = sorted(dotted_names(path.read_text()))
     absent = {n: why for n in names if (why := _resolve(n))}
     assert not absent, f"{path.name}: {absent}"
