@@ -15,23 +15,29 @@ import math
 
 import numpy as np
 
-from schema.results import MissingResults, read_json, results_root
+from schema.results import MissingResults, read_json
+from schema.sources import Source
 
 from . import style
 
 NAME = "f24_drift_map"
 TITLE = "F24. The drift map: each correction's failure boundary on the measured drift, SGD and Adam + clip"
 OPTIMIZERS = {"sgd": "SGD (fixed step)", "adamclip": "Adam + clip 1"}
+MAP = Source("llm/drift/map.json", ("llm/drift/map.json",),
+             "python -m studies.drift (after python -m llm_runs.study --grid drift)")
+SOURCES = [MAP]
 
 
 def path():
-    return results_root() / "llm" / "drift" / "map.json"
+    from llm_runs.run_table import grid_folder
+
+    return grid_folder("drift") / "map.json"
 
 
 def load() -> dict:
     p = path()
     if not p.is_file():
-        raise MissingResults(f"no drift map at {p}: run the drift study's analysis after the drift grid")
+        raise MissingResults(f"missing results llm/drift/map.json: {p} does not exist; make it with `{MAP.command}`")
     return read_json(p)
 
 

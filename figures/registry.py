@@ -24,9 +24,11 @@ OPTIMIZER_FIGURES = ["f15_second_moment_vs_chi2", "f16_async_optimizers"]
 FRAME_FIGURES = ["f22_shared_collapse", "f23_theory_frame"]
 """The shared-parameter model's search and the theory-against-LLM frame: their own section
 (:func:`studies.report.frame_section`)."""
+DRIFT_FIGURES = ["f24_drift_map"]
+"""The drift map: shown in the drift study's section (:mod:`studies.drift.section`)."""
 FIGURES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
            "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier", *STUDY_FIGURES,
-           *MECHANISM_FIGURES, *OPTIMIZER_FIGURES, *FRAME_FIGURES]
+           *MECHANISM_FIGURES, *OPTIMIZER_FIGURES, *FRAME_FIGURES, *DRIFT_FIGURES]
 """Every figure ``python -m figures`` draws."""
 GPU_FIGURE = "f14_gpu_pc_vs_delay"
 """The GPU study's figure: drawn by the report (not by ``python -m figures``, which runs without a GPU's results)."""

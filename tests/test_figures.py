@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
            "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier",
            "f10_study_differences", "f11_study_pc_vs_delay", "f12_chi2_vs_horizon", "f13_theory_in_the_loop",
-           "f15_second_moment_vs_chi2", "f16_async_optimizers"]
+           "f15_second_moment_vs_chi2", "f16_async_optimizers", "f24_drift_map"]
 
 
 def mod(name):
