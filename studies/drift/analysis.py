@@ -413,9 +413,9 @@ D5_SIGNALS = {"stale/ess": "low", "train/grad_norm": "high"}
 """D5's two signals and the side on which each fires."""
 D5_WINDOW = 5
 D5_ALPHA = ALPHA / 2  # Bonferroni over the two signals
-D5_TRAIN = ("study",)
-D5_HELD_OUT = ("mechanism", "scale", "scale_variants", "study_2025", "drift", "drift_decisive")
-"""Where D5's runs come from (results/llm/<folder>): the thresholds are chosen on the staleness study's
+D5_TRAIN = ("primary",)
+D5_HELD_OUT = ("mechanism", "scale", "scale_variants", "peers_2025", "drift", "drift_decisive")
+"""The grids D5's runs come from (their folders: :func:`llm_runs.run_table.grid_folder`): the thresholds are chosen on the staleness study's
 long-horizon runs at positive delay only; every other grid's long-horizon runs at positive delay are
 held out, except the copies of runs already counted (the mechanism grid's ``adam``-arm gmc and topr,
 byte copies of study runs; ``scale_mech``, copies of the scale grid's runs, is not read)."""
@@ -479,6 +479,7 @@ def _counts(recs: list[dict], col: str, tau: float) -> dict:
 
 
 def d5_records(grids: tuple[str, ...]) -> list[dict]:
+    """D5's record of every long-horizon run of ``grids`` (names in :data:`llm_runs.grids.STUDIES`)."""
     from schema.results import metrics_path
 
     out = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from schema.results import read_json, results_root
+from schema.results import read_json
 
 
 def _num(x, fmt="{:.3g}") -> str:
@@ -91,7 +91,8 @@ def replicate_lines(path: Path) -> list[str]:
 
 
 def progress_section() -> list[str]:
-    llm = results_root() / "llm"
-    return (["## Campaigns in progress", "", "### The drift map", ""] + drift_lines(llm / "drift" / "verdicts.json")
+    from llm_runs.run_table import grid_folder
+
+    return (["## Campaigns in progress", "", "### The drift map", ""] + drift_lines(grid_folder("drift") / "verdicts.json")
             + ["### Verdicts under a different rounding (the replicate)", ""]
-            + replicate_lines(llm / "replicate_avx2" / "comparison.json"))
+            + replicate_lines(grid_folder("replicate_avx2") / "comparison.json"))
