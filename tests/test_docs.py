@@ -1,4 +1,4 @@
-"""The README and docs/ hold together: every relative link resolves (file and heading), and the
+"""The README, docs/ and each study's README hold together: every relative link resolves (file and
 numbers the research narrative writes by hand (``docs/RESULTS-NARRATIVE.md``) are the committed
 results' number for number, so they cannot drift when the verdicts are recomputed. (The README's own
 findings are generated, not typed: ``tests/test_readme.py``.)"""
@@ -14,6 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+STUDY_PAGES = sorted((REPO / "studies").rglob("README.md"))  # each study's own page
 NARRATIVE = REPO / "docs" / "RESULTS-NARRATIVE.md"
 RESULTS = REPO / "results" / "llm"
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -35,7 +36,7 @@ def links(path: Path) -> list[str]:
     return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t)]  # relative ones only
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES + STUDY_PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_relative_link_resolves(page):
     broken = []
     for target in links(page):
