@@ -1,6 +1,6 @@
 """The README, docs/ and each study's README hold together: every relative link resolves (file and
-numbers the research narrative writes by hand (``docs/RESULTS-NARRATIVE.md``) are the committed
-results' number for number, so they cannot drift when the verdicts are recomputed. (The README's own
+heading), and the numbers the research narrative writes by hand (``docs/RESULTS-NARRATIVE.md``) are
+the committed results' number for number, so they cannot drift when the verdicts are recomputed. (The README's own
 findings are generated, not typed: ``tests/test_readme.py``.)"""
 from __future__ import annotations
 
