@@ -225,10 +225,10 @@ def pack_finished(study: Study, out: Path) -> int:
 
 
 def pack_study(study: Study, out: Path) -> int:
-    """Pack the finished grid ``study`` under ``out`` (:func:`schema.packed.pack_grid`): every cell
+    """Pack the finished grid ``study`` under ``out`` (:func:`schema.packing.pack_grid`): every cell
     of the grid must have finished (a packed run counts as finished, and ``--resume`` never runs it
     again). Returns the number of run folders packed."""
-    from schema.packed import pack_grid
+    from schema.packing import pack_grid
     from schema.results import run_finished
 
     from .grid_check import check_grid_folder

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llm_runs.config import TrainConfig, config_diff, load_run_config
-from schema.packed import unpack_run
+from schema.packing import unpack_run
 from schema.results import LEGACY_FIELDS, legacy_fields, read_run, read_run_config, read_run_doc, run_dirs, run_folders
 
 SWEEP = Path(__file__).resolve().parents[1] / "results" / "llm" / "sweep"

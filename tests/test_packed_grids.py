@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from schema.io import dumps_json
-from schema.packed import PACKED_LOGS, PACKED_METRICS, PACKED_RUNS, pack_grid, read_log, unpack_run
+from schema.packed import PACKED_LOGS, PACKED_METRICS, PACKED_RUNS, read_log
+from schema.packing import pack_grid, unpack_run
 from schema.results import (
     METRICS_FILE,
     is_packed_run,
