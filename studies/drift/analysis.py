@@ -480,14 +480,12 @@ def _counts(recs: list[dict], col: str, tau: float) -> dict:
 
 def d5_records(grids: tuple[str, ...]) -> list[dict]:
     """D5's record of every long-horizon run of ``grids`` (names in :data:`llm_runs.grids.STUDIES`)."""
-    from schema.results import metrics_path
+    from schema.results import metrics_path, run_dirs
 
     out = []
     for g in grids:
         root = grid_folder(g)
-        if not root.is_dir():
-            continue
-        for run in sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.json").is_file()):
+        for run in run_dirs(root):  # run folders and the runs of a packed grid
             if not run.name.startswith("long-") or (g == "mechanism" and run.name.split("-")[1] == "adam"
                                                     and run.name.split("-")[2] in ("gmc", "topr")):
                 continue
