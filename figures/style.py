@@ -149,9 +149,13 @@ def legend(fig, axes, ncol: int | None = None, **kw):
         fig.tight_layout()
 
 
+OUT = Path(__file__).resolve().parent / "out"
+"""Where :func:`save` writes by default (``figures/out/``), and where the report looks for the PNGs."""
+
+
 def save(fig, name: str, out: str | Path | None = None) -> list[Path]:
     """Write ``name.png`` and ``name.pdf`` to ``out`` (default ``figures/out/``); close the figure."""
-    out = Path(out) if out is not None else Path(__file__).resolve().parent / "out"
+    out = Path(out) if out is not None else OUT
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
     for p in paths:

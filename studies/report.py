@@ -306,7 +306,7 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
 def write_report(out_dir: Path | None = None, figures_out: Path | None = None,
                  draw_missing: bool = True) -> tuple[Path, Path]:
     out_dir = Path(out_dir) if out_dir is not None else results_root()
-    figures_out = Path(figures_out) if figures_out is not None else Path(__file__).resolve().parent / "out"
+    figures_out = Path(figures_out) if figures_out is not None else style.OUT
     md_path, html_path = out_dir / "REPORT.md", out_dir / "REPORT.html"
     for path in (md_path, html_path):  # before the work: a user's file is never replaced; writable now
         check_output(path, legacy=_is_report_text)

@@ -41,3 +41,13 @@ def test_study_commands_resolve():
         assert importlib.util.find_spec(f"studies.{name}.__main__") is not None
         assert callable(importlib.import_module(f"studies.{name}.analysis").main)
     assert callable(importlib.import_module("studies.report").main)
+
+
+def test_the_report_finds_the_figures_where_python_m_figures_draws_them():
+    import inspect
+
+    from figures import style
+    from studies import report
+
+    assert style.OUT == REPO / "figures" / "out"
+    assert "style.OUT" in inspect.getsource(report.write_report)
