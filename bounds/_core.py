@@ -27,7 +27,8 @@ _COUNT0 = ("an integer >= 0", lambda x: (x >= 0) & (x == np.round(x)), lambda v:
 DOMAIN: dict[str, tuple] = {
     "eps": _POS, "eta": _POS, "a": _POS, "Delta": _POS, "D": _POS,
     "G": _COUNT1, "T": _ATLEAST1,
-    "d": _COUNT0, "w": _NONNEG, "wbar": _NONNEG, "wmax": _NONNEG, "sigma2": _NONNEG, "mu4": _NONNEG, "s2": _NONNEG, "y": _NONNEG, "delta": _NONNEG,
+    "d": _COUNT0, "w": _NONNEG, "wbar": _NONNEG, "wmax": _NONNEG, "sigma2": _NONNEG, "mu4": _NONNEG, "s2": _NONNEG,
+    "y": _NONNEG, "delta": _NONNEG,
     "M": _NONNEG, "L": _NONNEG, "C2": _NONNEG, "C4": _NONNEG, "r0": _NONNEG, "R": _NONNEG,
     "S": _NONNEG, "B": _NONNEG, "bias2": _NONNEG, "DeltaJ": _NONNEG,
     "R_max": _NONNEG, "L_pi": _NONNEG, "H_pi": _NONNEG,

@@ -205,9 +205,9 @@ def _ratio_moments_feasible(sigma2=None, mu4=None, **_):
     bad = m < least * (1 - 1e-12) - 1e-300
     if np.any(bad):
         i = np.flatnonzero(bad.ravel())[0]
-        raise ValueError(f"infeasible ratio moments: mu4 = {float(m.ravel()[i])!r} is below {float(least.ravel()[i])!r}, "
-                         f"the least fourth central moment of a ratio law with sigma2 = {float(s.ravel()[i])!r} (no law "
-                         f"has them)")
+        raise ValueError(f"infeasible ratio moments: mu4 = {float(m.ravel()[i])!r} is below "
+                         f"{float(least.ravel()[i])!r}, the least fourth central moment of a ratio law with "
+                         f"sigma2 = {float(s.ravel()[i])!r} (no law has them)")
 
 
 @bound(feasible=_ratio_moments_feasible)

@@ -178,7 +178,8 @@ def cor3_delay_part(a=a, D=Dc, T=T):
     >>> cor3_delay_part(4, 1, 1)
     5
     """
-    return sp.Rational(5, 4) * 4 ** sp.Rational(1, 5) * a ** sp.Rational(4, 5) * D ** sp.Rational(1, 5) * T ** sp.Rational(-4, 5)
+    return (sp.Rational(5, 4) * 4 ** sp.Rational(1, 5) * a ** sp.Rational(4, 5) * D ** sp.Rational(1, 5)
+            * T ** sp.Rational(-4, 5))
 
 
 @bound
