@@ -318,8 +318,8 @@ def token_clip_loss(logp, old_logp, mask, advantages, group_size: int, eps: floa
 @register_token_loss("gspo", bounded=False)
 def gspo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
               eps_low: float = 3e-4, eps_high: float = 4e-4) -> LossOutput:
-    """GSPO (Zheng et al., arXiv 2507.18071, the J_GSPO objective with s_i = (pi_theta/pi_old)^(1/|y_i|)): sequence ratio
-    ``s_i = exp(mean_t log r_t)`` (geometric mean), PPO-clipped per sequence at
+    """GSPO (Zheng et al., arXiv 2507.18071, the J_GSPO objective with s_i = (pi_theta/pi_old)^(1/|y_i|)):
+    sequence ratio ``s_i = exp(mean_t log r_t)`` (geometric mean), PPO-clipped per sequence at
     ``[1 - eps_low, 1 + eps_high]`` (the paper's §5.1 ranges 3e-4 and 4e-4 by default).
     ``eps`` (the trajectory schemes' threshold) is not used: GSPO's range is its own knob."""
     p = resolve("gspo", {"eps_low": eps_low, "eps_high": eps_high})
@@ -330,7 +330,8 @@ def gspo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | No
     a = adv.reshape(B)
     loss = -ppo_clip_objective(log_s, a, 1 - eps_low, 1 + eps_high).mean()
     sd = torch.exp(log_s.detach())
-    metrics = {"seq_clip_frac": float((((sd > 1 + eps_high) & (a > 0)) | ((sd < 1 - eps_low) & (a < 0))).float().mean())}
+    metrics = {"seq_clip_frac":
+               float((((sd > 1 + eps_high) & (a > 0)) | ((sd < 1 - eps_low) & (a < 0))).float().mean())}
     return LossOutput(loss, _seq_log_ratio(log_r, B, group_size), None, metrics)
 
 
@@ -354,8 +355,8 @@ def cispo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | N
 
 
 def m2po_keep_mask(log_r, m, tau: float):
-    """M2PO's token mask (arXiv 2510.01161, the M2 trust region: M2_hat = mean of (log r)^2 and its mask step): over **every**
-    completion token of the batch (either advantage sign, as AReaL's reference
+    """M2PO's token mask (arXiv 2510.01161, the M2 trust region: M2_hat = mean of (log r)^2 and its mask step):
+    over **every** completion token of the batch (either advantage sign, as AReaL's reference
     ``_apply_m2po_masking`` does), mask the tokens of largest ``(log r)^2`` until the mean of
     ``(log r)^2`` over the tokens left is <= tau. Ties are broken by position (stable sort,
     earlier tokens masked first). If even the single smallest exceeds tau every token is
@@ -398,8 +399,9 @@ def m2po_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | No
 @register_token_loss("opsm", options=("eps_high",), bounded=False)
 def opsm_loss(logp, old_logp, mask, advantages, group_size: int, eps: float, eps_high: float | None = None, *,
               delta: float = 0.5) -> LossOutput:
-    """DeepSeek-V3.2 off-policy sequence masking (arXiv 2512.02556, the masked GRPO objective and its mask M_i,t, eq. (9) as TRL cites it): the token-level
-    GRPO loss (:func:`token_clip_loss`, seq-mean-token-mean, clip ``[1-eps, 1+eps_high]``) with the
+    """DeepSeek-V3.2 off-policy sequence masking (arXiv 2512.02556, the masked GRPO objective and its mask M_i,t,
+    eq. (9) as TRL cites it): the token-level GRPO loss (:func:`token_clip_loss`, seq-mean-token-mean, clip
+    ``[1-eps, 1+eps_high]``) with the
     sequences dropped whose advantage is negative **and** whose mean token
     ``log(pi_b / pi_theta)`` exceeds delta (pi_b: the sampling policy)."""
     delta = resolve("opsm", {"delta": delta})["delta"]

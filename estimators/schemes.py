@@ -100,7 +100,8 @@ def register_scheme(name: str, *, family: str, in_class: bool, sup_mass: Callabl
         if not isinstance(name, str) or not name:
             raise ValueError(f"scheme name must be a non-empty string, got {name!r}")
         if name in SCHEMES:
-            raise ValueError(f"a scheme named {name!r} is already registered ({SCHEMES[name].log_weights.__qualname__})")
+            raise ValueError(f"a scheme named {name!r} is already registered "
+                             f"({SCHEMES[name].log_weights.__qualname__})")
         if surrogate not in SURROGATES:
             raise ValueError(f"unknown surrogate {surrogate!r}; valid: {', '.join(SURROGATES)}")
         if family not in FAMILIES:
@@ -156,7 +157,8 @@ def tic_trunc_log_weights(log_ratio, eps, advantages, ops):
     return ops.clamp_max(log_ratio, log1p_scalar(eps))
 
 
-@register_scheme("tic_ppo", family="theory", in_class=False, needs_advantages=True, bounded=False, sup_mass=lambda eps, B: math.inf)
+@register_scheme("tic_ppo", family="theory", in_class=False, needs_advantages=True, bounded=False,
+                 sup_mass=lambda eps, B: math.inf)
 def tic_ppo_log_weights(log_ratio, eps, advantages, ops):
     """(c3) TIC-PPO, c_i = w_i 1{w_i <= 1+eps or A_i < 0}: literal PPO-min, upper-only clip (reference)."""
     keep = (log_ratio <= log1p_scalar(eps)) | (advantages < 0)
