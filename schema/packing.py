@@ -131,7 +131,8 @@ def pack_grid(root, log=print) -> int:
     for n in names:
         e = back.entries.get(n)
         if e is None or back.metrics_text(n) != texts[n] or e["columns"] != entries[n]["columns"] \
-                or not _same_json(e["config"], entries[n]["config"]) or not _same_json(e["summary"], entries[n]["summary"]):
+                or not _same_json(e["config"], entries[n]["config"]) \
+                or not _same_json(e["summary"], entries[n]["summary"]):
             raise ValueError(f"{root}: packed run {n} does not read back the same; no run folder was removed")
     if read_logs(root) != logs:
         raise ValueError(f"{root}: the packed logs do not read back the same; no log was removed")

@@ -17,8 +17,9 @@ Sources:
 * ``STUDY``: the staleness study's run folders ``results/llm/study/<run>/``; made by
   ``python -m llm_runs.study``. ``STUDY_HORIZON``: its horizon grid ``results/llm/horizon/<run>/``;
   made by ``python -m llm_runs.study --grid horizon``. ``GPU_STUDY``: the Qwen3-0.6B study's run folders
-  ``results/llm/gpu_study/<run>/``; made by ``python -m llm_runs.gpu_study`` on one GPU. ``VERDICTS``: the pre-registered
-  analysis' verdicts ``results/llm/study/verdicts.json``; made by ``python -m studies.staleness --json``.
+  ``results/llm/gpu_study/<run>/``; made by ``python -m llm_runs.gpu_study`` on one GPU. ``VERDICTS``: the
+  pre-registered analysis' verdicts ``results/llm/study/verdicts.json``; made by
+  ``python -m studies.staleness --json``.
 * ``VERIFY``: ``results/verify/claims.json``; made by ``python -m claims`` (``make verify-bounds``).
 * ``ABSTRACT``: ``results/verify/abstract.json``; made by ``python -m claims.abstract``.
 

@@ -51,10 +51,12 @@ def run_summary(df: pd.DataFrame) -> pd.DataFrame:
         upd = upd if len(upd) else g
         nonfinite = not (_finite_all(upd.get("train/loss", pd.Series(dtype=float)))
                          and _finite_all(upd.get("train/grad_norm", pd.Series(dtype=float))))
-        skipped = float(pd.to_numeric(upd.get("train/update_skipped", pd.Series([0.0])), errors="coerce").fillna(0).sum())
+        skipped = float(pd.to_numeric(upd.get("train/update_skipped", pd.Series([0.0])),
+                                      errors="coerce").fillna(0).sum())
         acc0 = float(ev["eval/heldout_acc"].iloc[0]) if len(ev) else math.nan
         acc_end = float(ev["eval/heldout_acc"].iloc[-1]) if len(ev) else math.nan
-        collapsed = bool(acc_end < acc0 - drop_threshold(acc0, g["heldout_size"].iloc[0] if "heldout_size" in g else None)) if len(ev) else False
+        collapsed = bool(acc_end < acc0 - drop_threshold(acc0, g["heldout_size"].iloc[0] if "heldout_size" in g
+                                                         else None)) if len(ev) else False
         row = {k: g[k].iloc[0] for k in ("estimator", "mode", "delay", "seed", "eps", "steps", "complete")}
         row.update(run=run, acc0=acc0, acc_final=acc_end, last_step=int(g["step"].max()),
                    nonfinite=nonfinite or skipped > 0, collapsed=collapsed,
