@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m claims: {exc}", file=sys.stderr)
         return 2
 
-    print("THEORY.md §5 claims (reconstructed bounds [R]); --quick" if args.quick else "THEORY.md §5 claims (reconstructed bounds [R])")
+    print("THEORY.md §5 claims (reconstructed bounds [R]); --quick" if args.quick
+          else "THEORY.md §5 claims (reconstructed bounds [R])")
     print(header(), flush=True)
     t0 = time.perf_counter()
     rows = run_claims(args.only, quick=args.quick, on_row=lambda r: print(format_row(r), flush=True))
@@ -129,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"format": FORMAT, "complete": complete, "quick": args.quick, "ids": [r["id"] for r in rows],
            "seconds": round(seconds, 1), "provenance": provenance(), "claims": rows}
     for path, write in ((json_path, lambda p: write_json(p, doc)),
-                        (md_path, lambda p: write_text(p, markdown(rows, seconds, args.quick, complete and not args.quick)
+                        (md_path, lambda p: write_text(p, markdown(rows, seconds, args.quick,
+                                                                   complete and not args.quick)
                                                        + "\n"))):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)

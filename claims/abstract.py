@@ -7,7 +7,8 @@ numbers behind it. The LLM claim's verdict is the pre-registered study's hypothe
 (docs/PREREGISTRATION.md), read from the study's verdicts file (``results/llm/study/verdicts.json``,
 made by ``python -m studies.staleness --json``: the analysis sits in the studies layer, above this
 one, so its verdicts are read here, never recomputed). ``python -m claims`` writes it after a full
-run too. The report (``python -m studies.report``) only renders this file. Every tolerance is the one of the claim it belongs to.
+run too. The report (``python -m studies.report``) only renders this file. Every tolerance is the one
+of the claim it belongs to.
 """
 from __future__ import annotations
 
@@ -57,8 +58,8 @@ def _check_async() -> tuple[bool | None, str]:
     return (tc["n_le_D"] == tc["n_checked"] and tc["n_step_violations"] == 0,
             (f"Async SGD (F5, {tc['settings']} (env, eps) settings): realised mean squared bias <= Theorem 2's D in "
             f"{tc['n_le_D']} of {tc['n_checked']} runs where D is defined; runs with a step whose bias exceeds the §3 "
-            f"bound: {tc['n_step_violations']} of {tc['n_runs'] - tc['n_no_bound']} (runs of schemes without a §3 bound, "
-             f"e.g. SNIS: {tc['n_no_bound']})."))
+            f"bound: {tc['n_step_violations']} of {tc['n_runs'] - tc['n_no_bound']} (runs of schemes without a §3 "
+             f"bound, e.g. SNIS: {tc['n_no_bound']})."))
 
 
 def _check_second_moment() -> tuple[bool | None, str]:
@@ -215,7 +216,8 @@ ABSTRACT = [
     AbstractClaim("Under local policy overlap, the delay-dependent term decreases as G^-2/5 after tuning the step "
                   "size.", (12,), _check_tuned),
     AbstractClaim("For fixed behaviour and current policies, the bias introduced by group rescaling vanishes as "
-                  "G -> infinity, whereas the bias from trajectory-wise clipping can persist.", (7, 8, 9), _check_bias_G),
+                  "G -> infinity, whereas the bias from trajectory-wise clipping can persist.", (7, 8, 9),
+                  _check_bias_G),
     AbstractClaim("Experiments on Qwen3 models and reasoning benchmarks: GMC-GRPO is the best of the stable "
                   "baselines under large rollout delays.", (), None),
 ]

@@ -56,7 +56,8 @@ def check_1(quick: bool) -> Result:
         sym_ok.append(expect is not None and is_zero(mass - expect) and bool((1 - lam).is_nonnegative))
     X = sp.symbols("X1:4")
     lam = bias.gmc_lambda(ws, eps)
-    sym_ok.append(sp.expand(sum(lam * wi * xi for wi, xi in zip(ws, X)) - lam * sum(wi * xi for wi, xi in zip(ws, X))) == 0)
+    sym_ok.append(sp.expand(sum(lam * wi * xi for wi, xi in zip(ws, X))
+                            - lam * sum(wi * xi for wi, xi in zip(ws, X))) == 0)
 
     # numeric, through the shared core
     rng = np.random.default_rng(1)
@@ -140,8 +141,9 @@ def check_2(quick: bool) -> Result:
         measured={"out": [s for s in worst if not member[s]], "in": [s for s in worst if member[s]],
                   "max ||g||/((1+eps)max||X||)": worst, "counterexample ratio": counter},
         tolerance=tol,
-        evidence=(f"{n_cfg} enumerated ratio configurations (G=1..{3 if quick else 4}, ratios 1e-9..1e9 incl. 1+eps+-1e-9), "
-                  f"aligned and random X: worst ratios {', '.join(f'{s}={fmt(v)}' for s, v in worst.items())}; "
+        evidence=(f"{n_cfg} enumerated ratio configurations (G=1..{3 if quick else 4}, ratios 1e-9..1e9 incl. "
+                  f"1+eps+-1e-9), aligned and random X: worst ratios "
+                  f"{', '.join(f'{s}={fmt(v)}' for s, v in worst.items())}; "
                   f"w=(G(1+eps)+1,1,..,1), G=4: IS {fmt(counter['is'])}, TIC-PPO (A_1<0) {fmt(counter['tic_ppo'])}; "
                   f"estimators.SCHEMES in_class flags agree: {all(flags[s] == member[s] for s in worst)}"),
     )

@@ -60,7 +60,8 @@ def check_5(quick: bool) -> Result:
                   "bound-(y-eps)": str(cert), "numeric min gap": gap, "numeric argmax": y_at},
         tolerance=0,
         evidence=(f"sympy solve(diff(4 eps (y-eps)/y^2, y)) = {crit}, value {top}; y^2/(4eps)-(y-eps) = {cert} >= 0; "
-                  f"lambdified grid: min(bound - hinge) = {fmt(gap)}, ratio peaks at y = {y_at:.4f} (2 eps = {2 * EPS})"),
+                  f"lambdified grid: min(bound - hinge) = {fmt(gap)}, ratio peaks at y = {y_at:.4f} "
+                  f"(2 eps = {2 * EPS})"),
     )
 
 
@@ -138,8 +139,9 @@ def check_10(quick: bool) -> Result:
                   "squared": {n_.split()[0]: str(sq_slopes[n_]) for n_ in ("mask", "trunc (Scarf)")},
                   "m_mask": str(m_law), "numeric squared": {n_.split()[0]: v for n_, v in num.items()}},
         tolerance={"symbolic": 0, "numeric slope": tol_num},
-        evidence=(f"two-point law has mean 1, variance sigma2: {law_ok}; its m_mask = {sp.factor(m_law)} equals THEORY's "
-                  f"closed form: {m_ok}; valid only for sigma2 <= eps (lo = {lo0} >= 0); Scarf's two-point law attains "
+        evidence=(f"two-point law has mean 1, variance sigma2: {law_ok}; its m_mask = {sp.factor(m_law)} equals "
+                  f"THEORY's closed form: {m_ok}; valid only for sigma2 <= eps (lo = {lo0} >= 0); Scarf's two-point "
+                  f"law attains "
                   f"1/2(sqrt(s2+(k-mu)^2)-(k-mu)): {scarf_ok}; sigma->0 leading coefficients {lead} have eps-exponents "
                   f"{slopes} (sympy); E4 numeric squared-bias slopes over eps in [1e-4,1e-3], sigma=1e-7: "
                   f"mask {num['mask']:.4f}, trunc {num['trunc (Scarf)']:.4f}"),

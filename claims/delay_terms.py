@@ -124,8 +124,9 @@ def check_12(quick: bool) -> Result:
         tolerance={"symbolic": 0, "numeric slope": tol, "min value rel": 1e-6},
         evidence=(f"solve(diff(a/(eta T)+D eta^4, eta)) = {sols} = eta_D: {eta_ok}; f* = {fstar} = THEORY's "
                   f"(5/4)4^(1/5)a^(4/5)D^(1/5)T^(-4/5): {fstar_ok}; exponents by limit of log-ratios (GMC / TIC): "
-                  f"{measured}, elasticity limits agree: {slopes == measured}; bounds.tuning.tune_step_size over G=2..2^11 "
-                  f"(B=0): slopes GMC {num_slope['gmc']:.6f}, TIC {num_slope['tic_mask']:.6f}, min vs closed form "
+                  f"{measured}, elasticity limits agree: {slopes == measured}; bounds.tuning.tune_step_size over "
+                  f"G=2..2^11 (B=0): slopes GMC {num_slope['gmc']:.6f}, TIC {num_slope['tic_mask']:.6f}, min vs "
+                  f"closed form "
                   f"{fmt(fmin_err)}; with B>0, eta=min(eta_B,eta_D) on {len(P['a'])} random (a,B,D,T): "
                   f"max objective/bound - 1 = {fmt(excess)}"),
     )

@@ -108,7 +108,8 @@ def check_8(quick: bool = False) -> Result:
             fails.append(f"{name}: log-log slope {slope:.2f} > -1")
         slopes[-1] = (name, slope, Gs[0], Gs[-1])
         b_up = int(np.sum(np.diff(bs) > ZERO))
-        lines.append(f"{name}: m {ms[0]:.3g}->{ms[-1]:.3g} (G {Gs[0]}->{Gs[-1]}), slope {slope:.2f} over G={Gs[0]}..{Gs[-1]}, "
+        lines.append(f"{name}: m {ms[0]:.3g}->{ms[-1]:.3g} (G {Gs[0]}->{Gs[-1]}), slope {slope:.2f} over "
+                     f"G={Gs[0]}..{Gs[-1]}, "
                      f"||b|| increases at {b_up} of {len(Gs) - 1} steps of G (not required: §7), "
                      f"max G m/(sigma^2/4eps) {np.max(ms / rate * 1.0):.3f}")
     # E3: Monte Carlo m_GMC(G) for lognormal ratios, Delta = 0.3

@@ -106,7 +106,8 @@ def sqbias_slopes(df: pd.DataFrame) -> dict:
     out = {}
     for s, d in worst_case(df).groupby("scheme"):
         r = fit_range(d)
-        out[s] = {"slope": loglog_slope(d.loc[r, "eps"], d.loc[r, "sq_bias_exact"]), "theory": sq_bias_exponents().get(s, np.nan),
+        out[s] = {"slope": loglog_slope(d.loc[r, "eps"], d.loc[r, "sq_bias_exact"]),
+                  "theory": sq_bias_exponents().get(s, np.nan),
                   "eps_lo": float(d.loc[r, "eps"].min()) if r.any() else np.nan,
                   "eps_hi": float(d.loc[r, "eps"].max()) if r.any() else np.nan, "n": int(r.sum()),
                   "law": d["law"].iloc[0]}
@@ -165,7 +166,8 @@ def second_moment_summary(df: pd.DataFrame) -> dict:
         i = ratio.idxmax()
         isd = d[d["scheme"] == "is"].groupby("Delta", sort=True)["second_moment_exact"].first()
         bound = float(d["class_second_moment_bound"].max())
-        out[env] = {"class_max_ratio": float(ratio.max()), "class_argmax": (c.loc[i, "scheme"], float(c.loc[i, "Delta"])),
+        out[env] = {"class_max_ratio": float(ratio.max()),
+                    "class_argmax": (c.loc[i, "scheme"], float(c.loc[i, "Delta"])),
                     "is_first": float(isd.iloc[0]) if len(isd) else np.nan,
                     "is_last": float(isd.iloc[-1]) if len(isd) else np.nan,
                     "Delta_max": float(d["Delta"].max()), "bound": bound,
