@@ -4,8 +4,9 @@
 each setting trains every optimiser of :mod:`simulators.optim` on the long-horizon factorised
 token MDP (:mod:`simulators.token_mdp.factorised`: V = 2, reward 1{every token right}, theta_0
 with the right token at probability ``p0`` at every position, so ``J(theta_0) = p0^H``: a longer
-sequence starts rarer, and the same per-token drift gives a larger trajectory chi^2, claim 18) for every delay and seed (paired: seed s has the same
-generators under every scheme and optimiser), with :func:`simulators.async_factorised.async_factorised`.
+sequence starts rarer, and the same per-token drift gives a larger trajectory chi^2, claim 18) for
+every delay and seed (paired: seed s has the same generators under every scheme and optimiser), with
+:func:`simulators.async_factorised.async_factorised`.
 
 The clipped optimisers clip at ``clip``: a number, or ``"quantile:q"``, the q-quantile of the
 non-zero gradient-estimate norms ``||g_hat_t||`` of the same setting's unclipped Adam runs
@@ -87,7 +88,8 @@ def run_setting(setting: dict, seeds: list[int]):
                                bias_every=int(setting["bias_every"]))
         if opt == "adam":
             adam_norms = rec["ghat_norm"]
-        rows.append(summary(cfg, rec, delays, seeds, J0, setting["collapse_frac"]).assign(optimizer=opt, clip_norm=clip))
+        rows.append(summary(cfg, rec, delays, seeds, J0, setting["collapse_frac"]).assign(optimizer=opt,
+                                                                                          clip_norm=clip))
         steps.append(step_means(cfg, rec, delays).assign(optimizer=opt))
     return pd.concat(rows, ignore_index=True), pd.concat(steps, ignore_index=True)
 

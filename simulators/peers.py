@@ -194,7 +194,8 @@ def grid_max_mass(name: str, eps: float, G: int = 3, batch_groups: int = 1) -> t
     spec = estimators.get_scheme(name)
     edges = [1 + eps] + [v for k, v in estimators.params.defaults(name).items()]
     edges += _extremal_ratios(name)
-    vals = sorted({1e-9, 0.5, 1.0, 2.0, 10.0, 1e3, 1e9} | {max(e + d, 1e-12) for e in edges for d in (-1e-9, 0.0, 1e-9)})
+    vals = sorted({1e-9, 0.5, 1.0, 2.0, 10.0, 1e3, 1e9}
+                  | {max(e + d, 1e-12) for e in edges for d in (-1e-9, 0.0, 1e-9)})
     lr = np.log(np.array(list(itertools.product(vals, repeat=G))))
     signs = ([np.full(G, -1.0), np.full(G, 1.0)] + [np.array(s) for s in itertools.product([-1.0, 1.0], repeat=G)]
              if spec.needs_advantages else [None])

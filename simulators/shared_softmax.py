@@ -10,8 +10,9 @@ logits through one low-dimensional parameter:
 
 with ``theta`` of shape ``(V, r)``. The right token at position h is the greedy token of a fixed
 random teacher ``theta*`` of the same class (``argmax_v logits*[h, v]``), so every sharing can
-represent the right sequence, and the positions' right tokens differ. ``r = 1`` ties every position to the same logits (one vector
-of V numbers for the whole sequence), ``1 < r < H`` shares an r-dimensional code, and
+represent the right sequence, and the positions' right tokens differ. ``r = 1`` ties every
+position to the same logits (one vector of V numbers for the whole sequence), ``1 < r < H``
+shares an r-dimensional code, and
 ``rank = "H"`` gives ``psi = I_H``, the factorised E2 itself (no sharing). The policy is still a
 product over positions, so every quantity a run records is exact without enumerating the V^H
 outcomes: ``J = prod_h pi_h(target)``, ``grad J = J sum_h (e_target - pi_h) psi_h`` (per token row),
@@ -22,8 +23,8 @@ J against the V^H enumeration in the tests). Training is asynchronous as in
 leave-one-out advantages, any optimiser of :mod:`simulators.optim`.
 
 ``python -m simulators.sweep shared_collapse [--quick]`` searches (H, V, sharing, lr, d, optimiser)
-for the LLM's pattern (:func:`claims.shared_model.pattern_table` reads the results): IS and GMC collapse under Adam while TOPR holds, and
-GMC holds under SGD at a drift at least as large.
+for the LLM's pattern (:func:`claims.shared_model.pattern_table` reads the results): IS and GMC
+collapse under Adam while TOPR holds, and GMC holds under SGD at a drift at least as large.
 """
 from __future__ import annotations
 
@@ -219,7 +220,8 @@ COLUMNS = {
     "H": "horizon", "V": "vocabulary size", "rank": "shared parameters per token r, as text ('1': every position tied; "
     "'H': the factorised E2, nothing shared)", "d": "rollout delay (fixed)", "seed": "run seed (paired across schemes)",
     "scheme": "weighting scheme", "optimizer": "sgd or adam (simulators.optim)", "lr": "step size",
-    "J0": "J(theta_0): the warm start's J (>= J_start)", "final_J": "J at the last step (exact)", "min_J": "min_t J (exact)",
+    "J0": "J(theta_0): the warm start's J (>= J_start)", "final_J": "J at the last step (exact)",
+    "min_J": "min_t J (exact)",
     "tail_J": "mean J over the last quarter of the steps", "collapsed": "J < collapse_frac J0 over the last tail "
     "share of the steps", "avg_chi2": "mean_t trajectory chi^2 (exact)", "max_chi2": "max_t chi^2",
     "avg_drift": "mean_t ||theta_t - theta_{t-d}||", "avg_step_norm": "mean_t ||theta_{t+1} - theta_t||",

@@ -174,7 +174,8 @@ def _run_locked(sweep: Sweep, name: str, quick: bool, out: Path, cfg: dict, cfg_
                     out / "results.parquet")
     step_files = [parts / f"{k}.steps.parquet" for k in keys if (parts / f"{k}.steps.parquet").exists()]
     if step_files:
-        write_parquet_parts(out / "steps.parquet", pd.concat([pd.read_parquet(f) for f in step_files], ignore_index=True))
+        write_parquet_parts(out / "steps.parquet",
+                            pd.concat([pd.read_parquet(f) for f in step_files], ignore_index=True))
     return out
 
 
@@ -192,7 +193,8 @@ def _intact_part(parts: Path, key: str) -> bool:
         except Exception as exc:  # noqa: BLE001 (ArrowInvalid, OSError ... from a truncated or foreign file)
             aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
             os.replace(path, aside)
-            print(f"warning: part file {path} is unreadable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+            print(f"warning: part file {path} is unreadable "
+                  f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
                   f"moved it to {aside.name}, computing that setting again", file=sys.stderr)
             if path == main:
                 return False

@@ -3,8 +3,8 @@
 For each scheme with a fourth-order delay term (GMC, TIC-mask, TIC-trunc), each eps and
 each group size G of :data:`SETTINGS`, the step size is tuned numerically:
 :func:`bounds.tuning.tune_step_size` minimises the twin of ``a/(eta T) + D eta^4`` over
-``log eta`` (the delay-dominated regime, B = 0), where ``D`` is the scheme's Theorem 2 term (``bounds.delay``, lambdified)
-at ``eta = 1``. Beside each tuned value it stores Corollary 3's closed form
+``log eta`` (the delay-dominated regime, B = 0), where ``D`` is the scheme's Theorem 2 term
+(``bounds.delay``, lambdified) at ``eta = 1``. Beside each tuned value it stores Corollary 3's closed form
 ``(5/4) 4^{1/5} a^{4/5} D^{1/5} T^{-4/5}`` and ``eta_D`` (both numeric twins), so figure F3
 draws the theory line and the numerically tuned points from one file.
 
