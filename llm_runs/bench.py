@@ -79,7 +79,8 @@ def trl_step_seconds(config, steps: int, workdir: Path) -> list[float]:
     from trl import GRPOConfig, GRPOTrainer
 
     task = build_task(config)
-    model, tokenizer = load_pretrained(get_warm_start(config, task, log=lambda m: None).path, config.dtype, config.device)
+    model, tokenizer = load_pretrained(get_warm_start(config, task, log=lambda m: None).path, config.dtype,
+                                       config.device)
     problems = {p.prompt: p for p in task.train}
 
     def reward(prompts, completions, **kw):  # TRL strips EOS when decoding: count a completion as finished
@@ -159,7 +160,8 @@ def async_vs_controlled(opts) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         get_warm_start(base, build_task(base))  # cached before anything is timed
         for name, kw in runs.items():
-            Trainer(dataclasses.replace(base, **kw).validate(), Path(tmp) / name, progress=False, log=lambda m: None).run()
+            Trainer(dataclasses.replace(base, **kw).validate(), Path(tmp) / name, progress=False,
+                    log=lambda m: None).run()
             df = read_metrics(Path(tmp) / name).dropna(subset=["perf/step_s"]).iloc[2:]
             rate[name] = base.prompts_per_step * base.group_size * len(df) / df["perf/step_s"].sum()
     return {"controlled_samples_per_s": rate["controlled"], "async_samples_per_s": rate["async"],

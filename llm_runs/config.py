@@ -47,38 +47,46 @@ class TrainConfig:
 
     # --- model -------------------------------------------------------------------------
     preset: str = _f("tiny-cpu", "pi_theta", "model preset: architecture, tokenizer and loader of the policy pi_theta")
-    model_path: str | None = _f(None, "theta_0", "local folder with initial weights + tokenizer (from_pretrained; never downloaded); required by presets that need it")
+    model_path: str | None = _f(None, "theta_0", "local folder with initial weights + tokenizer (from_pretrained; "
+                                "never downloaded); required by presets that need it")
     model_kwargs: dict = field(default_factory=dict, metadata={
-        "symbol": "-", "help": "JSON dict of architecture overrides for built presets (e.g. '{\"num_hidden_layers\": 2}')"})
+        "symbol": "-",
+        "help": "JSON dict of architecture overrides for built presets (e.g. '{\"num_hidden_layers\": 2}')"})
     dtype: str = _f("float32", "-", "parameter dtype: float32 | bfloat16 | float16")
-    amp: str = _f("none", "-", "mixed precision: none | bfloat16 (float32 master weights and Adam state, forward passes "
-                  "under bf16 autocast; the GPU presets' default: pure bf16 weights cannot take Adam steps of lr 1e-6)")
+    amp: str = _f("none", "-", "mixed precision: none | bfloat16 (float32 master weights and Adam state, forward "
+                  "passes under bf16 autocast; the GPU presets' default: pure bf16 weights cannot take Adam steps of "
+                  "lr 1e-6)")
     device: str = _f("cpu", "-", "torch device for policy, snapshots and rollouts")
     threads: int = _f(1, "-", "torch CPU threads (numerics depend on it: keep it fixed across resume)")
 
     # --- task ----------------------------------------------------------------------------
-    task: str = _f("arithmetic", "q ~ D, r(q,o)", "task: prompt distribution D and verifiable reward r in {0,1} (THEORY §1): arithmetic, "
-                 "scratchpad, scratchpad_answer, gsm8k")
+    task: str = _f("arithmetic", "q ~ D, r(q,o)", "task: prompt distribution D and verifiable reward r in {0,1} "
+                   "(THEORY §1): arithmetic, scratchpad, scratchpad_answer, gsm8k")
     digits: int = _f(1, "-", "arithmetic, scratchpad: digits per operand (operands 0 .. 10^digits - 1)")
     terms: int = _f(3, "-", "arithmetic, scratchpad: number of operands per problem (scratchpad: the horizon knob, "
                     "completions of exactly H = (terms - 1)(W + 1) tokens, W the width of the largest sum)")
     heldout_size: int = _f(200, "-", "problems in the held-out evaluation split (never trained on)")
-    train_size: int | None = _f(None, "-", "problems in the training pool (None: every remaining problem, up to 100000)")
+    train_size: int | None = _f(None, "-", "problems in the training pool (None: every remaining problem, up to "
+                                "100000)")
     task_seed: int = _f(0, "-", "seed of the problem split (shared across RL seeds)")
-    gsm8k_path: str | None = _f(None, "D", "gsm8k: local JSONL file, folder of <split>.jsonl or datasets save_to_disk folder (never downloaded)")
-    gsm8k_prompt: str = _f("Question: {question}\nAnswer:", "q", "gsm8k: prompt template, {question} replaced by the problem text")
+    gsm8k_path: str | None = _f(None, "D", "gsm8k: local JSONL file, folder of <split>.jsonl or datasets save_to_disk "
+                                "folder (never downloaded)")
+    gsm8k_prompt: str = _f("Question: {question}\nAnswer:", "q", "gsm8k: prompt template, {question} replaced by the "
+                           "problem text")
 
     # --- warm start (supervised) ---------------------------------------------------------
-    warm_start_steps: int = _f(50, "-", "supervised steps before RL (0: none); cached under cache_dir by a hash of its settings")
+    warm_start_steps: int = _f(50, "-", "supervised steps before RL (0: none); cached under cache_dir by a hash of its "
+                               "settings")
     warm_start_lr: float = _f(1e-3, "-", "Adam learning rate of the warm start")
     warm_start_batch: int = _f(128, "-", "problems per warm-start step (drawn with replacement from the training pool)")
     warm_start_seed: int = _f(0, "-", "seed of the initial weights and warm-start batches (shared across RL seeds)")
-    cache_dir: str = _f("results/cache", "-", "where warm-start checkpoints are cached (keyed by a hash of their settings)")
+    cache_dir: str = _f("results/cache", "-", "where warm-start checkpoints are cached (keyed by a hash of their "
+                        "settings)")
 
     # --- GRPO ----------------------------------------------------------------------------
-    estimator: str = _f("gmc", "c_i", "weighting scheme (THEORY §2): is, stale, tic_mask, tic_trunc, tic_ppo, gmc, snis, "
-                        "topr, seq_tis, seq_tis_bn, seq_mis, seq_geo_mask, vespo, gmc_cap, gmc_topr, topr_gmc; or a token-level loss: token_clip (f), gspo, "
-                        "cispo, m2po, opsm, icepop, sapo, dppo_tv")
+    estimator: str = _f("gmc", "c_i", "weighting scheme (THEORY §2): is, stale, tic_mask, tic_trunc, tic_ppo, gmc, "
+                        "snis, topr, seq_tis, seq_tis_bn, seq_mis, seq_geo_mask, vespo, gmc_cap, gmc_topr, topr_gmc; "
+                        "or a token-level loss: token_clip (f), gspo, cispo, m2po, opsm, icepop, sapo, dppo_tv")
     eps: float = _f(0.2, "epsilon", "ratio threshold 1+epsilon (GMC mass cap, TIC clip; token_clip/opsm: lower clip)")
     eps_high: float | None = _f(None, "epsilon_high", "token_clip/opsm upper clip (None: = eps); ignored by the others",
                                 knob_for=("token_clip", "opsm"))
@@ -112,27 +120,30 @@ class TrainConfig:
     prompts_per_step: int = _f(32, "-", "groups (prompts) per update; batch = prompts_per_step * G completions")
     steps: int = _f(200, "T", "number of updates")
     lr: float = _f(1e-4, "eta", "Adam learning rate (constant)")
-    max_grad_norm: float | None = _f(None, "-", "clip the gradient norm (None: never; the estimator's own bound is what is studied)")
-    optimizer: str = _f("adam", "-", "optimiser of the RL updates (llm_runs.optim.OPTIMIZERS): adam (the study's), adamw "
-                        "(decoupled weight decay; verl's actor), sgd (a fixed step eta, THEORY §4's setting)")
+    max_grad_norm: float | None = _f(None, "-", "clip the gradient norm (None: never; the estimator's own bound is "
+                                     "what is studied)")
+    optimizer: str = _f("adam", "-", "optimiser of the RL updates (llm_runs.optim.OPTIMIZERS): adam (the study's), "
+                        "adamw (decoupled weight decay; verl's actor), sgd (a fixed step eta, THEORY §4's setting)")
     momentum: float = _f(0.0, "beta", "sgd only: heavy-ball momentum (0: plain SGD, THEORY §4's setting)")
     weight_decay: float = _f(0.0, "-", "weight decay: decoupled for adamw (verl's actor default 0.01, TRL's 0), the "
                              "L2 term of the gradient for adam and sgd; 0: none")
     mechanism_diagnostics: bool = _f(False, "-", "log the mech/ columns every update (update direction against IS's, "
                                      "heaviest trajectory's share of the gradient, step norm, KL to the behaviour "
                                      "policy; llm_runs.mechanism): one more backward pass per update")
-    micro_batch_groups: int = _f(0, "-", "groups per forward/backward chunk (0: all); the gradient is the same up to rounding")
+    micro_batch_groups: int = _f(0, "-", "groups per forward/backward chunk (0: all); the gradient is the same up to "
+                                 "rounding")
 
     # --- step-size control (llm_runs.stepsize; off by default) ----------------------------
     ess_scaling: str = _f("none", "eta_t", "scale the step by the update batch's sequence ESS ratio rho_ess = "
-                          "(sum w)^2 / (N sum w^2) (VCPO's actor.ess_scaling): none | sqrt (eta sqrt(min(1, rho/base)), "
-                          "VCPO's rule for AdamW-style optimisers) | linear (eta min(1, rho/base))")
+                          "(sum w)^2 / (N sum w^2) (VCPO's actor.ess_scaling): none | sqrt "
+                          "(eta sqrt(min(1, rho/base)), VCPO's rule for AdamW-style optimisers) | linear "
+                          "(eta min(1, rho/base))")
     ess_base_ratio: float = _f(1.0, "rho_0", "ess_scaling: the ratio at which the step is not reduced "
                                "(VCPO's ess_scaling.base_ess_ratio)")
-    ess_use_clipped: bool = _f(False, "-", "ess_scaling: compute rho_ess on the estimator's trajectory weights (seq_tis: "
-                               "min(w, C), VCPO's use_clipped) instead of the raw ratios w")
-    gmc_step: bool = _f(False, "s_t", "GMC's step form (THEORY §8): scale the step by s_t = mean over the batch's groups "
-                        "of GMC's factor min(1, (1+eps) / mean_i w_i), whatever the estimator")
+    ess_use_clipped: bool = _f(False, "-", "ess_scaling: compute rho_ess on the estimator's trajectory weights "
+                               "(seq_tis: min(w, C), VCPO's use_clipped) instead of the raw ratios w")
+    gmc_step: bool = _f(False, "s_t", "GMC's step form (THEORY §8): scale the step by s_t = mean over the batch's "
+                        "groups of GMC's factor min(1, (1+eps) / mean_i w_i), whatever the estimator")
     skip_zero_grad: bool = _f(False, "-", "do not step the optimiser on an update whose gradient is exactly zero (Adam "
                               "would keep moving on its momentum)")
     opob_norm_by_std: bool = _f(True, "-", "advantage opob: divide (R_i - b*) by the group's reward std "
@@ -141,24 +152,32 @@ class TrainConfig:
                                  "|log w|; ratios only, the update is unchanged)")
 
     # --- rollouts and delay ----------------------------------------------------------------
-    mode: str = _f("controlled", "-", "rollout source (llm_runs.rollout_sources.ROLLOUT_SOURCES): controlled = delay from a snapshot ring; async = a rollout worker process (llm_runs.async_rollout)")
+    mode: str = _f("controlled", "-", "rollout source (llm_runs.rollout_sources.ROLLOUT_SOURCES): controlled = delay "
+                   "from a snapshot ring; async = a rollout worker process (llm_runs.async_rollout)")
     delay: int = _f(0, "d", "rollout delay in policy versions: update t uses samples from theta_{t-d_t}")
     delay_mode: str = _f("fixed", "d_t", "fixed: d_t = min(d, t); uniform: d_t ~ U{0..d}, capped at t")
-    max_staleness: int = _f(4, "d", "async: maximum staleness t - version of a sample used by update t; older samples are dropped and counted (stale/dropped)")
-    sync_every: int = _f(1, "-", "async: the rollout worker gets the learner's weights every this many updates k (needs k - 1 <= max_staleness)")
+    max_staleness: int = _f(4, "d", "async: maximum staleness t - version of a sample used by update t; older samples "
+                            "are dropped and counted (stale/dropped)")
+    sync_every: int = _f(1, "-", "async: the rollout worker gets the learner's weights every this many updates k "
+                         "(needs k - 1 <= max_staleness)")
     queue_size: int = _f(2, "-", "async: finished rollout batches the worker may queue ahead of the learner")
-    worker_timeout_s: float = _f(300.0, "-", "async: stop (checkpoint + error) when the rollout worker delivers nothing for this many seconds")
-    temperature: float = _f(1.0, "tau", "sampling temperature (1: sample pi_theta itself; other values also score pi_theta at tau)")
+    worker_timeout_s: float = _f(300.0, "-", "async: stop (checkpoint + error) when the rollout worker delivers "
+                                 "nothing for this many seconds")
+    temperature: float = _f(1.0, "tau", "sampling temperature (1: sample pi_theta itself; other values also score "
+                            "pi_theta at tau)")
     top_k: int = _f(0, "-", "top-k truncation of the behaviour policy (0: none; biases the ratio, warned)")
     top_p: float = _f(1.0, "-", "top-p truncation of the behaviour policy (1: none; biases the ratio, warned)")
     max_new_tokens: int | None = _f(None, "|o|", "maximum completion length (None: the task's answer length + EOS)")
-    seed: int = _f(0, "-", "RL seed: prompt choice, delay draws and per-sample sampling keys (seed, step, prompt, sample)")
+    seed: int = _f(0, "-", "RL seed: prompt choice, delay draws and per-sample sampling keys (seed, step, prompt, "
+                   "sample)")
 
     # --- evaluation and checkpoints --------------------------------------------------------------
-    eval_every: int = _f(10, "-", "greedy accuracy and pc every this many updates (and at the end; 0: start and end only)")
+    eval_every: int = _f(10, "-", "greedy accuracy and pc every this many updates (and at the end; 0: start and end "
+                         "only)")
     eval_train_size: int = _f(200, "-", "training-pool problems also evaluated (0: held-out only)")
     eval_batch_size: int = _f(256, "-", "problems per evaluation forward")
-    checkpoint_every: int = _f(25, "-", "save a resumable checkpoint every this many updates (0: only at the end / on signal)")
+    checkpoint_every: int = _f(25, "-", "save a resumable checkpoint every this many updates (0: only at the end / on "
+                               "signal)")
     keep_checkpoints: int = _f(2, "-", "number of most recent checkpoints kept")
 
     # ------------------------------------------------------------------------------------------
@@ -216,7 +235,8 @@ class TrainConfig:
         need(self.advantage in kinds, f"unknown advantage {self.advantage!r}; valid: {', '.join(kinds)}")
         check_step_control(self)
         ROLLOUT_SOURCES.lookup(self.mode)  # unknown mode -> ValueError listing the valid ones
-        need(self.dtype in ("float32", "bfloat16", "float16"), f"unknown dtype {self.dtype!r}; valid: float32, bfloat16, float16")
+        need(self.dtype in ("float32", "bfloat16", "float16"),
+             f"unknown dtype {self.dtype!r}; valid: float32, bfloat16, float16")
         need(self.amp in ("none", "bfloat16"), f"unknown amp {self.amp!r}; valid: none, bfloat16")
         need(self.amp == "none" or self.dtype == "float32",
              f"amp {self.amp!r} keeps float32 master weights: use dtype float32, got dtype {self.dtype!r}")
@@ -224,22 +244,25 @@ class TrainConfig:
         need(self.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {self.prompts_per_step}")
         need(self.micro_batch_groups >= 0, f"micro_batch_groups must be >= 0, got {self.micro_batch_groups}")
         need(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
-        need(isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0, f"lr eta must be > 0, got {self.lr!r}")
-        need(self.max_grad_norm is None or self.max_grad_norm > 0, f"max_grad_norm must be None or > 0, got {self.max_grad_norm!r}")
+        need(isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0,
+             f"lr eta must be > 0, got {self.lr!r}")
+        need(self.max_grad_norm is None or self.max_grad_norm > 0,
+             f"max_grad_norm must be None or > 0, got {self.max_grad_norm!r}")
         from .optim import check_optimizer
 
         check_optimizer(self.optimizer, self.momentum, self.weight_decay)
         shrink = 1 - self.lr * self.weight_decay  # the factor the decay applies to the weights each step
         need(self.optimizer == "adam" or shrink > 0,
-             f"weight_decay {self.weight_decay!r} at lr {self.lr!r}: optimizer {self.optimizer!r} multiplies the weights "
-             f"by 1 - lr * weight_decay = {shrink:.6g} every step, which is no decay (it must be > 0)")
+             f"weight_decay {self.weight_decay!r} at lr {self.lr!r}: optimizer {self.optimizer!r} multiplies the "
+             f"weights by 1 - lr * weight_decay = {shrink:.6g} every step, which is no decay (it must be > 0)")
         need(not (self.dtype == "float16" and self.optimizer in ("adam", "adamw")),
              f"optimizer {self.optimizer!r} cannot step float16 weights: its state is float16 too, where Adam's eps "
              f"(1e-8) underflows to 0, so an update with a zero gradient steps by 0/0 = NaN. Use dtype float32 (or "
              f"amp bfloat16, float32 master weights and state), or optimizer 'sgd'")
         need(isinstance(self.mechanism_diagnostics, bool),
              f"mechanism_diagnostics must be true or false, got {self.mechanism_diagnostics!r}")
-        need(self.temperature > 0 and math.isfinite(self.temperature), f"temperature must be > 0, got {self.temperature!r}")
+        need(self.temperature > 0 and math.isfinite(self.temperature),
+             f"temperature must be > 0, got {self.temperature!r}")
         need(self.top_k >= 0, f"top_k must be >= 0 (0 disables it), got {self.top_k}")
         for name in ("max_staleness", "sync_every", "queue_size"):
             need(is_int(getattr(self, name)), f"{name} must be an integer, got {getattr(self, name)!r}")
@@ -247,7 +270,8 @@ class TrainConfig:
         need(self.sync_every >= 1, f"sync_every must be >= 1, got {self.sync_every}")
         need(self.queue_size >= 1, f"queue_size must be >= 1, got {self.queue_size}")
         need(isinstance(self.worker_timeout_s, (int, float)) and math.isfinite(self.worker_timeout_s)
-             and self.worker_timeout_s > 0, f"worker_timeout_s must be a finite number > 0, got {self.worker_timeout_s!r}")
+             and self.worker_timeout_s > 0,
+             f"worker_timeout_s must be a finite number > 0, got {self.worker_timeout_s!r}")
         if self.mode == "async":
             need(self.delay == 0 and self.delay_mode == "fixed",
                  f"delay = {self.delay}, delay_mode = {self.delay_mode!r} apply to the controlled mode only; async "
@@ -266,7 +290,8 @@ class TrainConfig:
         need(self.eval_batch_size >= 1, f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
         need(self.checkpoint_every >= 0, f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
         need(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
-        need(isinstance(self.model_kwargs, dict), f"model_kwargs must be a dict, got {type(self.model_kwargs).__name__}")
+        need(isinstance(self.model_kwargs, dict),
+             f"model_kwargs must be a dict, got {type(self.model_kwargs).__name__}")
         need(self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")), f"unknown device {self.device!r}")
         preset = get_preset(self.preset)  # unknown preset -> ValueError listing the valid ones
         preset.check(self)  # model path exists (never a hub id), kwargs make sense
@@ -359,4 +384,5 @@ def config_diff(stored: dict[str, Any], given: dict[str, Any]) -> dict[str, tupl
     made then holds the value the run used (:data:`schema.results.LEGACY_FIELDS`), not today's default."""
     defaults = TrainConfig().to_dict()
     return {k: (stored.get(k, defaults.get(k)), given.get(k, defaults.get(k)))
-            for k in sorted(set(stored) | set(given)) if stored.get(k, defaults.get(k)) != given.get(k, defaults.get(k))}
+            for k in sorted(set(stored) | set(given))
+            if stored.get(k, defaults.get(k)) != given.get(k, defaults.get(k))}

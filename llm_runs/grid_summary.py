@@ -53,7 +53,8 @@ def summarize_run(run: Path, cell, steps_planned: int) -> dict | None:
     tail = upd["train/reward_mean"].tail(max(1, len(upd) // 10))
     row.update({"train_reward_last10": float(tail.mean()), "max_log_ratio": col("stale/log_ratio_max", "max"),
                 "mean_abs_log_ratio": col("stale/log_ratio_abs_mean", "mean"),
-                "mean_staleness": col("stale/staleness_mean", "mean"), "max_staleness": col("stale/staleness_max", "max"),
+                "mean_staleness": col("stale/staleness_mean", "mean"),
+                "max_staleness": col("stale/staleness_max", "max"),
                 "dropped": col("stale/dropped", "sum"), "stable": bool(verdict["stable"]),
                 "nonfinite": bool(verdict["nonfinite"]), "collapsed": bool(verdict["collapsed"])})
     wall = math.nan

@@ -30,7 +30,8 @@ leave-one-out advantages, 200 updates, held-out evaluation (200 problems) every 
 
 HORIZONS = {
     "short": {"task": HORIZON_TASKS["short"], "terms": 3, "warm_start_steps": 150, "warm_start_lr": 2e-3},
-    "long": {"task": HORIZON_TASKS["long"], "terms": 7, "train_size": 20000, "warm_start_steps": 700, "warm_start_lr": 2e-3},
+    "long": {"task": HORIZON_TASKS["long"], "terms": 7, "train_size": 20000, "warm_start_steps": 700,
+             "warm_start_lr": 2e-3},
 }
 """Horizon -> task settings. short: ``3+5+9=`` -> ``17`` (H <= 3 tokens with EOS); long: seven
 one-digit operands with every partial sum written out, ``08,17,...`` (H = 18 tokens)."""
@@ -139,7 +140,8 @@ class Study:
     def settings(self) -> dict:
         """What ``sweep.json`` records (and a continued grid must match); a grid without arms
         records exactly what it recorded before arms existed."""
-        drop = ("out", "doc", "pairs_with") + (() if self.arms else ("arms",)) + (() if self.kernel_env else ("kernel_env",))
+        drop = (("out", "doc", "pairs_with") + (() if self.arms else ("arms",))
+                + (() if self.kernel_env else ("kernel_env",)))
         found = {k: v for k, v in dataclasses.asdict(self).items() if k not in drop}
         found["async_estimators"] = []  # the sweep driver's field, which every study grid has recorded (empty)
         return json.loads(json.dumps(found))
@@ -389,7 +391,8 @@ STUDIES = {
                            f"{', '.join(f'{lr:g}' for lr in SGD_PILOT_LRS)}, seed 0: the step whose held-out gain "
                            "over 200 updates is closest to Adam's (the mechanism grid's SGD arm)"),
     "peers_2025": Study("peers_2025", "results/llm/study_2025", STUDY_BASE,
-                        NEWCOMER_HORIZONS, NEWCOMERS_2025, delays=(16, 64), seeds=tuple(range(10)), floor=(), zero_delay=None,
+                        NEWCOMER_HORIZONS, NEWCOMERS_2025, delays=(16, 64), seeds=tuple(range(10)), floor=(),
+                        zero_delay=None,
                         pairs_with=("results/llm/study",),
                         doc="exploratory, not pre-registered: the 2025-2026 corrections at the primary grid's "
                             "delays, horizons, warm starts and seeds (200 runs); seq_geo_mask averages over "
@@ -414,9 +417,9 @@ STUDIES = {
                    seeds=tuple(range(5)), floor=(), arms=(*drift_level_arms(), *drift_step_arms()),
                    pairs_with=("results/llm/study", "results/llm/mechanism", "results/llm/study_2025"),
                    doc="the drift map (docs/PREREGISTRATION-DRIFT.md): SGD at 1e-4, 2e-4, 3e-4, 6e-4 and Adam + clip "
-                       "1.0 at 1e-5, 3e-5, 1e-4, each with gmc, is, tic_mask, tic_trunc, topr, gspo, vespo at d = 64 and "
-                       "a delay-0 run (the 1e-4 levels' first five estimators are the mechanism grid's runs), plus the "
-                       "step-size arms (VCPO's recipe; ESS sqrt scaling on gmc, is, topr; GMC's step form; the "
+                       "1.0 at 1e-5, 3e-5, 1e-4, each with gmc, is, tic_mask, tic_trunc, topr, gspo, vespo at d = 64 "
+                       "and a delay-0 run (the 1e-4 levels' first five estimators are the mechanism grid's runs), plus "
+                       "the step-size arms (VCPO's recipe; ESS sqrt scaling on gmc, is, topr; GMC's step form; the "
                        "zero-gradient skip on seq_geo_mask under Adam), long horizon, seeds 0-4 (250 runs)"),
     "drift_decisive": Study("drift_decisive", "results/llm/drift_decisive", DRIFT_BASE, {"long": HORIZONS["long"]}, (),
                             delays=(64,), seeds=tuple(range(5, 10)), floor=(), arms=drift_decisive_arms(),

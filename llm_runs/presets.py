@@ -12,7 +12,8 @@ any work and never a hub download.
 
 * ``qwen3-0.6b``: a local Qwen3 checkpoint (``--model-path``, e.g. a copy of
   ``Qwen/Qwen3-0.6B``) loaded with ``from_pretrained(local_files_only=True)`` on a GPU in bf16
-  mixed precision (float32 master weights and Adam state, forward passes under bf16 autocast); no build and no warm start (``build=None``, :func:`initial_policy` loads ``model_path``),
+  mixed precision (float32 master weights and Adam state, forward passes under bf16 autocast); no
+  build and no warm start (``build=None``, :func:`initial_policy` loads ``model_path``),
   GSM8K by default. A missing folder, a folder without ``config.json``, a checkpoint that is
   not a Qwen3 causal LM or a CUDA device on a machine without one is a ``ValueError`` before
   any work.
@@ -60,7 +61,8 @@ class Preset:
         if config.model_path:
             check_local_path(config.model_path)
         if config.model_kwargs and (self.build is None or config.model_path):
-            raise ValueError(f"preset {self.name!r} loads a checkpoint: model_kwargs {config.model_kwargs} cannot apply")
+            raise ValueError(f"preset {self.name!r} loads a checkpoint: model_kwargs {config.model_kwargs} "
+                             f"cannot apply")
         if config.model_kwargs and self.model_kwargs_keys is not None:
             unknown = sorted(set(config.model_kwargs) - set(self.model_kwargs_keys()))
             if unknown:
@@ -265,7 +267,9 @@ class CheckpointPreset(Preset):
 
 register_preset(CheckpointPreset(
     "qwen3-0.6b", None, needs_model_path=True, model_type="qwen3",
-    defaults={"dtype": "float32", "amp": "bfloat16", "device": "cuda", "task": "gsm8k", "gsm8k_prompt": QWEN3_CHAT_PROMPT,
-              "warm_start_steps": 0, "lr": 1e-6, "group_size": 8, "prompts_per_step": 16, "eval_batch_size": 64},
-    doc="Qwen3-0.6B (596M parameters) from a local folder: from_pretrained(local_files_only), bf16 mixed precision, one GPU",
+    defaults={"dtype": "float32", "amp": "bfloat16", "device": "cuda", "task": "gsm8k",
+              "gsm8k_prompt": QWEN3_CHAT_PROMPT, "warm_start_steps": 0, "lr": 1e-6, "group_size": 8,
+              "prompts_per_step": 16, "eval_batch_size": 64},
+    doc="Qwen3-0.6B (596M parameters) from a local folder: from_pretrained(local_files_only), bf16 mixed precision, "
+        "one GPU",
 ))

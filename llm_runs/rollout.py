@@ -141,7 +141,8 @@ class RolloutBatch:
         return self.prompt_ids.shape[0] // self.group_size
 
     def to(self, device) -> RolloutBatch:
-        return RolloutBatch(**{f.name: (getattr(self, f.name).to(device) if isinstance(getattr(self, f.name), torch.Tensor)
+        return RolloutBatch(**{f.name: (getattr(self, f.name).to(device)
+                                        if isinstance(getattr(self, f.name), torch.Tensor)
                                         else getattr(self, f.name)) for f in fields(self)})
 
     def groups(self, start: int, stop: int) -> RolloutBatch:
@@ -172,7 +173,8 @@ def completion_mask_of(completion_ids: torch.Tensor, eos: list[int]) -> tuple[to
     return (before == 0).float(), finished
 
 
-def decode_completions(tokenizer, completion_ids: torch.Tensor, mask: torch.Tensor, finished: torch.Tensor) -> list[str]:
+def decode_completions(tokenizer, completion_ids: torch.Tensor, mask: torch.Tensor,
+                       finished: torch.Tensor) -> list[str]:
     """Text before the first EOS (special tokens kept: a sampled pad is not silently dropped)."""
     lengths = mask.sum(-1).long() - finished.long()
     rows = [ids[:n].tolist() for ids, n in zip(completion_ids.cpu(), lengths.cpu())]
@@ -199,8 +201,10 @@ def sample_groups(model, tokenizer, task, problems: list[Problem], problem_index
     completion = torch.where(mask > 0, completion, torch.full_like(completion, tokenizer.pad_token_id))
     logp = torch.where(mask > 0, sampler.logps, torch.zeros_like(sampler.logps))
     texts = decode_completions(tokenizer, completion, mask, finished)
-    rewards = [task.reward(problems[i // group_size], text, bool(f)) for i, (text, f) in enumerate(zip(texts, finished))]
-    return RolloutBatch(ids, attn, completion, mask, logp.float(), torch.tensor(rewards, dtype=torch.float32, device=device),
+    rewards = [task.reward(problems[i // group_size], text, bool(f))
+               for i, (text, f) in enumerate(zip(texts, finished))]
+    return RolloutBatch(ids, attn, completion, mask, logp.float(),
+                        torch.tensor(rewards, dtype=torch.float32, device=device),
                         torch.full((n,), version, dtype=torch.long, device=device),
                         torch.tensor(problem_index, device=device).repeat_interleave(group_size), finished, group_size)
 

@@ -5,7 +5,8 @@
     python -m llm_runs.study --resume         # continue interrupted runs (finished ones are skipped)
     python -m llm_runs.study --grid pilot     # the delay-0 pilot that sized it -> results/llm/pilot/
     python -m llm_runs.study --grid horizon   # chi^2 against the horizon H = 3..18 -> results/llm/horizon/
-    python -m llm_runs.study --grid pilot_long_steps   # delay 0, long horizon, 800 updates -> results/llm/pilot_long_steps/
+    python -m llm_runs.study --grid pilot_long_steps   # delay 0, long horizon, 800 updates
+                                                       # -> results/llm/pilot_long_steps/
     python -m llm_runs.study --grid pilot --pack-grid  # a finished grid as three tables (schema.packed)
 
 The grid is data (:data:`STUDIES`): the settings shared by every run (:data:`STUDY_BASE`), one
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true")
     execution.add_arguments(p)
     p.add_argument("--pack", action="store_true",
-                   help="only pack the finished runs' metrics.csv as metrics.csv.gz (same bytes; runs after a sweep too)")
+                   help="only pack the finished runs' metrics.csv as metrics.csv.gz (same bytes; runs after a sweep "
+                        "too)")
     p.add_argument("--pack-grid", action="store_true",
                    help="pack the finished grid into three tables (runs.jsonl.gz, metrics.parquet, logs.jsonl.gz; "
                         "schema.packed) and remove its run folders once the tables read back the same; refused "

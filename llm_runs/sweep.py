@@ -14,8 +14,9 @@ invocation.
 
 Each run is ``python -m llm_runs.train`` in its own subprocess with one torch thread, at most
 ``--jobs`` (2) at once (``--executor ray``: one Ray task per run, as many at once as the cluster
-has room for, ``--cpus-per-run`` / ``--gpus-per-run`` each; see :mod:`execution`), in ``<out>/<estimator>-<mode>-d<delay>-s<seed>/`` (log in
-``<out>/logs/``). The warm start is computed once, before any run starts. A finished run
+has room for, ``--cpus-per-run`` / ``--gpus-per-run`` each; see :mod:`execution`), in
+``<out>/<estimator>-<mode>-d<delay>-s<seed>/`` (log in ``<out>/logs/``). The warm start is
+computed once, before any run starts. A finished run
 (``summary.json``) is skipped; an interrupted one is continued with ``--resume``; a run
 folder whose stored configuration differs from the plan is refused, never overwritten.
 Ctrl-C or SIGTERM stops every running run at its next update with a checkpoint.
@@ -217,7 +218,8 @@ def run_sweep(sweep: Grid, out: str | Path | None = None, *, resume: bool = Fals
     """
     from schema.runlock import LOCK_NAME, RunLock
 
-    out = (Path(out) if out else sweep.default_out()).absolute()  # runs start in this working directory: cache_dir is relative to it
+    # runs start in this working directory: cache_dir is relative to it
+    out = (Path(out) if out else sweep.default_out()).absolute()
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:

@@ -236,7 +236,8 @@ class GSM8KTask:
         if Path(path).is_dir() and _has_split(Path(path), "test"):
             test = gsm8k.load(path, "test")
             if heldout_size > len(test):
-                raise ValueError(f"heldout_size ({heldout_size}) exceeds the {len(test)} problems of {path}'s test split")
+                raise ValueError(f"heldout_size ({heldout_size}) exceeds the {len(test)} problems of {path}'s test "
+                                 f"split")
             heldout = [test[i] for i in rng.permutation(len(test))[:heldout_size]]
         else:
             if heldout_size >= len(pool):

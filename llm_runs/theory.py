@@ -15,8 +15,9 @@ Per update (columns of :data:`llm_runs.metrics.COLUMNS`):
 * ``stale/mass_bias_bound``: THEORY §3's bound on that m evaluated at the estimated chi^2 (and
   mu_4): the one table :data:`bounds.MASS_BOUNDS` in its :data:`BOUND_FORM` form (Theorem 2's
   bounds; :data:`SCHEME_BOUNDS` lists the twin per scheme). Empty for schemes without one (IS:
-  m = 0 exactly). The plug-in chi^2 of a batch can be negative (a heavy right tail under-sampled); the bound is then evaluated at 0, so such a
-  batch with a positive realised mass bias counts as one where the plug-in bound fails.
+  m = 0 exactly). The plug-in chi^2 of a batch can be negative (a heavy right tail under-sampled);
+  the bound is then evaluated at 0, so such a batch with a positive realised mass bias counts as
+  one where the plug-in bound fails.
 * ``train/grad_cos``: cosine between this update's gradient estimate and the previous one's;
   ``train/update_cos``: cosine between consecutive parameter changes theta_{t+1} - theta_t
   (the optimiser's actual steps). Both are empty on the first update and around a skipped

@@ -61,7 +61,8 @@ def cli_flags(overrides: dict) -> list[str]:
     """``python -m llm_runs.train`` flags for config values."""
     flags = []
     for k, v in overrides.items():
-        text = "None" if v is None else json.dumps(v) if isinstance(v, dict) else repr(v) if isinstance(v, float) else str(v)
+        text = ("None" if v is None else json.dumps(v) if isinstance(v, dict)
+                else repr(v) if isinstance(v, float) else str(v))
         flags.append(f"--{k.replace('_', '-')}={text}")
     return flags
 

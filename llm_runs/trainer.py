@@ -349,7 +349,8 @@ class Trainer:
         ev = df.dropna(subset=["eval/heldout_acc"])
         first, last = ev.iloc[0], ev.iloc[-1]
         return {"steps": int(self.config.steps), "wall_s": self.elapsed,
-                "heldout_acc_start": float(first["eval/heldout_acc"]), "heldout_acc_end": float(last["eval/heldout_acc"]),
+                "heldout_acc_start": float(first["eval/heldout_acc"]),
+                "heldout_acc_end": float(last["eval/heldout_acc"]),
                 "heldout_pc_start": float(first["eval/heldout_pc"]), "heldout_pc_end": float(last["eval/heldout_pc"]),
                 "train_acc_start": float(first["eval/train_acc"]), "train_acc_end": float(last["eval/train_acc"]),
                 "train_pc_start": float(first["eval/train_pc"]), "train_pc_end": float(last["eval/train_pc"]),

@@ -407,7 +407,8 @@ def commit(config, task, log=print) -> Path:
             shutil.copyfile(f, tmp / f.name)
     (tmp / "warmstart.json").write_text(dumps_json(info) + "\n")
     os.rename(tmp, dest)
-    log(f"committed warm start {dest} (weights sha256 {info['weights_sha256'][:16]}, held-out pc {info['heldout_pc']:.3f})")
+    log(f"committed warm start {dest} (weights sha256 {info['weights_sha256'][:16]}, "
+        f"held-out pc {info['heldout_pc']:.3f})")
     return dest
 
 

@@ -124,7 +124,8 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
         refused = {
             "beta": (self.beta != 0.0, "the trajectory loss has no KL term; set beta=0.0"),
             "top_entropy_quantile": (self.top_entropy_quantile < 1.0, "token masking breaks the trajectory ratio"),
-            "off_policy_mask_threshold": (self.off_policy_mask_threshold is not None, "the scheme does the off-policy correction"),
+            "off_policy_mask_threshold": (self.off_policy_mask_threshold is not None,
+                                          "the scheme does the off-policy correction"),
             "entropy_coef": (self._entropy_bonus_enabled, "no entropy bonus in the trajectory loss"),
             "vllm_importance_sampling_correction": (
                 self.use_vllm and self.vllm_importance_sampling_correction,
@@ -142,7 +143,8 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
         }
         for name, (bad, why) in refused.items():
             if bad:
-                raise ValueError(f"TrajectoryGRPOTrainer does not support {name} = {getattr(args, name, None)!r}: {why}")
+                raise ValueError(f"TrajectoryGRPOTrainer does not support {name} = {getattr(args, name, None)!r}: "
+                                 f"{why}")
 
     def _group_size(self) -> int:
         return self.num_generations if self.model.training else self.num_generations_eval
@@ -162,10 +164,12 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
         prompts = [repr(x.get("prompt")) for x in inputs]
         for start in range(0, n, G):
             if len(set(prompts[start:start + G])) != 1:
-                raise ValueError(f"rows {offset + start}..{offset + start + G - 1} should be G = {G} completions of one prompt")
+                raise ValueError(f"rows {offset + start}..{offset + start + G - 1} should be G = {G} completions of "
+                                 f"one prompt")
         per_func = self._rewards_per_func
         if bool(torch.isnan(per_func).all(dim=1).any()):
-            raise ValueError("a completion has no reward (every reward function returned None): cannot form its group advantage")
+            raise ValueError("a completion has no reward (every reward function returned None): cannot form its group "
+                             "advantage")
         rewards = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
         adv = estimators.advantages(rewards.double().reshape(-1, G), self.advantage).reshape(-1)
         output["advantages"] = adv[offset:offset + n].to(torch.float32)

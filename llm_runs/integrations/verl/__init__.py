@@ -16,7 +16,8 @@ module :mod:`llm_runs.integrations.verl_plugin` calls it: load that one in every
   (:func:`scheme_options_from`; an unknown knob, or another loss's, is refused; :func:`extend_policy_loss_config`
   makes verl's ``PolicyLossConfig`` take them), defaults otherwise; ``seq_geo_mask``'s ``length`` L, when
   not set, is the micro-batch's response length (every response of the same length, else refused
-  by name); ``seq_tis_bn``'s batch is the micro-batch the loss sees, not verl's whole batch. The surrogate is :func:`estimators.losses.trajectory_loss` itself:
+  by name); ``seq_tis_bn``'s batch is the micro-batch the loss sees, not verl's whole batch. The
+  surrogate is :func:`estimators.losses.trajectory_loss` itself:
   one trajectory log-ratio ``l_i = sum_t (log_prob - old_log_prob)`` per response, weights
   ``c = estimators.weights(scheme, l, eps)`` per group, loss ``-(1/N) sum_i c_i A_i`` over
   the N responses of the mini-batch, i.e. THEORY §2's ``g_hat(c)`` averaged over groups.

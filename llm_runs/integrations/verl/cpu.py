@@ -42,7 +42,8 @@ def cpu_platform():
         **{n: getattr(torch.cpu, n) for n in ("is_available", "synchronize", "current_device", "device_count",
                                               "Stream", "stream", "current_stream", "Event") if hasattr(torch.cpu, n)},
         max_memory_allocated=_zero, max_memory_reserved=_zero, memory_allocated=_zero, memory_reserved=_zero,
-        reset_peak_memory_stats=_none, empty_cache=_none, manual_seed=torch.manual_seed, get_device_name=lambda *a: "CPU",
+        reset_peak_memory_stats=_none, empty_cache=_none, manual_seed=torch.manual_seed,
+        get_device_name=lambda *a: "CPU",
         manual_seed_all=torch.manual_seed, set_device=_none, mem_get_info=lambda *a: (0, 0),
         get_rng_state=torch.get_rng_state, set_rng_state=torch.set_rng_state, is_initialized=lambda: True)
 
@@ -149,7 +150,8 @@ def register_cpu_engines() -> None:
     from verl.workers.engine import EngineRegistry
     from verl.workers.engine.fsdp import transformer_impl
 
-    for model_type, cls_name in (("language_model", "FSDPEngineWithLMHead"), ("value_model", "FSDPEngineWithValueHead")):
+    for model_type, cls_name in (("language_model", "FSDPEngineWithLMHead"),
+                                 ("value_model", "FSDPEngineWithValueHead")):
         cls = getattr(transformer_impl, cls_name, None)
         if cls is None:
             continue

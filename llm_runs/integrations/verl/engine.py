@@ -66,7 +66,8 @@ def check_whole_groups_on_rank(data, G: int) -> None:
     if ids is None:
         return
     whole_groups(ids, G, "in this rank's training batch",
-                 "the group is split across data-parallel ranks. With several data-parallel ranks set trainer.balance_batch=False (verl's balancing partitions "
+                 "the group is split across data-parallel ranks. With several data-parallel ranks set "
+                 "trainer.balance_batch=False (verl's balancing partitions "
                  "rows by length, ignoring groups) and keep train_batch_size a multiple of the number of ranks")
 
 

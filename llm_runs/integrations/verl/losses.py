@@ -222,7 +222,8 @@ def group_order(ids, G: int) -> list[int]:
     first appearance; every id must occur exactly G times in ``ids`` (else ``ValueError``)."""
     rows = whole_groups(
         ids, G, "in this micro-batch",
-        "a group is split across micro-batches, mini-batches or data-parallel ranks. Keep ppo_micro_batch_size_per_gpu and each rank's share of ppo_mini_batch_size multiples of G, "
+        "a group is split across micro-batches, mini-batches or data-parallel ranks. Keep "
+        "ppo_micro_batch_size_per_gpu and each rank's share of ppo_mini_batch_size multiples of G, "
         "actor.shuffle=False, use_dynamic_bsz=False and, with several data-parallel ranks, the batch "
         "unbalanced (trainer.balance_batch=False)")
     return [i for r in rows.values() for i in r]
@@ -311,7 +312,8 @@ def make_policy_loss(scheme: str, style: str = METRICS_STYLE):
         loss, out = trajectory_policy_loss(scheme, old_log_prob, log_prob, advantages, response_mask, config,
                                            rollout_is_weights, group_ids=_GROUP_IDS.get())
         if style == METRICS_STYLE:
-            return loss, {**{f"actor/{k}": v for k, v in out.logged.items()}, **metric_names(out.metrics, prefix="actor/")}
+            return loss, {**{f"actor/{k}": v for k, v in out.logged.items()},
+                          **metric_names(out.metrics, prefix="actor/")}
         import torch
 
         from estimators.losses import masked_token_log_ratio
