@@ -123,7 +123,8 @@ def _cells(summary: Path) -> dict[tuple[str, str, int], tuple[int, str]]:
     out: dict = {}
     for r in csv.DictReader(summary.open()):
         out.setdefault((r["estimator"], r["run"].split("-")[0], int(r["delay"])), []).append(r)
-    return {k: (sum(r["stable"] == "True" for r in v), f"{statistics.mean(float(r['heldout_pc_final']) for r in v):.3f}")
+    return {k: (sum(r["stable"] == "True" for r in v),
+                f"{statistics.mean(float(r['heldout_pc_final']) for r in v):.3f}")
             for k, v in out.items()}
 
 
@@ -149,7 +150,8 @@ def test_the_verl_command_is_one_command():
     """docs/INTEGRATIONS.md explains the README's verl command (which tests/verl_suite trains
     through); the two copies are the same."""
     pattern = r"```bash\n(python3 -m verl\.trainer\.main_ppo.*?)```"
-    copies = [re.findall(pattern, p.read_text(), re.DOTALL) for p in (REPO / "README.md", REPO / "docs" / "INTEGRATIONS.md")]
+    copies = [re.findall(pattern, p.read_text(), re.DOTALL)
+              for p in (REPO / "README.md", REPO / "docs" / "INTEGRATIONS.md")]
     assert [len(c) for c in copies] == [1, 1] and copies[0] == copies[1]
 
 

@@ -8,7 +8,8 @@ import sys
 
 
 def test_pip_check_is_clean():
-    res = subprocess.run([sys.executable, "-m", "pip", "check"], check=False, capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-m", "pip", "check"], check=False, capture_output=True, text=True,
+                         timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
 
 

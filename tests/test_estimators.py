@@ -251,7 +251,8 @@ def test_missing_advantages_and_unknown_scheme_and_duplicates():
     with pytest.raises(ValueError, match=r"unknown scheme 'gmcc'.*gmc.*is.*snis"):
         weights("gmcc", np.zeros((1, 4)), 0.2)
     with pytest.raises(ValueError, match="already registered"):
-        estimators.register_scheme("gmc", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0)(lambda lr, eps, adv, ops: lr)
+        estimators.register_scheme("gmc", family="theory", in_class=True,
+                                   sup_mass=lambda eps, B: 1.0)(lambda lr, eps, adv, ops: lr)
     assert SCHEMES["gmc"].log_weights.__name__ == "gmc_log_weights"
 
 

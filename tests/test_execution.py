@@ -196,7 +196,8 @@ def test_exit_status_reads_without_reaping_and_matches_popen():
     """A running child reads None; an exited or killed one reads as Popen.returncode would, and stays
     reapable (an interrupted check cannot lose the status)."""
     import subprocess
-    for code, expected in (("import sys; sys.exit(143)", 143), ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", -9)):
+    for code, expected in (("import sys; sys.exit(143)", 143),
+                           ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", -9)):
         proc = subprocess.Popen([sys.executable, "-c", code])
         deadline = time.monotonic() + 30
         while (rc := execution.ray_executor._exit_status(proc.pid)) is None and time.monotonic() < deadline:

@@ -126,7 +126,8 @@ def write_claims(root: Path, failing=()):
     rows = [{"id": i, "title": f"claim {i}", "theory_ref": "§5", "kind": "numeric", "expected": 1.0,
              "measured": 1.0, "tolerance": 0.1, "status": "FAIL" if i in failing else "PASS", "seconds": 0.1,
              "evidence": "synthetic"} for i in range(1, 19)]
-    rows[9]["measured"] = {"slope": {"mask": "-2", "trunc": "-1", "gmc": "-1"}, "squared": {"mask": "-4", "trunc": "-2"}}
+    rows[9]["measured"] = {"slope": {"mask": "-2", "trunc": "-1", "gmc": "-1"},
+                           "squared": {"mask": "-4", "trunc": "-2"}}
     rows[11]["measured"] = {"G": {"gmc": "-2/5", "tic_mask": "0"}, "epsilon": {"gmc": "-2/5", "tic_mask": "-4/5"}}
     rows[11]["tolerance"] = {"symbolic": 0, "numeric slope": 1e-3, "min value rel": 1e-6}
     (root / "verify").mkdir(parents=True, exist_ok=True)
@@ -259,7 +260,8 @@ def test_f7_lines_and_stability(llm_df):
     assert n_series(fig) == 4  # gmc, tic_mask, token_clip controlled + gmc async
     _, y = line(fig, "gmc", "controlled")  # mean final accuracy per delay, complete runs
     sm0 = data.run_summary(llm_df)
-    want = sm0[sm0.complete & (sm0.estimator == "gmc") & (sm0["mode"] == "controlled")].groupby("delay")["acc_final"].mean()
+    want = (sm0[sm0.complete & (sm0.estimator == "gmc") & (sm0["mode"] == "controlled")]
+            .groupby("delay")["acc_final"].mean())
     np.testing.assert_allclose(y, want.values)
     sm = data.run_summary(llm_df)
     bad = sm[~sm["stable"]]

@@ -118,8 +118,8 @@ def test_per_step_loss_is_the_core_surrogate(trained):
     assert logged[1]["stale/mass_bias"] == pytest.approx(float((w - c).abs().mean()), rel=1e-5, abs=1e-9)
     assert {"stale/ess", "stale/mass_bias_bound", "stale/chi2_token"} <= set(logged[1])
     # the mechanism diagnostics that need only the ratios, with the trainer's names
-    assert logged[1]["mech/lambda_min"] == pytest.approx(float(estimators.gmc_lambda(stale.double(), trainer.eps).min()),
-                                                         rel=1e-6)
+    assert logged[1]["mech/lambda_min"] == pytest.approx(
+        float(estimators.gmc_lambda(stale.double(), trainer.eps).min()), rel=1e-6)
     assert logged[1]["mech/kl"] >= 0 and logged[0]["mech/kl"] == pytest.approx(0.0, abs=1e-6)
 
 

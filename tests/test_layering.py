@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"estimators": 0, "bounds": 0, "execution": 0, "stats": 0, "schema": 1, "simulators": 2, "llm_runs": 2, "claims": 3, "figures": 4, "report_card": 5, "studies": 6}
+LAYERS = {"estimators": 0, "bounds": 0, "execution": 0, "stats": 0, "schema": 1, "simulators": 2, "llm_runs": 2,
+          "claims": 3, "figures": 4, "report_card": 5, "studies": 6}
 
 
 def _module_name(path: Path) -> str:

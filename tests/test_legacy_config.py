@@ -65,7 +65,8 @@ def test_every_field_a_committed_run_lacks_has_a_legacy_entry():
     for run in runs:
         missing |= fields - set(read_run_doc(run)["config"])
     assert missing, "every committed run records every field: the legacy table is not exercised"
-    assert missing <= set(LEGACY_FIELDS), f"fields committed runs lack with no legacy entry: {sorted(missing - set(LEGACY_FIELDS))}"
+    assert missing <= set(LEGACY_FIELDS), \
+        f"fields committed runs lack with no legacy entry: {sorted(missing - set(LEGACY_FIELDS))}"
 
 
 def test_gspos_legacy_clip_range_is_filled_only_into_gspo_runs(tmp_path):

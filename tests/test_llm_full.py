@@ -81,7 +81,8 @@ def test_gsm8k_task_splits_prompts_and_rewards_the_projects_own_file(sample):
     assert sorted(seen) == sorted(questions)  # a partition: held-out problems are never trained on
     again = build_task(config)
     assert [p.prompt for p in again.heldout] == [p.prompt for p in task.heldout]  # the split is seeded
-    other = build_task(TrainConfig(task="gsm8k", gsm8k_path=str(sample), heldout_size=8, warm_start_steps=0, task_seed=4))
+    other = build_task(TrainConfig(task="gsm8k", gsm8k_path=str(sample), heldout_size=8, warm_start_steps=0,
+                                   task_seed=4))
     assert [p.prompt for p in other.heldout] != [p.prompt for p in task.heldout]
     p = task.train[0]
     wrong = str(int(p.answer) + 1)

@@ -76,7 +76,8 @@ def test_lean_forward_gives_the_models_logits_and_cache_bit_for_bit(training, pa
     fwd = qwen3_forward.logits_fn(model)
     with torch.no_grad():
         for keep in (0, 1, 3):
-            assert torch.equal(fwd(ids, attn, pos, logits_to_keep=keep), _hf(model, ids, attn, pos, logits_to_keep=keep))
+            assert torch.equal(fwd(ids, attn, pos, logits_to_keep=keep),
+                               _hf(model, ids, attn, pos, logits_to_keep=keep))
         ours, theirs = DynamicCache(config=model.config), DynamicCache(config=model.config)
         assert torch.equal(fwd(ids, attn, pos, ours, True, 1), _hf(model, ids, attn, pos, theirs, True, 1))
         mask, last = attn, pos[:, -1:]
@@ -216,7 +217,8 @@ def test_the_comparison_sees_a_one_ulp_change_and_ignores_timings(tmp_path):
     bumped[3][loss] = repr(math.nextafter(value, math.inf))
     with path.open("w", newline="") as fh:
         csv.writer(fh, lineterminator="\n").writerows(bumped)
-    assert compare_metrics(ref, path, SMALL["steps"]) == [f"step 2 train/loss: {rows[3][loss]!r} vs {bumped[3][loss]!r}"]
+    assert compare_metrics(ref, path, SMALL["steps"]) == [
+        f"step 2 train/loss: {rows[3][loss]!r} vs {bumped[3][loss]!r}"]
     with path.open("w", newline="") as fh:
         csv.writer(fh, lineterminator="\n").writerows(rows[:3])
     assert compare_metrics(ref, path, SMALL["steps"])[0] == "step 2: missing from the replay"

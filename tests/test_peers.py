@@ -55,7 +55,8 @@ def test_seq_tis_bn_normalises_over_the_batch_not_the_group():
     # one group alone: SNIS of the truncated ratios (mass exactly 1)
     np.testing.assert_allclose(weights("seq_tis_bn", lr[:1], 0.2), t[:1] / t[0].mean(), rtol=1e-14)
     # C is a knob; torch agrees
-    np.testing.assert_allclose(weights("seq_tis_bn", lr, 0.2, C=3.0), np.minimum(np.exp(lr), 3) / (8.75 / 8), rtol=1e-14)
+    np.testing.assert_allclose(weights("seq_tis_bn", lr, 0.2, C=3.0), np.minimum(np.exp(lr), 3) / (8.75 / 8),
+                               rtol=1e-14)
     np.testing.assert_allclose(weights("seq_tis_bn", torch.from_numpy(lr), 0.2).numpy(), c, rtol=1e-14)
     # the per-group mass approaches the number of groups B when the other groups' ratios vanish
     B = 4

@@ -112,7 +112,8 @@ def test_vespo_extreme_log_ratios_give_exact_zeros():
         np.testing.assert_array_equal(c, [[0, 0, 0, 0, 0, 1]])
         for dt in (torch.float32, torch.bfloat16):
             ct = weights("vespo", torch.tensor(lr).to(dt), 0.2, torch.tensor(A).to(dt))
-            assert ct.dtype == dt and torch.equal(ct.double(), torch.tensor([[0.0, 0, 0, 0, 0, 1]], dtype=torch.float64))
+            assert ct.dtype == dt and torch.equal(ct.double(),
+                                                  torch.tensor([[0.0, 0, 0, 0, 0, 1]], dtype=torch.float64))
     # a tiny lambda: lambda e^l is formed as exp(l + log lambda) once e^l overflows
     c = weights("vespo", np.array([[750.0]]), 0.2, np.ones((1, 1)), lambda_pos=1e-320, k_pos=0.0)
     assert c[0, 0] == pytest.approx(math.exp(1e-320 - math.exp(750.0 + math.log(1e-320))), rel=1e-12)

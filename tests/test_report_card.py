@@ -255,7 +255,8 @@ def test_the_frontier_place_equals_f9s_summary():
         assert {D: sorted(v) for D, v in mine.items() if D != s["Delta"]} == \
             {D: sorted(v) for D, v in s["gmc_dominated_at"].items()}
         at_max = next(f for f in place if f["env"] == env and f["Delta"] == s["Delta"])
-        assert at_max["on_frontier"] == s["gmc_on_frontier"] and sorted(at_max["dominated_by"]) == sorted(s["gmc_dominated_by"])
+        assert at_max["on_frontier"] == s["gmc_on_frontier"] \
+            and sorted(at_max["dominated_by"]) == sorted(s["gmc_dominated_by"])
     assert summary["token_mdp"]["gmc_dominated_at"] == {1.0: ["snis", "seq_tis_bn"]}  # not a vacuous comparison
 
 

@@ -73,7 +73,8 @@ def assert_rounded_close(got, ref: np.ndarray, dtype_name: str, lr: np.ndarray):
     row_max = np.abs(lr).max(axis=-1, keepdims=True)
     tol = (fi.eps + 8 * np.finfo(np.float64).eps * (1 + log_ref + row_max)) * np.abs(ref) + fi.smallest_normal * fi.eps
     err = np.abs(g - ref)
-    assert (err <= tol).all(), f"{dtype_name}: max excess {np.max(err - tol)} at {np.argmax(err - tol)}; lr={lr}, got={g}, ref={ref}"
+    assert (err <= tol).all(), (f"{dtype_name}: max excess {np.max(err - tol)} at {np.argmax(err - tol)}; lr={lr}, "
+                                f"got={g}, ref={ref}")
 
 
 def _as(lr64: np.ndarray, dtype_name: str, backend: str):
@@ -138,8 +139,8 @@ def test_policy_loss_finite_loss_and_gradient_for_large_trajectory_ratios(scheme
     loss and gradient are finite and equal those of the float64 model (the loss was NaN for GMC)."""
     def run(dt):
         logp = torch.tensor([[50.0] * 4, [0.0] * 4, [-1.0] * 4, [0.5] * 4], dtype=dt, requires_grad=True)
-        out = policy_loss(scheme, logp, torch.zeros(4, 4, dtype=dt), torch.ones(4, 4), torch.tensor([1.0, -1.0, 0.5, 0.2]),
-                          4, 0.2)
+        out = policy_loss(scheme, logp, torch.zeros(4, 4, dtype=dt), torch.ones(4, 4),
+                          torch.tensor([1.0, -1.0, 0.5, 0.2]), 4, 0.2)
         out.loss.backward()
         return out.loss.detach().double(), logp.grad.double()
 

@@ -64,7 +64,8 @@ def test_scratchpad_is_registered_beside_the_other_tasks():
 
     task = build_task(resolve_config(task="scratchpad", terms=4, heldout_size=10, train_size=50))
     assert isinstance(task, ScratchpadTask) and task.name == "scratchpad" and task.horizon == 9
-    assert build_task(resolve_config(task="scratchpad_answer", terms=4, heldout_size=10, train_size=50)).check == "answer"
+    assert build_task(resolve_config(task="scratchpad_answer", terms=4, heldout_size=10,
+                                     train_size=50)).check == "answer"
     p = task.heldout[0]  # the worked solution is the only rewarded completion (so pc is P(r = 1))
     assert [c for c in (p.answer, p.answer[::-1], "00" + p.answer[2:]) if task.reward(p, c, True)] == [p.answer]
 
@@ -141,7 +142,8 @@ def test_direction_tracker_cosines_and_state_round_trip():
     clone.load_state_dict(tr.state_dict())
     tr = clone  # the closure step() now drives the restored tracker
     third = step([0.0, 2.0], [1.0, 1.0])
-    assert third["train/grad_cos"] == pytest.approx(1 / math.sqrt(2)) and third["train/update_cos"] == pytest.approx(-1.0)
+    assert third["train/grad_cos"] == pytest.approx(1 / math.sqrt(2)) \
+        and third["train/update_cos"] == pytest.approx(-1.0)
     tr.before(model)
     assert tr.after(model, skipped=True) == {} and tr.prev_grad is None
 
@@ -219,7 +221,8 @@ def test_trainer_logs_theory_columns_zero_at_delay_zero_and_positive_under_delay
     assert np.allclose(d0["stale/chi2"], 0, atol=1e-5) and np.allclose(d0["stale/mass_bias"], 0, atol=1e-6)
     assert np.allclose(d0["stale/chi2_token"], 0, atol=1e-5)
     assert (d2["train/grad_norm"].iloc[:2] > 0).all()  # theta_2 != theta_0: updates 2, 3 are off-policy
-    assert (d2["stale/chi2"].iloc[2:] > 1e-4).all() and (d2["stale/chi2_token"].iloc[2:] > 0).all()  # updates 2, 3 sample from theta_0, theta_1
+    # updates 2, 3 sample from theta_0, theta_1
+    assert (d2["stale/chi2"].iloc[2:] > 1e-4).all() and (d2["stale/chi2_token"].iloc[2:] > 0).all()
     assert (d2["stale/mass_bias_bound"].iloc[2:] > 0).all()
     for df in (d0, d2):
         assert math.isnan(df["train/grad_cos"].iloc[0]) and math.isnan(df["train/update_cos"].iloc[0])
@@ -276,7 +279,8 @@ def test_dry_run_prices_the_plan_and_names_missing_estimators(capsys):
     two = estimate_seconds(cells, 2, {"short": 0.1, "long": 0.2}, {"short": 0.0, "long": 0.0})
     from llm_runs.study import RUN_OVERHEAD_S
 
-    assert one == pytest.approx(240 * 200 * 0.1 + 240 * 200 * 0.2 + 480 * RUN_OVERHEAD_S) and two == pytest.approx(one / 2)
+    assert one == pytest.approx(240 * 200 * 0.1 + 240 * 200 * 0.2 + 480 * RUN_OVERHEAD_S) \
+        and two == pytest.approx(one / 2)
     with pytest.raises(ValueError, match="no measured step cost for horizon 'long'"):
         estimate_seconds(cells, 1, {"short": 0.1})
     from estimators.losses import loss_names
@@ -661,7 +665,8 @@ def _fake_newcomers(root, effect, seeds):
         for h, task in (("long", "scratchpad"), ("short", "arithmetic")):
             base = {"task": task, "steps": 40, "eps": 0.2, "heldout_size": 200, "seed": s, "mode": "controlled",
                     "delay": 64}
-            _fake_run(root, f"{h}-icepop-d64-s{s}", {**base, "estimator": "icepop"}, [0.2, 0.35, 0.5 + levels[s] - effect])
+            _fake_run(root, f"{h}-icepop-d64-s{s}", {**base, "estimator": "icepop"},
+                      [0.2, 0.35, 0.5 + levels[s] - effect])
             _fake_run(root, f"{h}-sapo-d64-s{s}", {**base, "estimator": "sapo"}, [0.2, 0.5, 0.01],
                       # every 4th update fully masked; every 5th without a reward spread (not counted)
                       grad=[None if t % 5 == 0 else 0.0 if t % 4 == 0 else 2.0 for t in range(40)])
@@ -739,7 +744,8 @@ def test_a_paired_grid_run_from_another_warm_start_is_refused(tmp_path):
     assert list(read_paired(other, primary)["estimator"]) == ["icepop"]
     _set_warm_start(other / "long-icepop-d64-s0", heldout_pc=0.010061427227023785)
     with pytest.raises(ValueError, match=r"1 run\(s\) under .*study_2025 started from another warm start .*"
-                                         r"long-icepop-d64-s0: held-out pc 0\.010061427227023785 vs 0\.514326903992187"):
+                                         r"long-icepop-d64-s0: held-out pc 0\.010061427227023785 vs "
+                                         r"0\.514326903992187"):
         read_paired(other, primary)
 
 

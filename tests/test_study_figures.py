@@ -179,7 +179,8 @@ def test_bound_table_counts_every_update_by_hand(study):
         assert row["updates"] == n == 40 * len(seeds) and row["runs"] == len(seeds)
         assert row["holds_frac"] == pytest.approx(holds / n, abs=1e-12)
         assert 0 < row["holds_frac"] < 1
-        assert row["ratio_median"] == pytest.approx(np.median(ratios)) and row["ratio_max"] == pytest.approx(max(ratios))
+        assert row["ratio_median"] == pytest.approx(np.median(ratios)) \
+            and row["ratio_max"] == pytest.approx(max(ratios))
 
 
 def test_bound_ratio_reads_0_over_0_as_holding_and_r_over_0_as_failing():
@@ -306,7 +307,8 @@ VERDICTS = {
            "reason": "3 whole seeds, fewer than the pre-registered minimum of 6"},
     "H4": {"verdict": "NOT DECIDED", "interim_verdict": "INCONCLUSIVE", "diagnostic": "stale/chi2", "threshold": 1.0,
            "collapsed_runs": 1, "warned_before_collapse": 0, "ci": [math.nan, math.nan], "false_alarms": 7,
-           "non_collapsed_runs": 26, "seeds": [0, 1, 2], "reason": "3 whole seeds, fewer than the pre-registered minimum of 6"},
+           "non_collapsed_runs": 26, "seeds": [0, 1, 2],
+           "reason": "3 whole seeds, fewer than the pre-registered minimum of 6"},
 }
 
 
@@ -326,7 +328,8 @@ def test_report_headline_renders_the_verdicts_and_tables(study, tmp_path):
     # the plain answer: long horizon, d = 64; tic_mask is unstable there (one of three seeds collapsed)
     answer = md[md.index("### Plain answer so far") + 2]
     means = {e: np.mean([final_pc(("long", e, 64, s)) for s in range(3)]) for e in ("gmc", "is")}
-    assert f"IS {means['is']:.3f}; GMC {means['gmc']:.3f}" in answer and "Unstable there" in answer and "TIC-mask" in answer
+    assert f"IS {means['is']:.3f}; GMC {means['gmc']:.3f}" in answer and "Unstable there" in answer \
+        and "TIC-mask" in answer
     assert "interim" in answer
     assert "| long | 64 | TIC-mask | 3 |" in text and "**no** |" in text
     assert "### THEORY §3's mass-bias bound at LLM scale" in text

@@ -398,7 +398,8 @@ def test_return_style_is_read_not_guessed():
     T = torch.Tensor
     new_ret = tuple[T, dict[str, typing.Any]]
     assert verl_integration.return_style(_fake_core_algos(new_ret, None, True)) == verl_integration.METRICS_STYLE
-    assert verl_integration.return_style(_fake_core_algos(None, "tuple[torch.Tensor, dict[str, Any]]", True)) == "metrics"
+    assert verl_integration.return_style(_fake_core_algos(None, "tuple[torch.Tensor, dict[str, Any]]", True)) \
+        == "metrics"
     with pytest.raises(RuntimeError, match="refusing to guess"):
         verl_integration.return_style(_fake_core_algos(None, None, True))
     with pytest.raises(RuntimeError, match="refusing to guess"):
