@@ -20,6 +20,7 @@ from claims.abstract import evidence_excerpt
 from figures import style
 from figures.mdhtml import plain, to_html
 from figures.registry import (
+    DRIFT_FIGURES,
     FIGURES,
     FRAME_FIGURES,
     MECHANISM_FIGURES,
@@ -227,17 +228,20 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
           "Every number and verdict below is computed from the results files when the report is made. The bounds "
           "are THEORY.md's reconstruction ([R]) of the paper (only its abstract is public), not the paper's text."), ""]
 
+    from studies.drift.section import progress_section
     from studies.mechanism.section import mechanism_section
 
-    mech_md, missing = mechanism_section(report_dir, figures_out, draw_missing, figure_sections)
+    drift_md, missing = progress_section(report_dir, figures_out, draw_missing, figure_sections)
+    lead = drift_md[0].startswith("## The drift map")  # decided: the map is the report's first figure
+    md += drift_md if lead else []
+    mech_md, mech_missing = mechanism_section(report_dir, figures_out, draw_missing, figure_sections)
     md += mech_md
+    missing += mech_missing
     study_md, study_missing = study_section(report_dir, figures_out, draw_missing)
     md += study_md
     missing += study_missing
     md += gpu_study_section(report_dir, figures_out, draw_missing)
-    from studies.drift.section import progress_section
-
-    md += progress_section()
+    md += [] if lead else drift_md
 
     md += ["## Verdicts on the abstract's claims", ""]
     disagreements = []
@@ -280,7 +284,7 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
 
     md += ["## Figures", ""]
     for name in (n for n in FIGURES if n not in STUDY_FIGURES and n not in MECHANISM_FIGURES
-                 and n not in OPTIMIZER_FIGURES and n not in FRAME_FIGURES):
+                 and n not in OPTIMIZER_FIGURES and n not in FRAME_FIGURES and n not in DRIFT_FIGURES):
         lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
         md += lines + [""]
         if name == "f9_peers_frontier" and not miss:  # the newcomers against GMC, one sentence

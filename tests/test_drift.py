@@ -236,3 +236,23 @@ def test_the_exact_model_s_boundaries_come_from_its_chi2_levels(monkeypatch):
     assert b["topr"]["censored"] == "right" and b["topr"]["boundary"] == pytest.approx(1.0)
     assert b["gmc"]["censored"] is None and 0.1 < b["gmc"]["boundary"] < 1.0  # 100% at 0.1, 50% at 1.0
     assert [lv["stable_share"] for lv in b["gmc"]["levels"]] == [1.0, 0.5]
+
+
+@pytest.mark.parametrize("provisional", [True, False])
+def test_the_report_leads_with_the_map_once_it_is_decided(tmp_path, monkeypatch, provisional):
+    from schema.io import write_json
+    from studies.drift.section import progress_section
+
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+    (tmp_path / "llm" / "drift").mkdir(parents=True)
+    write_json(tmp_path / "llm" / "drift" / "verdicts.json", {"provisional": provisional, "seeds_drift": [0]})
+    placed = []
+
+    def figure_sections(names, *args):
+        placed.extend(names)
+        return ["FIGURE"], []
+
+    md, missing = progress_section(tmp_path, tmp_path, False, figure_sections)
+    assert placed == ["f24_drift_map"] and "FIGURE" in md and missing == []
+    assert md[0] == ("## Campaigns in progress" if provisional else
+                     "## The drift map: where each correction fails as the drift grows")

@@ -90,9 +90,27 @@ def replicate_lines(path: Path) -> list[str]:
     return md + [""]
 
 
-def progress_section() -> list[str]:
+def drift_decided(path: Path) -> bool:
+    """Whether the drift map is decided (its seeds whole): the report then leads with it."""
+    return path.is_file() and not read_json(path).get("provisional", True)
+
+
+def progress_section(report_dir: Path | None = None, figures_out: Path | None = None, draw_missing: bool = False,
+                     figure_sections=None) -> tuple[list[str], list[str]]:
+    """The drift map (with its figure, when ``figure_sections`` places figures) and the replicate: under
+    "Campaigns in progress" while the map is provisional; the map as a section of its own once decided."""
+    from figures.registry import DRIFT_FIGURES
     from llm_runs.run_table import grid_folder
 
-    return (["## Campaigns in progress", "", "### The drift map", ""] + drift_lines(grid_folder("drift") / "verdicts.json")
-            + ["### Verdicts under a different rounding (the replicate)", ""]
-            + replicate_lines(grid_folder("replicate_avx2") / "comparison.json"))
+    path = grid_folder("drift") / "verdicts.json"
+    decided = drift_decided(path)
+    md = (["## The drift map: where each correction fails as the drift grows", ""] if decided
+          else ["## Campaigns in progress", "", "### The drift map", ""])
+    missing: list[str] = []
+    if figure_sections is not None:
+        lines, missing = figure_sections(DRIFT_FIGURES, report_dir, figures_out, draw_missing)
+        md += lines
+    md += drift_lines(path)
+    md += ["### Verdicts under a different rounding (the replicate)", ""]
+    md += replicate_lines(grid_folder("replicate_avx2") / "comparison.json")
+    return md, missing
