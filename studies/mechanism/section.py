@@ -214,7 +214,7 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
     if len(seeds) < 10:
         md += [("The grid continues (`python -m llm_runs.study --grid mechanism --resume`) only on a machine that "
                 "computes the warm start its runs record: the same settings give another warm start on a CPU that "
-                "rounds differently (README, \"The runs depend on the CPU\"), and the grid refuses to add runs there "
+                "rounds differently (docs/LLM.md, \"The runs depend on the CPU\"), and the grid refuses to add runs there "
                 "(`llm_runs.grid_check`), as it did on the AVX-512/AMX machine of 2026-12-02 (long warm start: "
                 "held-out pc 0.010 there against 0.514)."), ""]
     if seeds:
