@@ -266,15 +266,15 @@ def _render_llm(card: dict) -> list[str]:
     name = card["name"]
     eq = lp["delay0"]
     L = ["", "## 7. LLM study", "",
-         "Committed runs read as `claims.study.read_runs` reads them (each folder audited by "
-         "`llm_runs.grid_check.audit`, each run of the card's cells by `claims.study.run_row`): results/llm/study and "
+         "Committed runs read as `llm_runs.run_table.read_runs` reads them (each folder audited by "
+         "`llm_runs.grid_check.audit`, each run of the card's cells by `llm_runs.run_table.run_row`): results/llm/study and "
          "results/llm/study_2025 under the study's Adam, results/llm/mechanism's adamwclip arm under AdamW + decay "
          "0.01 + clip 1.0. A correction's "
          "own runs made by `llm_runs.sweep.run_sweep` on the committed grid's settings, after "
          "`llm_runs.grid_check.check_warm_starts` (refused where this machine's warm start is not the committed "
          "one). Stable: `schema.results`' rule per run, a cell stable when at least "
          f"{lp['stable_fraction']:.0%} of its seeds are. Differences: final held-out pc, {name} minus the reference, "
-         "paired by seed, 95% percentile bootstrap (`claims.study.paired`, `claims.study.bootstrap`). "
+         "paired by seed, 95% percentile bootstrap (`llm_runs.run_table.paired`, `llm_runs.run_table.bootstrap`). "
          f"Delay 0: {name}'s gradient at ratio 1 is IS's "
          + {"same": "exactly", "scaled": f"times {eq['scale']:.4g}", "different": "NOT (it needs its own delay-0 runs)"}[eq["kind"]]
          + " (`report_card.llm.delay0_equivalence`).", ""]
