@@ -28,14 +28,25 @@ START = "<!-- findings:start (python -m studies.findings --write; generated from
 END = "<!-- findings:end -->"
 
 SOURCES = {
-    "claims": "verify/claims.json",
-    "study": "llm/study/verdicts.json",
-    "study_runs": "llm/study/summary.csv",
-    "peers_2025_runs": "llm/study_2025/summary.csv",
-    "mechanism": "llm/mechanism/verdicts.json",
-    "drift": "llm/drift/verdicts.json",
-    "replicate": "llm/replicate_avx2/comparison.json",
+    "claims": (None, "verify/claims.json"),
+    "study": ("primary", "verdicts.json"),
+    "study_runs": ("primary", "summary.csv"),
+    "peers_2025_runs": ("peers_2025", "summary.csv"),
+    "mechanism": ("mechanism", "verdicts.json"),
+    "drift": ("drift", "verdicts.json"),
+    "replicate": ("replicate_avx2", "comparison.json"),
 }
+"""Each source: (grid of :data:`llm_runs.grids.STUDIES`, whose folder the grid table names; file in it),
+or (None, path under the results root)."""
+
+
+def source_path(key: str, root: Path = RESULTS) -> Path:
+    from llm_runs.grids import STUDIES
+
+    grid, name = SOURCES[key]
+    return root / name if grid is None else root / Path(STUDIES[grid].out).relative_to("results") / name
+
+
 OPTIMISERS = {"sgd": "SGD with a small fixed step", "adam": "Adam (the study's)", "adamclip": "Adam + gradient clipping",
               "adamwclip": "AdamW + decay + clipping (verl's actor default)"}
 NAMES = {"gmc": "GMC", "topr": "TOPR", "gspo": "GSPO", "vespo": "VESPO", "is": "IS", "tic_mask": "TIC-mask",
@@ -45,11 +56,11 @@ NAMES = {"gmc": "GMC", "topr": "TOPR", "gspo": "GSPO", "vespo": "VESPO", "is": "
 def load(root: Path = RESULTS) -> dict:
     """Every source of the bullets, read from ``root`` (JSON through :func:`schema.io.loads_json`)."""
     out = {}
-    for key, rel in SOURCES.items():
-        path = root / rel
+    for key in SOURCES:
+        path = source_path(key, root)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: a source of the README's findings is missing")
-        out[key] = list(csv.DictReader(path.open())) if rel.endswith(".csv") else loads_json(path.read_text())
+        out[key] = list(csv.DictReader(path.open())) if path.suffix == ".csv" else loads_json(path.read_text())
     return out
 
 
