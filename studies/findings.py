@@ -47,10 +47,12 @@ def source_path(key: str, root: Path = RESULTS) -> Path:
     return root / name if grid is None else root / Path(STUDIES[grid].out).relative_to("results") / name
 
 
-OPTIMISERS = {"sgd": "SGD with a small fixed step", "adam": "Adam (the study's)", "adamclip": "Adam + gradient clipping",
+OPTIMISERS = {"sgd": "SGD with a small fixed step", "adam": "Adam (the study's)",
+              "adamclip": "Adam + gradient clipping",
               "adamwclip": "AdamW + decay + clipping (verl's actor default)"}
 NAMES = {"gmc": "GMC", "topr": "TOPR", "gspo": "GSPO", "vespo": "VESPO", "is": "IS", "tic_mask": "TIC-mask",
-         "tic_trunc": "TIC-trunc", "gmc_cap": "GMC + per-trajectory cap", "topr_gmc": "`topr_gmc`", "gmc_topr": "`gmc_topr`"}
+         "tic_trunc": "TIC-trunc", "gmc_cap": "GMC + per-trajectory cap", "topr_gmc": "`topr_gmc`",
+         "gmc_topr": "`gmc_topr`"}
 
 
 def load(root: Path = RESULTS) -> dict:
@@ -105,7 +107,8 @@ def staleness(study: dict, runs: list[dict], peers: list[dict], mechanism: dict)
     delay, seeds = h["H1"]["delay"], h["H1"]["seeds"]
     long_ = _stable(runs, "long", delay)
     new = _stable(peers, "long", delay)
-    holds = f"TOPR ({_share(long_['topr'])}), GSPO ({_share(long_['gspo'])}) and VESPO ({_share(new['vespo'])}; run after"
+    holds = (f"TOPR ({_share(long_['topr'])}), GSPO ({_share(long_['gspo'])}) "
+             f"and VESPO ({_share(new['vespo'])}; run after")
     h2 = "; ".join(f"GMC - {NAMES[b]} {_ci(v)}" for b, v in h["H2"]["baselines"].items())
     h4 = h["H4"]
     m5 = mechanism["hypotheses"]["M5"]
@@ -131,7 +134,8 @@ def optimiser(mechanism: dict) -> str:
     m2b = hyp["M2b"]["baselines"]
     delays = "/".join(str(d) for d in STUDIES["mechanism"].delays)
     return (f"**The optimiser decides** (the pre-registered mechanism study, {len(mechanism['seeds'])} seeds, long "
-            f"horizon, d = {delays}): under {OPTIMISERS['sgd']} GMC is stable in {_share(m1['gmc_stable'])} and ahead of "
+            f"horizon, d = {delays}): under {OPTIMISERS['sgd']} GMC is stable in {_share(m1['gmc_stable'])} "
+            "and ahead of "
             f"TIC-mask ({_ci(m1['gmc_minus_tic_mask'])}) and IS ({_ci(m1['gmc_minus_is'])}), as the theory says "
             f"(M1 {m1['verdict']}); under {arms} (M2 {hyp['M2']['verdict']}, M2b {hyp['M2b']['verdict']}: "
             f"GMC - TOPR {_ci(m2b['topr'])} under AdamW), while TOPR is stable in {topr_text}.")
@@ -171,7 +175,8 @@ def in_progress(drift: dict, replicate: dict) -> str:
             f"The second-rounding replicate ([pre-registration](docs/PREREGISTRATION-REPLICATE.md), {state}, "
             f"{len(replicate['seeds_whole'])} of {len(STUDIES['replicate_avx2'].seeds)} seeds whole): "
             f"{agree} of {len(cells)} cells have the committed stability outcome, {same_sign} of {len(signs)} "
-            f"GMC-minus-baseline differences the committed sign, and a cell's final held-out pc differs from the committed one by a median "
+            f"GMC-minus-baseline differences the committed sign, and a cell's final held-out pc differs from the "
+            "committed one by a median "
             f"of {statistics.median(pc):.1g} (at most {max(pc):.1g}).")
 
 
@@ -179,7 +184,8 @@ def render(root: Path = RESULTS) -> str:
     """The README block, markers included."""
     s = load(root)
     bullets = (theory(s["claims"]), staleness(s["study"], s["study_runs"], s["peers_2025_runs"], s["mechanism"]),
-               optimiser(s["mechanism"]), mechanism_rest(s["mechanism"], s["drift"]), in_progress(s["drift"], s["replicate"]))
+               optimiser(s["mechanism"]), mechanism_rest(s["mechanism"], s["drift"]),
+               in_progress(s["drift"], s["replicate"]))
     return "\n".join((START, *(f"* {b}" for b in bullets), END))
 
 

@@ -78,7 +78,8 @@ def llm_table() -> list[str]:
         for d in delays:
             r = tab[(tab["estimator"] == est) & (tab["mode"] == mode) & (tab["delay"] == d)]
             cells.append("-" if not len(r) else
-                         f"{r['acc'].item():.3f} +- {r['se'].item():.3f} ({r['n_stable'].item()}/{r['n'].item()} stable)")
+                         f"{r['acc'].item():.3f} +- {r['se'].item():.3f} "
+                         f"({r['n_stable'].item()}/{r['n'].item()} stable)")
         out.append(f"| {style.label(est, mode)} | " + " | ".join(cells) + " |")
     return out
 
@@ -97,7 +98,8 @@ def simulator_ordering_paragraph(df) -> str:
     names = {"sgd": "SGD", "adam": "Adam", "adam_clip": "Adam + clip", "adamw_clip": "AdamW + clip"}
 
     def iv(r, key, fmt):
-        return f"{getattr(r, key + '_mean'):{fmt}} [{getattr(r, key + '_low'):{fmt}}, {getattr(r, key + '_high'):{fmt}}]"
+        return (f"{getattr(r, key + '_mean'):{fmt}} "
+                f"[{getattr(r, key + '_low'):{fmt}}, {getattr(r, key + '_high'):{fmt}}]")
 
     repro = [names.get(r.optimizer, r.optimizer) for r in long.itertuples() if r.topr_J_high < 0 and r.trunc_J_high < 0]
     cells = "; ".join(f"{names.get(r.optimizer, r.optimizer)}: GMC - TOPR {iv(r, 'topr_J', '+.3f')}, GMC - TIC-trunc "
@@ -112,14 +114,16 @@ def simulator_ordering_paragraph(df) -> str:
                            .to_numpy())) if len(long) else float("nan")
     cell = df[(df["H"] == H) & (df["d"] == d)]
     means = cell.groupby(["optimizer", "scheme"])["final_J"].mean()
-    shown = [s for s in ("gmc", "gmc_cap", "gmc_topr", "is", "topr", "tic_trunc", "tic_mask") if s in set(cell["scheme"])]
+    shown = [s for s in ("gmc", "gmc_cap", "gmc_topr", "is", "topr", "tic_trunc", "tic_mask")
+             if s in set(cell["scheme"])]
     finals = "; ".join(f"{names.get(o, o)}: " + ", ".join(f"{plain(style.label(s))} {means[(o, s)]:.4f}" for s in shown)
                        for o in [o for o in names if o in set(cell["optimizer"])])
     return (f"{verdict}: at H = {H} and d = {d}, GMC's final J is below both TOPR's and TIC-trunc's (paired 95% "
             f"t-intervals below 0) under {', '.join(repro) or 'no optimiser'}; but the largest difference there is "
             f"{size:.4f} in J, and " + ("no run of GMC, TOPR, TIC-trunc or TIC-mask collapses" if coll == 0 else
                                          f"up to {coll:.0%} of one of these schemes' runs collapse")
-            + f" (the LLM study's differences and collapses are in its section above). Per optimiser (J(theta_0) = {cell['J0'].iloc[0]:.3f}): {cells}. Mean final J "
+            + f" (the LLM study's differences and collapses are in its section above). "
+            f"Per optimiser (J(theta_0) = {cell['J0'].iloc[0]:.3f}): {cells}. Mean final J "
             f"there: {finals}. Claim 17's ordering (GMC's average ||grad J||^2 at most TIC-mask's) "
             + (f"fails (GMC significantly worse) in {', '.join(worse)}." if worse else
                "is contradicted in no (optimiser, horizon) cell.")
@@ -270,7 +274,8 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
         for r in sorted(rows, key=lambda r: r["id"]):
             if r["status"] != "PASS":
                 where = "" if r["id"] in linked else " (a supporting claim, not one of the abstract's)"
-                disagreements.append(f"- Claim {r['id']} {r['status']}{where}: {r['title']}. Evidence: {evidence_excerpt(r)}")
+                disagreements.append(f"- Claim {r['id']} {r['status']}{where}: {r['title']}. "
+                                     f"Evidence: {evidence_excerpt(r)}")
 
     opt_md, opt_missing = optimizer_section(report_dir, figures_out, draw_missing)
     md += opt_md

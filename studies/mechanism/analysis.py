@@ -118,7 +118,8 @@ def select_warning(study_root: str | Path) -> dict:
             "threshold": float(best["direction"] * tbest), "youden_j": float(jbest),
             "auc": float(best["auc"]) if best["direction"] > 0 else 1 - float(best["auc"]),
             "auc_ci": [float(boot.confidence_interval.low), float(boot.confidence_interval.high)],
-            "stratified_auc": float(best["stratified_auc"]) if best["direction"] > 0 else 1 - float(best["stratified_auc"]),
+            "stratified_auc": (float(best["stratified_auc"]) if best["direction"] > 0
+                               else 1 - float(best["stratified_auc"])),
             "training_runs": int(ok.sum()), "training_collapsed": int(y.sum()),
             "ranking": ranked.head(15).round(4).to_dict("records"),
             "rule": "warned = the summary of the signal over updates 0-19 is >= threshold (direction high) or <= "

@@ -52,7 +52,8 @@ def verdict_numbers(h: str, r: dict) -> str:
                          f"{v['p_mcnemar']:.3g})" for e, v in r.items() if isinstance(v, dict) and "p_mcnemar" in v)
     if h == "M2b":
         base = "; ".join(f"minus {plain(style.label(e))} {_iv(v)}" for e, v in r.get("baselines", {}).items())
-        return f"GMC stable {_share(r.get('gmc_stable'))}; {base or 'no stable baseline'} (margin {r.get('margin', 0):g})"
+        return (f"GMC stable {_share(r.get('gmc_stable'))}; {base or 'no stable baseline'} "
+                f"(margin {r.get('margin', 0):g})")
     if h == "M3":
         return (f"GMC + cap stable {_share(r.get('gmc_cap_stable'))}; mass bias minus TIC-trunc "
                 f"{_iv(r.get('mass_bias_gmc_cap_minus_tic_trunc'))}; kappa 2 (exploratory) stable "
@@ -95,7 +96,8 @@ def scale_lines(m5: dict) -> list[str]:
                + "; ".join(f"{plain(style.label(e))} {k}/{n}, {m5['means'].get(e, float('nan')):.3f}"
                            for e, (k, n) in shares.items())
                + f". Delay 0 gains {m5['delay0_gain']:+.3f} from the warm start. GMC - TOPR: {d['mean']:+.3f} "
-               f"[{d['low']:+.3f}, {d['high']:+.3f}] over {d['n']} paired seeds, against {ref.get('mean', float('nan')):+.3f} "
+               f"[{d['low']:+.3f}, {d['high']:+.3f}] over {d['n']} paired seeds, "
+               f"against {ref.get('mean', float('nan')):+.3f} "
                f"[{ref.get('low', float('nan')):+.3f}, {ref.get('high', float('nan')):+.3f}] at the study model "
                f"(n = {ref.get('n', 0)}). Verdict: **{m5['verdict']}**"
                + (f" (on the seeds so far: {m5['interim_verdict']})" if "interim_verdict" in m5 else "") + ".")
@@ -168,7 +170,8 @@ def drift_lines(runs, study: Path, root: Path) -> list[str]:
     if tab.empty:
         return []
     out = [("**How far each optimiser's policy is from the one that sampled its batch** (d = 64; per run the median "
-            "over its updates, then the median over runs; `llm_runs.mechanism_table.drift_table`; the committed runs have no "
+            "over its updates, then the median over runs; `llm_runs.mechanism_table.drift_table`; "
+            "the committed runs have no "
             "`mech/` columns). The delay is counted in updates; what an estimator faces is how far those updates "
             "moved the policy."), "",
            ("| arm | estimator | stable / runs | median abs log w | chi^2 | KL per token | step norm | cos with IS | "
@@ -209,12 +212,14 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
     seeds = runs.attrs["seeds"]
     n_done = int(((runs["source"] == "mechanism") & runs["complete"]).sum())
     md += [(f"**Progress: {len(seeds)} whole seed(s)** ({', '.join(map(str, seeds)) or 'none'}) of the 10 "
-           f"planned; {n_done} intervention runs complete (besides the replays below). Below 6 whole seeds every verdict is NOT DECIDED "
+           f"planned; {n_done} intervention runs complete (besides the replays below). "
+           "Below 6 whole seeds every verdict is NOT DECIDED "
            "and the pre-registered rule's outcome on the seeds so far is shown beside it, deciding nothing."), ""]
     if len(seeds) < 10:
         md += [("The grid continues (`python -m llm_runs.study --grid mechanism --resume`) only on a machine that "
                 "computes the warm start its runs record: the same settings give another warm start on a CPU that "
-                "rounds differently (docs/LLM.md, \"The runs depend on the CPU\"), and the grid refuses to add runs there "
+                "rounds differently (docs/LLM.md, \"The runs depend on the CPU\"), "
+                "and the grid refuses to add runs there "
                 "(`llm_runs.grid_check`), as it did on the AVX-512/AMX machine of 2026-12-02 (long warm start: "
                 "held-out pc 0.010 there against 0.514)."), ""]
     if seeds:

@@ -134,7 +134,8 @@ def analyse(rep: pd.DataFrame, com: pd.DataFrame) -> dict:
                                "detail": x} for h, x in v.items()}
     if not out["provisional"]:
         out["survives"] = (all(x["same"] for x in out["verdicts"].values())
-                           and all(c["shares_agree"] for c in out["cells"]) and all(s["agree_in_sign"] for s in out["signs"]))
+                           and all(c["shares_agree"] for c in out["cells"])
+                           and all(s["agree_in_sign"] for s in out["signs"]))
     return out
 
 

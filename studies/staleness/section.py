@@ -25,18 +25,21 @@ def verdict_numbers(key: str, r: dict) -> str:
                        f" (p = {_num(v['p_noninferior'], '.3g')}), worse {'yes' if v['worse'] else 'no'}"
                        for b, v in r["baselines"].items())
         ex = ", ".join(style.label(e) for e in r.get("unstable_excluded", [])) or "none"
-        return (f"GMC - each stable baseline at d = {r['delay']}, long, margin {r['margin']:g}: {bs or 'no stable baseline'}; "
+        return (f"GMC - each stable baseline at d = {r['delay']}, long, margin {r['margin']:g}: "
+                f"{bs or 'no stable baseline'}; "
                 f"unstable, left out: {ex}")
     if key == "H3":
         a, b = r["pair"]
         return (f"(GMC - TIC-mask) long minus short at d = {r['delay']}: {_iv(r['long_gap_minus_short_gap'])}"
-                if (a, b) == ("gmc", "tic_mask") else f"gap {a} - {b}, long minus short: {_iv(r['long_gap_minus_short_gap'])}")
+                if (a, b) == ("gmc", "tic_mask")
+                else f"gap {a} - {b}, long minus short: {_iv(r['long_gap_minus_short_gap'])}")
     if key == "H4":
         lo, hi = r["ci"]
         return (f"{r['warned_before_collapse']} of {r['collapsed_runs']} collapsed runs warned first "
                 f"(`{r['diagnostic']}` rolling median > {r['threshold']:g}), 95% CI [{_num(lo)}, {_num(hi)}]; "
                 f"false alarms {r['false_alarms']} of {r['non_collapsed_runs']} other runs. Not specific: it fires in "
-                f"nearly every long-horizon run at positive delay (the report's 'Why GMC fails here' counts them), so it "
+                f"nearly every long-horizon run at positive delay (the report's 'Why GMC fails here' counts them), "
+                "so it "
                 f"separates the horizons, not the runs")
     return ""
 
@@ -71,7 +74,8 @@ def differences_markdown(runs) -> list[str]:
         name = plain(style.label(b)) + (" (exploratory)" if b in extra else "")
         out.append(f"| {h} | {d} | {name} | {int(r['n'])} | {_num(r['mean'], '+.3f')} "
                    f"[{_num(r['low'], '+.3f')}, {_num(r['high'], '+.3f')}] | {_num(a['mean'], '+.3f')} "
-                   f"[{_num(a['low'], '+.3f')}, {_num(a['high'], '+.3f')}] | {'yes' if r['baseline_stable'] else '**no**'} |")
+                   f"[{_num(a['low'], '+.3f')}, {_num(a['high'], '+.3f')}] | "
+                   f"{'yes' if r['baseline_stable'] else '**no**'} |")
     return out
 
 
@@ -86,7 +90,8 @@ def stopping_markdown(runs) -> list[str]:
     out = ["### Verdicts had the grid stopped earlier", "",
            ("The decision rule applied to the first k whole seeds (not a pre-registered test: a check of how much the "
            "verdicts depend on the stopping point)."), "",
-           "| whole seeds | H1 | GMC - TIC-mask (long, largest delay) | H2 | stable baselines | H3 | H4 | warned / collapsed |",
+           ("| whole seeds | H1 | GMC - TIC-mask (long, largest delay) | H2 | stable baselines | H3 | H4 "
+            "| warned / collapsed |"),
            "|---|---|---|---|---|---|---|---|"]
     for r in points:
         i1 = r["H1_interval"]
@@ -100,10 +105,12 @@ def stopping_markdown(runs) -> list[str]:
 def bound_markdown(tab) -> list[str]:
     if not len(tab):
         return ["No run logs both the realised mass bias and its bound."]
-    out = [("| horizon | d | scheme | runs | updates | realised <= bound | median realised/bound | max realised/bound | "
+    out = [("| horizon | d | scheme | runs | updates | realised <= bound | median realised/bound "
+           "| max realised/bound | "
            "bound 0 (plug-in chi^2 <= 0) |"), "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in tab.itertuples():
-        out.append(f"| {r.horizon} | {r.delay} | {plain(style.label(r.scheme))} | {r.runs} | {r.updates} | {r.holds_frac:.1%} | "
+        out.append(f"| {r.horizon} | {r.delay} | {plain(style.label(r.scheme))} | {r.runs} | {r.updates} "
+                   f"| {r.holds_frac:.1%} | "
                    f"{_num(r.ratio_median, '.3g')} | {_num(r.ratio_max, '.3g')} | {r.bound_zero_frac:.1%} |")
     return out
 
@@ -138,7 +145,8 @@ def plain_answer(runs) -> str:
                            for i, (e, m, new) in enumerate(x["ranked"], 1)) or "none"
         text += (f" Exploratory, not pre-registered: the 2025-2026 corrections "
                  f"({', '.join(plain(style.label(e)) for e in x['estimators'])}) over their {k} whole "
-                 f"seed{'' if k == 1 else 's'} (every estimator's mean on those seeds) rank among the stable estimators "
+                 f"seed{'' if k == 1 else 's'} (every estimator's mean on those seeds) "
+                 "rank among the stable estimators "
                  f"there as: {placed}. Unstable there: "
                  f"{', '.join(plain(style.label(e)) for e in x['unstable']) or 'none'}"
                  + (f"; no complete run there: {', '.join(plain(style.label(e)) for e in x['absent'])}"
@@ -148,7 +156,8 @@ def plain_answer(runs) -> str:
             text += (" Of their updates there with a learning signal (some advantage not 0), the share whose gradient "
                      "is exactly zero (every token or sequence that carried one masked; the optimiser still steps, "
                      "so Adam moves the policy on its momentum alone): "
-                     + ", ".join(f"{plain(style.label(e))} {z:.2f}" for e, z in sorted(masked.items(), key=lambda t: -t[1]))
+                     + ", ".join(f"{plain(style.label(e))} {z:.2f}"
+                                 for e, z in sorted(masked.items(), key=lambda t: -t[1]))
                      + ".")
     return text
 
@@ -183,7 +192,8 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
         md += [(f"From `results/llm/study/verdicts.json` (made by `{VERDICTS.command}`), over seeds "
                f"{', '.join(map(str, vseeds)) or 'none'}."), ""]
         if runs is not None and vseeds != list(runs.attrs["seeds"]):
-            md += [(f"**verdicts.json is out of date**: it was made from seeds {vseeds}, the run folders now hold whole "
+            md += [(f"**verdicts.json is out of date**: it was made from seeds {vseeds}, "
+                   "the run folders now hold whole "
                    f"seeds {list(runs.attrs['seeds'])}; rerun `{VERDICTS.command}`."), ""]
         md += verdicts_table(doc) + [""]
         reasons = sorted({r["reason"] for r in doc.values() if r.get("reason")})
@@ -196,7 +206,8 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     md += stopping_markdown(runs)
     md += [f"### Plain answer{'' if decided else ' so far'}", "", plain_answer(runs), ""]
     md += ["### GMC minus each baseline", "",
-           ("Mean paired difference (GMC minus the baseline, seed by seed, whole seeds) with its 95% percentile-bootstrap "
+           ("Mean paired difference (GMC minus the baseline, seed by seed, whole seeds) "
+           "with its 95% percentile-bootstrap "
            f"interval; a baseline is stable in a cell when at least {STABLE_FRACTION:.0%} of its seeds are."
            + (" Rows marked (exploratory): the 2025-2026 corrections (`python -m llm_runs.study --grid peers_2025`, "
               "`results/llm/study_2025`), run after the study from its warm starts, prompts and sampling keys and "
@@ -208,9 +219,11 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
            "(`llm_runs.run_table.bound_table`; a ratio above 1 is a failure)."), ""]
     try:
         md += bound_markdown(bound_table(STUDY.require())) + [""]
-        md += [("The same updates against the one table's tight form (`bounds.mass_bound(..., form=\"tight\")`: Scarf's "
+        md += [("The same updates against the one table's tight form "
+                "(`bounds.mass_bound(..., form=\"tight\")`: Scarf's "
                 "bound for GMC and TIC-trunc, unchanged for TIC-mask and stale), recomputed from the logged chi^2 and "
-                "mu_4 (`llm_runs.run_table.bound_table(..., form=\"tight\")`); the logged column above is Theorem 2's form "
+                "mu_4 (`llm_runs.run_table.bound_table(..., form=\"tight\")`); "
+                "the logged column above is Theorem 2's form "
                 "(`llm_runs.theory.BOUND_FORM`)."), ""]
         md += bound_markdown(bound_table(STUDY.require(), form="tight")) + [""]
     except ValueError as e:
