@@ -1,4 +1,5 @@
-"""``python -m figures [--only f1,f7] [--out DIR]`` (``make figures``): draw every figure of ``figures.registry.FIGURES`` from the results present.
+"""``python -m figures [--only f1,f7] [--out DIR]`` (``make figures``): draw every figure of \
+``figures.registry.FIGURES`` from the results present.
 
 Figures only read results (full sweeps preferred over quick ones); they start no program.
 A figure whose results are missing is not drawn, and the message names the command that

@@ -92,7 +92,8 @@ def plot(runs: pd.DataFrame, ax=None):
                              marker=lk["marker"] if stable else "x", markersize=6 if stable else 7,
                              markeredgewidth=1.6 if not stable else 0.8, zorder=3,
                              markerfacecolor="none" if row.baseline in extra else lk["color"],
-                             label=None if stable else f"baseline unstable in the cell (< {STABLE_FRACTION:.0%} of seeds stable)")
+                             label=None if stable
+                             else f"baseline unstable in the cell (< {STABLE_FRACTION:.0%} of seeds stable)")
                 style.mark(pt, metric, h, str(d), row.baseline)
             a.set_yticks(range(len(baselines)), [tick(b, extra) for b in reversed(baselines)])
             gmc_note = "" if stable_in_cell(runs, h, d, "gmc") else " (GMC unstable)"
@@ -121,7 +122,8 @@ def caption(runs: pd.DataFrame) -> str:
         above = [tick(b, extra) for b, lo in zip(t["baseline"], t["low"]) if lo > 0]
         below = [tick(b, extra) for b, hi in zip(t["baseline"], t["high"]) if hi < 0]
         gmc = "" if stable_in_cell(runs, h, d, "gmc") else " (GMC itself unstable in the cell)"
-        parts.append(f"{h} horizon, d = {d}{gmc}: interval above 0 against {', '.join(above) or 'none'}; below 0 against "
+        parts.append(f"{h} horizon, d = {d}{gmc}: interval above 0 against {', '.join(above) or 'none'}; "
+                     "below 0 against "
                      f"{', '.join(below) or 'none'}; {len(t) - len(above) - len(below)} of {len(t)} include 0")
     interim = (f" Interim: fewer than the pre-registered {MIN_SEEDS} whole seeds, so these intervals decide nothing."
                if len(seeds) < MIN_SEEDS else "")
@@ -129,11 +131,13 @@ def caption(runs: pd.DataFrame) -> str:
     if extra:
         e = runs.attrs["exploratory"]
         es = e.attrs.get("seeds", [])
-        more = (f" Hollow markers, (expl.): the 2025-2026 corrections ({', '.join(style.label(b) for b in sorted(extra))}), "
+        more = (" Hollow markers, (expl.): the 2025-2026 corrections "
+                f"({', '.join(style.label(b) for b in sorted(extra))}), "
                 f"exploratory (not part of the pre-registered families), paired with the study's GMC over their "
                 f"{len(es)} whole seed(s) ({', '.join(map(str, es)) or 'none'}); {source_note(e)}")
     return (f"Paired by seed over {len(seeds)} whole seed(s) ({', '.join(map(str, seeds))}); a positive difference "
-            "favours GMC. Final held-out pc: " + "; ".join(parts) + ". Crosses mark baselines unstable in their cell." + interim + " "
+            "favours GMC. Final held-out pc: " + "; ".join(parts)
+            + ". Crosses mark baselines unstable in their cell." + interim + " "
             + source_note(runs) + more)
 
 

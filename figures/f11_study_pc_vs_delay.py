@@ -43,7 +43,8 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
         zero = g[g["delay"] == 0].groupby("seed")["pc_final"].first().to_numpy(float)
         for e in style.ordered(g.loc[g["delay"] > 0, "estimator"], last=extra):
             for d in [0, *sorted(int(x) for x in g.loc[(g["delay"] > 0) & (g["estimator"] == e), "delay"].unique())]:
-                x = zero if d == 0 else g[(g["delay"] == d) & (g["estimator"] == e)].groupby("seed")["pc_final"].first().to_numpy(float)
+                x = (zero if d == 0 else
+                     g[(g["delay"] == d) & (g["estimator"] == e)].groupby("seed")["pc_final"].first().to_numpy(float))
                 if not len(x):
                     continue
                 b = bootstrap(x)

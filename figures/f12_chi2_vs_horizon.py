@@ -38,7 +38,8 @@ def run_medians(traces: pd.DataFrame) -> pd.DataFrame:
     for run, g in traces.groupby("run", sort=True):
         d = int(g["delay"].iloc[0])
         full = g[g["step"] >= d]
-        row = {"run": run, "H": int(g["H"].iloc[0]), "horizon": g["horizon"].iloc[0], "estimator": g["estimator"].iloc[0],
+        row = {"run": run, "H": int(g["H"].iloc[0]), "horizon": g["horizon"].iloc[0],
+               "estimator": g["estimator"].iloc[0],
                "delay": d, "seed": int(g["seed"].iloc[0]), "updates": len(full)}
         for c in COLUMNS:
             row[c] = float(np.nanmedian(full[c])) if full[c].notna().any() else np.nan
@@ -87,7 +88,8 @@ def verdict(tab: pd.DataFrame) -> dict:
     holds = bool(len(g)) and bool(((g["ratio"] <= AGREE_FACTOR) & (g["ratio"] >= 1 / AGREE_FACTOR)).all())
     slope = lambda y: float(np.polyfit(g["H"], np.log1p(y), 1)[0]) if len(g) > 1 else float("nan")
     return {"holds": holds, "ratios": dict(zip(g["H"].astype(int), g["ratio"])), "slope_measured": slope(g["chi2"]),
-            "slope_predicted": slope(g["pred"]), "log1p_token": float(np.log1p(g["chi2_token"]).mean()) if len(g) else float("nan")}
+            "slope_predicted": slope(g["pred"]),
+            "log1p_token": float(np.log1p(g["chi2_token"]).mean()) if len(g) else float("nan")}
 
 
 def plot(df: pd.DataFrame, ax=None):
@@ -101,7 +103,8 @@ def plot(df: pd.DataFrame, ax=None):
     ln, = a.plot(grid["H"], 1 + grid["chi2"], color=lk["color"], marker=lk["marker"], linewidth=lk["linewidth"],
                  label=r"measured $1+\chi^2$ (trajectory)")
     style.mark(ln, "chi2", "measured")
-    ln, = a.plot(grid["H"], 1 + grid["pred"], color="0.2", label=r"independence: $(1+\chi^2_{\rm token})^H$", **style.THEORY_KW)
+    ln, = a.plot(grid["H"], 1 + grid["pred"], color="0.2", label=r"independence: $(1+\chi^2_{\rm token})^H$",
+                 **style.THEORY_KW)
     style.mark(ln, "chi2", "predicted")
     ln, = b.plot(grid["H"], grid["chi2_token"], color=lk["color"], marker=lk["marker"], linewidth=lk["linewidth"],
                  label=r"measured $\chi^2_{\rm token}$")

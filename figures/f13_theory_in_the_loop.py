@@ -111,7 +111,8 @@ def caption(tr: pd.DataFrame) -> str:
              f"{r.updates} updates, median ratio {r.ratio_median:.3g}, max {r.ratio_max:.3g}" for r in bt.itertuples()]
     return ("Theory (THEORY §3; the one table bounds.MASS_BOUNDS): each scheme's mass bias m is at most its bound at "
             "the batch's chi^2. Drawn and logged: Theorem 2's form (GMC: chi^2/(4 G eps); TIC-trunc: chi^2/(4 eps); "
-            "TIC-mask: sqrt(1 + chi^2) sqrt(mu_4)/eps^2; stale: sqrt(chi^2)); in brackets the tight form (Scarf for GMC "
+            "TIC-mask: sqrt(1 + chi^2) sqrt(mu_4)/eps^2; stale: sqrt(chi^2)); "
+            "in brackets the tight form (Scarf for GMC "
             "and TIC-trunc: (sqrt(chi^2/G + eps^2) - eps)/2 and (sqrt(chi^2 + eps^2) - eps)/2; the same bound for "
             "TIC-mask and stale) recomputed from the logged chi^2. The bound is on "
             "expectations; per batch both sides are plug-in estimates, so a batch can break it. Measured (realised / "

@@ -84,13 +84,15 @@ def caption(df: pd.DataFrame) -> str:
         g = g.sort_values("chi2")
         above = g[g["ratio"] > 1]
         first = f"from chi^2 = {above['chi2'].iloc[0]:.2g}" if len(above) else "nowhere"
-        parts.append(f"{ENV_TITLE[env].split(' (')[0].replace('$', '')} G={G}: GMC/TIC-trunc {g['ratio'].iloc[0]:.2f} at "
+        parts.append(f"{ENV_TITLE[env].split(' (')[0].replace('$', '')} G={G}: "
+                     f"GMC/TIC-trunc {g['ratio'].iloc[0]:.2f} at "
                      f"chi^2 = {g['chi2'].iloc[0]:.2g}, {g['ratio'].iloc[-1]:.2f} at chi^2 = {g['chi2'].iloc[-1]:.3g} "
                      f"(above 1 {first})")
     cls = df[df["scheme"].isin(["gmc", "tic_trunc", "tic_mask", "stale", "snis", "topr", "gmc_cap", "gmc_topr"])]
     cls = cls[cls["class_second_moment_bound"].notna()]
     worst = float((cls["second_moment"] / cls["class_second_moment_bound"]).max()) if len(cls) else float("nan")
-    return ("Theory (THEORY §2 Lemma 2, §3): every member of C_eps has E||g||^2 <= (1+eps)^2 M^2, one bound shared by "
+    return ("Theory (THEORY §2 Lemma 2, §3): every member of C_eps has E||g||^2 <= (1+eps)^2 M^2, "
+            "one bound shared by "
             "GMC and TIC-trunc whatever chi^2; the realised second moments differ. Measured: the largest realised "
             f"second moment of a class member is {worst:.3f} x the bound (E1, E2). GMC over TIC-trunc: "
             + "; ".join(parts) + ". " + source_note(df))

@@ -101,7 +101,8 @@ def caption(df: pd.DataFrame) -> str:
              f"[{r.topr_J_low:+.3f}, {r.topr_J_high:+.3f}], GMC-TIC-trunc {r.trunc_J_mean:+.3f} "
              f"[{r.trunc_J_low:+.3f}, {r.trunc_J_high:+.3f}]" for r in tab.itertuples()]
     coll = df[df["d"] == d].groupby("scheme")["collapsed"].mean()
-    return ("Expected behaviour (claim 17, extended by claim 19): GMC's average ||grad J||^2 at most TIC-mask's; the LLM "
+    return ("Expected behaviour (claim 17, extended by claim 19): GMC's average ||grad J||^2 at most TIC-mask's; "
+            "the LLM "
             "study found GMC's final score below TOPR's and TIC-trunc's at the long horizon and largest delay. "
             f"Measured at d = {d} (paired over {int(tab['n'].min())} seeds, 95% t-intervals): " + "; ".join(parts)
             + ". Share of collapsed runs (final J below half its start) at this delay, over optimisers and horizons: "

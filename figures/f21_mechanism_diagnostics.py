@@ -88,7 +88,8 @@ def caption(runs: pd.DataFrame) -> str:
                      f"share {g['mech/heavy_share'].median():.2f}, step norm {g['mech/step_norm'].median():.3g}")
     seeds = runs.attrs.get("seeds", [])
     return (f"Medians over updates of the per-update medians over runs ({len(seeds)} whole seed(s); "
-            + ("interim, every complete run" if not seeds else ", ".join(map(str, seeds))) + "). " + "; ".join(parts) + ".")
+            + ("interim, every complete run" if not seeds else ", ".join(map(str, seeds))) + "). "
+            + "; ".join(parts) + ".")
 
 
 def main(out=None):

@@ -96,7 +96,8 @@ def pattern_sentence(df: pd.DataFrame) -> str:
             f"TIC-trunc collapses in those cells too ({trunc}), and the shared model collapses under SGD as well: at "
             f"SGD lr {sgd_sh['lr'].max():g} the collapse shares are "
             + ", ".join(f"{style.label(s)} {v:.0%}" for s, v in top_sgd.items())
-            + " (TOPR holds under both optimisers). In this family, sharing parameters is what lets IS and GMC collapse "
+            + " (TOPR holds under both optimisers). "
+            "In this family, sharing parameters is what lets IS and GMC collapse "
             "while TOPR holds, and the step size, not the optimiser, decides whether they do.")
 
 

@@ -103,12 +103,15 @@ def caption(df: pd.DataFrame) -> str:
                  f"{last.loc['is', 'mean_ghat']:.3g}.")
     return ("Theory (THEORY §4 Theorem 2, claim 17): for members of C_eps the realised mean squared bias stays below "
             "Theorem 2's delay term D; GMC is expected (not a theorem) to keep ||grad J||^2 no larger than TIC-mask, "
-            f"more so at large d; IS has heavy-tailed ||g_hat||. Measured, over all {tc['settings']} (env, eps) settings of "
-            f"the file: realised mean squared bias <= D in {tc['n_le_D']} of {tc['n_checked']} runs where D is defined; "
+            "more so at large d; IS has heavy-tailed ||g_hat||. "
+            f"Measured, over all {tc['settings']} (env, eps) settings of "
+            f"the file: realised mean squared bias <= D in {tc['n_le_D']} of {tc['n_checked']} runs "
+            "where D is defined; "
             f"runs with a step whose bias exceeds the §3 bound: {tc['n_step_violations']} of "
             f"{tc['n_runs'] - tc['n_no_bound']} (runs of schemes without a bound: {tc['n_no_bound']}). In the "
             "figure's setting, "
-            f"average ||grad J||^2 over the run at d = {dmax}: {order}; final J (seed mean): {final}.{heavy} Bands and error bars are +-1 standard "
+            f"average ||grad J||^2 over the run at d = {dmax}: {order}; final J (seed mean): {final}.{heavy} "
+            "Bands and error bars are +-1 standard "
             f"error over {int(bt['n'].max())} seeds; D uses A5 constants estimated on each run. " + source_note(df))
 
 

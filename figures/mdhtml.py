@@ -112,4 +112,5 @@ def num(x, fmt: str = ".3f") -> str:
 
 def interval(r: dict) -> str:
     """``mean [low, high] (n = k)`` of an interval record of the verdicts."""
-    return f"{num(r.get('mean'), '+.3f')} [{num(r.get('low'), '+.3f')}, {num(r.get('high'), '+.3f')}] (n = {r.get('n')})"
+    return (f"{num(r.get('mean'), '+.3f')} [{num(r.get('low'), '+.3f')}, {num(r.get('high'), '+.3f')}] "
+            f"(n = {r.get('n')})")
