@@ -143,7 +143,8 @@ def render(card: dict) -> str:
     name = card["name"]
     d = card["definition"]
     L = [f"# Report card: `{name}`", "",
-         f"A {card['level']}-level correction ({'from ' + d['source'] if d['source'] != 'registered' else 'registered in the toolkit'}), "
+         f"A {card['level']}-level correction ("
+         f"{'from ' + d['source'] if d['source'] != 'registered' else 'registered in the toolkit'}), "
          f"eps = {card['eps']:g} throughout. Made by `{card['command']}`"
          + (" (`--quick`: the exact and simulator parts in full, the LLM part's own runs only a 2-seed smoke)"
             if card["quick"] else "")
@@ -170,7 +171,8 @@ def render(card: dict) -> str:
               "(`simulators.peers.grid_max_mass`: every G = 3 tuple of ratios from a grid with the scheme's "
               "thresholds, every advantage sign pattern). Member of C_eps iff the supremum is <= 1+eps = "
               f"{1 + card['eps']:g}."), "",
-              "| groups per batch | declared sup | search max | declaration | member (declared sup) | member (search) |",
+              ("| groups per batch | declared sup | search max | declaration | member (declared sup) "
+               "| member (search) |"),
               "|---|---|---|---|---|---|"]
         for r in m["rows"]:
             L.append(f"| {r['batch_groups']} | {r['declared_sup']:.6g} | {r['search_max']:.6g} | "
@@ -185,7 +187,8 @@ def render(card: dict) -> str:
           "`report_card.robustness.sweep` through `estimators.losses.policy_loss`: the three padding "
           "conventions (-inf, NaN, huge) in each dtype, and 200 seeded cases of extreme ratios (per-token "
           "log-ratios up to +-1e4), random masks and advantages (0 included), "
-          f"{'bounded: value and gradient must be finite' if rob['bounded'] else 'declared unbounded: +inf or a ValueError naming the overflow, never NaN'}."),
+          f"""{'bounded: value and gradient must be finite' if rob['bounded']
+               else 'declared unbounded: +inf or a ValueError naming the overflow, never NaN'}."""),
           "", "| dtype | cases | failures |", "|---|---|---|"]
     L += [f"| {k} | {v['cases']} | {v['failures']} |" for k, v in rob["by_dtype"].items()]
     L += ["", f"**{'Passed' if rob['passed'] else 'FAILED'}**: {rob['n_failures']} failure(s) in {rob['cases']} cases"
@@ -230,12 +233,15 @@ def render(card: dict) -> str:
                   "have grad J's sign, P(sign(grad_j J) g_j <= 0) (`simulators.normalised.coordinate_sign_law`), "
                   "and §8.3's Cantelli bound on it (`bounds.normalised.sign_error_bound`, mass form; 1 is trivial) "
                   "where the table has one."), "",
-                  "| point | G | coordinates | P(sign error), median | max | bound, median | share of coordinates with bound < 1 |",
+                  ("| point | G | coordinates | P(sign error), median | max | bound, median "
+                   "| share of coordinates with bound < 1 |"),
                   "|---|---|---|---|---|---|---|"]
-            L += [f"| {r['point']} | {r['G']} | {r['coordinates']} | {r['p_sign_median']:.3f} | {r['p_sign_max']:.3f} | "
+            L += [f"| {r['point']} | {r['G']} | {r['coordinates']} | {r['p_sign_median']:.3f} "
+                  f"| {r['p_sign_max']:.3f} | "
                   f"{_n(r.get('bound_median'))} | {_n(r.get('bound_below_1'), '.2f')} |" for r in t8["points"]]
         else:
-            L += ["", ("Sign errors: not evaluated (a token-level or batch-coupled correction has no per-group sign law "
+            L += ["", ("Sign errors: not evaluated "
+                  "(a token-level or batch-coupled correction has no per-group sign law "
                   "in `simulators.normalised`).")]
     sim = card["simulator"]
     L += ["", "## 6. Asynchronous simulator (H = 16)", ""]
@@ -267,7 +273,8 @@ def _render_llm(card: dict) -> list[str]:
     eq = lp["delay0"]
     L = ["", "## 7. LLM study", "",
          "Committed runs read as `llm_runs.run_table.read_runs` reads them (each folder audited by "
-         "`llm_runs.grid_check.audit`, each run of the card's cells by `llm_runs.run_table.run_row`): results/llm/study and "
+         "`llm_runs.grid_check.audit`, each run of the card's cells by `llm_runs.run_table.run_row`): "
+         "results/llm/study and "
          "results/llm/study_2025 under the study's Adam, results/llm/mechanism's adamwclip arm under AdamW + decay "
          "0.01 + clip 1.0. A correction's "
          "own runs made by `llm_runs.sweep.run_sweep` on the committed grid's settings, after "
@@ -276,7 +283,8 @@ def _render_llm(card: dict) -> list[str]:
          f"{lp['stable_fraction']:.0%} of its seeds are. Differences: final held-out pc, {name} minus the reference, "
          "paired by seed, 95% percentile bootstrap (`llm_runs.run_table.paired`, `llm_runs.run_table.bootstrap`). "
          f"Delay 0: {name}'s gradient at ratio 1 is IS's "
-         + {"same": "exactly", "scaled": f"times {eq['scale']:.4g}", "different": "NOT (it needs its own delay-0 runs)"}[eq["kind"]]
+         + {"same": "exactly", "scaled": f"times {eq['scale']:.4g}",
+            "different": "NOT (it needs its own delay-0 runs)"}[eq["kind"]]
          + " (`report_card.llm.delay0_equivalence`).", ""]
     if lp["smoke_overrides"]:
         L += [(f"Smoke settings (a test's): {json.dumps(lp['smoke_overrides'])}: not the study's, so these runs are "
@@ -299,7 +307,8 @@ def _render_llm(card: dict) -> list[str]:
             rows.append(f"| {c['label']} | {r} | {v['stable']} / {v['n']}, {_n(v['pc_final'])} | "
                         f"{_iv(v['difference'])}{few} | {'stable' if v['stable_cell'] else 'unstable'} |")
     if rows:
-        L += ["", f"| cell | reference | its stable seeds, mean final pc | {name} minus it (final pc) | reference in the cell |",
+        L += ["", (f"| cell | reference | its stable seeds, mean final pc | {name} minus it (final pc) "
+                   "| reference in the cell |"),
               "|---|---|---|---|---|"] + rows
     missing = [c for c in lp["cells"] if c["state"] in ("not computed", "refused")]
     if missing:

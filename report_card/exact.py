@@ -126,7 +126,8 @@ def frontier_place(mine: pd.DataFrame, committed: pd.DataFrame) -> list[dict]:
     for (env, D), m in mine.groupby(["env", "Delta"]):
         if D == 0:
             continue  # on-policy every scheme is IS
-        others = committed[(committed["env"] == env) & (committed["Delta"] == D) & (committed["scheme"] != m["scheme"].iloc[0])]
+        others = committed[(committed["env"] == env) & (committed["Delta"] == D)
+                           & (committed["scheme"] != m["scheme"].iloc[0])]
         panel = pd.concat([others, m[others.columns.intersection(m.columns)]], ignore_index=True)
         f = set(frontier(panel)["key"])
         for key in m["key"]:

@@ -319,7 +319,8 @@ def drift(runs: list) -> dict:
         out[f"{k}_runs"] = len(v)
     kl = out["kl_early"]
     if not map_path().is_file():
-        out["map"] = f"pending: no drift map at {map_path().relative_to(results_root().parent)} yet (python -m studies.drift)"
+        out["map"] = (f"pending: no drift map at {map_path().relative_to(results_root().parent)} "
+                      "yet (python -m studies.drift)")
     elif not math.isfinite(kl):
         out["map"] = "not placed: these runs log no KL per token (the map's axis)"
     elif (table := json.loads(map_path().read_text())).get("provisional"):

@@ -20,14 +20,16 @@ def describe(corr: Correction, card_dir: Path, *, quick: bool, jobs: int, new_ru
     exact = "read from results/sim/peers" if not corr.is_new else f"computed, about {EXACT_S:g} s"
     lines.append(f"  membership, robustness sweep: computed, about {ROBUST_S:g} s")
     lines.append(f"  exact E1/E2 moments and frontier: {exact}")
-    lines.append(f"  THEORY §8 (share bound, exact sign-error probabilities at claims 20-22's points): computed, about "
+    lines.append("  THEORY §8 (share bound, exact sign-error probabilities at claims 20-22's points): "
+                 "computed, about "
                  f"{THEORY8_S:g} s (trajectory schemes)")
     if corr.level != "trajectory":
         lines.append("  asynchronous simulator: not applicable (a token-level loss)")
     elif corr.name in scheme_list() and not corr.is_new:
         lines.append("  asynchronous simulator: read from results/sim/async_optimizers")
     else:
-        lines.append(f"  asynchronous simulator: computed (the committed H = 16 setting, 20 seeds), about {ASYNC_S:g} s")
+        lines.append("  asynchronous simulator: computed (the committed H = 16 setting, 20 seeds), "
+                     f"about {ASYNC_S:g} s")
     eq = llm.delay0_equivalence(corr.name)
     todo_all = llm.needed(corr, llm.CELLS, llm.committed_runs((corr.name,)), eq)
     todo = [c for c in todo_all if not quick or c in llm.QUICK_CELLS]
@@ -39,11 +41,13 @@ def describe(corr: Correction, card_dir: Path, *, quick: bool, jobs: int, new_ru
     glist = llm.grids(corr, todo, seeds)
     runs = [cc.name for _, g in glist for cc in g.cells()]
     cost = llm.cost_seconds(glist, jobs) if new_runs else 0.0
-    lines.append(f"  LLM runs to make: {len(runs) if new_runs else 0} ({', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''}),"
+    lines.append(f"  LLM runs to make: {len(runs) if new_runs else 0} "
+                 f"({', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''}),"
                  f" about {cost / 60:.0f} min at {jobs} at a time (llm_runs.study.estimate_seconds), plus a warm start "
                  "per horizon if this machine has none cached; finished runs are skipped on a rerun")
     if quick and todo_all != todo:
         full = llm.cost_seconds(llm.grids(corr, todo_all, llm.FULL_SEEDS), jobs)
-        lines.append(f"  the full card's LLM runs: {sum(len(g.cells()) for _, g in llm.grids(corr, todo_all, llm.FULL_SEEDS))}"
+        lines.append("  the full card's LLM runs: "
+                     f"{sum(len(g.cells()) for _, g in llm.grids(corr, todo_all, llm.FULL_SEEDS))}"
                      f", about {full / 60:.0f} min")
     return "\n".join(lines)

@@ -124,7 +124,8 @@ def _sweep(name: str, eps: float) -> dict:
             old_t[mask == 0] = pad_value
             return _loss_and_grad(name, logp.to(dtype), old_t.to(dtype), mask, adv_t, G, eps)
 
-        what = f"G = {G}, {B} rows x {T} tokens, max |log r| {np.max(np.abs(lr)):.3g}, advantages {np.round(adv, 3).tolist()}"
+        what = (f"G = {G}, {B} rows x {T} tokens, max |log r| {np.max(np.abs(lr)):.3g}, "
+                f"advantages {np.round(adv, 3).tolist()}")
         try:
             loss, grad = run(pad)
             loss0, grad0 = run(0.0)

@@ -52,7 +52,8 @@ def verdict(card: dict) -> list[tuple[str, str]]:
         if f["Delta"] == max(x["Delta"] for x in card["frontier"] if x["env"] == f["env"]):
             env = {"bandit": "E1", "token_mdp": "E2"}.get(f["env"], f["env"])
             dominated.append(f"{env} (Delta = {f['Delta']:g}, {f['key']}): "
-                             + ("on the frontier" if f["on_frontier"] else "dominated by " + ", ".join(f["dominated_by"])))
+                             + ("on the frontier" if f["on_frontier"]
+                                else "dominated by " + ", ".join(f["dominated_by"])))
     sim = card.get("simulator", {})
     if sim.get("applies"):
         name = card["name"]
