@@ -163,10 +163,12 @@ def boundaries(runs: pd.DataFrame, seeds: list[int], n_boot: int = N_BOOT, axis:
             lv = [(float(x[axis].median()), float(x["stable"].mean())) for _, x in rows.groupby("level")]
             boot.append(boundary(lv)[0])
         boot = [x for x in boot if x is not None]
-        lo, hi = (float(np.quantile(boot, ALPHA / 2)), float(np.quantile(boot, 1 - ALPHA / 2))) if boot else (None, None)
+        lo, hi = ((float(np.quantile(boot, ALPHA / 2)), float(np.quantile(boot, 1 - ALPHA / 2))) if boot
+                  else (None, None))
         out.append({"estimator": est, "optimizer": fam, "boundary": b, "censored": cens, "low": lo, "high": hi,
                     "levels": [{"level": x["level"], "drift": x["drift"], "stable_share": x["stable_share"],
-                                "n": int(x["n"]), "pc_final": x["pc_final"]} for _, x in g.sort_values("drift").iterrows()]})
+                                "n": int(x["n"]), "pc_final": x["pc_final"]}
+                               for _, x in g.sort_values("drift").iterrows()]})
     return out
 
 
@@ -256,7 +258,8 @@ def d2(bounds) -> dict:
     lo, hi = float(np.nanquantile(boot, 0.025)), float(np.nanquantile(boot, 0.975))
     gmc = {f: _find(bounds, "gmc", f) for f in ("sgd", "adamclip")}
     below = [f"{e} ({f})" for e in ("topr", "vespo") for f in ("sgd", "adamclip")
-             if (b := _find(bounds, e, f))["high"] is not None and gmc[f]["low"] is not None and b["high"] < gmc[f]["low"]]
+             if (b := _find(bounds, e, f))["high"] is not None and gmc[f]["low"] is not None
+             and b["high"] < gmc[f]["low"]]
     beyond = all(_find(bounds, e, f)["boundary"] >= gmc[f]["boundary"] for e in ("topr", "vespo") for f in gmc)
     numbers = {"spearman": rho, "low": lo, "high": hi, "boundaries_sgd": dict(zip(DRIFT_ESTIMATORS, x)),
                "boundaries_adamclip": dict(zip(DRIFT_ESTIMATORS, y)), "below_gmc": below}
@@ -403,7 +406,8 @@ def m6_disclosure() -> dict:
     for label, df in (("200", runs), ("220", pd.concat([runs, replays.assign(source="mechanism")], ignore_index=True))):
         r = mechanism._m6(grid_folder("mechanism"), df)
         out[label] = {"verdict": r["verdict"], "hits": [r["hit_rate"]["k"], r["hit_rate"]["n"]],
-                      "false_alarms": [r["false_alarm_rate"]["k"], r["false_alarm_rate"]["n"]], "p_fisher": r["p_fisher"]}
+                      "false_alarms": [r["false_alarm_rate"]["k"], r["false_alarm_rate"]["n"]],
+                      "p_fisher": r["p_fisher"]}
     return out
 
 
@@ -415,7 +419,8 @@ D5_WINDOW = 5
 D5_ALPHA = ALPHA / 2  # Bonferroni over the two signals
 D5_TRAIN = ("primary",)
 D5_HELD_OUT = ("mechanism", "scale", "scale_variants", "peers_2025", "drift", "drift_decisive")
-"""The grids D5's runs come from (their folders: :func:`llm_runs.run_table.grid_folder`): the thresholds are chosen on the staleness study's
+"""The grids D5's runs come from (their folders: :func:`llm_runs.run_table.grid_folder`): \
+the thresholds are chosen on the staleness study's
 long-horizon runs at positive delay only; every other grid's long-horizon runs at positive delay are
 held out, except the copies of runs already counted (the mechanism grid's ``adam``-arm gmc and topr,
 byte copies of study runs; ``scale_mech``, copies of the scale grid's runs, is not read)."""
@@ -443,7 +448,8 @@ def d5_run(run: Path) -> dict | None:
     below = ev[ev["eval/heldout_acc"] < thr]
     collapsed = bool(len(bad) or float(ev["eval/heldout_acc"].iloc[-1]) < thr
                      or float(pd.to_numeric(upd.get("train/update_skipped", 0), errors="coerce").sum()) > 0)
-    t_col = min([int(x) for x in (below["step"].iloc[0] if len(below) else None, bad["step"].iloc[0] if len(bad) else None)
+    t_col = min([int(x) for x in (below["step"].iloc[0] if len(below) else None,
+                                  bad["step"].iloc[0] if len(bad) else None)
                  if x is not None], default=None)
     rec = {"run": run.name, "grid": run.parent.name, "collapsed": collapsed, "t_collapse": t_col}
     for col in D5_SIGNALS:
@@ -572,7 +578,8 @@ def exact_model() -> dict:
     for (opt, est), g in chi2_levels(df).groupby(["optimizer", "scheme"]):
         b, cens = boundary(list(zip(g["chi2"], g["stable_share"])))
         out.append({"estimator": est, "optimizer": opt, "boundary": b, "censored": cens, "low": None, "high": None,
-                    "levels": [{"lr": float(x["lr"]), "chi2": float(x["chi2"]), "stable_share": float(x["stable_share"]),
+                    "levels": [{"lr": float(x["lr"]), "chi2": float(x["chi2"]),
+                                "stable_share": float(x["stable_share"]),
                                 "n": int(x["n"])} for _, x in g.sort_values("chi2").iterrows()]})
     return {"source": "results/sim/shared_collapse", "axis": "chi2", "boundaries": out}
 
@@ -616,7 +623,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"M6 on {label} runs: {r['verdict']}, hits {r['hits'][0]}/{r['hits'][1]}, false alarms "
               f"{r['false_alarms'][0]}/{r['false_alarms'][1]}, Fisher p = {r['p_fisher']:.3f}")
     for b in result["boundaries"]:
-        lv = "; ".join(f"{x['level']} KL {x['drift']:.3g} stable {x['stable_share']:.0%} (n={x['n']})" for x in b["levels"])
+        lv = "; ".join(f"{x['level']} KL {x['drift']:.3g} stable {x['stable_share']:.0%} (n={x['n']})"
+                       for x in b["levels"])
         print(f"  {b['estimator']:9s} {b['optimizer']:9s} boundary {b['boundary']} {b['censored'] or ''}: {lv}")
     return 0
 

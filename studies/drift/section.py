@@ -70,7 +70,8 @@ def drift_lines(path: Path) -> list[str]:
 
 def replicate_lines(path: Path) -> list[str]:
     if not path.is_file():
-        return [(f"*No replicate comparison yet ({path}): `python -m studies.replicate` after `python -m llm_runs.study "
+        return [(f"*No replicate comparison yet ({path}): `python -m studies.replicate` "
+                 "after `python -m llm_runs.study "
                 "--grid replicate_avx2`.*"), ""]
     v = read_json(path)
     state = "provisional (no verdict said to survive or not)" if v.get("provisional") else (
@@ -83,7 +84,8 @@ def replicate_lines(path: Path) -> list[str]:
         lo, hi = c["share_difference"]
         md.append(f"| {c['arm']} | {c['estimator']} | {c['replicate_stable'][0]}/{c['replicate_stable'][1]} | "
                   f"{c['committed_stable'][0]}/{c['committed_stable'][1]} | [{_num(lo, '{:+.2f}')}, "
-                  f"{_num(hi, '{:+.2f}')}] | {_num(c['pc_replicate'], '{:.3f}')} | {_num(c['pc_committed'], '{:.3f}')} |")
+                  f"{_num(hi, '{:+.2f}')}] | {_num(c['pc_replicate'], '{:.3f}')} | "
+                  f"{_num(c['pc_committed'], '{:.3f}')} |")
     md.append("")
     for h, r in v.get("verdicts", {}).items():
         md.append(f"- {h}: replicate {r['replicate']}, committed {r['committed']}")
