@@ -44,7 +44,8 @@ from schema.provenance import git_commit, package_versions
 from schema.results import results_root
 from schema.runlock import LOCK_NAME, RunLock
 
-from .sweep_spec import Sweep, derive_seed, setting_key  # noqa: F401  (the spec every sweep module defines its sweeps with)
+# the spec every sweep module defines its sweeps with
+from .sweep_spec import Sweep, derive_seed, setting_key  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -41,3 +41,15 @@ def test_a_large_table_is_written_as_parts_and_read_back_as_one(tmp_path):
     assert write_parquet_parts(path, small) == [path]  # fits: one file again, the old parts removed
     assert parquet_parts(path) == [path] and not list(tmp_path.glob("steps.part*"))
     pd.testing.assert_frame_equal(read_parquet_parts(path), small, check_exact=True)
+
+
+def test_no_python_line_is_longer_than_ruffs_line_length():
+    """pyproject's [tool.ruff] line-length, with E501 selected; checked here too, since CI runs no ruff."""
+    import tomllib
+
+    limit = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["line-length"]
+    packages = ("estimators", "bounds", "stats", "schema", "simulators", "llm_runs", "claims", "figures",
+                "report_card", "studies", "execution", "tests")
+    long = [f"{path.relative_to(ROOT)}:{i}" for pkg in packages for path in sorted((ROOT / pkg).rglob("*.py"))
+            for i, line in enumerate(path.read_text().splitlines(), 1) if len(line) > limit]
+    assert not long, f"lines over {limit} characters: {long[:20]}"

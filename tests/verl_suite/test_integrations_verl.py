@@ -20,7 +20,7 @@ from verl.utils.import_utils import import_external_libs
 import estimators
 from estimators.losses import trajectory_loss
 from llm_runs.integrations import verl as verl_integration
-from llm_runs.integrations import verl_plugin  # noqa: F401 (importing it installs the plugin into verl, as external_lib does)
+from llm_runs.integrations import verl_plugin  # noqa: F401 (importing it installs the plugin, as external_lib does)
 from llm_runs.integrations._common import check_contiguous_groups
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ from verl.workers.utils.losses import ppo_loss
 
 import estimators
 from llm_runs.integrations import verl as verl_integration
-from llm_runs.integrations import verl_plugin  # noqa: F401 (importing it installs the plugin into verl, as external_lib does)
+from llm_runs.integrations import verl_plugin  # noqa: F401 (importing it installs the plugin, as external_lib does)
 from llm_runs.integrations._common import check_contiguous_groups
 
 G, GROUPS, T = 4, 6, 9

@@ -25,7 +25,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 import estimators
 from estimators.losses import trajectory_loss
 from llm_runs.integrations import verl as verl_integration
-from llm_runs.integrations import verl_plugin  # noqa: F401 (importing it installs the plugin into verl, as external_lib does)
+from llm_runs.integrations import verl_plugin  # noqa: F401 (importing it installs the plugin, as external_lib does)
 from llm_runs.integrations._common import check_contiguous_groups, metric_names
 from llm_runs.presets import char_tokenizer
 
