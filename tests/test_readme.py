@@ -95,7 +95,8 @@ def test_the_formula_is_quoted_from_the_definition():
     from estimators.schemes import gmc_log_weights
 
     quoted = re.search(r"^## The two commands", README.read_text(), re.MULTILINE)
-    block = re.findall(r"```\n(.*?)\n```", README.read_text()[:quoted.start()], re.DOTALL)
+    # a quoted line, not a code block: the README's first code block is the two commands
+    block = re.findall(r"^> `(.*?)`$", README.read_text()[:quoted.start()], re.MULTILINE)
     assert len(block) == 1 and block[0] in " ".join(gmc_log_weights.__doc__.split())
 
 
