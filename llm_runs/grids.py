@@ -146,11 +146,11 @@ class Study:
         found["async_estimators"] = []  # the sweep driver's field, which every study grid has recorded (empty)
         return json.loads(json.dumps(found))
 
-    def default_out(self) -> Path:
-        """``out`` under the results root (``GMC_RESULTS`` or ``results/``)."""
+    def default_out(self, root: Path | None = None) -> Path:
+        """``out`` under the results root ``root`` (default: ``GMC_RESULTS`` or ``results/``)."""
         from schema.results import results_root
 
-        return results_root() / Path(self.out).relative_to("results")
+        return (results_root() if root is None else Path(root)) / Path(self.out).relative_to("results")
 
     def paired_folders(self) -> list[Path]:
         """The folders of the grids in ``pairs_with`` under the results root."""

@@ -44,7 +44,7 @@ def source_path(key: str, root: Path = RESULTS) -> Path:
     from llm_runs.grids import STUDIES
 
     grid, name = SOURCES[key]
-    return root / name if grid is None else root / Path(STUDIES[grid].out).relative_to("results") / name
+    return root / name if grid is None else STUDIES[grid].default_out(root) / name
 
 
 OPTIMISERS = {"sgd": "SGD with a small fixed step", "adam": "Adam (the study's)",

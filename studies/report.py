@@ -235,8 +235,8 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
     from studies.drift.section import progress_section
     from studies.mechanism.section import mechanism_section
 
-    drift_md, missing = progress_section(report_dir, figures_out, draw_missing, figure_sections)
-    lead = drift_md[0].startswith("## The drift map")  # decided: the map is the report's first figure
+    # once decided, the drift map leads: its figure is the report's first
+    drift_md, missing, lead = progress_section(report_dir, figures_out, draw_missing, figure_sections)
     md += drift_md if lead else []
     mech_md, mech_missing = mechanism_section(report_dir, figures_out, draw_missing, figure_sections)
     md += mech_md

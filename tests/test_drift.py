@@ -252,7 +252,7 @@ def test_the_report_leads_with_the_map_once_it_is_decided(tmp_path, monkeypatch,
         placed.extend(names)
         return ["FIGURE"], []
 
-    md, missing = progress_section(tmp_path, tmp_path, False, figure_sections)
-    assert placed == ["f24_drift_map"] and "FIGURE" in md and missing == []
+    md, missing, decided = progress_section(tmp_path, tmp_path, False, figure_sections)
+    assert placed == ["f24_drift_map"] and "FIGURE" in md and missing == [] and decided is not provisional
     assert md[0] == ("## Campaigns in progress" if provisional else
                      "## The drift map: where each correction fails as the drift grows")

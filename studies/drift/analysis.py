@@ -116,10 +116,15 @@ def _reused_names(seed: int) -> list[str]:
 # --------------------------------------------------------------------------- the map
 
 
+def level_runs(runs: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
+    """The complete level runs at positive delay on ``seeds``: what the map's cells, boundaries and points read."""
+    return runs[runs["level"].notna() & (runs["delay"] > 0) & runs["seed"].isin(seeds) & runs["complete"]]
+
+
 def cell_table(runs: pd.DataFrame, seeds: list[int], axis: str = AXIS) -> pd.DataFrame:
     """Per (family, level, estimator) at d = 64 on ``seeds``: n, stable share, level drift (median
     over seeds of the runs' early KL), mean final pc."""
-    r = runs[runs["level"].notna() & (runs["delay"] > 0) & runs["seed"].isin(seeds) & runs["complete"]]
+    r = level_runs(runs, seeds)
     out = []
     for (fam, level, est), g in r.groupby(["family", "level", "estimator"]):
         out.append({"family": fam, "level": level, "estimator": est, "n": len(g),
@@ -151,7 +156,7 @@ def boundaries(runs: pd.DataFrame, seeds: list[int], n_boot: int = N_BOOT, axis:
     the drift column ``axis`` (the map's early KL; ``chi2_early`` for the chi^2 view)."""
     cells = cell_table(runs, seeds, axis)
     rng = np.random.default_rng(BOOT_SEED)
-    r = runs[runs["level"].notna() & (runs["delay"] > 0) & runs["seed"].isin(seeds) & runs["complete"]]
+    r = level_runs(runs, seeds)
     draws = [rng.choice(seeds, size=len(seeds), replace=True) for _ in range(n_boot)] if len(seeds) > 1 else []
     out = []
     for (est, fam), g in cells.groupby(["estimator", "family"]):
@@ -554,7 +559,7 @@ def d5(train: list[dict], held: list[dict], decided: bool) -> dict:
 
 def points(runs: pd.DataFrame, seeds: list[int]) -> list[dict]:
     """Every level run at d = 64 on ``seeds``: the map's points (early KL and chi^2, stable, final pc)."""
-    r = runs[runs["level"].notna() & (runs["delay"] > 0) & runs["seed"].isin(seeds) & runs["complete"]]
+    r = level_runs(runs, seeds)
     return [{"run": x["run"], "estimator": x["estimator"], "optimizer": x["family"], "level": x["level"],
              "seed": int(x["seed"]), "drift": float(x[AXIS]), "chi2": float(x["chi2_early"]),
              "stable": bool(x["stable"]), "pc_final": float(x["pc_final"])}

@@ -98,9 +98,10 @@ def drift_decided(path: Path) -> bool:
 
 
 def progress_section(report_dir: Path | None = None, figures_out: Path | None = None, draw_missing: bool = False,
-                     figure_sections=None) -> tuple[list[str], list[str]]:
+                     figure_sections=None) -> tuple[list[str], list[str], bool]:
     """The drift map (with its figure, when ``figure_sections`` places figures) and the replicate: under
-    "Campaigns in progress" while the map is provisional; the map as a section of its own once decided."""
+    "Campaigns in progress" while the map is provisional; the map as a section of its own once decided.
+    Returns the lines, the figures not drawn and whether the map is decided (the report then leads with it)."""
     from figures.registry import DRIFT_FIGURES
     from llm_runs.run_table import grid_folder
 
@@ -115,4 +116,4 @@ def progress_section(report_dir: Path | None = None, figures_out: Path | None = 
     md += drift_lines(path)
     md += ["### Verdicts under a different rounding (the replicate)", ""]
     md += replicate_lines(grid_folder("replicate_avx2") / "comparison.json")
-    return md, missing
+    return md, missing, decided
