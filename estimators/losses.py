@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ._compat import renamed_keywords
 from ._validate import check_eps
 from .params import resolve
 from .schemes import SCHEMES, get_scheme, weights
@@ -98,16 +99,17 @@ def register_token_loss(name: str, *, options: tuple = (), batch_coupled: bool =
     return deco
 
 
-def is_bounded(name: str) -> bool:
-    """True when ``name``'s loss and gradient are finite for every finite input in every dtype.
+@renamed_keywords(name="estimator")
+def is_bounded(estimator: str) -> bool:
+    """True when ``estimator``'s loss and gradient are finite for every finite input in every dtype.
     Unbounded: the schemes ``is`` and ``tic_ppo`` (an overflowing surrogate is a ValueError) and
     the token losses with PPO's one-sided clip (``token_clip``, ``gspo``, ``opsm``: ``+inf`` where
     A < 0 and a ratio overflows, never NaN)."""
-    if name in SCHEMES:
-        return SCHEMES[name].bounded
-    if name in TOKEN_LOSSES:
-        return TOKEN_LOSSES[name].bounded
-    raise ValueError(f"unknown loss {name!r}; valid: {', '.join(loss_names())}")
+    if estimator in SCHEMES:
+        return SCHEMES[estimator].bounded
+    if estimator in TOKEN_LOSSES:
+        return TOKEN_LOSSES[estimator].bounded
+    raise ValueError(f"unknown loss {estimator!r}; valid: {', '.join(loss_names())}")
 
 
 def loss_names() -> list[str]:
@@ -115,13 +117,14 @@ def loss_names() -> list[str]:
     return list(SCHEMES) + list(TOKEN_LOSSES)
 
 
-def is_batch_coupled(name: str) -> bool:
-    """True when ``name``'s loss on a batch is not the mean of its losses on the batch's groups."""
-    if name in SCHEMES:
-        return SCHEMES[name].batch_coupled
-    if name in TOKEN_LOSSES:
-        return TOKEN_LOSSES[name].batch_coupled
-    raise ValueError(f"unknown loss {name!r}; valid: {', '.join(loss_names())}")
+@renamed_keywords(name="estimator")
+def is_batch_coupled(estimator: str) -> bool:
+    """True when ``estimator``'s loss on a batch is not the mean of its losses on the batch's groups."""
+    if estimator in SCHEMES:
+        return SCHEMES[estimator].batch_coupled
+    if estimator in TOKEN_LOSSES:
+        return TOKEN_LOSSES[estimator].batch_coupled
+    raise ValueError(f"unknown loss {estimator!r}; valid: {', '.join(loss_names())}")
 
 
 def _check_advantages(advantages, B: int, group_size: int, dtype, device):
@@ -213,9 +216,10 @@ def trajectory_log_ratio(logp, old_logp, mask):
     return masked_token_log_ratio(logp, old_logp, mask).sum(-1)
 
 
-def trajectory_loss(scheme: str, logp, old_logp, mask, advantages, group_size: int, eps: float,
+@renamed_keywords(scheme="estimator")
+def trajectory_loss(estimator: str, logp, old_logp, mask, advantages, group_size: int, eps: float,
                     **params) -> LossOutput:
-    """Surrogate for a trajectory-level scheme (see module docstring).
+    """Surrogate for a trajectory-level estimator (see module docstring).
 
     Args:
         logp: (B, T) per-token log-probs under pi_theta (requires grad).
@@ -224,16 +228,16 @@ def trajectory_loss(scheme: str, logp, old_logp, mask, advantages, group_size: i
         advantages: (B,) or (B // G, G).
         group_size: G; B must be a multiple of G.
         eps: the cap threshold.
-        **params: the scheme's knobs (:data:`estimators.params.PARAMS`).
+        **params: the estimator's knobs (:data:`estimators.params.PARAMS`).
     """
-    spec = get_scheme(scheme)
+    spec = get_scheme(estimator)
     eps = check_eps(eps)
     in_dtype = logp.dtype if isinstance(logp, torch.Tensor) else None
     logp, old_logp = _widen(logp, old_logp)
     B, _, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
     lr = trajectory_log_ratio(logp, old_logp.detach(), m).reshape(B // group_size, group_size)
     lr_d = lr.detach()
-    c = weights(scheme, lr_d, eps, adv if spec.needs_advantages else None, **params)
+    c = weights(estimator, lr_d, eps, adv if spec.needs_advantages else None, **params)
     # A = 0 contributes nothing, whatever its weight: an overflowed c never meets 0 (inf * 0)
     c_used = torch.where(adv == 0, torch.zeros((), dtype=c.dtype, device=c.device), c)
     if spec.surrogate == "clamp":
@@ -242,11 +246,11 @@ def trajectory_loss(scheme: str, logp, old_logp, mask, advantages, group_size: i
         factor = c_used * torch.exp(lr - lr_d)
     loss = -(factor * adv).mean()
     if not spec.bounded:
-        _refuse_overflow(scheme, loss, c_used, adv, lr_d, in_dtype)
+        _refuse_overflow(estimator, loss, c_used, adv, lr_d, in_dtype)
     return LossOutput(loss, lr_d, c, {})
 
 
-def _refuse_overflow(scheme: str, loss, c, adv, lr_d, in_dtype) -> None:
+def _refuse_overflow(estimator: str, loss, c, adv, lr_d, in_dtype) -> None:
     """An unbounded scheme (``is``, ``tic_ppo``) whose surrogate or gradient overflows is refused:
     weights of +inf with advantages of both signs have no value (``inf - inf``), and a term
     ``c A`` beyond the log-probs' dtype is an infinite gradient there."""
@@ -258,7 +262,7 @@ def _refuse_overflow(scheme: str, loss, c, adv, lr_d, in_dtype) -> None:
         g, i = (int(v) for v in torch.nonzero(bad)[0])
         where = f" (group {g}, completion {i}: trajectory log-ratio {float(lr_d[g, i]):.6g})"
     wider = "" if in_dtype == torch.float64 else " or float64 log-probs"
-    raise ValueError(f"scheme {scheme!r} is unbounded and its surrogate overflows {in_dtype}{where}; "
+    raise ValueError(f"scheme {estimator!r} is unbounded and its surrogate overflows {in_dtype}{where}; "
                      f"use a bounded scheme (gmc, tic_trunc, ...){wider}")
 
 
@@ -554,33 +558,36 @@ TOKEN_LEVEL = tuple(TOKEN_LOSSES)
 """Names of the token-level losses (not members of the trajectory family)."""
 
 
-def check_options(name: str, options: dict | None) -> dict:
-    """The options ``name`` accepts, validated: knobs of :data:`estimators.params.PARAMS`
+@renamed_keywords(name="estimator")
+def check_options(estimator: str, options: dict | None) -> dict:
+    """The options ``estimator`` accepts, validated: knobs of :data:`estimators.params.PARAMS`
     (filled with their defaults) plus a token loss's own extra options."""
     options = dict(options or {})
-    if name in SCHEMES:
-        return resolve(name, options)
-    if name not in TOKEN_LOSSES:
-        raise ValueError(f"unknown loss {name!r}; valid: {', '.join(loss_names())}")
-    extra = {k: options.pop(k) for k in TOKEN_LOSSES[name].options if k in options}
-    return {**resolve(name, options), **extra}
+    if estimator in SCHEMES:
+        return resolve(estimator, options)
+    if estimator not in TOKEN_LOSSES:
+        raise ValueError(f"unknown loss {estimator!r}; valid: {', '.join(loss_names())}")
+    extra = {k: options.pop(k) for k in TOKEN_LOSSES[estimator].options if k in options}
+    return {**resolve(estimator, options), **extra}
 
 
-def policy_loss(name: str, logp, old_logp, mask, advantages, group_size: int, eps: float, **options) -> LossOutput:
-    """Dispatch by name: any trajectory scheme of :data:`estimators.SCHEMES` or token-level loss of
+@renamed_keywords(name="estimator")
+def policy_loss(estimator: str, logp, old_logp, mask, advantages, group_size: int, eps: float,
+                **options) -> LossOutput:
+    """Dispatch by estimator name: any trajectory scheme of :data:`estimators.SCHEMES` or token-level loss of
     :data:`TOKEN_LOSSES`; ``options`` are its knobs (unknown ones refused with a ValueError)."""
-    opts = check_options(name, options)
-    if name in SCHEMES:
-        out = trajectory_loss(name, logp, old_logp, mask, advantages, group_size, eps, **opts)
+    opts = check_options(estimator, options)
+    if estimator in SCHEMES:
+        out = trajectory_loss(estimator, logp, old_logp, mask, advantages, group_size, eps, **opts)
     else:
         logp, old_logp = _widen(logp, old_logp)
-        out = TOKEN_LOSSES[name].fn(logp, old_logp, mask, advantages, group_size, eps, **opts)
-    if is_bounded(name):
-        _refuse_non_finite(name, out.loss, advantages, options)
+        out = TOKEN_LOSSES[estimator].fn(logp, old_logp, mask, advantages, group_size, eps, **opts)
+    if is_bounded(estimator):
+        _refuse_non_finite(estimator, out.loss, advantages, options)
     return out
 
 
-def _refuse_non_finite(name: str, loss, advantages, knobs: dict) -> None:
+def _refuse_non_finite(estimator: str, loss, advantages, knobs: dict) -> None:
     """A bounded loss is finite, or the call is refused naming what made it overflow: advantages
     or a knob too large for the loss's dtype (its gradient's per-token factors are bounded by the
     same weights, so a finite loss has a finite gradient)."""
@@ -588,6 +595,7 @@ def _refuse_non_finite(name: str, loss, advantages, knobs: dict) -> None:
         return
     adv = advantages if isinstance(advantages, torch.Tensor) else torch.as_tensor(advantages)
     given = ", ".join(f"{k} = {v!r}" for k, v in knobs.items()) or "the defaults"
-    raise ValueError(f"{name!r}: the loss overflows {loss.dtype} (largest finite {torch.finfo(loss.dtype).max:g}) "
-                     f"with advantages up to {float(adv.detach().abs().max()):g} and knobs {given}: scale the "
-                     f"advantages down or choose a milder knob")
+    raise ValueError(f"{estimator!r}: the loss overflows {loss.dtype} "
+                     f"(largest finite {torch.finfo(loss.dtype).max:g}) with advantages up to "
+                     f"{float(adv.detach().abs().max()):g} and knobs {given}: scale the advantages down or choose a "
+                     f"milder knob")

@@ -55,6 +55,8 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
+from ._compat import renamed_keywords
+
 
 @dataclass(frozen=True)
 class Param:
@@ -129,27 +131,30 @@ PARAMS: dict[str, tuple[Param, ...]] = {
 """Knobs per estimator name (trajectory schemes and token-level losses alike)."""
 
 
-def params_of(name: str) -> tuple[Param, ...]:
-    return PARAMS.get(name, ())
+@renamed_keywords(name="estimator")
+def params_of(estimator: str) -> tuple[Param, ...]:
+    return PARAMS.get(estimator, ())
 
 
-def defaults(name: str) -> dict[str, float]:
-    return {p.name: p.default for p in params_of(name)}
+@renamed_keywords(name="estimator")
+def defaults(estimator: str) -> dict[str, float]:
+    return {p.name: p.default for p in params_of(estimator)}
 
 
-def resolve(name: str, given: dict | None) -> dict[str, float]:
-    """Defaults of ``name``'s knobs updated by ``given``; every value checked."""
-    specs = {p.name: p for p in params_of(name)}
+@renamed_keywords(name="estimator")
+def resolve(estimator: str, given: dict | None) -> dict[str, float]:
+    """Defaults of ``estimator``'s knobs updated by ``given``; every value checked."""
+    specs = {p.name: p for p in params_of(estimator)}
     given = dict(given or {})
     unknown = sorted(set(given) - set(specs))
     if unknown:
         valid = ", ".join(specs) if specs else "none"
-        raise ValueError(f"{name!r} takes no option(s) {unknown}; its options: {valid}")
-    out = {k: p.check(given.get(k, p.default), repr(name)) for k, p in specs.items()}
-    if name in ("icepop", "seq_geo_mask") and not out["lo"] <= out["hi"]:
-        raise ValueError(f"{name!r}: needs lo <= hi (a non-empty kept interval), got lo = {out['lo']!r}, "
+        raise ValueError(f"{estimator!r} takes no option(s) {unknown}; its options: {valid}")
+    out = {k: p.check(given.get(k, p.default), repr(estimator)) for k, p in specs.items()}
+    if estimator in ("icepop", "seq_geo_mask") and not out["lo"] <= out["hi"]:
+        raise ValueError(f"{estimator!r}: needs lo <= hi (a non-empty kept interval), got lo = {out['lo']!r}, "
                          f"hi = {out['hi']!r}")
-    if name == "seq_mis" and not out["lo"] < out["hi"]:
+    if estimator == "seq_mis" and not out["lo"] < out["hi"]:
         raise ValueError(f"'seq_mis': needs lo < hi (a non-empty kept interval), got lo = {out['lo']!r}, "
                          f"hi = {out['hi']!r}")
     return out

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ._backend import log1p_scalar, ops_for, widen
+from ._compat import renamed_keywords
 from ._validate import (
     check_eps,
     check_finite,
@@ -113,11 +114,13 @@ def register_scheme(name: str, *, family: str, in_class: bool, sup_mass: Callabl
     return deco
 
 
-def get_scheme(name: str) -> Scheme:
+@renamed_keywords(name="estimator")
+def get_scheme(estimator: str) -> Scheme:
+    """The registered trajectory scheme named ``estimator``."""
     try:
-        return SCHEMES[name]
+        return SCHEMES[estimator]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown scheme {name!r}; valid schemes: {', '.join(sorted(SCHEMES))}") from None
+        raise ValueError(f"unknown scheme {estimator!r}; valid schemes: {', '.join(sorted(SCHEMES))}") from None
 
 
 def scheme_names(*, family: str | None = None, in_class: bool | None = None) -> list[str]:
@@ -224,13 +227,13 @@ def snis_log_weights(log_ratio, eps, advantages, ops):
 # --------------------------------------------------------------------------- public API
 
 
-def _prepare(scheme: str, log_ratio, eps, advantages):
-    spec = get_scheme(scheme)
+def _prepare(estimator: str, log_ratio, eps, advantages):
+    spec = get_scheme(estimator)
     lr = check_groups(log_ratio, "log_ratio")
     eps = check_eps(eps)
     adv = None
     if spec.needs_advantages and advantages is None:
-        raise ValueError(f"scheme {scheme!r} needs `advantages` (shape (num_groups, G)), got None")
+        raise ValueError(f"scheme {estimator!r} needs `advantages` (shape (num_groups, G)), got None")
     if advantages is not None:
         adv = match_like(lr, advantages, "advantages")
         check_same_shape(lr, adv, "log_ratio", "advantages")
@@ -238,13 +241,13 @@ def _prepare(scheme: str, log_ratio, eps, advantages):
     return spec, lr, eps, adv
 
 
-def _apply(fn, scheme: str, log_ratio, eps, advantages, params=None):
+def _apply(fn, estimator: str, log_ratio, eps, advantages, params=None):
     """Validate, then ``fn(spec, lr, eps, adv, ops, params)`` in float64 (see
     :func:`estimators._backend.widen`); the result has the input's dtype: the float64 answer rounded once."""
     from .params import resolve
 
-    spec, lr, eps, adv = _prepare(scheme, log_ratio, eps, advantages)
-    p = resolve(scheme, params)
+    spec, lr, eps, adv = _prepare(estimator, log_ratio, eps, advantages)
+    p = resolve(estimator, params)
     wide, back = widen(lr)
     if adv is not None:
         adv = adv.to(wide.dtype) if hasattr(adv, "to") else adv.astype(wide.dtype)
@@ -255,22 +258,24 @@ def _call(spec, lr, eps, adv, ops, p):
     return spec.log_weights(lr, eps, adv, ops, **p) if p else spec.log_weights(lr, eps, adv, ops)
 
 
-def log_weights(scheme: str, log_ratio, eps: float, advantages=None, **params):
-    """log c for ``scheme`` (``-inf`` where c = 0); same shape and array type as ``log_ratio``."""
-    return _apply(_call, scheme, log_ratio, eps, advantages, params)
+@renamed_keywords(scheme="estimator")
+def log_weights(estimator: str, log_ratio, eps: float, advantages=None, **params):
+    """log c for ``estimator`` (``-inf`` where c = 0); same shape and array type as ``log_ratio``."""
+    return _apply(_call, estimator, log_ratio, eps, advantages, params)
 
 
-def weights(scheme: str, log_ratio, eps: float, advantages=None, **params):
+@renamed_keywords(scheme="estimator")
+def weights(estimator: str, log_ratio, eps: float, advantages=None, **params):
     """Weights c of THEORY §2 for trajectory log-ratios.
 
     Args:
-        scheme: a registered scheme name (see :data:`SCHEMES`): ``is``, ``stale``,
+        estimator: a trajectory scheme's name (see :data:`SCHEMES`): ``is``, ``stale``,
             ``tic_mask``, ``tic_trunc``, ``tic_ppo``, ``gmc``, ``snis``.
         log_ratio: ``(num_groups, G)`` array of log pi_theta(o|q) - log pi_b(o|q),
             numpy or torch; must be finite.
         eps: the threshold eps > 0 of the cap 1+eps.
         advantages: ``(num_groups, G)``, required by ``tic_ppo`` and ``topr``.
-        **params: the scheme's knobs (:data:`estimators.params.PARAMS`; defaults otherwise),
+        **params: the estimator's knobs (:data:`estimators.params.PARAMS`; defaults otherwise),
             e.g. ``C`` of ``seq_tis_bn``, ``lo``/``hi`` of ``seq_mis``.
 
     Returns:
@@ -287,7 +292,7 @@ def weights(scheme: str, log_ratio, eps: float, advantages=None, **params):
             return spec.weights_fn(lr, e, adv, ops)
         return ops.exp(_call(spec, lr, e, adv, ops, p))
 
-    return _apply(direct, scheme, log_ratio, eps, advantages, params)
+    return _apply(direct, estimator, log_ratio, eps, advantages, params)
 
 
 def gmc_lambda(log_ratio, eps: float):
