@@ -117,7 +117,8 @@ class TrainConfig:
     dppo_cap: float = _knob("dppo_tv", "C")
     advantage: str = _f("loo", "A_i", "advantage (THEORY §1): loo (canonical), grpo, drgrpo")
     group_size: int = _f(8, "G", "completions per prompt (one group)")
-    prompts_per_step: int = _f(32, "-", "groups (prompts) per update; batch = prompts_per_step * G completions")
+    prompts_per_step: int = _f(32, "B", "groups (prompts) per update, num_groups; batch = B * G completions",
+                               flag="num_groups")
     steps: int = _f(200, "T", "number of updates")
     lr: float = _f(1e-4, "eta", "Adam learning rate (constant)")
     max_grad_norm: float | None = _f(None, "-", "clip the gradient norm (None: never; the estimator's own bound is "

@@ -4,9 +4,10 @@
         --group-size 8 --steps 200 --seed 0 --out results/llm/<run>      [--resume]
 
 Every field of :class:`llm_runs.config.TrainConfig` is a ``--flag``; ``--help`` names each one's
-symbol in THEORY.md. Exit status: 0 done, 2 bad settings or a disk fault, 3 a rollout source that
-failed, 128 + signal when stopped by SIGINT/SIGTERM (a checkpoint was written), 130 when a second
-signal stopped it.
+symbol in THEORY.md. An estimator's knob is ``--<estimator>-<knob>`` (``--seq-geo-mask-c``), named
+from :data:`estimators.params.PARAMS`; its config field's own flag (``--geo-cap``) still parses.
+Exit status: 0 done, 2 bad settings or a disk fault, 3 a rollout source that failed, 128 + signal
+when stopped by SIGINT/SIGTERM (a checkpoint was written), 130 when a second signal stopped it.
 """
 from __future__ import annotations
 
@@ -57,13 +58,31 @@ def train(config: TrainConfig | None = None, out: str | os.PathLike | None = Non
 # --------------------------------------------------------------------------- CLI
 
 
-def cli_flags(overrides: dict) -> list[str]:
-    """``python -m llm_runs.train`` flags for config values."""
+def knob_flag(field: dataclasses.Field) -> str:
+    """The canonical flag of a config field: ``--<estimator>-<knob>`` for a knob (from its
+    ``knob = (estimator, param)`` metadata, i.e. :data:`estimators.params.PARAMS`), the name of its
+    ``flag`` metadata for a field stored under an older name (``prompts_per_step``: ``--num-groups``),
+    else ``--<field>``; ``_`` written ``-`` and the knob lower-cased (``seq_geo_mask`` ``C``: ``--seq-geo-mask-c``)."""
+    name = "_".join(field.metadata["knob"]) if "knob" in field.metadata else field.metadata.get("flag", field.name)
+    return "--" + name.lower().replace("_", "-")
+
+
+def field_flag(field: dataclasses.Field) -> str:
+    """``--<field>``: the flag every trainer accepts for ``field`` (a hidden, deprecated alias when it
+    differs from :func:`knob_flag`)."""
+    return f"--{field.name.replace('_', '-')}"
+
+
+def cli_flags(overrides: dict, *, field_flags: bool = False) -> list[str]:
+    """``python -m llm_runs.train`` flags for config values: the canonical flags (:func:`knob_flag`),
+    or with ``field_flags`` the ``--<field>`` form that older trainers parse too."""
+    fields = {f.name: f for f in config_fields()}
     flags = []
     for k, v in overrides.items():
         text = ("None" if v is None else json.dumps(v) if isinstance(v, dict)
                 else repr(v) if isinstance(v, float) else str(v))
-        flags.append(f"--{k.replace('_', '-')}={text}")
+        flag = field_flag(fields[k]) if field_flags or k not in fields else knob_flag(fields[k])
+        flags.append(f"{flag}={text}")
     return flags
 
 
@@ -74,20 +93,20 @@ def _parse_value(field: dataclasses.Field, text: str):
     if kind.startswith("dict"):
         value = json.loads(text)
         if not isinstance(value, dict):
-            raise argparse.ArgumentTypeError(f"--{field.name.replace('_', '-')} needs a JSON object, got {text!r}")
+            raise argparse.ArgumentTypeError(f"{knob_flag(field)} needs a JSON object, got {text!r}")
         return value
     if kind.startswith("bool"):
         if text.lower() in ("true", "1", "yes"):
             return True
         if text.lower() in ("false", "0", "no"):
             return False
-        raise argparse.ArgumentTypeError(f"--{field.name.replace('_', '-')}: {text!r} is not true or false")
+        raise argparse.ArgumentTypeError(f"{knob_flag(field)}: {text!r} is not true or false")
     for typ in ("int", "float"):
         if kind.startswith(typ):
             try:
                 return {"int": int, "float": float}[typ](text)
             except ValueError:
-                raise argparse.ArgumentTypeError(f"--{field.name.replace('_', '-')}: {text!r} is not {typ}") from None
+                raise argparse.ArgumentTypeError(f"{knob_flag(field)}: {text!r} is not {typ}") from None
     return text
 
 
@@ -103,9 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     for f in config_fields():
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=argparse.SUPPRESS,
-                            type=lambda text, f=f: _parse_value(f, text), metavar=f.name.upper(),
-                            help=f"[{f.metadata['symbol']}] {f.metadata['help']} (default: {default!r})")
+        kind = {"dest": f.name, "default": argparse.SUPPRESS, "type": lambda text, f=f: _parse_value(f, text),
+                "metavar": knob_flag(f)[2:].replace("-", "_").upper()}
+        stored = f" (config.json field {f.name})" if field_flag(f) != knob_flag(f) else ""
+        parser.add_argument(knob_flag(f), **kind,
+                            help=f"[{f.metadata['symbol']}] {f.metadata['help']} (default: {default!r}){stored}")
+        if field_flag(f) != knob_flag(f):  # the older flag, named after the config field: hidden
+            parser.add_argument(field_flag(f), **kind, help=argparse.SUPPRESS)
     return parser
 
 

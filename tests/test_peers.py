@@ -219,11 +219,11 @@ def test_paper_defaults_and_config_fields():
     cfg = TrainConfig()
     for (name, param), f in knobs.items():
         assert getattr(cfg, f.name) == d[name][param] and f.metadata["symbol"]
-    from llm_runs.train import build_parser
+    from llm_runs.train import build_parser, knob_flag
 
     text = build_parser().format_help()
     for f in knobs.values():
-        assert f"--{f.name.replace('_', '-')}" in text and f"[{f.metadata['symbol']}]" in text
+        assert knob_flag(f) in text and f"[{f.metadata['symbol']}]" in text
     assert dataclasses.replace(cfg, estimator="seq_mis", mis_high=3.0).loss_options() == {"lo": 0.5, "hi": 3.0}
     assert dataclasses.replace(cfg, estimator="gspo").loss_options() == {"eps_low": 3e-4, "eps_high": 4e-4}
     assert dataclasses.replace(cfg, estimator="opsm", eps_high=0.28).loss_options() == {"delta": 0.5, "eps_high": 0.28}

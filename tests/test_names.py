@@ -1,0 +1,244 @@
+"""One name per concept (docs/GLOSSARY.md): an estimator's name is ``estimator`` along every call,
+a knob's flag is ``--<estimator>-<knob>``, and the older names still work, with a warning."""
+from __future__ import annotations
+
+import ast
+import inspect
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import estimators
+from estimators._compat import renamed_keywords
+from estimators.losses import check_options, is_batch_coupled, is_bounded, policy_loss, trajectory_loss
+from estimators.params import PARAMS, defaults, params_of, resolve
+from llm_runs.config import config_fields
+from llm_runs.train import build_parser, cli_flags, field_flag, knob_flag
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("estimators", "simulators", "llm_runs", "claims", "report_card", "schema", "figures", "studies", "stats",
+            "execution")
+SCHEME_PARAMETERS_ALLOWED: set[str] = {
+    "claims/class_optimality.py:_norm_ratio",
+    "claims/delay_terms.py:avg",
+    "claims/delay_terms.py:run",
+    "llm_runs/integrations/_common.py:batch_options",
+    "llm_runs/integrations/trl.py:__init__",
+    "llm_runs/integrations/verl/engine.py:__init__",
+    "llm_runs/integrations/verl/losses.py:make_policy_loss",
+    "llm_runs/integrations/verl/losses.py:scheme_options_from",
+    "llm_runs/integrations/verl/losses.py:trajectory_policy_loss",
+    "llm_runs/theory.py:batch_metrics",
+    "llm_runs/theory.py:mass_bias_bound",
+    "llm_runs/theory.py:ratio_metrics",
+    "simulators/_rows.py:moment_rows",
+    "simulators/bandit/env.py:exact_all",
+    "simulators/bandit/env.py:exact_moments",
+    "simulators/bandit/env.py:mc_moments",
+    "simulators/bandit/env.py:per_sample_moments",
+    "simulators/core/env.py:exact_all",
+    "simulators/core/env.py:exact_moments",
+    "simulators/core/env.py:mc_moments",
+    "simulators/core/env.py:per_sample_moments",
+    "simulators/core/exact.py:exact_batch",
+    "simulators/core/exact.py:per_sample_batch",
+    "simulators/core/groups.py:group_terms",
+    "simulators/core/montecarlo.py:mc_groups",
+    "simulators/core/ratio_laws.py:_check_ratio_only",
+    "simulators/core/ratio_laws.py:exact_mass_batch",
+    "simulators/core/ratio_laws.py:mc_mass",
+    "simulators/extremal/laws.py:mass_bias",
+    "simulators/extremal/laws.py:mc_mass_bias",
+    "simulators/lognormal/env.py:mc_mass_bias",
+    "simulators/normalised.py:coordinate_sign_law",
+    "simulators/normalised.py:fixed_baseline_moments",
+    "simulators/normalised.py:invariance_paths",
+    "simulators/shared_softmax.py:group_estimate",
+    "simulators/shared_softmax.py:run_async",
+    "simulators/theory.py:delay_term",
+    "simulators/theory.py:mass_bound",
+    "simulators/token_mdp/env.py:exact_moments",
+    "simulators/token_mdp/env.py:mc_moments",
+    "simulators/token_mdp/env.py:per_sample_moments",
+    "simulators/token_mdp/factorised.py:group_estimates",
+    "simulators/token_mdp/factorised.py:per_sample_bias",
+}
+"""``module:function`` of the functions outside ``bounds`` (whose formulas are per trajectory scheme,
+the sub-kind) still allowed a parameter named ``scheme``/``schemes``."""
+
+
+def scheme_parameters(packages=PACKAGES, root: Path = ROOT) -> list[str]:
+    """``path:line function(param)`` of every function whose parameter is named ``scheme`` or ``schemes``."""
+    out = []
+    for pkg in packages:
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    a = node.args
+                    for arg in a.posonlyargs + a.args + a.kwonlyargs:
+                        if arg.arg in ("scheme", "schemes"):
+                            out.append(f"{path.relative_to(root)}:{node.lineno} {node.name}({arg.arg})")
+    return out
+
+
+def test_no_parameter_is_named_scheme():
+    found = [s for s in scheme_parameters()
+             if f"{s.split(':')[0]}:{s.split(' ')[1].split('(')[0]}" not in SCHEME_PARAMETERS_ALLOWED]
+    assert not found, "parameters holding an estimator's name are called 'estimator':\n" + "\n".join(found)
+
+
+def test_the_scanner_finds_a_scheme_parameter(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text("def f(x, *, scheme='gmc'):\n    pass\n\ndef g(estimator):\n    pass\n")
+    assert scheme_parameters(("pkg",), tmp_path) == ["pkg/m.py:1 f(scheme)"]
+
+
+@pytest.mark.parametrize("fn", [estimators.weights, estimators.log_weights, estimators.get_scheme, policy_loss,
+                                trajectory_loss, check_options, is_bounded, is_batch_coupled, params_of, defaults,
+                                resolve])
+def test_an_estimator_s_name_is_called_estimator(fn):
+    assert next(iter(inspect.signature(fn).parameters)) == "estimator"
+
+
+def test_the_update_passes_one_name_down():
+    from llm_runs.update import policy_update
+
+    assert "estimator" in inspect.signature(policy_update).parameters
+    src = inspect.getsource(policy_update)
+    assert "policy_loss(estimator," in src
+
+
+# --------------------------------------------------------------------------- deprecated keywords
+
+
+def _batch(G=4, T=3):
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(G, T, generator=g, dtype=torch.float64).requires_grad_()
+    old = -torch.rand(G, T, generator=g, dtype=torch.float64)
+    return logp, old, torch.ones(G, T, dtype=torch.float64), torch.tensor([1.0, -1.0, 0.5, -0.5], dtype=torch.float64)
+
+
+def _warns_and_equals(call_new, call_old):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = call_old()
+    assert [w.category for w in caught] == [DeprecationWarning], caught
+    new = call_new()
+    return new, old
+
+
+def test_scheme_keyword_still_gives_the_same_weights():
+    lr = np.log([[3.0, 1.0, 1.0, 1.0], [0.5, 2.0, 1.0, 1.0]])
+    for fn in (estimators.weights, estimators.log_weights):
+        new, old = _warns_and_equals(lambda fn=fn: fn("seq_tis_bn", lr, 0.2, C=2.5),
+                                     lambda fn=fn: fn(scheme="seq_tis_bn", log_ratio=lr, eps=0.2, C=2.5))
+        assert np.array_equal(new, old)
+
+
+def test_name_keyword_still_gives_the_same_loss():
+    logp, old_logp, mask, adv = _batch()
+    for est in ("gmc", "cispo"):
+        new, old = _warns_and_equals(lambda e=est: policy_loss(e, logp, old_logp, mask, adv, 4, 0.2),
+                                     lambda e=est: policy_loss(name=e, logp=logp, old_logp=old_logp, mask=mask,
+                                                               advantages=adv, group_size=4, eps=0.2))
+        assert torch.equal(new.loss, old.loss)
+    new, old = _warns_and_equals(lambda: trajectory_loss("gmc", logp, old_logp, mask, adv, 4, 0.2),
+                                 lambda: trajectory_loss(scheme="gmc", logp=logp, old_logp=old_logp, mask=mask,
+                                                         advantages=adv, group_size=4, eps=0.2))
+    assert torch.equal(new.loss, old.loss)
+    pairs = [(lambda: estimators.get_scheme("seq_tis"), lambda: estimators.get_scheme(name="seq_tis")),
+             (lambda: resolve("seq_tis", {"C": 3.0}), lambda: resolve(name="seq_tis", given={"C": 3.0})),
+             (lambda: check_options("sapo", {}), lambda: check_options(name="sapo", options={})),
+             (lambda: is_bounded("gspo"), lambda: is_bounded(name="gspo")),
+             (lambda: is_batch_coupled("m2po"), lambda: is_batch_coupled(name="m2po")),
+             (lambda: params_of("seq_mis"), lambda: params_of(name="seq_mis")),
+             (lambda: defaults("vespo"), lambda: defaults(name="vespo"))]
+    for call_new, call_old in pairs:
+        new, old = _warns_and_equals(call_new, call_old)
+        assert new == old
+
+
+def test_an_alias_and_its_name_together_are_refused():
+    @renamed_keywords(scheme="estimator")
+    def f(estimator):
+        return estimator
+
+    with pytest.raises(TypeError, match="both 'estimator' and its deprecated alias 'scheme'"):
+        f(estimator="gmc", scheme="is")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert f("gmc") == f(estimator="gmc") == "gmc"  # today's names never warn
+
+
+def test_every_alias_is_in_the_glossary():
+    import estimators.losses
+    import estimators.params
+    import estimators.schemes
+
+    glossary = (ROOT / "docs" / "GLOSSARY.md").read_text()
+    aliases = {old for mod in (estimators.losses, estimators.params, estimators.schemes)
+               for _, fn in inspect.getmembers(mod, callable) for old in getattr(fn, "__renamed_keywords__", {})}
+    assert aliases >= {"scheme", "name"}
+    assert all(f"`{a}=`" in glossary for a in aliases)
+
+
+# --------------------------------------------------------------------------- knob flags
+
+
+def _knob_fields():
+    return [f for f in config_fields() if "knob" in f.metadata]
+
+
+def test_every_knob_flag_is_estimator_dash_knob():
+    fields = _knob_fields()
+    assert {f.metadata["knob"] for f in fields} == {(e, p.name) for e, ps in PARAMS.items() for p in ps}
+    parser = build_parser()
+    shown = parser.format_help()
+    for f in fields:
+        est, knob = f.metadata["knob"]
+        flag = f"--{est.replace('_', '-')}-{knob.replace('_', '-').lower()}"
+        assert knob_flag(f) == flag
+        assert parser._option_string_actions[flag].dest == f.name
+        assert flag in shown
+    assert "--seq-geo-mask-c" in shown and "--seq-tis-bn-c" in shown and "--dppo-tv-delta" in shown
+
+
+def test_old_flags_parse_to_the_same_config_and_are_hidden():
+    parser = build_parser()
+    shown = parser.format_help()
+    renamed = [f for f in config_fields() if field_flag(f) != knob_flag(f)]
+    assert {f.name for f in renamed} >= {"geo_cap", "tis_cap", "seq_tis_cap", "mis_low", "dppo_delta",
+                                         "prompts_per_step"}
+    for i, f in enumerate(renamed):
+        value = "3" if f.type == "int" else repr(1.5 + i / 100)
+        new = vars(parser.parse_args(["--out", "x", f"{knob_flag(f)}={value}"]))
+        old = vars(parser.parse_args(["--out", "x", f"{field_flag(f)}={value}"]))
+        assert new == old and f.name in new
+        assert f"{field_flag(f)} " not in shown and f"{field_flag(f)}\n" not in shown
+
+
+def test_cli_flags_round_trip_through_the_parser():
+    parser = build_parser()
+    given = {"estimator": "seq_geo_mask", "geo_cap": 2.0, "geo_low": 0.99, "tis_cap": 3.0, "prompts_per_step": 4,
+             "dppo_delta": 0.1}
+    for field_flags in (False, True):
+        flags = cli_flags(given, field_flags=field_flags)
+        assert ("--seq-geo-mask-c=2.0" in flags) != field_flags and ("--geo-cap=2.0" in flags) == field_flags
+        parsed = vars(parser.parse_args(["--out", "x", *flags]))
+        assert {k: parsed[k] for k in given} == given
+
+
+def test_a_knob_is_defined_once():
+    """The config takes a knob's default and symbol from PARAMS; LEGACY_FIELDS records only what older
+    runs used (no knob default of its own: None, today's default)."""
+    from schema.runs import LEGACY_FIELDS
+
+    for f in _knob_fields():
+        est, knob = f.metadata["knob"]
+        p = next(q for q in PARAMS[est] if q.name == knob)
+        assert (f.default, f.metadata["symbol"]) == (p.default, p.symbol)
+        if f.name in LEGACY_FIELDS and f.name not in ("gspo_eps_low", "gspo_eps_high"):
+            assert LEGACY_FIELDS[f.name][0] is None, f.name
