@@ -32,6 +32,7 @@ import torch
 
 import estimators
 from bounds import MASS_BOUNDS, mass_bound
+from estimators._compat import renamed_keywords
 
 BOUND_FORM = "theorem2"
 """The column of :data:`bounds.MASS_BOUNDS` that ``stale/mass_bias_bound`` evaluates.
@@ -49,28 +50,30 @@ SCHEME_BOUNDS = {s: forms[BOUND_FORM] for s, forms in MASS_BOUNDS.items()}
 """Scheme -> the registered bound this column evaluates (a view of :data:`bounds.MASS_BOUNDS`)."""
 
 
-def mass_bias_bound(scheme: str, chi2: float, mu4: float, G: int, eps: float) -> float:
-    """THEORY §3's bound (:data:`BOUND_FORM`) on the mass bias of ``scheme`` at (chi^2, mu_4);
+@renamed_keywords(scheme="estimator")
+def mass_bias_bound(estimator: str, chi2: float, mu4: float, G: int, eps: float) -> float:
+    """THEORY §3's bound (:data:`BOUND_FORM`) on the mass bias of ``estimator`` at (chi^2, mu_4);
     NaN if it has none (IS, whose m is 0 exactly, logs no bound)."""
-    if scheme not in MASS_BOUNDS or not math.isfinite(chi2):
+    if estimator not in MASS_BOUNDS or not math.isfinite(chi2):
         return math.nan
     chi2 = max(chi2, 0.0)  # a negative estimate (few samples, heavy tail) is clamped: the bound is then 0
     from bounds.numeric import twin
 
-    if "mu4" in twin(SCHEME_BOUNDS[scheme]).params and not (math.isfinite(mu4) and mu4 >= 0):
+    if "mu4" in twin(SCHEME_BOUNDS[estimator]).params and not (math.isfinite(mu4) and mu4 >= 0):
         return math.nan
-    return float(mass_bound(scheme, chi2, mu4, G, eps, form=BOUND_FORM))
+    return float(mass_bound(estimator, chi2, mu4, G, eps, form=BOUND_FORM))
 
 
+@renamed_keywords(scheme="estimator")
 def ratio_metrics(seq_log_ratio: torch.Tensor, weights: torch.Tensor | None, token_log_ratio: torch.Tensor,
-                  token_mask: torch.Tensor, scheme: str, eps: float) -> dict:
+                  token_mask: torch.Tensor, estimator: str, eps: float) -> dict:
     """The ``stale/`` theory columns of one batch.
 
     Args:
         seq_log_ratio: (num_groups, G) trajectory log-ratios log w (detached).
-        weights: (num_groups, G) the scheme's weights c, or None (no trajectory weight).
+        weights: (num_groups, G) the estimator's weights c, or None (no trajectory weight).
         token_log_ratio: (N, T) per-token log pi_theta - log mu; token_mask: (N, T) 1 on completion tokens.
-        scheme: the run's estimator name; eps: its threshold.
+        estimator: the run's estimator name; eps: its threshold.
     """
     from bounds.bias import beta_1
 
@@ -89,7 +92,7 @@ def ratio_metrics(seq_log_ratio: torch.Tensor, weights: torch.Tensor | None, tok
         if weights is not None:
             c = weights.detach().double().cpu().numpy().reshape(lr.shape)
             row["stale/mass_bias"] = float(np.mean(beta_1(c, w)))
-            row["stale/mass_bias_bound"] = mass_bias_bound(scheme, chi2, mu4, G, eps)
+            row["stale/mass_bias_bound"] = mass_bias_bound(estimator, chi2, mu4, G, eps)
     return row
 
 
@@ -157,7 +160,8 @@ def verl_chi2_seq(seq_log_ratio: torch.Tensor) -> float:
     return float(torch.exp(2.0 * lr).mean() - 1.0)
 
 
-def batch_metrics(out, logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, scheme: str,
+@renamed_keywords(scheme="estimator")
+def batch_metrics(out, logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, estimator: str,
                   eps: float, diagnostics: dict | None = None) -> dict:
     """The per-batch ratio diagnostics a training stack logs with the trainer's names, from one
     :class:`estimators.losses.LossOutput` and the log-probs it was computed from: the raw-ratio
@@ -174,7 +178,7 @@ def batch_metrics(out, logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
 
     row = stale_metrics(diagnostics if diagnostics is not None else estimators.diagnostics(out.seq_log_ratio, eps))
     tok = masked_token_log_ratio(logp.detach(), old_logp.detach(), mask)
-    row.update(ratio_metrics(out.seq_log_ratio, out.weights, tok, mask, scheme, eps))
+    row.update(ratio_metrics(out.seq_log_ratio, out.weights, tok, mask, estimator, eps))
     row.update(ratio_mechanism(out.seq_log_ratio.detach(), tok, mask, eps))
     if out.weights is not None:
         c = out.weights

@@ -14,7 +14,7 @@ from llm_runs.integrations.trl import TrajectoryGRPOTrainer, shuffle_groups
 
 CHARS = "abcdefghij"
 G = 4  # num_generations
-SCHEME, EPS = "gmc", 0.1
+ESTIMATOR, EPS = "gmc", 0.1
 
 
 def char_tokenizer() -> PreTrainedTokenizerFast:
@@ -63,7 +63,7 @@ class RecordingTrainer(TrajectoryGRPOTrainer):
             logp = torch.log_softmax(logits.double(), -1).gather(-1, inputs["completion_ids"][..., None])[..., 0]
             old = inputs.get("old_per_token_logps")
             old = logp if old is None else old.double()
-            ref = policy_loss(SCHEME, logp, old, inputs["completion_mask"], inputs["advantages"].double(), G, EPS)
+            ref = policy_loss(ESTIMATOR, logp, old, inputs["completion_mask"], inputs["advantages"].double(), G, EPS)
         self.records.append({"inputs": {k: v for k, v in inputs.items()}, "loss": float(loss.detach()),
                              "ref": ref, "accum": self.current_gradient_accumulation_steps})
         return loss
@@ -75,7 +75,7 @@ def trained(tmp_path_factory):
     model = tiny_qwen3(len(tok))
     ds = Dataset.from_dict({"prompt": ["ab", "cd", "ef", "gh", "ij", "ba", "dc", "fe"]})
     trainer = RecordingTrainer(model=model, reward_funcs=reward, args=make_args(tmp_path_factory.mktemp("trl")),
-                               train_dataset=ds, processing_class=tok, scheme=SCHEME, eps=EPS)
+                               train_dataset=ds, processing_class=tok, estimator=ESTIMATOR, eps=EPS)
     trainer.records = []
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer.train()
@@ -113,7 +113,7 @@ def test_per_step_loss_is_the_core_surrogate(trained):
     w = stale.double().exp()
     assert logged[1]["stale/chi2"] == pytest.approx(float((w**2).mean() - 1), rel=1e-6, abs=1e-9)
     assert logged[1]["stale/chi2_seq_verl"] == pytest.approx(logged[1]["stale/chi2"], rel=1e-9, abs=1e-12)
-    c = estimators.weights(trainer.scheme, stale.double(), trainer.eps)
+    c = estimators.weights(trainer.estimator, stale.double(), trainer.eps)
     assert logged[1]["train/weight_max"] == pytest.approx(float(c.max()), rel=1e-5)
     assert logged[1]["stale/mass_bias"] == pytest.approx(float((w - c).abs().mean()), rel=1e-5, abs=1e-9)
     assert {"stale/ess", "stale/mass_bias_bound", "stale/chi2_token"} <= set(logged[1])
@@ -151,15 +151,15 @@ def test_every_registered_loss_runs_through_the_adapter(trained):
 
     trainer, _, _ = trained
     inputs = trainer.records[1]["inputs"]
-    saved = trainer.scheme, trainer.scheme_options
+    saved = trainer.estimator, trainer.knobs
     try:
         for name in loss_names():
-            trainer.scheme, trainer.scheme_options = name, check_options(name, None)
+            trainer.estimator, trainer.knobs = name, check_options(name, None)
             loss = TrajectoryGRPOTrainer._compute_loss(trainer, trainer.model, inputs)
             assert torch.isfinite(loss), name
             assert trainer.last_loss_output.seq_log_ratio.shape == (inputs["completion_ids"].shape[0] // G, G)
     finally:
-        trainer.scheme, trainer.scheme_options = saved
+        trainer.estimator, trainer.knobs = saved
     assert set(estimators.SCHEMES) <= set(loss_names())
     assert "stale/mass_cap_frac" in trainer._metrics["train"]
 
@@ -179,9 +179,9 @@ def test_knobs_reach_the_loss_and_seq_geo_masks_length_comes_from_the_batch(trai
     trainer, _, _ = trained
     inputs = dict(trainer.records[1]["inputs"])
     T = inputs["completion_ids"].shape[1]
-    saved = trainer.scheme, trainer.scheme_options
+    saved = trainer.estimator, trainer.knobs
     try:
-        trainer.scheme, trainer.scheme_options = "seq_geo_mask", {"lo": 0.5, "hi": 2.0}
+        trainer.estimator, trainer.knobs = "seq_geo_mask", {"lo": 0.5, "hi": 2.0}
         inputs["completion_mask"] = torch.ones_like(inputs["completion_mask"])  # every completion has T tokens
         TrajectoryGRPOTrainer._compute_loss(trainer, trainer.model, inputs)
         out = trainer.last_loss_output
@@ -191,14 +191,14 @@ def test_knobs_reach_the_loss_and_seq_geo_masks_length_comes_from_the_batch(trai
         inputs["completion_mask"][0, -1] = 0  # one completion a token shorter
         with pytest.raises(ValueError, match=r"seq_geo_mask: its knob length .* set length explicitly"):
             TrajectoryGRPOTrainer._compute_loss(trainer, trainer.model, inputs)
-        trainer.scheme_options = {"lo": 0.5, "hi": 2.0, "length": 3.0}  # given: used as it is
+        trainer.knobs = {"lo": 0.5, "hi": 2.0, "length": 3.0}  # given: used as it is
         TrajectoryGRPOTrainer._compute_loss(trainer, trainer.model, inputs)
         assert torch.equal(trainer.last_loss_output.weights.double(), estimators.weights(
             "seq_geo_mask", trainer.last_loss_output.seq_log_ratio.double(), trainer.eps, lo=0.5, hi=2.0, length=3.0))
     finally:
-        trainer.scheme, trainer.scheme_options = saved
+        trainer.estimator, trainer.knobs = saved
     with pytest.raises(ValueError, match=r"'gmc_cap' takes no option\(s\) \['kapa'\]"):
-        TrajectoryGRPOTrainer(scheme="gmc_cap", scheme_options={"kapa": 2.0})
+        TrajectoryGRPOTrainer(estimator="gmc_cap", knobs={"kapa": 2.0})
 
 
 def test_the_step_size_callback_scales_the_step_and_restores_the_rate(tmp_path):
@@ -210,7 +210,7 @@ def test_the_step_size_callback_scales_the_step_and_restores_the_rate(tmp_path):
     tok = char_tokenizer()
     ds = Dataset.from_dict({"prompt": ["ab", "cd", "ef", "gh", "ij", "ba", "dc", "fe"]})
     trainer = TrajectoryGRPOTrainer(model=tiny_qwen3(len(tok)), reward_funcs=reward, args=make_args(tmp_path),
-                                    train_dataset=ds, processing_class=tok, scheme="is", eps=EPS)
+                                    train_dataset=ds, processing_class=tok, estimator="is", eps=EPS)
     cb = StepSizeCallback(trainer, ess_scaling="sqrt")
     trainer.add_callback(cb)
     during, after = [], []

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from estimators._compat import renamed_keywords
 from estimators.params import params_of
 from schema.metrics import stale_metrics
 
@@ -65,22 +66,24 @@ def check_contiguous_groups(ids: Sequence[Any], group_size: int | None = None, w
     return group_size
 
 
-def batch_options(scheme: str, given: dict | None, mask) -> dict:
-    """The knobs ``scheme`` gets on one batch: ``given`` (the user's), and each knob that is a
+@renamed_keywords(scheme="estimator")
+def batch_options(estimator: str, given: dict | None, mask) -> dict:
+    """The knobs ``estimator`` gets on one batch: ``given`` (the user's), and each knob that is a
     completion length (:attr:`estimators.params.Param.batch_length`: ``seq_geo_mask``'s ``L``) the user
     did not give, taken from the batch's completion mask ``mask`` (B, T): the number of completion
     tokens, which every completion of the batch must share (the geometric mean of verl's Geo-RS averages
     each response over its own tokens; one ``L`` is that rule only when every response has ``L`` tokens).
     Completions of several lengths are a ``ValueError`` naming the knob."""
     options = dict(given or {})
-    for p in params_of(scheme):
+    for p in params_of(estimator):
         if p.batch_length and p.name not in options:
             counts = [int(c) for c in mask.sum(-1).tolist()]
             if len(set(counts)) != 1:
                 raise ValueError(
-                    f"{scheme}: its knob {p.name} ({p.symbol}, the tokens per completion its geometric mean averages "
-                    f"over) comes from the batch when not set, but this batch's completions have {min(counts)} to "
-                    f"{max(counts)} tokens; one {p.symbol} gives each its own mean only when all have the same "
-                    f"length: set {p.name} explicitly (an approximation on completions of varying length)")
+                    f"{estimator}: its knob {p.name} ({p.symbol}, the tokens per completion its geometric mean "
+                    f"averages over) comes from the batch when not set, but this batch's completions have "
+                    f"{min(counts)} to {max(counts)} tokens; one {p.symbol} gives each its own mean only when all "
+                    f"have the same length: set {p.name} explicitly (an approximation on completions of varying "
+                    f"length)")
             options[p.name] = float(counts[0])
     return options

@@ -1,7 +1,7 @@
 """Step-size control in TRL: :class:`StepSizeCallback`, a ``transformers.TrainerCallback`` for
 :class:`llm_runs.integrations.trl.TrajectoryGRPOTrainer`.
 
-    trainer = TrajectoryGRPOTrainer(..., scheme="gmc", eps=0.2)
+    trainer = TrajectoryGRPOTrainer(..., estimator="gmc", eps=0.2)
     trainer.add_callback(StepSizeCallback(trainer, ess_scaling="sqrt"))     # VCPO's ESS scaling
     trainer.add_callback(StepSizeCallback(trainer, gmc_step=True))          # GMC's step form
 
@@ -27,7 +27,7 @@ class StepSizeCallback(TrainerCallback):
             raise ValueError(f"StepSizeCallback needs gradient_accumulation_steps = 1 (one loss call per optimiser "
                              f"step), got {trainer.args.gradient_accumulation_steps}")
         self.trainer = trainer
-        self.control = StepControl(estimator=trainer.scheme, eps=trainer.eps, **controls)
+        self.control = StepControl(estimator=trainer.estimator, eps=trainer.eps, **controls)
         if not is_active(self.control):
             raise ValueError("StepSizeCallback with no control on: give ess_scaling='sqrt'|'linear' or gmc_step=True")
         self._base: list[float] | None = None

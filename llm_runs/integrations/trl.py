@@ -1,13 +1,13 @@
-"""TRL adapter: :class:`TrajectoryGRPOTrainer`, a ``trl.GRPOTrainer`` whose loss is a
-trajectory-level scheme of :mod:`estimators` (GMC by default).
+"""TRL adapter: :class:`TrajectoryGRPOTrainer`, a ``trl.GRPOTrainer`` whose loss is an
+estimator of :mod:`estimators` (GMC by default).
 
 How it differs from TRL's ``GRPOTrainer`` (trl 1.16):
 
-1. **Loss.** ``_compute_loss`` calls :func:`estimators.losses.policy_loss` (``scheme`` =
+1. **Loss.** ``_compute_loss`` calls :func:`estimators.losses.policy_loss` (``estimator`` =
    any name of :func:`estimators.losses.loss_names`: ``gmc``, ``tic_mask``, ``tic_trunc``,
    ``tic_ppo``, ``snis``, ``is``, ``stale``, ``topr``, ``seq_tis_bn``, ``seq_mis``, or the
    token-level losses ``token_clip``, ``gspo``, ``cispo``, ``m2po``, ``opsm``; knobs via
-   ``scheme_options``) on the completion log-probs, the behaviour log-probs ``old_per_token_logps``
+   ``knobs``) on the completion log-probs, the behaviour log-probs ``old_per_token_logps``
    recorded at generation, the advantages and the group size G = ``num_generations``. TRL's
    ``loss_type``, ``epsilon``/``epsilon_high`` and ``importance_sampling_level`` are not used;
    the cap is ``1 + eps`` with this class's ``eps``.
@@ -56,6 +56,7 @@ from trl.trainer.utils import (
 )
 
 import estimators
+from estimators._compat import renamed_keywords
 from estimators._validate import check_eps
 from estimators.losses import check_options, loss_names, policy_loss
 
@@ -88,26 +89,29 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with a trajectory-level loss from :mod:`estimators` (see the module docstring).
 
     Args:
-        scheme: loss name, one of :func:`estimators.losses.loss_names` (default ``gmc``).
+        estimator: the estimator's name, one of :func:`estimators.losses.loss_names` (default ``gmc``;
+            deprecated alias ``scheme``).
         eps: the threshold of the cap ``1 + eps`` (THEORY §2; TIC's public default 1.28 is eps = 0.28).
         advantage: kind of :func:`estimators.advantages`: ``loo`` (default), ``grpo`` or ``drgrpo``.
-        scheme_options: the scheme's knobs (:data:`estimators.params.PARAMS`, e.g. ``{"C": 2.0}`` for
+        knobs: the estimator's knobs (:data:`estimators.params.PARAMS`, e.g. ``{"C": 2.0}`` for
             ``seq_tis_bn``, ``{"tau": 0.04}`` for ``m2po``); an unknown knob is refused; defaults
             otherwise, but ``seq_geo_mask``'s ``length`` L, when not given, is each batch's completion
             length (:func:`llm_runs.integrations._common.batch_options`). A batch-coupled
-            scheme (``seq_tis_bn``, ``m2po``) takes its statistic over each optimisation batch.
+            estimator (``seq_tis_bn``, ``m2po``) takes its statistic over each optimisation batch.
+            Deprecated alias ``scheme_options``.
         *args, **kwargs: passed to ``trl.GRPOTrainer``.
     """
 
-    def __init__(self, *args, scheme: str = "gmc", eps: float = 0.28, advantage: str = "loo",
-                 scheme_options: dict | None = None, **kwargs):
-        if scheme not in loss_names():
-            raise ValueError(f"unknown scheme {scheme!r}; valid: {', '.join(loss_names())}")
-        check_options(scheme, scheme_options)  # unknown or bad knobs refused here
-        self.scheme_options = dict(scheme_options or {})  # as given: a completion length not given comes from the batch
+    @renamed_keywords(scheme="estimator", scheme_options="knobs")
+    def __init__(self, *args, estimator: str = "gmc", eps: float = 0.28, advantage: str = "loo",
+                 knobs: dict | None = None, **kwargs):
+        if estimator not in loss_names():
+            raise ValueError(f"unknown estimator {estimator!r}; valid: {', '.join(loss_names())}")
+        check_options(estimator, knobs)  # unknown or bad knobs refused here
+        self.knobs = dict(knobs or {})  # as given: a completion length not given comes from the batch
         if advantage not in estimators.ADVANTAGE_KINDS:
             raise ValueError(f"unknown advantage kind {advantage!r}; valid: {', '.join(estimators.ADVANTAGE_KINDS)}")
-        self.scheme = scheme
+        self.estimator = estimator
         self.eps = check_eps(eps)
         self.advantage = advantage
         self._rewards_per_func = None
@@ -125,11 +129,11 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
             "beta": (self.beta != 0.0, "the trajectory loss has no KL term; set beta=0.0"),
             "top_entropy_quantile": (self.top_entropy_quantile < 1.0, "token masking breaks the trajectory ratio"),
             "off_policy_mask_threshold": (self.off_policy_mask_threshold is not None,
-                                          "the scheme does the off-policy correction"),
+                                          "the estimator does the off-policy correction"),
             "entropy_coef": (self._entropy_bonus_enabled, "no entropy bonus in the trajectory loss"),
             "vllm_importance_sampling_correction": (
                 self.use_vllm and self.vllm_importance_sampling_correction,
-                "set it False; the scheme corrects with old_per_token_logps",
+                "set it False; the estimator corrects with old_per_token_logps",
             ),
             "mask_truncated_completions": (
                 getattr(args, "mask_truncated_completions", False),
@@ -204,15 +208,15 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True, **multimodal)
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old  # TRL skips it when every slice is used on-policy
-        options = batch_options(self.scheme, self.scheme_options, mask)
-        out = policy_loss(self.scheme, logps, old, mask, inputs["advantages"], G, self.eps, **options)
+        options = batch_options(self.estimator, self.knobs, mask)
+        out = policy_loss(self.estimator, logps, old, mask, inputs["advantages"], G, self.eps, **options)
         self.last_loss_output = out
 
         mode = "train" if self.model.training else "eval"
         from ..theory import batch_metrics
 
         # once per loss call, on the raw ratios, with the trainer's names (stale/chi2, stale/ess, train/weight_max, ...)
-        self._log_reduced(mode, {**batch_metrics(out, logps, old, mask, self.scheme, self.eps),
+        self._log_reduced(mode, {**batch_metrics(out, logps, old, mask, self.estimator, self.eps),
                                  **metric_names(out.metrics)})
         ent = torch.stack([(entropies * mask).sum(), mask.sum().to(entropies.dtype)]).detach()
         ent = self.accelerator.reduce(ent, reduction="sum")

@@ -147,7 +147,7 @@ print("plugin-ok")
 def test_snippet_registers_through_verl(snippet_cfg):
     assert snippet_cfg.actor_rollout_ref.model.external_lib == "llm_runs.integrations.verl_plugin"
     for name in ("gmc", "tic_mask", "tic_trunc"):
-        assert core_algos.get_policy_loss_fn(name).gmc_plugin_scheme == name
+        assert core_algos.get_policy_loss_fn(name).gmc_plugin_estimator == name
     assert core_algos.get_adv_estimator_fn(snippet_cfg.algorithm.adv_estimator) is not None
     assert verl_integration.return_style(core_algos) == verl_integration.METRICS_STYLE
 
@@ -203,7 +203,7 @@ def test_snippet_loss_equals_core_surrogate_and_closed_form_gradient(snippet_cfg
 def test_2025_trajectory_peers_register_through_verl_and_equal_their_closed_form(snippet_cfg, scheme):
     # verl ships its own sapo / dppo_tv (token-level here, never registered by the plugin); the
     # trajectory-level newcomers are plugin losses like gmc
-    assert core_algos.get_policy_loss_fn(scheme).gmc_plugin_scheme == scheme
+    assert core_algos.get_policy_loss_fn(scheme).gmc_plugin_estimator == scheme
     assert core_algos.get_policy_loss_fn("sapo").__module__.startswith("verl.")
     # responses of several lengths: seq_geo_mask's L is given (not the batch's), here L = 1
     length = ["+actor_rollout_ref.actor.policy_loss.length=1.0"] if scheme == "seq_geo_mask" else []

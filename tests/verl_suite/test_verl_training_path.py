@@ -190,7 +190,7 @@ def test_batch_is_shuffled_and_loss_is_selected_through_config_and_external_lib(
     config = trained["actor_config"]
     assert config.policy_loss.loss_mode == "gmc" and config.rollout_n == G
     loss_fn = trained["worker"].loss_fn
-    assert isinstance(loss_fn, verl_integration.EngineLoss) and loss_fn.scheme == "gmc"
+    assert isinstance(loss_fn, verl_integration.EngineLoss) and loss_fn.estimator == "gmc"
     from verl.trainer.ppo import core_algos
 
     assert core_algos.get_policy_loss_fn("gmc") is verl_integration.make_policy_loss("gmc")

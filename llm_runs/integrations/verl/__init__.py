@@ -139,7 +139,7 @@ def register(core_algos=None) -> list[str]:
     names = policy_loss_names()
     for name in names:
         existing = core.POLICY_LOSS_REGISTRY.get(name)
-        if existing is not None and getattr(existing, "gmc_plugin_scheme", None) != name:
+        if existing is not None and getattr(existing, "gmc_plugin_estimator", None) != name:
             raise ValueError(f"verl already has a policy loss named {name!r} ({existing!r}); not overriding it")
         core.register_policy_loss(name)(make_policy_loss(name, style))
     register_adv = getattr(core, "register_adv_est", None)

@@ -2,6 +2,8 @@
 taken from the prompt uids the data carries (see :mod:`llm_runs.integrations.verl`)."""
 from __future__ import annotations
 
+from estimators._compat import renamed_keywords
+
 from .compat import _cfg
 from .losses import group_ids, group_size_from, policy_loss_names, rows_by_uid, whole_groups
 
@@ -16,8 +18,8 @@ def _uids(data) -> list | None:
     return list(uids) if isinstance(uids, (list, tuple)) or hasattr(uids, "__len__") else None
 
 
-def _plugin_scheme(loss_fn) -> str | None:
-    """The plugin scheme a verl engine loss (``partial(ppo_loss, config=actor_config)``) selects, else None."""
+def _plugin_estimator(loss_fn) -> str | None:
+    """The plugin estimator a verl engine loss (``partial(ppo_loss, config=actor_config)``) selects, else None."""
     config = getattr(loss_fn, "keywords", {}).get("config") if loss_fn is not None else None
     policy_loss = _cfg(config, "policy_loss") if config is not None else None
     mode = _cfg(policy_loss, "loss_mode") if policy_loss is not None else None
@@ -28,8 +30,9 @@ class EngineLoss:
     """verl's engine loss (``partial(ppo_loss, config=...)``) with the micro-batch's prompt uids
     handed to the plugin's policy loss, which ``ppo_loss`` calls without them."""
 
-    def __init__(self, inner, scheme: str):
-        self.inner, self.scheme = inner, scheme
+    @renamed_keywords(scheme="estimator")
+    def __init__(self, inner, estimator: str):
+        self.inner, self.estimator = inner, estimator
         self.keywords = getattr(inner, "keywords", {})  # still looks like the partial verl built
 
     def __call__(self, model_output, data, dp_group=None):
@@ -37,7 +40,7 @@ class EngineLoss:
             return self.inner(model_output=model_output, data=data, dp_group=dp_group)
 
     def __repr__(self):
-        return f"EngineLoss({self.scheme!r}, {self.inner!r})"
+        return f"EngineLoss({self.estimator!r}, {self.inner!r})"
 
 
 def regroup_by_uid(data):
@@ -94,9 +97,9 @@ def _wrapping_set_loss_fn(method):
 
     @functools.wraps(method)
     def set_loss_fn(self, loss_fn):
-        scheme = _plugin_scheme(loss_fn)
-        if scheme is not None and not isinstance(loss_fn, EngineLoss):
-            loss_fn = EngineLoss(loss_fn, scheme)
+        estimator = _plugin_estimator(loss_fn)
+        if estimator is not None and not isinstance(loss_fn, EngineLoss):
+            loss_fn = EngineLoss(loss_fn, estimator)
         return method(self, loss_fn)
 
     set_loss_fn.gmc_plugin_wrapped = method

@@ -6,6 +6,8 @@ import contextlib
 import contextvars
 from typing import Any
 
+from estimators._compat import renamed_keywords
+
 from .._common import batch_options, metric_names
 from .compat import METRICS_STYLE, TUPLE4_STYLE, _cfg
 
@@ -93,12 +95,13 @@ def extend_policy_loss_config() -> type | None:
     return ext
 
 
-def scheme_options_from(config, scheme: str) -> dict:
-    """The knobs of ``scheme`` set in verl's actor config, each under ``actor.policy_loss.<knob>``
+@renamed_keywords(scheme="estimator")
+def scheme_options_from(config, estimator: str) -> dict:
+    """The knobs of ``estimator`` set in verl's actor config, each under ``actor.policy_loss.<knob>``
     (``+actor_rollout_ref.actor.policy_loss.kappa=2`` for ``gmc_cap``; the names of
     :data:`estimators.params.PARAMS`), checked (:func:`estimators.losses.check_options`). A key there
-    that is neither verl's own (:data:`VERL_POLICY_LOSS_FIELDS`) nor a knob of ``scheme`` is refused
-    naming it, a knob of another scheme included; a knob left unset (absent or None) takes its
+    that is neither verl's own (:data:`VERL_POLICY_LOSS_FIELDS`) nor a knob of ``estimator`` is refused
+    naming it, a knob of another estimator included; a knob left unset (absent or None) takes its
     default, except a completion length (``seq_geo_mask``'s ``length``), which comes from the batch."""
     from estimators.losses import check_options
     from estimators.params import params_of
@@ -112,13 +115,13 @@ def scheme_options_from(config, scheme: str) -> dict:
         import dataclasses
 
         keys = [f.name for f in dataclasses.fields(pl)] if dataclasses.is_dataclass(pl) else []
-    mine = {p.name for p in params_of(scheme)}
+    mine = {p.name for p in params_of(estimator)}
     given = {k: _cfg(pl, k) for k in keys if k not in VERL_POLICY_LOSS_FIELDS and _cfg(pl, k) is not None}
     unknown = sorted(set(given) - mine)
     if unknown:
-        raise ValueError(f"actor.policy_loss sets {unknown}, which loss_mode {scheme!r} does not take (its knobs: "
+        raise ValueError(f"actor.policy_loss sets {unknown}, which loss_mode {estimator!r} does not take (its knobs: "
                          f"{', '.join(sorted(mine)) or 'none'}); remove them or choose the loss they belong to")
-    check_options(scheme, given)  # a bad value is refused naming the knob
+    check_options(estimator, given)  # a bad value is refused naming the knob
     return given
 
 
@@ -229,9 +232,11 @@ def group_order(ids, G: int) -> list[int]:
     return [i for r in rows.values() for i in r]
 
 
-def trajectory_policy_loss(scheme: str, old_log_prob, log_prob, advantages, response_mask, config,
+@renamed_keywords(scheme="estimator")
+def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, response_mask, config,
                            rollout_is_weights=None, group_ids=None):
-    """``(loss, LossOutput)`` of ``scheme`` on one verl micro-batch (see the module docstring).
+    """``(loss, LossOutput)`` of the trajectory scheme ``estimator`` on one verl micro-batch (see the
+    module docstring).
 
     ``group_ids`` (the prompt uid of every row, as the engine path passes them) takes the groups
     from the data, in any row order; without them the rows must be contiguous groups of G.
@@ -239,7 +244,7 @@ def trajectory_policy_loss(scheme: str, old_log_prob, log_prob, advantages, resp
     from estimators.losses import policy_loss
 
     if config is None:
-        raise ValueError(f"policy loss {scheme!r} needs verl's actor config (group size, eps, batch layout)")
+        raise ValueError(f"policy loss {estimator!r} needs verl's actor config (group size, eps, batch layout)")
     G = group_size_from(config)
     B = log_prob.shape[0]
     dp, gbs = _check_layout_config(config, B, G)
@@ -271,8 +276,8 @@ def trajectory_policy_loss(scheme: str, old_log_prob, log_prob, advantages, resp
     import estimators
 
     eps = eps_from(config)
-    options = batch_options(scheme, scheme_options_from(config, scheme), mask)
-    out = policy_loss(scheme, log_prob, old_log_prob, mask, adv, G, eps, **options)
+    options = batch_options(estimator, scheme_options_from(config, estimator), mask)
+    out = policy_loss(estimator, log_prob, old_log_prob, mask, adv, G, eps, **options)
     from .stepsize import record
 
     record(out.seq_log_ratio, out.weights)  # for a step-size control around the next optimiser step, if installed
@@ -280,7 +285,7 @@ def trajectory_policy_loss(scheme: str, old_log_prob, log_prob, advantages, resp
     out.metrics = {**diag, **out.metrics}
     from ...theory import batch_metrics
 
-    out.logged = batch_metrics(out, log_prob, old_log_prob, mask, scheme, eps, diag)  # the trainer's names
+    out.logged = batch_metrics(out, log_prob, old_log_prob, mask, estimator, eps, diag)  # the trainer's names
     loss = out.loss * (B * dp / gbs) if gbs is not None else out.loss
     return loss, out
 
@@ -291,14 +296,15 @@ _GROUP_IDS: contextvars.ContextVar = contextvars.ContextVar("gmc_plugin_group_id
 """The prompt uids of the micro-batch whose loss is being computed (set by :class:`EngineLoss`)."""
 
 
-def make_policy_loss(scheme: str, style: str = METRICS_STYLE):
-    """The verl policy-loss function for ``scheme`` in the given return ``style`` (cached)."""
+@renamed_keywords(scheme="estimator")
+def make_policy_loss(estimator: str, style: str = METRICS_STYLE):
+    """The verl policy-loss function for ``estimator`` in the given return ``style`` (cached)."""
     import estimators
 
-    estimators.get_scheme(scheme)  # ValueError listing the valid names
+    estimators.get_scheme(estimator)  # ValueError listing the valid names
     if style not in (METRICS_STYLE, TUPLE4_STYLE):
         raise ValueError(f"unknown return style {style!r}; valid: {METRICS_STYLE}, {TUPLE4_STYLE}")
-    key = (scheme, style)
+    key = (estimator, style)
     if key in _LOSS_FNS:
         return _LOSS_FNS[key]
 
@@ -307,9 +313,9 @@ def make_policy_loss(scheme: str, style: str = METRICS_STYLE):
         if rollout_log_probs is not None:
             raise ValueError(
                 "rollout_log_probs were passed (old verl's truncated-IS correction, tis_imp_ratio_cap > 0): the "
-                f"trajectory scheme {scheme!r} already corrects with the trajectory ratio; disable that correction"
+                f"trajectory scheme {estimator!r} already corrects with the trajectory ratio; disable that correction"
             )
-        loss, out = trajectory_policy_loss(scheme, old_log_prob, log_prob, advantages, response_mask, config,
+        loss, out = trajectory_policy_loss(estimator, old_log_prob, log_prob, advantages, response_mask, config,
                                            rollout_is_weights, group_ids=_GROUP_IDS.get())
         if style == METRICS_STYLE:
             return loss, {**{f"actor/{k}": v for k, v in out.logged.items()},
@@ -324,10 +330,10 @@ def make_policy_loss(scheme: str, style: str = METRICS_STYLE):
                             for k in ("frac_clipped", "frac_groups_capped"))
         return loss, clipfrac, ppo_kl, capped
 
-    verl_policy_loss.__name__ = f"compute_policy_loss_{scheme}"
+    verl_policy_loss.__name__ = f"compute_policy_loss_{estimator}"
     verl_policy_loss.__qualname__ = verl_policy_loss.__name__
-    verl_policy_loss.__doc__ = f"verl policy loss {scheme!r}: estimators.losses.trajectory_loss on one micro-batch."
-    verl_policy_loss.gmc_plugin_scheme = scheme
+    verl_policy_loss.__doc__ = f"verl policy loss {estimator!r}: estimators.losses.trajectory_loss on one micro-batch."
+    verl_policy_loss.gmc_plugin_estimator = estimator
     _LOSS_FNS[key] = verl_policy_loss
     return verl_policy_loss
 
