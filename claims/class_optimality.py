@@ -102,9 +102,9 @@ def _grid(G_: int, eps_: float) -> np.ndarray:
     return np.array(list(itertools.product(vals, repeat=G_)))
 
 
-def _norm_ratio(scheme: str, lr: np.ndarray, adv: np.ndarray | None, Xs: np.ndarray) -> np.ndarray:
+def _norm_ratio(estimator: str, lr: np.ndarray, adv: np.ndarray | None, Xs: np.ndarray) -> np.ndarray:
     """||g|| / ((1+eps) max_i ||X_i||) per group, g = (1/G) sum_i c_i X_i."""
-    c = estimators.weights(scheme, lr, EPS, advantages=adv)
+    c = estimators.weights(estimator, lr, EPS, advantages=adv)
     g = (c[..., None] * Xs).mean(1)
     return np.linalg.norm(g, axis=-1) / ((1 + EPS) * np.linalg.norm(Xs, axis=-1).max(-1))
 
@@ -119,11 +119,11 @@ def check_2(quick: bool) -> Result:
         n_cfg += len(lr)
         aligned = np.ones((len(lr), G_, 1))  # all X_i equal: the worst case of Lemma 2
         rand = rng.normal(size=(len(lr), G_, 3))
-        for scheme in SCHEMES_IN + SCHEMES_OUT:
-            advs = [None] if scheme != "tic_ppo" else [-np.ones_like(lr), np.ones_like(lr),
+        for estimator in SCHEMES_IN + SCHEMES_OUT:
+            advs = [None] if estimator != "tic_ppo" else [-np.ones_like(lr), np.ones_like(lr),
                                                       rng.choice([-1.0, 1.0], size=lr.shape)]
             for adv, Xs in itertools.product(advs, (aligned, rand)):
-                worst[scheme] = max(worst[scheme], float(_norm_ratio(scheme, lr, adv, Xs).max()))
+                worst[estimator] = max(worst[estimator], float(_norm_ratio(estimator, lr, adv, Xs).max()))
     # THEORY's explicit counterexample: w = (G(1+eps)+1, 1, ..., 1), X_i equal, A_1 < 0
     G_ = 4
     lr = np.log(np.array([[G_ * (1 + EPS) + 1] + [1.0] * (G_ - 1)]))

@@ -80,10 +80,10 @@ def check_12(quick: bool) -> Result:
     second = sp.simplify(sp.diff(obj, eta, 2).subs(eta, sols[0]))
     points = {G: sp.oo, eps: 0, d: sp.oo, T: sp.oo}
     measured, slopes = {}, {}
-    for scheme in ("gmc", "tic_mask"):
-        f_s = fstar.subs(Dc, delay.delay_coefficient(scheme))
-        measured[scheme] = {str(v): exponent(f_s, v, pt) for v, pt in points.items()}
-        slopes[scheme] = {str(v): elasticity(f_s, v, pt) for v, pt in points.items()}
+    for estimator in ("gmc", "tic_mask"):
+        f_s = fstar.subs(Dc, delay.delay_coefficient(estimator))
+        measured[estimator] = {str(v): exponent(f_s, v, pt) for v, pt in points.items()}
+        slopes[estimator] = {str(v): elasticity(f_s, v, pt) for v, pt in points.items()}
     expected = {"gmc": {"G": "-2/5", "epsilon": "-2/5", "d": "4/5", "T": "-4/5"},
                 "tic_mask": {"G": "0", "epsilon": "-4/5", "d": "4/5", "T": "-4/5"}}
     sym_ok = (eta_ok and fstar_ok and bool(second.is_positive)
@@ -94,8 +94,8 @@ def check_12(quick: bool) -> Result:
     Gs = 2.0 ** np.arange(1, 12)
     num_slope, fmin_err = {}, 0.0
     closed = twin("cor3_delay_part")
-    for scheme in ("gmc", "tic_mask"):
-        D_fn = lambdify_bound(delay.delay_term(scheme))
+    for estimator in ("gmc", "tic_mask"):
+        D_fn = lambdify_bound(delay.delay_term(estimator))
         mins = []
         for G_ in Gs:
             args = {n_: G_ if n_ == "G" else vals[n_] for n_ in D_fn.params}
@@ -103,7 +103,7 @@ def check_12(quick: bool) -> Result:
             _, fmin = tune_step_size(vals["a"], D_val, vals["T"])
             mins.append(fmin)
             fmin_err = max(fmin_err, abs(fmin / float(closed(a=vals["a"], D=D_val, T=vals["T"])) - 1))
-        num_slope[scheme] = loglog_slope(Gs, mins)
+        num_slope[estimator] = loglog_slope(Gs, mins)
     # Corollary 3 with B > 0: eta = min(eta_B, eta_D) meets the tuned bound
     obj_n, bound_n = twin("cor3_objective"), twin("cor3_tuned_bound")
     etaB, etaD = twin("eta_B"), twin("eta_D")
@@ -171,8 +171,8 @@ def check_17(quick: bool = False) -> Result:
     theorem_fails, notes = [], []
     grad = {}
 
-    def run(e, th0, scheme, eps, G_, record=True, ds=delays, T_=T):
-        cfg = AsyncConfig(scheme, G_, eps, eta, T_, record_bias=record)
+    def run(e, th0, estimator, eps, G_, record=True, ds=delays, T_=T):
+        cfg = AsyncConfig(estimator, G_, eps, eta, T_, record_bias=record)
         rec = async_sgd(e, th0, cfg, seeds, ds)
         return async_summary(cfg, rec, ds, seeds) if record else rec
 
@@ -181,14 +181,14 @@ def check_17(quick: bool = False) -> Result:
     env2, _, th2, _ = e2_instance("target")
     cases.append(("E2", env2, th2, 4, seeds[: 3 if quick else 8]))
     for label, e, th0, G_, sd in cases:
-        for scheme in ("gmc", "tic_mask", "tic_trunc", "stale", "is"):
-            cfg = AsyncConfig(scheme, G_, EPS, eta, T if label == "E1" else T // 2)
+        for estimator in ("gmc", "tic_mask", "tic_trunc", "stale", "is"):
+            cfg = AsyncConfig(estimator, G_, EPS, eta, T if label == "E1" else T // 2)
             rec = async_sgd(e, th0, cfg, sd, delays)
             df = async_summary(cfg, rec, delays, sd)
-            grad[(label, scheme, EPS, G_)] = df
+            grad[(label, estimator, EPS, G_)] = df
             bad = df[(df["bias_le_D"] == False) | (df["step_bound_violations"] != 0)]
             if len(bad):
-                theorem_fails.append(f"{label} {scheme}: {len(bad)} runs violate (e.g. d={bad.iloc[0]['d']}, "
+                theorem_fails.append(f"{label} {estimator}: {len(bad)} runs violate (e.g. d={bad.iloc[0]['d']}, "
                                      f"avg ||b||^2={bad.iloc[0]['avg_bias_sq']:.3g} vs D={bad.iloc[0]['D_bound']:.3g}, "
                                      f"step violations {bad.iloc[0]['step_bound_violations']})")
         worst = max(float((grad[(label, s, EPS, G_)]["avg_bias_sq"] /
@@ -197,13 +197,13 @@ def check_17(quick: bool = False) -> Result:
         notes.append(f"{label}: max avg||b||^2/D = {worst:.2e}")
 
     # expected behaviour (not theorems), E1
-    def avg(label, scheme, eps, G_, d):
-        df = grad[(label, scheme, eps, G_)]
+    def avg(label, estimator, eps, G_, d):
+        df = grad[(label, estimator, eps, G_)]
         return df[df["d"] == d].sort_values("seed")["avg_grad_sq"].to_numpy()
 
     for e_ in ([0.1, 0.4] if not quick else [0.1]):
-        for scheme in ("gmc", "tic_mask"):
-            grad[("E1", scheme, e_, G)] = run(env, theta0, scheme, e_, G)
+        for estimator in ("gmc", "tic_mask"):
+            grad[("E1", estimator, e_, G)] = run(env, theta0, estimator, e_, G)
     order = []
     for dl in delays[1:]:
         diff, se = _paired(avg("E1", "tic_mask", EPS, G, dl), avg("E1", "gmc", EPS, G, dl))

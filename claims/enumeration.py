@@ -61,12 +61,12 @@ def check_7(quick: bool = False) -> Result:
     env2, th2, tb2 = _e2_static(1.0)
     cases.append(("E2 threshold V=2 H=4", env2, th2, tb2, [2, 3, 4] if quick else [2, 3, 4, 5, 6]))
     for _, env, th, tb, Gs in cases:
-        for scheme in ("tic_mask", "tic_trunc"):
-            ref = env.per_sample_moments(th, tb, 2, EPS, scheme)["bias"]  # G-free single-outcome sum
+        for estimator in ("tic_mask", "tic_trunc"):
+            ref = env.per_sample_moments(th, tb, 2, EPS, estimator)["bias"]  # G-free single-outcome sum
             ref_norm = float(np.linalg.norm(ref))
             ref_min = min(ref_min, ref_norm)
             for G in Gs:
-                b = env.exact_moments(th, tb, G, EPS, scheme)["bias"]
+                b = env.exact_moments(th, tb, G, EPS, estimator)["bias"]
                 worst = max(worst, float(np.linalg.norm(b - ref)) / ref_norm)
                 n += 1
     ok = worst < REL_EXACT and ref_min > 0

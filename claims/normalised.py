@@ -80,9 +80,9 @@ _LAWS: dict = {}
 def laws(quick: bool = False) -> list[tuple[dict, dict]]:
     """``(point, coordinate_sign_law)`` for every point, every independent-group scheme (cached)."""
     if quick not in _LAWS:
-        schemes = group_schemes()
+        estimator_names = group_schemes()
         _LAWS[quick] = [(p, coordinate_sign_law(p["lr"], p["lpb"], p["rew"], p["S"], p["grad"], p["G"], EPS,
-                                                schemes)) for p in points(quick)]
+                                                estimator_names)) for p in points(quick)]
     return _LAWS[quick]
 
 
@@ -159,11 +159,11 @@ def check_21(quick: bool = False) -> Result:
     n_cant = n_nomean = 0
     worst_cant, fails = -math.inf, []
     n_tab, worst_tab = 0, -math.inf
-    schemes = group_schemes()
+    estimator_names = group_schemes()
     for p, law in laws(quick):
         nz = p["grad"] != 0
         sg = np.sign(p["grad"])
-        for s in schemes:
+        for s in estimator_names:
             a = law[s]
             mu = a["mean"] * sg
             ok = nz & (mu > 0)
@@ -203,8 +203,9 @@ def check_21(quick: bool = False) -> Result:
         f"{len(fails)} violations; largest P - q = {worst_cant:+.3g} over {n_cant} (scheme, point, coordinate) "
         f"cases; largest q - table = {worst_tab:+.3g} over {n_tab}",
         f"{PROB_TOL:g} (probability sums)",
-        f"{len(schemes)} schemes ({', '.join(schemes)}); points: {names}; eps = {EPS}; {n_nomean} coordinates "
-        f"with mean <= 0 along grad J (no Cantelli bound: the bias flipped or removed the signal)"
+        f"{len(estimator_names)} schemes ({', '.join(estimator_names)}); points: {names}; eps = {EPS}; "
+        f"{n_nomean} coordinates with mean <= 0 along grad J (no Cantelli bound: the bias flipped or removed the "
+        f"signal)"
         + (f"; FAIL: {'; '.join(fails[:6])}" if fails else ""))
 
 

@@ -215,7 +215,7 @@ def cost_seconds(grid_list, jobs: int = 2) -> float:
 
 
 def command(corr: Correction, quick: bool) -> str:
-    what = f"--module {corr.source}" if corr.is_new else f"--name {corr.name}"
+    what = f"--module {corr.source}" if corr.is_new else f"--estimator {corr.name}"
     return f"python -m report_card {what}" + (" --quick" if quick else "")
 
 

@@ -113,7 +113,8 @@ def load_correction(path: str | Path, name: str | None = None) -> Correction:
                                   f"(the README's 'Add a correction in three steps')")
         _LOADED[key] = names
     if name is None and len(names) > 1:
-        raise CorrectionError(f"{p.name} registers {len(names)} corrections ({', '.join(names)}): pick one with --name")
+        raise CorrectionError(f"{p.name} registers {len(names)} corrections ({', '.join(names)}): pick one with "
+                              f"--estimator")
     chosen = name or names[0]
     if chosen not in names:
         raise CorrectionError(f"{p.name} registers {', '.join(names)}, not {chosen!r}")
@@ -131,7 +132,7 @@ def unload(path: str | Path) -> None:
 
 
 def registered_correction(name: str) -> Correction:
-    """A correction the toolkit ships (``--name``); :class:`CorrectionError` for an unknown name."""
+    """A correction the toolkit ships (``--estimator``); :class:`CorrectionError` for an unknown name."""
     import inspect
 
     if name in estimators.SCHEMES:

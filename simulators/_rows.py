@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from estimators._compat import renamed_keywords
+
 from . import theory
 from .core import PER_SAMPLE_SCHEMES
 
@@ -19,19 +21,20 @@ def _norm_se(b: np.ndarray, cov: np.ndarray) -> float:
     return _proj_se(b / n, cov) if n > 0 else float(np.sqrt(max(np.trace(cov), 0.0)))
 
 
-def moment_rows(env, theta, theta_b, G, eps, schemes, seeds, n_groups, seed_of) -> pd.DataFrame:
+@renamed_keywords(schemes="estimator_names")
+def moment_rows(env, theta, theta_b, G, eps, estimator_names, seeds, n_groups, seed_of) -> pd.DataFrame:
     """One row per (seed, scheme): exact moments (``*_exact``) and Monte Carlo (``*_mc``, ``*_mc_se``).
 
     ``seed_of(seed)`` gives the generator seed of a seed (deterministic per setting).
     ``bias_proj_mc`` is the Monte Carlo bias projected on the exact bias direction (an
     unbiased estimate of ``bias_norm_exact``) with its standard error.
     """
-    exact = env.exact_all(theta, theta_b, G, eps, schemes)
+    exact = env.exact_all(theta, theta_b, G, eps, estimator_names)
     rows = []
-    for scheme in schemes:
-        e = exact[scheme]
+    for estimator in estimator_names:
+        e = exact[estimator]
         base = {
-            "scheme": scheme,
+            "scheme": estimator,
             "bias_norm_exact": e["bias_norm"],
             "mass_bias_exact": e["mass_bias"],
             "second_moment_exact": e["second_moment"],
@@ -40,17 +43,17 @@ def moment_rows(env, theta, theta_b, G, eps, schemes, seeds, n_groups, seed_of) 
             "sigma2": e["sigma2"],
             "mu4": e["mu4"],
             "M": e["M"],
-            "bias_bound": float(e["M"] * theory.mass_bound(scheme, e["sigma2"], e["mu4"], G, eps)),
+            "bias_bound": float(e["M"] * theory.mass_bound(estimator, e["sigma2"], e["mu4"], G, eps)),
             "gmc_rate_bound": float(e["M"] * theory.gmc_quadratic(e["sigma2"], G, eps)),
             "class_second_moment_bound": float(theory.class_second_moment(eps, e["M"])),
             "is_second_moment_bound": float(theory.is_second_moment(e["sigma2"], G, e["M"])),
-            "per_sample": scheme in PER_SAMPLE_SCHEMES,
+            "per_sample": estimator in PER_SAMPLE_SCHEMES,
             "n_configs": e["n_configs"],
         }
         u = e["bias"].ravel() / e["bias_norm"] if e["bias_norm"] > 0 else None
         for seed in seeds:
             env.reseed(seed_of(seed))
-            m = env.mc_moments(theta, theta_b, G, eps, scheme, n_groups)
+            m = env.mc_moments(theta, theta_b, G, eps, estimator, n_groups)
             b, cov = m["bias"].ravel(), m["mean_grad_cov"]
             rows.append({
                 **base,

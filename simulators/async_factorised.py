@@ -35,17 +35,17 @@ def _norm2(x) -> np.ndarray:
 def step_bias(env, theta, theta_b, cfg: AsyncConfig, rngs_mc, n_mc: int):
     """``(bias_sq, mass_bias, bias_var)`` per run at ``(theta, theta_b)`` (module docstring)."""
     B = theta.shape[0]
-    if cfg.scheme == "is":
+    if cfg.estimator == "is":
         return np.zeros(B), np.zeros(B), np.zeros(B)
-    if cfg.scheme in PER_SAMPLE_SCHEMES and cfg.advantage == "loo":
-        b, m = env.per_sample_bias(theta, theta_b, cfg.G, cfg.eps, cfg.scheme)
+    if cfg.estimator in PER_SAMPLE_SCHEMES and cfg.advantage == "loo":
+        b, m = env.per_sample_bias(theta, theta_b, cfg.G, cfg.eps, cfg.estimator)
         return _norm2(b), m, np.zeros(B)
     tokens = np.stack([env.sample_tokens(rng, tb, (n_mc, cfg.G)) for rng, tb in zip(rngs_mc, theta_b)])
-    g, gap, _ = env.group_estimates(tokens, theta, theta_b, cfg.eps, ["is", cfg.scheme], cfg.advantage)
-    diff = (g[cfg.scheme] - g["is"]).reshape(B, n_mc, -1)
+    g, gap, _ = env.group_estimates(tokens, theta, theta_b, cfg.eps, ["is", cfg.estimator], cfg.advantage)
+    diff = (g[cfg.estimator] - g["is"]).reshape(B, n_mc, -1)
     mean = diff.mean(1)
     var = diff.var(1, ddof=1).sum(-1) / n_mc
-    return (mean**2).sum(-1) - var, gap[cfg.scheme].mean(1), var
+    return (mean**2).sum(-1) - var, gap[cfg.estimator].mean(1), var
 
 
 def async_factorised(env, theta0, cfg: AsyncConfig, seeds, delays, n_mc: int = 256, bias_every: int = 1) -> dict:
@@ -83,8 +83,8 @@ def async_factorised(env, theta0, cfg: AsyncConfig, seeds, delays, n_mc: int = 2
             lags = np.array([rng.integers(0, d + 1) for rng, d in zip(rngs, d_row)])
         theta_b = hist.lagged(lags)
         tokens = np.stack([env.sample_tokens(rng, tb, (1, G)) for rng, tb in zip(rngs, theta_b)])
-        g, _, _ = env.group_estimates(tokens, theta, theta_b, cfg.eps, [cfg.scheme], cfg.advantage)
-        ghat = g[cfg.scheme][:, 0]
+        g, _, _ = env.group_estimates(tokens, theta, theta_b, cfg.eps, [cfg.estimator], cfg.advantage)
+        ghat = g[cfg.estimator][:, 0]
         gn = np.sqrt(_norm2(ghat))
         newly = alive & ~np.isfinite(gn)
         diverged[newly] = t

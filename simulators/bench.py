@@ -36,21 +36,21 @@ def _best(fn, repeat: int = 5) -> float:
 def main():
     inst = INSTANCES["mild"]
     th, tb, r = (np.array(inst[k]) for k in ("theta", "theta_b", "rewards"))
-    schemes = [s for s, spec in estimators.SCHEMES.items() if not spec.batch_coupled]
+    estimator_names = [s for s, spec in estimators.SCHEMES.items() if not spec.batch_coupled]
     t0 = time.perf_counter()
-    exact_all(th, tb, r, G_EXACT, 0.2, schemes)
+    exact_all(th, tb, r, G_EXACT, 0.2, estimator_names)
     cold = time.perf_counter() - t0
-    warm = _best(lambda: exact_all(th, tb, r, G_EXACT, 0.2, schemes), 3)
-    loop = _best(lambda: [exact_moments(th, tb, r, G_EXACT, 0.2, s) for s in schemes], 2)
-    print(f"exact_enumeration_K{K}_G{G_EXACT}_all_schemes_s: {cold:.3f} (cold, {len(schemes)} schemes)")
+    warm = _best(lambda: exact_all(th, tb, r, G_EXACT, 0.2, estimator_names), 3)
+    loop = _best(lambda: [exact_moments(th, tb, r, G_EXACT, 0.2, s) for s in estimator_names], 2)
+    print(f"exact_enumeration_K{K}_G{G_EXACT}_all_schemes_s: {cold:.3f} (cold, {len(estimator_names)} schemes)")
     print(f"exact_enumeration_K{K}_G{G_EXACT}_all_schemes_warm_s: {warm:.3f}")
     print(f"exact_moments_loop_K{K}_G{G_EXACT}_all_schemes_s: {loop:.3f} (one call per scheme)")
 
-    G, n, scheme, seed = MC["G"], MC["n_groups"], MC["scheme"], MC["seed"]
+    G, n, estimator, seed = MC["G"], MC["n_groups"], MC["scheme"], MC["seed"]
     p_b = np.exp(SoftmaxBandit.log_probs(tb))
-    t_mc = _best(lambda: mc_moments(th, tb, r, G, 0.2, scheme, n, seed))
+    t_mc = _best(lambda: mc_moments(th, tb, r, G, 0.2, estimator, n, seed))
     t_draw = _best(lambda: np.random.default_rng(seed).multinomial(G, p_b, size=n))
-    print(f"mc_moments_s: {t_mc:.4f} (E1 K={K}, G={G}, {n} groups, {scheme})")
+    print(f"mc_moments_s: {t_mc:.4f} (E1 K={K}, G={G}, {n} groups, {estimator})")
     print(f"sampling_only_s: {t_draw:.4f} (rng.multinomial of the same {n} groups)")
     print(f"mc_vs_sampling_ratio: {t_mc / t_draw:.2f}")
 

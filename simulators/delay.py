@@ -70,7 +70,7 @@ class ParameterHistory:
 class AsyncConfig:
     """One asynchronous SGD setting (THEORY §1, §4)."""
 
-    scheme: str  # weighting scheme of estimators.SCHEMES
+    estimator: str  # a trajectory scheme of estimators.SCHEMES
     G: int  # G, group size
     eps: float  # eps, cap 1 + eps
     eta: float  # eta, step size (the optimiser's learning rate)
@@ -84,7 +84,7 @@ class AsyncConfig:
 
     def __post_init__(self):
         self.optimizer_config()
-        get_scheme(self.scheme)
+        get_scheme(self.estimator)
         check_G(self.G)
         check_eps(self.eps)
         check_positive_int(self.T, "T")
@@ -104,10 +104,10 @@ RECORDS = ("J", "grad_sq", "bias_sq", "mass_bias", "sigma2", "mu4", "drift", "la
 
 
 def _exact_bias(lr, lpb, rew, S, cfg: AsyncConfig):
-    if cfg.scheme in PER_SAMPLE_SCHEMES and cfg.advantage == "loo":
-        r = per_sample_batch(lr, lpb, rew, S, cfg.G, cfg.eps, cfg.scheme)
+    if cfg.estimator in PER_SAMPLE_SCHEMES and cfg.advantage == "loo":
+        r = per_sample_batch(lr, lpb, rew, S, cfg.G, cfg.eps, cfg.estimator)
     else:
-        r = exact_batch(lr, lpb, rew, S, cfg.G, cfg.eps, [cfg.scheme], cfg.advantage, second=False)[cfg.scheme]
+        r = exact_batch(lr, lpb, rew, S, cfg.G, cfg.eps, [cfg.estimator], cfg.advantage, second=False)[cfg.estimator]
     return (r["bias"] ** 2).sum(-1), r["mass_bias"]
 
 
@@ -145,9 +145,9 @@ def async_sgd(env, theta0, cfg: AsyncConfig, seeds, delays) -> dict:
         lr, lpb, rew, S = env.batch_arrays(theta, theta_b)
         p_b = np.exp(lpb)
         counts = np.stack([rng.multinomial(G, p / p.sum()) for rng, p in zip(rngs, p_b)])
-        terms = group_terms(expand_counts(counts)[:, None, :], lr, rew, cfg.eps, [cfg.scheme], cfg.advantage,
+        terms = group_terms(expand_counts(counts)[:, None, :], lr, rew, cfg.eps, [cfg.estimator], cfg.advantage,
                             with_gap=False)
-        ghat = np.einsum("bk,bkp->bp", terms.coef(cfg.scheme)[:, 0], S) / G
+        ghat = np.einsum("bk,bkp->bp", terms.coef(cfg.estimator)[:, 0], S) / G
         gn = np.sqrt((ghat**2).sum(-1))
         newly = alive & ~np.isfinite(gn)
         diverged[newly] = t

@@ -78,14 +78,14 @@ def async_summary(cfg: AsyncConfig, rec: dict, delays, seeds) -> pd.DataFrame:
                 C4 = float(np.max(r["mu4"][ok][moving] / drift[moving] ** 4)) if moving.any() else 0.0
                 M = float(np.nanmax(r["M"]))
                 r0 = float(drift.max()) if len(drift) else 0.0
-                step_bound = r["M"] * theory.mass_bound(cfg.scheme, np.nan_to_num(r["sigma2"]),
+                step_bound = r["M"] * theory.mass_bound(cfg.estimator, np.nan_to_num(r["sigma2"]),
                                                         np.nan_to_num(r["mu4"]), cfg.G, cfg.eps)
                 bias = np.sqrt(r["bias_sq"])
                 viol = bias[ok] > step_bound[ok] * (1 + theory.FP_SLACK) + 1e-15
-                D = theory.delay_term(cfg.scheme, cfg.eta, d, cfg.G, cfg.eps, C2, C4, r0, M) if d > 0 else 0.0
+                D = theory.delay_term(cfg.estimator, cfg.eta, d, cfg.G, cfg.eps, C2, C4, r0, M) if d > 0 else 0.0
                 gn = r["ghat_norm"][ok]
                 rows.append({
-                    "d": d, "seed": seed, "scheme": cfg.scheme,
+                    "d": d, "seed": seed, "scheme": cfg.estimator,
                     "avg_grad_sq": float(np.mean(r["grad_sq"][ok])),
                     "final_J": float(r["J"][ok][-1]),
                     "avg_bias_sq": float(np.mean(r["bias_sq"][ok])),
@@ -110,7 +110,7 @@ def async_steps(cfg: AsyncConfig, rec: dict, delays) -> pd.DataFrame:
     frames = []
     n = rec["grad_sq"].shape[1]
     for i, d in enumerate(delays):
-        df = {"d": d, "step": np.arange(cfg.T), "scheme": cfg.scheme}
+        df = {"d": d, "step": np.arange(cfg.T), "scheme": cfg.estimator}
         for k in ("grad_sq", "bias_sq", "J", "sigma2", "mu4", "drift", "ghat_norm"):
             x = rec[k][i]
             df[k] = np.nanmean(x, 0)

@@ -24,6 +24,7 @@ import numpy as np
 from scipy.special import gammaln, log_softmax, softmax
 
 from estimators import get_scheme, gmc_lambda
+from estimators._compat import renamed_keywords
 
 from .core.counts import configurations
 from .core.groups import _chunks, group_terms
@@ -42,7 +43,8 @@ def group_schemes(names=None) -> list[str]:
     return [s for s in names if not get_scheme(s).batch_coupled]
 
 
-def coordinate_sign_law(log_ratio, log_p_b, rewards, scores, grad, G: int, eps: float, schemes,
+@renamed_keywords(schemes="estimator_names")
+def coordinate_sign_law(log_ratio, log_p_b, rewards, scores, grad, G: int, eps: float, estimator_names,
                         advantage: str = "loo") -> dict:
     """Exact per-coordinate moments and sign probabilities of each scheme's g_hat (module docstring).
 
@@ -60,11 +62,11 @@ def coordinate_sign_law(log_ratio, log_p_b, rewards, scores, grad, G: int, eps: 
     pmf = np.exp(log_coef + counts @ lpb[0])
     sg = np.sign(grad)
     tol = ZERO_REL * float(np.sqrt((S**2).sum(-1)).max())
-    acc = {s: {k: np.zeros(P) for k in ("mean", "m2", "p_le0", "p_zero", "p_wrong")} for s in schemes}
+    acc = {s: {k: np.zeros(P) for k in ("mean", "m2", "p_le0", "p_zero", "p_wrong")} for s in estimator_names}
     for sl in _chunks(len(counts), G * max(P, 1)):
-        terms = group_terms(tuples[None, sl], lr, rew, eps, list(schemes), advantage, with_gap=False)
+        terms = group_terms(tuples[None, sl], lr, rew, eps, list(estimator_names), advantage, with_gap=False)
         pm = pmf[sl]
-        for s in schemes:
+        for s in estimator_names:
             g = (terms.coef(s)[0] @ S) / G  # (n, P)
             zero = np.abs(g) <= tol
             signed = np.where(zero, 0.0, g) * sg
@@ -84,7 +86,8 @@ def coordinate_sign_law(log_ratio, log_p_b, rewards, scores, grad, G: int, eps: 
     return out
 
 
-def fixed_baseline_moments(log_ratio, log_p_b, rewards, scores, eps: float, scheme: str) -> dict:
+@renamed_keywords(scheme="estimator")
+def fixed_baseline_moments(log_ratio, log_p_b, rewards, scores, eps: float, estimator: str) -> dict:
     """Per-coordinate ``mu = E_b[c(w) X]`` and ``a = E_b[c(w)^2 X^2]`` with ``X = (r - E_b r) s``
     (exact outcome sums) for a per-sample scheme; the iid estimator's Cantelli quantity at group
     size G is ``(a - mu^2) / (a + (G-1) mu^2)``."""
@@ -94,7 +97,7 @@ def fixed_baseline_moments(log_ratio, log_p_b, rewards, scores, eps: float, sche
     p = np.exp(np.asarray(log_p_b, float))
     r = np.asarray(rewards, float)
     S = np.asarray(scores, float)
-    c = estimators.weights(scheme, lr.reshape(-1, 1), eps).ravel()
+    c = estimators.weights(estimator, lr.reshape(-1, 1), eps).ravel()
     X = (r - (p * r).sum())[:, None] * S
     return {"mean": (p * c) @ X, "a": (p * c**2) @ X**2}
 
@@ -150,9 +153,10 @@ class SignSGD:
         return theta + self.lr * np.sign(g)
 
 
+@renamed_keywords(scheme="estimator")
 def invariance_paths(transform, cfg: OptimizerConfig | SignSGD, *, H: int = 8, p: float = 0.8, G: int = 8,
                      groups: int = 1, eps: float = 0.2, d: int = 8, T: int = 60, seed: int = 0,
-                     scheme: str = "is") -> dict:
+                     estimator: str = "is") -> dict:
     """One asynchronous run on the long-horizon E2 (V = 2) whose step is
     ``opt.step(theta, transform(t, g, lam))``: ``g`` ``(groups, H, 2)`` the per-group estimates of
     ``scheme`` (one group per row; the batch's gradient is their mean), ``lam`` ``(groups,)`` GMC's
@@ -168,10 +172,10 @@ def invariance_paths(transform, cfg: OptimizerConfig | SignSGD, *, H: int = 8, p
     for t in range(T):
         tb = hist[max(0, len(hist) - 1 - d)]
         tokens = env.sample_tokens(rng, tb[0], (1, groups, G))  # (1, groups, G, H)
-        g, _, lr = env.group_estimates(tokens, theta, tb, eps, [scheme])
+        g, _, lr = env.group_estimates(tokens, theta, tb, eps, [estimator])
         lam = np.asarray(gmc_lambda(lr.reshape(groups, G), eps)).ravel()
         lams[t] = lam
-        step = np.asarray(transform(t, g[scheme][0], lam), float)[None]
+        step = np.asarray(transform(t, g[estimator][0], lam), float)[None]
         theta = opt.step(theta, step)
         hist.append(theta.copy())
     return {"theta": np.concatenate(hist), "lam": lams}

@@ -68,7 +68,7 @@ def parse_clip(clip) -> tuple[str, float]:
 
 def run_setting(setting: dict, seeds: list[int]):
     """Every optimiser of ``setting["optimizers"]`` for one (H, scheme): (summary rows, step rows)."""
-    H, V, scheme = int(setting["H"]), int(setting["V"]), setting["scheme"]
+    H, V, estimator = int(setting["H"]), int(setting["V"]), setting["scheme"]
     env = FactorisedTokenMDP(V, H)
     theta0 = start_logits(V, H, setting["p0"])
     J0 = float(env.J_batch(theta0[None])[0])
@@ -82,7 +82,7 @@ def run_setting(setting: dict, seeds: list[int]):
         clip = 1.0
         if opt.endswith("_clip"):
             clip = clip_value if mode == "norm" else clip_at_quantile(adam_norms, clip_value)
-        cfg = AsyncConfig(scheme, int(setting["G"]), float(setting["eps"]), float(setting["optimizers"][opt]["lr"]),
+        cfg = AsyncConfig(estimator, int(setting["G"]), float(setting["eps"]), float(setting["optimizers"][opt]["lr"]),
                           int(setting["T"]), optimizer=opt, clip_norm=clip)
         rec = async_factorised(env, theta0, cfg, seeds, delays, n_mc=int(setting["n_mc"]),
                                bias_every=int(setting["bias_every"]))
@@ -97,7 +97,7 @@ def run_setting(setting: dict, seeds: list[int]):
 def summary(cfg: AsyncConfig, rec: dict, delays, seeds, J0: float, collapse_frac: float) -> pd.DataFrame:
     """One row per (d, seed): the run's averages over steps (module docstring, :data:`COLUMNS`)."""
     out = []
-    exact = cfg.scheme in PER_SAMPLE_SCHEMES  # IS included: its bias is 0 exactly
+    exact = cfg.estimator in PER_SAMPLE_SCHEMES  # IS included: its bias is 0 exactly
     with np.errstate(invalid="ignore"):
         for i, d in enumerate(delays):
             for j, seed in enumerate(seeds):
@@ -105,10 +105,10 @@ def summary(cfg: AsyncConfig, rec: dict, delays, seeds, J0: float, collapse_frac
                 ok = np.isfinite(r["grad_sq"])
                 b = np.isfinite(r["bias_sq"]) & ok
                 J = r["J"][ok]
-                bound = r["M"][b] * theory.mass_bound(cfg.scheme, r["sigma2"][b], r["mu4"][b], cfg.G, cfg.eps)
+                bound = r["M"][b] * theory.mass_bound(cfg.estimator, r["sigma2"][b], r["mu4"][b], cfg.G, cfg.eps)
                 viol = np.sqrt(np.maximum(r["bias_sq"][b], 0)) > bound * (1 + theory.FP_SLACK) + 1e-15
                 out.append({
-                    "d": d, "seed": seed, "scheme": cfg.scheme, "lr": cfg.eta,
+                    "d": d, "seed": seed, "scheme": cfg.estimator, "lr": cfg.eta,
                     "avg_grad_sq": float(np.mean(r["grad_sq"][ok])),
                     "final_J": float(J[-1]), "min_J": float(J.min()), "J0": J0,
                     "collapsed": bool(J[-1] < collapse_frac * J0),
@@ -133,7 +133,7 @@ def step_means(cfg: AsyncConfig, rec: dict, delays) -> pd.DataFrame:
     """Per (d, step): the mean over seeds of each of :data:`STEP_RECORDS` (and ``ghat_sq``), with ``*_se``."""
     frames = []
     for i, d in enumerate(delays):
-        df = {"d": d, "step": np.arange(cfg.T), "scheme": cfg.scheme}
+        df = {"d": d, "step": np.arange(cfg.T), "scheme": cfg.estimator}
         vals = {k: rec[k][i] for k in STEP_RECORDS}
         vals["ghat_sq"] = rec["ghat_norm"][i] ** 2
         for k, x in vals.items():

@@ -34,6 +34,7 @@ from scipy.special import log_softmax, softmax
 
 import estimators
 from estimators import get_scheme
+from estimators._compat import renamed_keywords
 
 from ._validate import check_positive_int
 from .optim import Optimizer, OptimizerConfig
@@ -120,7 +121,8 @@ class SharedSoftmaxMDP:
         u = rng.random((G, self.H))
         return (u[..., None] > cdf[:, :-1]).sum(-1)
 
-    def group_estimate(self, tokens, theta, theta_b, scheme: str, eps: float):
+    @renamed_keywords(scheme="estimator")
+    def group_estimate(self, tokens, theta, theta_b, estimator: str, eps: float):
         """``(g_hat (B, V, r), log-ratios (B, G))`` for groups ``tokens`` ``(B, G, H)`` (one group per run)."""
         B, G, H = tokens.shape
         lp, lpb = log_softmax(self.logits(theta), -1), log_softmax(self.logits(theta_b), -1)
@@ -128,8 +130,8 @@ class SharedSoftmaxMDP:
         lr = (lp - lpb)[np.arange(B)[:, None, None], hh[None, None], tokens].sum(-1)  # (B, G)
         r = (tokens == self.target).all(-1).astype(float)
         A = estimators.advantages(r, "loo")
-        kw = {"advantages": A} if get_scheme(scheme).needs_advantages else {}
-        c = np.exp(lr) if scheme == "is" else estimators.weights(scheme, lr, eps, **kw)
+        kw = {"advantages": A} if get_scheme(estimator).needs_advantages else {}
+        c = np.exp(lr) if estimator == "is" else estimators.weights(estimator, lr, eps, **kw)
         pi = softmax(self.logits(theta), -1)  # (B, H, V)
         oh = np.zeros((B, G, H, self.V))
         np.put_along_axis(oh, tokens[..., None], 1.0, -1)
@@ -138,7 +140,8 @@ class SharedSoftmaxMDP:
         return np.einsum("bhv,hr->bvr", score_sum, self.psi) / G, lr
 
 
-def run_async(env: SharedSoftmaxMDP, theta0, scheme: str, cfg: OptimizerConfig, G: int, eps: float, d: int,
+@renamed_keywords(scheme="estimator")
+def run_async(env: SharedSoftmaxMDP, theta0, estimator: str, cfg: OptimizerConfig, G: int, eps: float, d: int,
               T: int, seeds, setting_seed: int = 0) -> dict:
     """Every seed's asynchronous run at once (module docstring). Records ``(S, T + 1)`` J, and per step
     chi^2, drift ``||theta_t - theta_{t-d}||``, ``||g_hat||`` and the step norm, ``(S, T)``."""
@@ -153,7 +156,7 @@ def run_async(env: SharedSoftmaxMDP, theta0, scheme: str, cfg: OptimizerConfig, 
     for t in range(T):
         tb = hist[max(0, len(hist) - 1 - d)]
         tokens = np.stack([env.sample(rng, tb[i], G) for i, rng in enumerate(rngs)])
-        g, _ = env.group_estimate(tokens, theta, tb, scheme, eps)
+        g, _ = env.group_estimate(tokens, theta, tb, estimator, eps)
         g = np.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
         new = opt.step(theta, g)
         rec["chi2"][:, t] = env.chi2_batch(theta, tb)
@@ -187,12 +190,12 @@ def run_setting(setting: dict, seeds: list[int]) -> pd.DataFrame:
     for opt, lrs in setting["optimizers"].items():
         for lr in lrs:
             cfg = OptimizerConfig(opt, lr=float(lr))
-            for scheme in setting["schemes"]:
-                rec = run_async(env, theta0, scheme, cfg, int(setting["G"]), float(setting["eps"]), int(setting["d"]),
-                                int(setting["T"]), seeds, derive_seed(0, setting))
+            for estimator in setting["schemes"]:
+                rec = run_async(env, theta0, estimator, cfg, int(setting["G"]), float(setting["eps"]),
+                                int(setting["d"]), int(setting["T"]), seeds, derive_seed(0, setting))
                 col = collapsed(rec["J"], J0, float(setting["collapse_frac"]), float(setting["tail"]))
                 for i, s in enumerate(seeds):
-                    rows.append({"seed": int(s), "scheme": scheme, "optimizer": opt, "lr": float(lr), "J0": J0,
+                    rows.append({"seed": int(s), "scheme": estimator, "optimizer": opt, "lr": float(lr), "J0": J0,
                                  "final_J": float(rec["J"][i, -1]), "min_J": float(rec["J"][i].min()),
                                  "tail_J": float(rec["J"][i, -max(1, int(setting["T"]) // 4):].mean()),
                                  "collapsed": bool(col[i]), "avg_chi2": float(rec["chi2"][i].mean()),

@@ -12,6 +12,7 @@ from bounds import mass_bound as _mass_bound
 from bounds.delay import (
     DELAY_TERMS,  # scheme -> the bounds/ name of Theorem 2's delay term D
 )
+from estimators._compat import renamed_keywords
 
 FP_SLACK = 1e-9
 """Relative slack when comparing an exact bias with its bound (floating-point rounding of
@@ -25,10 +26,11 @@ def _twin(name):
     return twin(name)
 
 
-def mass_bound(scheme: str, sigma2, mu4, G: int, eps: float):
+@renamed_keywords(scheme="estimator")
+def mass_bound(estimator: str, sigma2, mu4, G: int, eps: float):
     """THEORY §3's tightest bound on the mass bias m of ``scheme`` (0 for IS, NaN for schemes
     without one): :func:`bounds.mass_bound` in its ``"tight"`` form, the one table every reader uses."""
-    return _mass_bound(scheme, sigma2, mu4, G, eps, form="tight")
+    return _mass_bound(estimator, sigma2, mu4, G, eps, form="tight")
 
 
 def estimator_norm_bound(eps: float, M):
@@ -46,13 +48,14 @@ def gmc_quadratic(sigma2, G: int, eps: float):
     return _twin("m_gmc_quadratic")(sigma2=sigma2, G=G, eps=eps)
 
 
-def delay_term(scheme: str, eta, d, G, eps, C2, C4, r0, M):
+@renamed_keywords(scheme="estimator")
+def delay_term(estimator: str, eta, d, G, eps, C2, C4, r0, M):
     """Theorem 2's D for ``scheme`` with constants (C2, C4, r0, M) estimated by the caller."""
-    if scheme == "is":
+    if estimator == "is":
         return 0.0
-    if scheme not in DELAY_TERMS:
+    if estimator not in DELAY_TERMS:
         return float("nan")
-    f = _twin(DELAY_TERMS[scheme])
+    f = _twin(DELAY_TERMS[estimator])
     kw = {"eta": eta, "d": d, "G": G, "eps": eps, "C2": C2, "C4": C4, "r0": r0, "M": M}
     return float(f(**{k: kw[k] for k in f.params}))
 

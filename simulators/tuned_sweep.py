@@ -68,14 +68,14 @@ def run(settings: dict = SETTINGS, progress: bool = True) -> pd.DataFrame:
     grid = [(s, e, g) for s in settings["schemes"] for e in settings["eps"] for g in settings["G"]]
     terms = {s: lambdify_bound(delay.delay_term(s)) for s in settings["schemes"]}
     rows = []
-    for scheme, eps, G in tqdm(grid, desc="tuned_delay", disable=not progress, unit="setting"):
-        D_fn = terms[scheme]
+    for estimator, eps, G in tqdm(grid, desc="tuned_delay", disable=not progress, unit="setting"):
+        D_fn = terms[estimator]
         vals = {**fx, "eta": 1.0, "G": float(G), "eps": float(eps)}
         D = float(D_fn(**{k: vals[k] for k in D_fn.params}))
         eta_t, fmin = tune_step_size(fx["a"], D, fx["T"], log_eta_bounds=settings["log_eta_bounds"],
                                      xatol=settings["xatol"])
         cf = float(closed(a=fx["a"], D=D, T=fx["T"]))
-        rows.append({"scheme": scheme, "G": G, "eps": eps, **fx, "D": D, "eta_tuned": eta_t,
+        rows.append({"scheme": estimator, "G": G, "eps": eps, **fx, "D": D, "eta_tuned": eta_t,
                      "tuned_delay_term": fmin, "closed_form": cf,
                      "eta_D": float(eta_d(a=fx["a"], D=D, T=fx["T"])), "rel_err": fmin / cf - 1})
     return pd.DataFrame(rows)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import log_softmax, softmax
 
+from estimators._compat import renamed_keywords
+
 from .._validate import check_rewards, finite_array
 from ..core import MAX_ENTRIES, OutcomeEnv
 
@@ -85,7 +87,8 @@ def rare_arm_instance(K: int = 4, p_rare: float = 0.02, boost: float = 3.0):
     return theta, theta_b, rewards
 
 
-def exact_moments(theta, theta_b, rewards, G, eps, scheme, advantage="loo", max_entries=MAX_ENTRIES):
+@renamed_keywords(scheme="estimator")
+def exact_moments(theta, theta_b, rewards, G, eps, estimator, advantage="loo", max_entries=MAX_ENTRIES):
     """Exact moments of ``scheme``'s estimator on E1, by enumerating count vectors.
 
     Args:
@@ -104,10 +107,11 @@ def exact_moments(theta, theta_b, rewards, G, eps, scheme, advantage="loo", max_
     >>> bool(np.allclose(r["mean_grad"], r["grad_J"], atol=1e-12))
     True
     """
-    return SoftmaxBandit(rewards).exact_moments(theta, theta_b, G, eps, scheme, advantage, max_entries)
+    return SoftmaxBandit(rewards).exact_moments(theta, theta_b, G, eps, estimator, advantage, max_entries)
 
 
-def mc_moments(theta, theta_b, rewards, G, eps, scheme, n_groups, seed, advantage="loo"):
+@renamed_keywords(scheme="estimator")
+def mc_moments(theta, theta_b, rewards, G, eps, estimator, n_groups, seed, advantage="loo"):
     """Monte Carlo version of :func:`exact_moments` from ``n_groups`` groups.
 
     Same keys, plus ``mean_grad_se``, ``second_moment_se`` and ``mass_bias_se`` (standard
@@ -116,14 +120,16 @@ def mc_moments(theta, theta_b, rewards, G, eps, scheme, n_groups, seed, advantag
     from ..core import check_mc_args
 
     check_mc_args(G, eps, n_groups, seed)
-    return SoftmaxBandit(rewards, seed).mc_moments(theta, theta_b, G, eps, scheme, n_groups, advantage)
+    return SoftmaxBandit(rewards, seed).mc_moments(theta, theta_b, G, eps, estimator, n_groups, advantage)
 
 
-def exact_all(theta, theta_b, rewards, G, eps, schemes, advantage="loo", max_entries=MAX_ENTRIES):
+@renamed_keywords(schemes="estimator_names")
+def exact_all(theta, theta_b, rewards, G, eps, estimator_names, advantage="loo", max_entries=MAX_ENTRIES):
     """:func:`exact_moments` for several schemes sharing one enumeration: ``{scheme: dict}``."""
-    return SoftmaxBandit(rewards).exact_all(theta, theta_b, G, eps, schemes, advantage, max_entries)
+    return SoftmaxBandit(rewards).exact_all(theta, theta_b, G, eps, estimator_names, advantage, max_entries)
 
 
-def per_sample_moments(theta, theta_b, rewards, G, eps, scheme):
+@renamed_keywords(scheme="estimator")
+def per_sample_moments(theta, theta_b, rewards, G, eps, estimator):
     """Exact moments of a per-sample scheme (is, stale, tic_mask, tic_trunc), leave-one-out, any G."""
-    return SoftmaxBandit(rewards).per_sample_moments(theta, theta_b, G, eps, scheme)
+    return SoftmaxBandit(rewards).per_sample_moments(theta, theta_b, G, eps, estimator)

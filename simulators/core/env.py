@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from estimators import get_scheme
+from estimators._compat import renamed_keywords
 
 from .counts import MAX_ENTRIES
 from .exact import bound_M, exact_batch, per_sample_batch, ratio_moments
@@ -65,16 +66,17 @@ class OutcomeEnv:
         one = (lambda x: float(x[0])) if lr.shape[0] == 1 else (lambda x: x)
         return {"grad_J": self.grad_J(theta), "sigma2": one(sigma2), "mu4": one(mu4), "M": one(M)}
 
-    def exact_all(self, theta, theta_b, G, eps, schemes, advantage="loo", max_entries=MAX_ENTRIES):
+    @renamed_keywords(schemes="estimator_names")
+    def exact_all(self, theta, theta_b, G, eps, estimator_names, advantage="loo", max_entries=MAX_ENTRIES):
         """Exact moments of several schemes at once (the enumeration is shared)."""
-        for s in schemes:
+        for s in estimator_names:
             get_scheme(s)
         theta, theta_b = self.check_theta(theta), self.check_theta(theta_b, "theta_b")
         lr, lpb, rew, S = self.arrays(theta, theta_b)
-        raw = exact_batch(lr, lpb, rew, S, G, eps, schemes, advantage, max_entries)
+        raw = exact_batch(lr, lpb, rew, S, G, eps, estimator_names, advantage, max_entries)
         common = self._common(theta, theta_b, lr, lpb, rew, S)
         out = {}
-        for s in schemes:
+        for s in estimator_names:
             r = raw[s]
             bias = self._full(r["bias"])
             out[s] = {
@@ -89,16 +91,18 @@ class OutcomeEnv:
             }
         return out
 
-    def exact_moments(self, theta, theta_b, G, eps, scheme, advantage="loo", max_entries=MAX_ENTRIES):
+    @renamed_keywords(scheme="estimator")
+    def exact_moments(self, theta, theta_b, G, eps, estimator, advantage="loo", max_entries=MAX_ENTRIES):
         """Exact ``mean_grad``, ``grad_J``, ``second_moment``, ``max_norm`` (plus ``bias``,
         ``bias_norm``, ``mass_bias``, ``sigma2``, ``mu4``, ``M``, ``n_configs``)."""
-        return self.exact_all(theta, theta_b, G, eps, [scheme], advantage, max_entries)[scheme]
+        return self.exact_all(theta, theta_b, G, eps, [estimator], advantage, max_entries)[estimator]
 
-    def per_sample_moments(self, theta, theta_b, G, eps, scheme):
+    @renamed_keywords(scheme="estimator")
+    def per_sample_moments(self, theta, theta_b, G, eps, estimator):
         """Exact moments of a per-sample scheme with leave-one-out advantages, any G (no max_norm)."""
         theta, theta_b = self.check_theta(theta), self.check_theta(theta_b, "theta_b")
         lr, lpb, rew, S = self.arrays(theta, theta_b)
-        r = per_sample_batch(lr, lpb, rew, S, G, eps, scheme)
+        r = per_sample_batch(lr, lpb, rew, S, G, eps, estimator)
         bias = self._full(r["bias"])
         return {
             "mean_grad": self._full(r["mean_grad"]),
@@ -109,13 +113,14 @@ class OutcomeEnv:
             **self._common(theta, theta_b, lr, lpb, rew, S),
         }
 
-    def mc_moments(self, theta, theta_b, G, eps, scheme, n_groups, advantage="loo"):
+    @renamed_keywords(scheme="estimator")
+    def mc_moments(self, theta, theta_b, G, eps, estimator, n_groups, advantage="loo"):
         """Monte Carlo estimates with standard errors from ``n_groups`` groups drawn with ``self.rng``.
 
         Keys: those of :meth:`exact_moments` (``max_norm`` over the groups drawn) plus
         ``mean_grad_se``, ``second_moment_se``, ``mass_bias_se``.
         """
-        get_scheme(scheme)
+        get_scheme(estimator)
         G, eps, n_groups, _ = check_mc_args(G, eps, n_groups, 0)
         theta, theta_b = self.check_theta(theta), self.check_theta(theta_b, "theta_b")
         lr, lpb, rew, S = self.arrays(theta, theta_b)
@@ -127,7 +132,7 @@ class OutcomeEnv:
                 blocks.append(MCGroups(np.zeros((0, S.shape[-1])), np.zeros(0), np.zeros(0, dtype=np.int64)))
                 continue
             counts = draw_counts(self.rng, G, np.exp(lpb[b]), int(per[b]))
-            blocks.append(mc_groups(counts, lr[b], rew[b], S[b], eps, scheme, advantage))
+            blocks.append(mc_groups(counts, lr[b], rew[b], S[b], eps, estimator, advantage))
         st = mc_stats(blocks, n_groups)
         mean = st["mean_grad"].reshape(self.theta_shape)
         grad_J = self.grad_J(theta)

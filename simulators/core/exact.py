@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import estimators
+from estimators._compat import renamed_keywords
 
 from .._validate import check_eps, check_G
 from .counts import (
@@ -47,7 +48,8 @@ def bound_M(rewards, scores):
     return (rew.max(-1) - rew.min(-1)) * np.sqrt((S**2).sum(-1).max(-1))
 
 
-def exact_batch(log_ratio, log_p_b, rewards, scores, G, eps, schemes, advantage="loo", max_entries=MAX_ENTRIES,
+@renamed_keywords(schemes="estimator_names")
+def exact_batch(log_ratio, log_p_b, rewards, scores, G, eps, estimator_names, advantage="loo", max_entries=MAX_ENTRIES,
                 second: bool = True):
     """Exact moments of every scheme in ``schemes`` for B instances at once.
 
@@ -65,7 +67,7 @@ def exact_batch(log_ratio, log_p_b, rewards, scores, G, eps, schemes, advantage=
     counts, tuples, log_coef = configurations(G, K)
     N = len(counts)
     pmf = np.exp(log_coef[None, :] + lpb @ counts.T.astype(np.float64))  # (B, N)
-    run = list(dict.fromkeys(["is", *schemes]))
+    run = list(dict.fromkeys(["is", *estimator_names]))
     acc = {s: {"coef_mean": np.zeros((B, K)), "coef_bias": np.zeros((B, K)), "second_moment": np.zeros(B),
                "max_sq": np.zeros(B), "mass_bias": np.zeros(B)} for s in run}
     for sl in _chunks(N, B * G):
@@ -86,7 +88,7 @@ def exact_batch(log_ratio, log_p_b, rewards, scores, G, eps, schemes, advantage=
                 a["coef_mean"] += terms.instance_sums(terms.cA[s], pm)
                 a["coef_bias"] += terms.instance_sums(terms.cA[s] - terms.cA["is"], pm)
     out = {}
-    for s in schemes:
+    for s in estimator_names:
         a = acc[s]
         out[s] = {
             "mean_grad": np.einsum("bk,bkp->bp", a["coef_mean"], S) / G,
@@ -100,7 +102,8 @@ def exact_batch(log_ratio, log_p_b, rewards, scores, G, eps, schemes, advantage=
     return out
 
 
-def per_sample_batch(log_ratio, log_p_b, rewards, scores, G, eps, scheme):
+@renamed_keywords(scheme="estimator")
+def per_sample_batch(log_ratio, log_p_b, rewards, scores, G, eps, estimator):
     """Exact moments of a per-sample scheme with leave-one-out advantages, for any G.
 
     With c_i = c(w_i) and iid outcomes, ``E g_hat = E_b[c(w) (r - E_b r) s]`` (THEORY §6)
@@ -108,8 +111,8 @@ def per_sample_batch(log_ratio, log_p_b, rewards, scores, G, eps, scheme):
     moments (expanding ``A_i = r_i - mean_{j != i} r_j``; see the index-coincidence cases
     in the code). No ``max_norm`` (that needs enumeration).
     """
-    if scheme not in PER_SAMPLE_SCHEMES:
-        raise ValueError(f"per_sample moments need a per-sample scheme {PER_SAMPLE_SCHEMES}, got {scheme!r}")
+    if estimator not in PER_SAMPLE_SCHEMES:
+        raise ValueError(f"per_sample moments need a per-sample scheme {PER_SAMPLE_SCHEMES}, got {estimator!r}")
     G = check_G(G)
     if G < 2:
         raise ValueError(f"leave-one-out advantages need G >= 2, got G = {G}")
@@ -117,7 +120,7 @@ def per_sample_batch(log_ratio, log_p_b, rewards, scores, G, eps, scheme):
     lr, lpb, rew, S = _as_batch(log_ratio, log_p_b, rewards, scores)
     B, K = lr.shape
     # one single-outcome "group" per outcome: c(w_k), computed by the estimators
-    c = estimators.weights(scheme, lr.reshape(B * K, 1), eps).reshape(B, K)
+    c = estimators.weights(estimator, lr.reshape(B * K, 1), eps).reshape(B, K)
     w = np.exp(lr)
     p = np.exp(lpb)
     ss = (S**2).sum(-1)  # ||s_k||^2

@@ -10,6 +10,7 @@ import numpy as np
 import estimators
 from estimators import advantages as compute_advantages
 from estimators import get_scheme
+from estimators._compat import renamed_keywords
 
 from .counts import CHUNK_ENTRIES
 
@@ -42,7 +43,8 @@ class GroupTerms:
                            minlength=B * self.K).reshape(B, self.K)
 
 
-def group_terms(tuples, log_ratio, rewards, eps, schemes, advantage="loo", with_gap=True) -> GroupTerms:
+@renamed_keywords(schemes="estimator_names")
+def group_terms(tuples, log_ratio, rewards, eps, estimator_names, advantage="loo", with_gap=True) -> GroupTerms:
     """Weights and advantages of groups given as outcome tuples.
 
     Args:
@@ -53,7 +55,7 @@ def group_terms(tuples, log_ratio, rewards, eps, schemes, advantage="loo", with_
     """
     B, K = log_ratio.shape
     n, G = tuples.shape[1], tuples.shape[2]
-    for s in schemes:  # rows here are independent groups; a batch statistic would couple them
+    for s in estimator_names:  # rows here are independent groups; a batch statistic would couple them
         if get_scheme(s).batch_coupled:
             raise ValueError(f"scheme {s!r} normalises over the whole batch: its groups are not independent; "
                              "use simulators.peers (one batch at a time)")
@@ -66,7 +68,7 @@ def group_terms(tuples, log_ratio, rewards, eps, schemes, advantage="loo", with_
         A = compute_advantages(rewards[bi, tuples].reshape(B * n, G), advantage)
     w = estimators.weights("is", lr, eps) if with_gap else None
     cA, gap = {}, {}
-    for s in schemes:
+    for s in estimator_names:
         c = w if (s == "is" and w is not None) else estimators.weights(
             s, lr, eps, advantages=A if get_scheme(s).needs_advantages else None
         )

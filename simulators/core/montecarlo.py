@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from estimators._compat import renamed_keywords
+
 from .._validate import check_eps, check_G, check_positive_int
 from .counts import _RADIX_LIMIT, expand_counts
 from .exact import _as_batch
@@ -40,7 +42,8 @@ class MCGroups:
     freq: np.ndarray
 
 
-def mc_groups(counts, log_ratio, rewards, scores, eps, scheme, advantage="loo") -> MCGroups:
+@renamed_keywords(scheme="estimator")
+def mc_groups(counts, log_ratio, rewards, scores, eps, estimator, advantage="loo") -> MCGroups:
     """Estimates of ``scheme`` for the count vectors drawn for one instance."""
     uniq, freq = distinct_counts(counts)
     G = int(uniq[0].sum())
@@ -49,9 +52,9 @@ def mc_groups(counts, log_ratio, rewards, scores, eps, scheme, advantage="loo") 
     g = np.empty((len(uniq), S.shape[-1]))
     gap = np.empty(len(uniq))
     for sl in _chunks(len(uniq), G):
-        t = group_terms(tuples[None, sl], lr, rew, eps, [scheme], advantage)
-        g[sl] = (t.coef(scheme)[0] @ S[0]) / G
-        gap[sl] = t.gap[scheme][0]
+        t = group_terms(tuples[None, sl], lr, rew, eps, [estimator], advantage)
+        g[sl] = (t.coef(estimator)[0] @ S[0]) / G
+        gap[sl] = t.gap[estimator][0]
     return MCGroups(g, gap, freq)
 
 

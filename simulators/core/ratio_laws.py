@@ -8,13 +8,15 @@ import numpy as np
 
 import estimators
 from estimators import get_scheme
+from estimators._compat import renamed_keywords
 
 from .._validate import check_eps, check_G
 from .counts import MAX_ENTRIES, check_enumeration_size, configurations
 from .groups import _chunks
 
 
-def exact_mass_batch(log_ratio, log_p_b, G, eps, schemes, wbar_powers=(), max_entries=MAX_ENTRIES):
+@renamed_keywords(schemes="estimator_names")
+def exact_mass_batch(log_ratio, log_p_b, G, eps, estimator_names, wbar_powers=(), max_entries=MAX_ENTRIES):
     """Scalar ratio-law quantities by enumerating count vectors (no scores, no rewards).
 
     For B ratio laws (``log_ratio``, ``log_p_b`` of shape ``(B, K)``) returns
@@ -24,21 +26,21 @@ def exact_mass_batch(log_ratio, log_p_b, G, eps, schemes, wbar_powers=(), max_en
     """
     G = check_G(G)
     eps = check_eps(eps)
-    _check_ratio_only(schemes)
+    _check_ratio_only(estimator_names)
     lr = np.atleast_2d(np.asarray(log_ratio, dtype=np.float64))
     lpb = np.atleast_2d(np.asarray(log_p_b, dtype=np.float64))
     B, K = lr.shape
     check_enumeration_size(G, K, max_entries, B)
     counts, tuples, log_coef = configurations(G, K)
     pmf = np.exp(log_coef[None, :] + lpb @ counts.T.astype(np.float64))
-    out = {s: np.zeros(B) for s in schemes}
+    out = {s: np.zeros(B) for s in estimator_names}
     out.update({("wbar", k): np.zeros(B) for k in wbar_powers})
     for sl in _chunks(len(counts), B * G):
         n = sl.stop - sl.start
         rows = lr[:, tuples[sl]].reshape(B * n, G)
         w = estimators.weights("is", rows, eps)
         pm = pmf[:, sl]
-        for s in schemes:
+        for s in estimator_names:
             c = w if s == "is" else estimators.weights(s, rows, eps)
             out[s] += (pm * (w - c).mean(-1).reshape(B, n)).sum(-1)
         if wbar_powers:
@@ -48,16 +50,17 @@ def exact_mass_batch(log_ratio, log_p_b, G, eps, schemes, wbar_powers=(), max_en
     return out
 
 
-def _check_ratio_only(schemes):
-    for s in schemes:
+def _check_ratio_only(estimator_names):
+    for s in estimator_names:
         if get_scheme(s).needs_advantages:
             raise ValueError(f"scheme {s!r} needs advantages; ratio laws carry no rewards")
 
 
-def mc_mass(log_w: np.ndarray, eps: float, scheme: str):
+@renamed_keywords(scheme="estimator")
+def mc_mass(log_w: np.ndarray, eps: float, estimator: str):
     """Monte Carlo mass-bias ``mean, se`` of ``(1/G) sum_i (w_i - c_i)`` over groups ``log_w (n_groups, G)``."""
-    _check_ratio_only([scheme])
+    _check_ratio_only([estimator])
     w = estimators.weights("is", log_w, eps)
-    c = w if scheme == "is" else estimators.weights(scheme, log_w, eps)
+    c = w if estimator == "is" else estimators.weights(estimator, log_w, eps)
     gap = (w - c).mean(-1)
     return float(gap.mean()), float(gap.std(ddof=1) / math.sqrt(len(gap)))

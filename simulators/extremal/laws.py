@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from estimators._compat import renamed_keywords
+
 from .._validate import (
     check_eps,
     check_G,
@@ -65,21 +67,23 @@ class RatioLaw:
     def mu4(self) -> float:
         return float(self.probs @ (self.values - 1) ** 4)
 
-    def mass_bias(self, schemes, G: int, eps: float) -> dict:
+    @renamed_keywords(schemes="estimator_names")
+    def mass_bias(self, estimator_names, G: int, eps: float) -> dict:
         """Exact ``{scheme: m}`` at group size G (any G >= 1)."""
-        out = exact_mass_batch(np.log(self.values), np.log(self.probs), G, eps, list(schemes))
-        return {s: float(out[s][0]) for s in schemes}
+        out = exact_mass_batch(np.log(self.values), np.log(self.probs), G, eps, list(estimator_names))
+        return {s: float(out[s][0]) for s in estimator_names}
 
     def wbar_moment(self, G: int, k: int) -> float:
         """Exact E(Wbar - 1)^k by enumeration."""
         out = exact_mass_batch(np.log(self.values), np.log(self.probs), G, 1.0, [], wbar_powers=(k,))
         return float(out[("wbar", k)][0])
 
-    def mc_mass_bias(self, scheme: str, G: int, eps: float, n_groups: int, rng: np.random.Generator):
+    @renamed_keywords(scheme="estimator")
+    def mc_mass_bias(self, estimator: str, G: int, eps: float, n_groups: int, rng: np.random.Generator):
         """Monte Carlo ``(mean, se)`` of the mass-bias from ``n_groups`` groups."""
         counts = draw_counts(rng, check_G(G), self.probs, check_positive_int(n_groups, "n_groups", 2))
         log_w = np.log(self.values)[expand_counts(counts)]
-        return mc_mass(log_w, eps, scheme)
+        return mc_mass(log_w, eps, estimator)
 
 
 def _two_point(hi: float, p: float, name: str) -> RatioLaw:

@@ -24,11 +24,11 @@ def run_sqbias_vs_eps(setting: dict, seeds: list[int]):
     G, eps, s2 = setting["G"], setting["eps"], law.sigma2
     m = law.mass_bias(setting["schemes"], G, eps)
     rows = []
-    for scheme in setting["schemes"]:
-        bound = float(theory.mass_bound(scheme, s2, law.mu4, G, eps))
+    for estimator in setting["schemes"]:
+        bound = float(theory.mass_bound(estimator, s2, law.mu4, G, eps))
         for seed in seeds:  # exact: the seed does not enter
-            rows.append({"seed": seed, "scheme": scheme, "worst_case_law": WORST_FOR[setting["law"]] == scheme,
-                         "mass_bias_exact": m[scheme], "sq_bias_exact": m[scheme] ** 2,
+            rows.append({"seed": seed, "scheme": estimator, "worst_case_law": WORST_FOR[setting["law"]] == estimator,
+                         "mass_bias_exact": m[estimator], "sq_bias_exact": m[estimator] ** 2,
                          "bound": bound, "bound_sq": bound**2, "law_sigma2": s2, "law_mu4": law.mu4,
                          "p_upper": float(law.probs[1]), "w_upper": float(law.values[1])})
     return pd.DataFrame(rows)

@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from estimators._compat import renamed_keywords
+
 from .._validate import check_eps, check_G, check_positive_int, finite_array
 from ..core import mc_mass
 from ..theory import lognormal_closed_forms
@@ -55,8 +57,9 @@ class GaussianPolicy:
         out["m_trunc"] = mc_mass(lw[:, None], eps, "tic_trunc")
         return out
 
-    def mc_mass_bias(self, scheme: str, G: int, eps: float, n_groups: int):
+    @renamed_keywords(scheme="estimator")
+    def mc_mass_bias(self, estimator: str, G: int, eps: float, n_groups: int):
         """``(mean, se)`` of E[(1/G) sum_i (w_i - c_i)] over ``n_groups`` groups (m_GMC for ``gmc``)."""
         G = check_G(G)
         lw = self.sample_log_ratio(check_positive_int(n_groups, "n_groups", 2) * G).reshape(n_groups, G)
-        return mc_mass(lw, eps, scheme)
+        return mc_mass(lw, eps, estimator)

@@ -14,12 +14,12 @@ def run_lognormal_mass_bias(setting: dict, seeds: list[int]):
     for seed in seeds:
         pol = GaussianPolicy(setting["Delta"], 0.0, derive_seed(seed, setting))
         cf = pol.closed_forms(eps)
-        for scheme in setting["schemes"]:
-            m, se = pol.mc_mass_bias(scheme, G, eps, setting["n_groups"])
-            closed = {"tic_mask": cf["m_mask"], "tic_trunc": cf["m_trunc"]}.get(scheme, float("nan"))
-            rows.append({"seed": seed, "scheme": scheme, "mass_bias_mc": m, "mass_bias_mc_se": se,
+        for estimator in setting["schemes"]:
+            m, se = pol.mc_mass_bias(estimator, G, eps, setting["n_groups"])
+            closed = {"tic_mask": cf["m_mask"], "tic_trunc": cf["m_trunc"]}.get(estimator, float("nan"))
+            rows.append({"seed": seed, "scheme": estimator, "mass_bias_mc": m, "mass_bias_mc_se": se,
                          "closed_form": closed, "sigma2": cf["sigma2"], "mu4": cf["mu4"],
-                         "bound": float(theory.mass_bound(scheme, cf["sigma2"], cf["mu4"], G, eps)),
+                         "bound": float(theory.mass_bound(estimator, cf["sigma2"], cf["mu4"], G, eps)),
                          "gmc_rate_bound": float(theory.gmc_quadratic(cf["sigma2"], G, eps))})
     return pd.DataFrame(rows)
 

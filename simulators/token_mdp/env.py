@@ -17,6 +17,8 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import log_softmax, softmax
 
+from estimators._compat import renamed_keywords
+
 from .._validate import check_positive_int, check_rewards, finite_array
 from ..core import MAX_ENTRIES, OutcomeEnv
 
@@ -148,7 +150,9 @@ class TokenTreeMDP(OutcomeEnv):
         return np.exp(2 * lp - lpb).sum(-1)
 
 
-def exact_moments(theta, theta_b, rewards, G, eps, scheme, advantage="loo", param="position", max_entries=MAX_ENTRIES):
+@renamed_keywords(scheme="estimator")
+def exact_moments(theta, theta_b, rewards, G, eps, estimator, advantage="loo", param="position",
+                  max_entries=MAX_ENTRIES):
     """Exact moments on E2 by enumerating compositions of G over the ``V^H`` outcomes.
 
     ``theta``, ``theta_b``: ``(n_nodes, V)`` logits; ``rewards``: vector over
@@ -156,19 +160,21 @@ def exact_moments(theta, theta_b, rewards, G, eps, scheme, advantage="loo", para
     Keys as :func:`simulators.bandit.exact_moments` (gradients shaped like ``theta``).
     """
     mdp = TokenTreeMDP.from_rewards(theta, rewards, param)
-    return mdp.exact_moments(theta, theta_b, G, eps, scheme, advantage, max_entries)
+    return mdp.exact_moments(theta, theta_b, G, eps, estimator, advantage, max_entries)
 
 
-def mc_moments(theta, theta_b, rewards, G, eps, scheme, n_groups, seed, advantage="loo", param="position"):
+@renamed_keywords(scheme="estimator")
+def mc_moments(theta, theta_b, rewards, G, eps, estimator, n_groups, seed, advantage="loo", param="position"):
     """Monte Carlo moments on E2 from ``n_groups`` groups, with standard errors."""
     from ..core import check_mc_args
 
     check_mc_args(G, eps, n_groups, seed)
     mdp = TokenTreeMDP.from_rewards(theta, rewards, param, seed)
-    return mdp.mc_moments(theta, theta_b, G, eps, scheme, n_groups, advantage)
+    return mdp.mc_moments(theta, theta_b, G, eps, estimator, n_groups, advantage)
 
 
-def per_sample_moments(theta, theta_b, rewards, G, eps, scheme, param="position"):
+@renamed_keywords(scheme="estimator")
+def per_sample_moments(theta, theta_b, rewards, G, eps, estimator, param="position"):
     """Exact moments of a per-sample scheme with leave-one-out advantages, any G (THEORY §6)."""
     mdp = TokenTreeMDP.from_rewards(theta, rewards, param)
-    return mdp.per_sample_moments(theta, theta_b, G, eps, scheme)
+    return mdp.per_sample_moments(theta, theta_b, G, eps, estimator)

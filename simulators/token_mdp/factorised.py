@@ -37,6 +37,7 @@ from scipy.special import log_softmax, softmax
 
 import estimators
 from estimators import get_scheme
+from estimators._compat import renamed_keywords
 
 from .._validate import check_positive_int
 from ..core import PER_SAMPLE_SCHEMES
@@ -120,16 +121,17 @@ class FactorisedTokenMDP(TokenTreeMDP):
             out = (f @ self.onehot).reshape(pi.shape)
         return out - total[:, None, None] * pi
 
-    def per_sample_bias(self, theta, theta_b, G: int, eps: float, scheme: str):
+    @renamed_keywords(scheme="estimator")
+    def per_sample_bias(self, theta, theta_b, G: int, eps: float, estimator: str):
         """Exact ``(bias (B, H, V), mass_bias (B,))`` of a per-sample scheme with leave-one-out
         advantages, by enumerating the outcomes: ``b = E_b[(c(w) - w)(r - E_b r) s]``,
         ``m = E_b(w - c)``."""
-        if scheme not in PER_SAMPLE_SCHEMES:
-            raise ValueError(f"exact per-sample bias needs a scheme of {PER_SAMPLE_SCHEMES}, got {scheme!r}")
+        if estimator not in PER_SAMPLE_SCHEMES:
+            raise ValueError(f"exact per-sample bias needs a scheme of {PER_SAMPLE_SCHEMES}, got {estimator!r}")
         lp, lpb = self.outcome_log_probs(theta), self.outcome_log_probs(theta_b)
         lr = lp - lpb
         B = lr.shape[0]
-        c = estimators.weights(scheme, lr.reshape(-1, 1), eps).reshape(B, self.K)
+        c = estimators.weights(estimator, lr.reshape(-1, 1), eps).reshape(B, self.K)
         w = np.exp(lr)
         pb = np.exp(lpb)
         rho = pb[:, self.target_index]  # E_b r
@@ -144,7 +146,8 @@ class FactorisedTokenMDP(TokenTreeMDP):
         u = rng.random(tuple(shape) + (self.H,))
         return (u[..., None] > cdf[:, :-1]).sum(-1)
 
-    def group_estimates(self, tokens, theta, theta_b, eps: float, schemes, advantage="loo"):
+    @renamed_keywords(schemes="estimator_names")
+    def group_estimates(self, tokens, theta, theta_b, eps: float, estimator_names, advantage="loo"):
         """Per-group estimates ``g_hat`` of several schemes on the same groups.
 
         ``tokens``: ``(B, n, G, H)``; returns ``({scheme: g_hat (B, n, H, V)}, {scheme: gap (B, n)})``
@@ -162,7 +165,7 @@ class FactorisedTokenMDP(TokenTreeMDP):
         np.put_along_axis(oh, tokens[..., None], 1.0, -1)
         pi = softmax(np.asarray(theta, dtype=np.float64), axis=-1)  # (B, H, V)
         out, gap = {}, {}
-        for s in schemes:
+        for s in estimator_names:
             c = w if s == "is" else estimators.weights(s, flat, eps,
                                                        advantages=A if get_scheme(s).needs_advantages else None)
             cA = (c * A).reshape(B, n, G)
