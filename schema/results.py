@@ -87,6 +87,7 @@ from .sources import (  # noqa: F401
     results_root,
     source_note,
     verify_was_quick,
+    with_estimator_column,
 )
 from .stability import (  # noqa: F401
     DIAGNOSTICS,

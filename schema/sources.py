@@ -64,9 +64,32 @@ VERDICTS = Source("llm/study/verdicts.json", ("llm/study/verdicts.json",),
                   "python -m studies.staleness --json results/llm/study/verdicts.json")
 
 
+ESTIMATOR_COLUMN, LEGACY_ESTIMATOR_COLUMN = "estimator", "scheme"
+"""The estimator's column (docs/GLOSSARY.md) and the name the simulator tables store it under."""
+
+
+def with_estimator_column(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its estimator names under ``estimator`` and under the stored name ``scheme``, whichever of
+    the two the file holds (a table with both must hold the same names in each; else ``ValueError``).
+    A table with neither is returned as it is."""
+    has = [c for c in (ESTIMATOR_COLUMN, LEGACY_ESTIMATOR_COLUMN) if c in df.columns]
+    if len(has) == 2:
+        if not df[ESTIMATOR_COLUMN].equals(df[LEGACY_ESTIMATOR_COLUMN]):
+            raise ValueError(f"{df.attrs.get('source', 'a table')}: columns {ESTIMATOR_COLUMN!r} and "
+                             f"{LEGACY_ESTIMATOR_COLUMN!r} name different estimators")
+        return df
+    if not has:
+        return df
+    other = LEGACY_ESTIMATOR_COLUMN if has[0] == ESTIMATOR_COLUMN else ESTIMATOR_COLUMN
+    out = df.assign(**{other: df[has[0]]})
+    out.attrs = dict(df.attrs)
+    return out
+
+
 def read_sim(source: Source, steps: bool = False) -> pd.DataFrame:
     """The tidy table of a simulator sweep (``steps=True``: its ``steps.parquet``, one file or its
-    row-range parts ``steps.partNN.parquet``, read as one table)."""
+    row-range parts ``steps.partNN.parquet``, read as one table), its estimators under ``estimator``
+    and the stored name ``scheme`` alike (:func:`with_estimator_column`)."""
     path = source.require()
     if steps:
         path = path.with_name("steps.parquet")
@@ -79,7 +102,7 @@ def read_sim(source: Source, steps: bool = False) -> pd.DataFrame:
         df = pd.read_parquet(path)
         df.attrs["source"] = str(path)
     df.attrs["quick"] = source.is_quick()
-    return df
+    return with_estimator_column(df)
 
 
 def read_json(path: Path):

@@ -198,3 +198,35 @@ def test_a_knob_is_defined_once():
         assert (f.default, f.metadata["symbol"]) == (p.default, p.symbol)
         if f.name in LEGACY_FIELDS and f.name not in ("gspo_eps_low", "gspo_eps_high"):
             assert LEGACY_FIELDS[f.name][0] is None, f.name
+
+
+# --------------------------------------------------------------------------- the estimator column of result files
+
+
+def test_one_reader_gives_the_estimator_column_for_either_stored_name():
+    import pandas as pd
+
+    from schema.results import with_estimator_column
+
+    legacy = pd.DataFrame({"scheme": ["gmc", "topr"], "G": [4, 8]})
+    today = pd.DataFrame({"estimator": ["gmc", "topr"], "G": [4, 8]})
+    for df in (legacy, today):
+        out = with_estimator_column(df)
+        assert out["estimator"].tolist() == out["scheme"].tolist() == ["gmc", "topr"]
+        assert out["G"].tolist() == [4, 8]
+    both = legacy.assign(estimator=["gmc", "topr"])
+    assert with_estimator_column(both) is both
+    with pytest.raises(ValueError, match="name different estimators"):
+        with_estimator_column(legacy.assign(estimator=["gmc", "is"]))
+    neither = pd.DataFrame({"G": [4]})
+    assert list(with_estimator_column(neither).columns) == ["G"]
+
+
+def test_a_committed_simulator_table_reads_with_its_estimator_column():
+    from schema.results import TUNED, MissingResults, read_sim
+
+    try:
+        df = read_sim(TUNED)
+    except MissingResults:
+        pytest.skip("the tuned sweep's table is not here")
+    assert len(df) and df["estimator"].equals(df["scheme"])
