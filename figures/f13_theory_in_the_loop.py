@@ -38,8 +38,8 @@ def load() -> pd.DataFrame:
     root = STUDY.require()
     tr = read_traces(root, BOUND_COLUMNS + RAW_BOUND_COLUMNS[1:], PRIMARY)
     tr = tr[tr["delay"] > 0]
-    schemes = [e for e, g in tr.groupby("estimator") if g[REAL].notna().any() and g[BOUND].notna().any()]
-    out = tr[tr["estimator"].isin(schemes)].reset_index(drop=True)
+    estimator_names = [e for e, g in tr.groupby("estimator") if g[REAL].notna().any() and g[BOUND].notna().any()]
+    out = tr[tr["estimator"].isin(estimator_names)].reset_index(drop=True)
     out.attrs["source"] = str(root)
     return out
 

@@ -58,7 +58,7 @@ def plot(df: pd.DataFrame, ax=None):
     cm = cell_means(df)
     opts = [o for o in OPT_ORDER if o in set(cm["optimizer"])]
     Hs = sorted(cm["H"].unique())
-    schemes = style.ordered(cm["scheme"].unique())
+    estimator_names = style.ordered(cm["scheme"].unique())
     plt.rcParams.update(style.RC)
     if ax is not None:
         axes = np.asarray(ax, dtype=object).reshape(len(METRICS), len(opts))
@@ -66,11 +66,11 @@ def plot(df: pd.DataFrame, ax=None):
     else:
         fig, axes = plt.subplots(len(METRICS), len(opts), figsize=(3.4 * len(opts), 7.8), squeeze=False,
                                  sharey="row")
-    width = 0.8 / max(len(schemes), 1)
+    width = 0.8 / max(len(estimator_names), 1)
     for j, opt in enumerate(opts):
         for i, (m, ylabel, logy) in enumerate(METRICS):
             a = axes[i, j]
-            for k, s in enumerate(schemes):
+            for k, s in enumerate(estimator_names):
                 c = cm[(cm["optimizer"] == opt) & (cm["scheme"] == s)].sort_values("H")
                 c = c[np.isfinite(c[m])]
                 if not len(c):

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 import estimators
+from estimators._compat import renamed_keywords
 from estimators.losses import is_batch_coupled
 
 from .load import EPS, Correction
@@ -32,7 +33,8 @@ SUP_TOL = 1e-9
 float rounding only."""
 
 
-def membership(corr: Correction, eps: float = EPS, batch_groups=(1, 8)) -> dict:
+@renamed_keywords(batch_groups="num_groups")
+def membership(corr: Correction, eps: float = EPS, num_groups=(1, 8)) -> dict:
     """Declared supremum and class membership against the toolkit's search, per batch size."""
     from simulators.peers import grid_max_mass
 
@@ -41,7 +43,7 @@ def membership(corr: Correction, eps: float = EPS, batch_groups=(1, 8)) -> dict:
                                          "C_eps (THEORY §2) is a class of trajectory weightings"}
     spec = estimators.get_scheme(corr.name)
     rows = []
-    for B in batch_groups if spec.batch_coupled else (1,):
+    for B in num_groups if spec.batch_coupled else (1,):
         sup = spec.group_mass_sup(eps, B)
         found, arg = grid_max_mass(corr.name, eps, 3, B)
         wrong = found > sup * (1 + SUP_TOL) + SUP_TOL

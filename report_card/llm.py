@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from estimators._compat import renamed_keywords
+
 from .load import EPS, Correction
 
 
@@ -113,8 +115,9 @@ def committed_runs(estimators_: tuple[str, ...] = ()) -> pd.DataFrame:
 # --------------------------------------------------------------------------- delay 0
 
 
-def delay0_equivalence(name: str, T: int = 18, G: int = 8) -> dict:
-    """Is ``name``'s gradient at ratio 1 (delay 0) IS's? On a batch of 2 groups of G completions of T
+@renamed_keywords(name="estimator")
+def delay0_equivalence(estimator: str, T: int = 18, G: int = 8) -> dict:
+    """Is ``estimator``'s gradient at ratio 1 (delay 0) IS's? On a batch of 2 groups of G completions of T
     tokens each (the long horizon: every completion has 18), float64: ``same`` (equal to 1e-12
     relative), ``scaled`` (a positive multiple s), ``different``."""
     import torch
@@ -131,7 +134,7 @@ def delay0_equivalence(name: str, T: int = 18, G: int = 8) -> dict:
         policy_loss(n, x, old, mask, adv, G, EPS).loss.backward()
         return x.grad.reshape(-1)
 
-    g, ref = grad(name), grad("is")
+    g, ref = grad(estimator), grad("is")
     s = float(g @ ref / (ref @ ref))
     err = float((g - s * ref).norm() / ref.norm())
     if err <= 1e-12 and abs(s - 1) <= 1e-12:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import estimators
+from estimators._compat import renamed_keywords
 from estimators.losses import TOKEN_LOSSES
 from estimators.params import PARAMS
 
@@ -66,8 +67,9 @@ def _roll_back(before: tuple[set, set, set]) -> None:
         del PARAMS[n]
 
 
-def load_correction(path: str | Path, name: str | None = None) -> Correction:
-    """Import the correction file ``path`` and return what it registered (``name`` picks one when it
+@renamed_keywords(name="estimator")
+def load_correction(path: str | Path, estimator: str | None = None) -> Correction:
+    """Import the correction file ``path`` and return what it registered (``estimator`` picks one when it
     registers several). :class:`CorrectionError` when the file does not exist or fails to import,
     registers nothing, registers a name the toolkit already has, or registers several without
     ``name``."""
@@ -112,10 +114,10 @@ def load_correction(path: str | Path, name: str | None = None) -> Correction:
                                   f"estimators.register_scheme(...) or estimators.losses.register_token_loss(...) "
                                   f"(the README's 'Add a correction in three steps')")
         _LOADED[key] = names
-    if name is None and len(names) > 1:
+    if estimator is None and len(names) > 1:
         raise CorrectionError(f"{p.name} registers {len(names)} corrections ({', '.join(names)}): pick one with "
                               f"--estimator")
-    chosen = name or names[0]
+    chosen = estimator or names[0]
     if chosen not in names:
         raise CorrectionError(f"{p.name} registers {', '.join(names)}, not {chosen!r}")
     level = "trajectory" if chosen in estimators.SCHEMES else "token"
@@ -131,22 +133,23 @@ def unload(path: str | Path) -> None:
         PARAMS.pop(n, None)
 
 
-def registered_correction(name: str) -> Correction:
+@renamed_keywords(name="estimator")
+def registered_correction(estimator: str) -> Correction:
     """A correction the toolkit ships (``--estimator``); :class:`CorrectionError` for an unknown name."""
     import inspect
 
-    if name in estimators.SCHEMES:
-        fn, level = estimators.SCHEMES[name].log_weights, "trajectory"
-    elif name in TOKEN_LOSSES:
-        fn, level = TOKEN_LOSSES[name].fn, "token"
+    if estimator in estimators.SCHEMES:
+        fn, level = estimators.SCHEMES[estimator].log_weights, "trajectory"
+    elif estimator in TOKEN_LOSSES:
+        fn, level = TOKEN_LOSSES[estimator].fn, "token"
     else:
         valid = ", ".join(list(estimators.SCHEMES) + list(TOKEN_LOSSES))
-        raise CorrectionError(f"no registered correction named {name!r}; registered: {valid}")
+        raise CorrectionError(f"no registered correction named {estimator!r}; registered: {valid}")
     try:
         code = inspect.getsource(fn)
     except (OSError, TypeError):
-        code = name
-    return Correction(name, level, "registered", hashlib.sha256(code.encode()).hexdigest())
+        code = estimator
+    return Correction(estimator, level, "registered", hashlib.sha256(code.encode()).hexdigest())
 
 
 # --------------------------------------------------------------------------- the battery
@@ -184,36 +187,36 @@ def validate(corr: Correction, eps: float = EPS) -> list[dict]:
     return rows
 
 
-def _validate_scheme(name: str, eps: float) -> list[dict]:
-    spec = estimators.get_scheme(name)
+def _validate_scheme(estimator: str, eps: float) -> list[dict]:
+    spec = estimators.get_scheme(estimator)
     n = 0
     for lr, adv in _scheme_cases():
         a = adv if spec.needs_advantages else None
         try:
-            c = estimators.weights(name, lr, eps, a)
+            c = estimators.weights(estimator, lr, eps, a)
         except Exception as exc:  # noqa: BLE001 (the correction's own failure, named)
-            raise CorrectionError(f"scheme {name!r} raises {type(exc).__name__} on group log-ratios "
+            raise CorrectionError(f"scheme {estimator!r} raises {type(exc).__name__} on group log-ratios "
                                   f"{np.round(lr[0], 6).tolist()}: {exc}") from None
         c = np.asarray(c)
         if c.shape != lr.shape:
-            raise CorrectionError(f"scheme {name!r} returns weights of shape {c.shape} for log-ratios of shape "
+            raise CorrectionError(f"scheme {estimator!r} returns weights of shape {c.shape} for log-ratios of shape "
                                   f"{lr.shape}: a scheme maps (num_groups, G) to (num_groups, G)")
         if np.isnan(c).any():
-            raise CorrectionError(f"scheme {name!r} gives a NaN weight for {_first_bad(np.isnan(c), lr, a)}")
+            raise CorrectionError(f"scheme {estimator!r} gives a NaN weight for {_first_bad(np.isnan(c), lr, a)}")
         if (c < 0).any():
-            raise CorrectionError(f"scheme {name!r} gives a negative weight ({float(c[c < 0][0]):g}) for "
+            raise CorrectionError(f"scheme {estimator!r} gives a negative weight ({float(c[c < 0][0]):g}) for "
                                   f"{_first_bad(c < 0, lr, a)}: a weight c_i is >= 0")
         if spec.bounded and np.isinf(c).any():
-            raise CorrectionError(f"scheme {name!r} is declared bounded but gives an infinite weight for "
+            raise CorrectionError(f"scheme {estimator!r} is declared bounded but gives an infinite weight for "
                                   f"{_first_bad(np.isinf(c), lr, a)}")
         n += lr.size
     try:  # the declared supremum must be a number
         sup = spec.group_mass_sup(eps, 1)
     except Exception as exc:  # noqa: BLE001 (the correction's own failure, named)
-        raise CorrectionError(f"scheme {name!r}: its sup_mass(eps, num_groups, **knobs) fails: "
+        raise CorrectionError(f"scheme {estimator!r}: its sup_mass(eps, num_groups, **knobs) fails: "
                               f"{type(exc).__name__}: {exc}") from None
     if math.isnan(sup):
-        raise CorrectionError(f"scheme {name!r}: its declared supremum of a group's mass is NaN")
+        raise CorrectionError(f"scheme {estimator!r}: its declared supremum of a group's mass is NaN")
     return [{"check": "weights on the battery", "evaluated": n, "result": "finite, >= 0, right shape"},
             {"check": "declared sup of a group's mass (eps = 0.2, one group)", "evaluated": 1, "result": f"{sup:g}"}]
 
@@ -234,7 +237,7 @@ def _token_batches(G: int = 4, T: int = 3):
         yield logp, old, mask, adv
 
 
-def _validate_token(name: str, eps: float) -> list[dict]:
+def _validate_token(estimator: str, eps: float) -> list[dict]:
     import torch
 
     from estimators.losses import LossOutput, check_options
@@ -245,23 +248,25 @@ def _validate_token(name: str, eps: float) -> list[dict]:
         x = logp.clone().requires_grad_()
         what = f"per-token log-ratio {float((logp - old)[0, 1]):g}, advantages {adv[:2].tolist()}..."
         try:  # the registered function itself, as policy_loss dispatches to it (float64: nothing to widen)
-            out = TOKEN_LOSSES[name].fn(x, old, mask, adv, G, eps, **check_options(name, {}))
+            out = TOKEN_LOSSES[estimator].fn(x, old, mask, adv, G, eps, **check_options(estimator, {}))
         except Exception as exc:  # noqa: BLE001 (the correction's own failure, named)
-            raise CorrectionError(f"token loss {name!r} raises {type(exc).__name__} at {what}: {exc}") from None
+            raise CorrectionError(f"token loss {estimator!r} raises {type(exc).__name__} at {what}: {exc}") from None
         if not isinstance(out, LossOutput):
-            raise CorrectionError(f"token loss {name!r} returns {type(out).__name__}, not estimators.losses.LossOutput")
+            raise CorrectionError(f"token loss {estimator!r} returns {type(out).__name__}, not "
+                                  f"estimators.losses.LossOutput")
         if not isinstance(out.loss, torch.Tensor) or out.loss.shape != ():
             shape = tuple(out.loss.shape) if isinstance(out.loss, torch.Tensor) else type(out.loss).__name__
-            raise CorrectionError(f"token loss {name!r} returns a loss of shape {shape}: it must be a scalar tensor")
+            raise CorrectionError(f"token loss {estimator!r} returns a loss of shape {shape}: it must be a scalar "
+                                  f"tensor")
         if tuple(out.seq_log_ratio.shape) != (2, G):
-            raise CorrectionError(f"token loss {name!r} returns seq_log_ratio of shape "
+            raise CorrectionError(f"token loss {estimator!r} returns seq_log_ratio of shape "
                                   f"{tuple(out.seq_log_ratio.shape)}: it must be (num_groups, G) = (2, {G})")
         if bool(torch.isnan(out.loss)):
-            raise CorrectionError(f"token loss {name!r} gives a NaN loss at {what}")
+            raise CorrectionError(f"token loss {estimator!r} gives a NaN loss at {what}")
         if out.loss.requires_grad:
             out.loss.backward()
             if x.grad is not None and bool(torch.isnan(x.grad).any()):
-                raise CorrectionError(f"token loss {name!r} gives a NaN gradient at {what}")
+                raise CorrectionError(f"token loss {estimator!r} gives a NaN gradient at {what}")
         n += 1
     return [{"check": "loss and gradient on the battery (float64)", "evaluated": n,
              "result": "scalar, not NaN, seq_log_ratio (num_groups, G)"}]

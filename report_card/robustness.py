@@ -23,6 +23,7 @@ import math
 import numpy as np
 import torch
 
+from estimators._compat import renamed_keywords
 from estimators.losses import is_bounded, policy_loss
 
 DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
@@ -49,9 +50,9 @@ def padded_batch(dtype, pad, G=2, n_groups=2, T=5, seed=0):
     return (logp.to(dtype), old.to(dtype)), (plogp.to(dtype), pold.to(dtype)), mask, adv
 
 
-def _loss_and_grad(name, logp, old, mask, adv, G, eps):
+def _loss_and_grad(estimator, logp, old, mask, adv, G, eps):
     x = logp.clone().requires_grad_()
-    out = policy_loss(name, x, old, mask, adv, G, eps)
+    out = policy_loss(estimator, x, old, mask, adv, G, eps)
     out.loss.backward()
     return out.loss.detach(), (x.grad if x.grad is not None else torch.zeros_like(x))
 
@@ -72,18 +73,19 @@ def _cases(rng: np.random.Generator):
         yield dtype, G, B, T, lr, old, keep, pad, adv
 
 
-def sweep(name: str, eps: float = 0.2) -> dict:
+@renamed_keywords(name="estimator")
+def sweep(estimator: str, eps: float = 0.2) -> dict:
     """Run both parts of the sweep on ``name``; per dtype the cases run and the failures (each with
     its input), and the totals. Never raises for the correction's own failure: it is a finding."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch's notes on the losses' own error paths
-        return _sweep(name, eps)
+        return _sweep(estimator, eps)
 
 
-def _sweep(name: str, eps: float) -> dict:
-    bounded = is_bounded(name)
+def _sweep(estimator: str, eps: float) -> dict:
+    bounded = is_bounded(estimator)
     res = {"bounded": bounded, "by_dtype": {str(d).replace("torch.", ""): {"cases": 0, "failures": 0}
                                             for d in DTYPES}, "failures": [], "refused": 0, "refusals": []}
 
@@ -98,8 +100,8 @@ def _sweep(name: str, eps: float) -> dict:
             res["by_dtype"][str(dtype).replace("torch.", "")]["cases"] += 1
             (logp, old), (plogp, pold), mask, adv = padded_batch(dtype, p)
             try:
-                ref = _loss_and_grad(name, logp, old, mask, adv, 2, eps)
-                got = _loss_and_grad(name, plogp, pold, mask, adv, 2, eps)
+                ref = _loss_and_grad(estimator, logp, old, mask, adv, 2, eps)
+                got = _loss_and_grad(estimator, plogp, pold, mask, adv, 2, eps)
             except Exception as exc:  # noqa: BLE001 (a finding about the correction, not a crash)
                 fail(dtype, f"padding {p!r}: {type(exc).__name__}: {exc}")
                 continue
@@ -122,7 +124,7 @@ def _sweep(name: str, eps: float) -> dict:
             logp = old_t + torch.tensor(lr, dtype=torch.float64).reshape(B, T)
             logp[mask == 0] = pad_value
             old_t[mask == 0] = pad_value
-            return _loss_and_grad(name, logp.to(dtype), old_t.to(dtype), mask, adv_t, G, eps)
+            return _loss_and_grad(estimator, logp.to(dtype), old_t.to(dtype), mask, adv_t, G, eps)
 
         what = (f"G = {G}, {B} rows x {T} tokens, max |log r| {np.max(np.abs(lr)):.3g}, "
                 f"advantages {np.round(adv, 3).tolist()}")

@@ -34,6 +34,7 @@ from scipy.special import softmax
 
 import estimators
 from estimators import scheme_names
+from estimators._compat import renamed_keywords
 from estimators.losses import TOKEN_LOSSES, is_batch_coupled, policy_loss
 
 from . import theory
@@ -52,15 +53,16 @@ LENGTH_KNOB = {"seq_geo_mask": "length"}
 environment's H (E1: 1, E2: every completion has H tokens), the rest at their defaults."""
 
 
-def options_for(name: str, H: int) -> dict | None:
+@renamed_keywords(name="estimator")
+def options_for(estimator: str, H: int) -> dict | None:
     """The knobs ``name`` runs with on an environment of horizon ``H``."""
-    return {LENGTH_KNOB[name]: float(H)} if name in LENGTH_KNOB else None
+    return {LENGTH_KNOB[estimator]: float(H)} if estimator in LENGTH_KNOB else None
 
 
-def _extremal_ratios(name: str) -> list[float]:
+def _extremal_ratios(estimator: str) -> list[float]:
     """Ratios where a scheme's weight peaks inside the grid's gaps (VESPO: w = k / lambda per sign)."""
-    if name == "vespo":
-        p = estimators.params.defaults(name)
+    if estimator == "vespo":
+        p = estimators.params.defaults(estimator)
         return [p["k_pos"] / p["lambda_pos"], p["k_neg"] / p["lambda_neg"]]
     return []
 
@@ -98,21 +100,22 @@ def token_view(env, theta, theta_b) -> dict:
             "grad_J_b": np.asarray(env.grad_J(theta_b)).ravel()}
 
 
-def group_estimates(view: dict, tuples: np.ndarray, eps: float, name: str, batch_groups: int = 1,
+@renamed_keywords(name="estimator", batch_groups="num_groups")
+def group_estimates(view: dict, tuples: np.ndarray, eps: float, estimator: str, num_groups: int = 1,
                     options: dict | None = None, advantage: str = "loo") -> np.ndarray:
     """``g_hat`` of every group ``tuples (n, G)`` (outcome indices), shape ``(n, P)``.
 
-    A batch-coupled loss is called on consecutive blocks of ``batch_groups`` groups (one batch
+    A batch-coupled loss is called on consecutive blocks of ``num_groups`` groups (one batch
     each; ``n`` must be a multiple); any other loss on all groups at once (its value is the
     mean of the groups' values, so the split does not matter).
     """
     n, G = tuples.shape
-    coupled = is_batch_coupled(name)
-    B = batch_groups if coupled else n
+    coupled = is_batch_coupled(estimator)
+    B = num_groups if coupled else n
     if n % B:
         raise ValueError(f"{n} groups do not split into batches of {B}")
     H = view["lp"].shape[1]
-    scale = H if name in TOKEN_LOSSES else 1
+    scale = H if estimator in TOKEN_LOSSES else 1
     rows = tuples.reshape(-1)
     adv_all = estimators.advantages(view["rewards"][tuples], advantage)  # (n, G)
     out = np.empty((n, view["tok_scores"].shape[-1]))
@@ -122,7 +125,7 @@ def group_estimates(view: dict, tuples: np.ndarray, eps: float, name: str, batch
         logp = torch.tensor(view["lp"][rows[sl]], dtype=torch.float64, requires_grad=True)
         old = torch.tensor(view["lpb"][rows[sl]], dtype=torch.float64)
         adv = torch.from_numpy(np.ascontiguousarray(adv_all[g0:g0 + step])).reshape(-1)
-        loss = policy_loss(name, logp, old, torch.ones_like(old), adv, G, eps, **(options or {})).loss
+        loss = policy_loss(estimator, logp, old, torch.ones_like(old), adv, G, eps, **(options or {})).loss
         (coef,) = torch.autograd.grad(loss, logp)
         k = step
         contrib = np.einsum("rh,rhp->rp", coef.numpy(), view["tok_scores"][rows[sl]])
@@ -150,50 +153,53 @@ def _summary(view, eps, g_mean, cov, second, second_se, max_norm, extra) -> dict
     return out
 
 
-def exact_moments(view: dict, G: int, eps: float, name: str, options: dict | None = None) -> dict:
+@renamed_keywords(name="estimator")
+def exact_moments(view: dict, G: int, eps: float, estimator: str, options: dict | None = None) -> dict:
     """Exact mean, second moment and max norm of one group's estimate (one group per batch)."""
     K = view["lp"].shape[0]
     counts, tuples, log_coef = configurations(G, K)
     pmf = np.exp(log_coef + counts @ view["log_p_b"])
-    g = group_estimates(view, np.asarray(tuples), eps, name, 1, options)
+    g = group_estimates(view, np.asarray(tuples), eps, estimator, 1, options)
     sq = (g**2).sum(-1)
     return _summary(view, eps, pmf @ g, None, pmf @ sq, 0.0, math.sqrt(sq.max()),
                     {"method": "exact", "n": len(counts), "prob_total": float(pmf.sum())})
 
 
-def mc_moments(view: dict, G: int, eps: float, name: str, batch_groups: int, n_batches: int,
+@renamed_keywords(name="estimator", batch_groups="num_groups")
+def mc_moments(view: dict, G: int, eps: float, estimator: str, num_groups: int, n_batches: int,
                rng: np.random.Generator, options: dict | None = None) -> dict:
-    """Monte Carlo over ``n_batches`` iid batches of ``batch_groups`` groups (batches are the
+    """Monte Carlo over ``n_batches`` iid batches of ``num_groups`` groups (batches are the
     independent units of the standard errors: groups of one batch share its statistic)."""
     K = view["lp"].shape[0]
     p_b = np.exp(view["log_p_b"])
     p_b = p_b / p_b.sum()
-    tuples = rng.choice(K, size=(n_batches * batch_groups, G), p=p_b)
-    g = group_estimates(view, tuples, eps, name, batch_groups, options).reshape(n_batches, batch_groups, -1)
+    tuples = rng.choice(K, size=(n_batches * num_groups, G), p=p_b)
+    g = group_estimates(view, tuples, eps, estimator, num_groups, options).reshape(n_batches, num_groups, -1)
     per_batch = g.mean(1)  # (n_batches, P)
     sq = (g**2).sum(-1).mean(1)
     cov = np.cov(per_batch, rowvar=False, ddof=1) / n_batches
     return _summary(view, eps, per_batch.mean(0), np.atleast_2d(cov), sq.mean(), sq.std(ddof=1) / math.sqrt(n_batches),
-                    math.sqrt((g**2).sum(-1).max()), {"method": "mc", "n": n_batches * batch_groups})
+                    math.sqrt((g**2).sum(-1).max()), {"method": "mc", "n": n_batches * num_groups})
 
 
 # --------------------------------------------------------------------------- membership by enumeration
 
 
-def grid_max_mass(name: str, eps: float, G: int = 3, batch_groups: int = 1) -> tuple[float, list]:
+@renamed_keywords(name="estimator", batch_groups="num_groups")
+def grid_max_mass(estimator: str, eps: float, G: int = 3, num_groups: int = 1) -> tuple[float, list]:
     """Largest group mass ``(1/G) sum_i c_i`` over an enumerated grid of ratio vectors (the
     counterexample search of claim 2): every G-tuple of ratios from {1e-9, 0.5, 1, 2, 10, 1e3,
     1e9}, the edges of the scheme's thresholds (1+eps, C, lo, hi, each +-1e-9) and the ratios where
     its weight peaks (:func:`_extremal_ratios`), with every
-    advantage sign pattern for schemes that read advantages. With ``batch_groups`` B > 1 the
+    advantage sign pattern for schemes that read advantages. With ``num_groups`` B > 1 the
     other B - 1 groups of the batch hold ratios 1e-9 (the extremal batch of a batch-normalised
     scheme) or 1; a batch-coupled scheme is called on one batch at a time. Returns the maximum and
     the ratio vector (and advantages) attaining it."""
     import itertools
 
-    spec = estimators.get_scheme(name)
-    edges = [1 + eps] + [v for k, v in estimators.params.defaults(name).items()]
-    edges += _extremal_ratios(name)
+    spec = estimators.get_scheme(estimator)
+    edges = [1 + eps] + [v for k, v in estimators.params.defaults(estimator).items()]
+    edges += _extremal_ratios(estimator)
     vals = sorted({1e-9, 0.5, 1.0, 2.0, 10.0, 1e3, 1e9}
                   | {max(e + d, 1e-12) for e in edges for d in (-1e-9, 0.0, 1e-9)})
     lr = np.log(np.array(list(itertools.product(vals, repeat=G))))
@@ -203,17 +209,17 @@ def grid_max_mass(name: str, eps: float, G: int = 3, batch_groups: int = 1) -> t
     for A in signs:
         adv = None if A is None else np.broadcast_to(A, lr.shape)
         if not spec.batch_coupled:  # rows are independent groups: one call for the whole grid
-            mass = estimators.weights(name, lr, eps, adv).mean(-1)
+            mass = estimators.weights(estimator, lr, eps, adv).mean(-1)
             i = int(np.argmax(mass))
             if mass[i] > best:
                 best, arg = float(mass[i]), [np.exp(lr[i]).tolist(), None if A is None else A.tolist()]
             continue
-        for fill in ((1e-9, 1.0) if batch_groups > 1 else (1.0,)):
+        for fill in ((1e-9, 1.0) if num_groups > 1 else (1.0,)):
             for i, row in enumerate(lr):
-                batch = np.full((batch_groups, G), math.log(fill))
+                batch = np.full((num_groups, G), math.log(fill))
                 batch[0] = row
                 a = None if A is None else np.broadcast_to(A, batch.shape)
-                m = float(estimators.weights(name, batch, eps, a)[0].mean())
+                m = float(estimators.weights(estimator, batch, eps, a)[0].mean())
                 if m > best:
                     best, arg = m, [np.exp(row).tolist(), None if A is None else A.tolist(), f"others {fill:g}"]
     return best, arg
