@@ -20,6 +20,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+from estimators._compat import renamed_keywords
+
 from .qwen3_forward import logits_fn
 from .tasks import Problem
 
@@ -46,10 +48,11 @@ def derive_key(*parts) -> np.ndarray:
     return key
 
 
-def sample_keys(seed: int, step: int, num_prompts: int, group_size: int) -> np.ndarray:
-    """Per-sample keys from (seed, step, prompt slot, sample index), shape (num_prompts * G,)."""
-    slot = np.repeat(np.arange(num_prompts), group_size)
-    sample = np.tile(np.arange(group_size), num_prompts)
+@renamed_keywords(num_prompts="num_groups")
+def sample_keys(seed: int, step: int, num_groups: int, group_size: int) -> np.ndarray:
+    """Per-sample keys from (seed, step, prompt slot, sample index), shape (num_groups * G,)."""
+    slot = np.repeat(np.arange(num_groups), group_size)
+    sample = np.tile(np.arange(group_size), num_groups)
     return derive_key(seed, step, slot, sample)
 
 
