@@ -84,9 +84,10 @@ class TrainConfig:
                         "settings)")
 
     # --- GRPO ----------------------------------------------------------------------------
-    estimator: str = _f("gmc", "c_i", "weighting scheme (THEORY §2): is, stale, tic_mask, tic_trunc, tic_ppo, gmc, "
-                        "snis, topr, seq_tis, seq_tis_bn, seq_mis, seq_geo_mask, vespo, gmc_cap, gmc_topr, topr_gmc; "
-                        "or a token-level loss: token_clip (f), gspo, cispo, m2po, opsm, icepop, sapo, dppo_tv")
+    estimator: str = _f("gmc", "c_i", "estimator (THEORY §2): a trajectory scheme, is, stale, tic_mask, "
+                        "tic_trunc, tic_ppo, gmc, snis, topr, seq_tis, seq_tis_bn, seq_mis, seq_geo_mask, vespo, "
+                        "gmc_cap, gmc_topr, topr_gmc; or a token-level loss: token_clip (f), gspo, cispo, m2po, opsm, "
+                        "icepop, sapo, dppo_tv")
     eps: float = _f(0.2, "epsilon", "ratio threshold 1+epsilon (GMC mass cap, TIC clip; token_clip/opsm: lower clip)")
     eps_high: float | None = _f(None, "epsilon_high", "token_clip/opsm upper clip (None: = eps); ignored by the others",
                                 knob_for=("token_clip", "opsm"))
