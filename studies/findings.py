@@ -20,6 +20,7 @@ from pathlib import Path
 
 from llm_runs.grids import STUDIES
 from schema.io import loads_json, write_text
+from studies.drift.section import d1_sentence, step_size_lead
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"  # the committed results: the README describes these, whatever GMC_RESULTS says
@@ -124,7 +125,7 @@ def staleness(study: dict, runs: list[dict], peers: list[dict], mechanism: dict)
             f"At a larger model (M5 {m5['verdict']}, {len(m5['scale_seeds'])} seeds): {scale}.")
 
 
-def optimiser(mechanism: dict) -> str:
+def optimiser(mechanism: dict, drift: dict) -> str:
     hyp, shares = mechanism["hypotheses"], mechanism["stable_shares"]
     m1 = hyp["M1"]
     arms = "; ".join(f"{OPTIMISERS[a]} {_share(shares[f'{a}/gmc'])}" for a in ("adam", "adamclip", "adamwclip"))
@@ -133,12 +134,16 @@ def optimiser(mechanism: dict) -> str:
                  ", ".join(f"{OPTIMISERS[a]} {_share(shares[f'{a}/topr'])}" for a in OPTIMISERS))
     m2b = hyp["M2b"]["baselines"]
     delays = "/".join(str(d) for d in STUDIES["mechanism"].delays)
-    return (f"**The optimiser decides** (the pre-registered mechanism study, {len(mechanism['seeds'])} seeds, long "
+    why = d1_sentence(drift)
+    head = "The optimiser decides, through the drift it causes" if drift.get("D1", {}).get(
+        "verdict") == "CONFIRMED" else "The optimiser decides"
+    return (f"**{head}** (the pre-registered mechanism study, {len(mechanism['seeds'])} seeds, long "
             f"horizon, d = {delays}): under {OPTIMISERS['sgd']} GMC is stable in {_share(m1['gmc_stable'])} "
             "and ahead of "
             f"TIC-mask ({_ci(m1['gmc_minus_tic_mask'])}) and IS ({_ci(m1['gmc_minus_is'])}), as the theory says "
             f"(M1 {m1['verdict']}); under {arms} (M2 {hyp['M2']['verdict']}, M2b {hyp['M2b']['verdict']}: "
-            f"GMC - TOPR {_ci(m2b['topr'])} under AdamW), while TOPR is stable in {topr_text}.")
+            f"GMC - TOPR {_ci(m2b['topr'])} under AdamW), while TOPR is stable in {topr_text}."
+            + (f" {why}" if why else ""))
 
 
 def mechanism_rest(mechanism: dict, drift: dict) -> str:
@@ -161,7 +166,7 @@ def mechanism_rest(mechanism: dict, drift: dict) -> str:
 
 
 def in_progress(drift: dict, replicate: dict) -> str:
-    hyps = [k for k in drift if k.startswith("D") and k[1:].isdigit()]
+    hyps = sorted((k for k in drift if k.startswith("D") and k[1:].isdigit()), key=lambda k: int(k[1:]))
     verdicts = sorted({drift[k]["verdict"] for k in hyps})
     planned = len(STUDIES["drift"].seeds)
     cells = replicate["cells"]
@@ -170,9 +175,24 @@ def in_progress(drift: dict, replicate: dict) -> str:
     state = "provisional" if replicate.get("provisional") else "final"
     signs = replicate["signs"]
     same_sign = sum(bool(s["agree_in_sign"]) for s in signs)
-    return (f"**In progress, no verdict yet.** The drift map ([pre-registration](docs/PREREGISTRATION-DRIFT.md)): "
-            f"{hyps[0]}-{hyps[-1]} {' / '.join(verdicts)}, {len(drift['seeds_drift'])} of its {planned} seeds whole. "
-            f"The second-rounding replicate ([pre-registration](docs/PREREGISTRATION-REPLICATE.md), {state}, "
+    lead = step_size_lead(drift, name=lambda e: NAMES.get(e, e))
+    undecided = [k for k in hyps if drift[k].get("why", "").startswith("not yet run")]
+    decided = [f"{k} {drift[k]['verdict']}" for k in hyps if k not in undecided]
+    if lead:
+        head = (lead.replace("Lower the step first", "**Lower the step first**", 1)
+                + " The drift map ([pre-registration](docs/PREREGISTRATION-DRIFT.md)) "
+                f"so far: {', '.join(decided)}.")
+    elif decided:
+        head = f"**The drift map** ([pre-registration](docs/PREREGISTRATION-DRIFT.md)): {', '.join(decided)}."
+    else:
+        head = (f"**In progress, no verdict yet.** The drift map ([pre-registration](docs/PREREGISTRATION-DRIFT.md)): "
+                f"{hyps[0]}-{hyps[-1]} {' / '.join(verdicts)}, {len(drift['seeds_drift'])} of its {planned} seeds "
+                "whole.")
+    if lead or decided:
+        n_decisive = len(STUDIES["drift_decisive"].seeds)
+        head += (f" Not yet run: {', '.join(undecided)} ({len(drift.get('seeds_decisive', []))} of the {n_decisive} "
+                 "decisive seeds whole)." if undecided else "")
+    return (f"{head} The second-rounding replicate ([pre-registration](docs/PREREGISTRATION-REPLICATE.md), {state}, "
             f"{len(replicate['seeds_whole'])} of {len(STUDIES['replicate_avx2'].seeds)} seeds whole): "
             f"{agree} of {len(cells)} cells have the committed stability outcome, {same_sign} of {len(signs)} "
             f"GMC-minus-baseline differences the committed sign, and a cell's final held-out pc differs from the "
@@ -184,7 +204,7 @@ def render(root: Path = RESULTS) -> str:
     """The README block, markers included."""
     s = load(root)
     bullets = (theory(s["claims"]), staleness(s["study"], s["study_runs"], s["peers_2025_runs"], s["mechanism"]),
-               optimiser(s["mechanism"]), mechanism_rest(s["mechanism"], s["drift"]),
+               optimiser(s["mechanism"], s["drift"]), mechanism_rest(s["mechanism"], s["drift"]),
                in_progress(s["drift"], s["replicate"]))
     return "\n".join((START, *(f"* {b}" for b in bullets), END))
 

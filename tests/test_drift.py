@@ -238,14 +238,16 @@ def test_the_exact_model_s_boundaries_come_from_its_chi2_levels(monkeypatch):
     assert [lv["stable_share"] for lv in b["gmc"]["levels"]] == [1.0, 0.5]
 
 
-@pytest.mark.parametrize("provisional", [True, False])
+@pytest.mark.parametrize("provisional", [True, False, None])
 def test_the_report_leads_with_the_map_once_it_is_decided(tmp_path, monkeypatch, provisional):
+    """None: the key absent, as verdicts written before it was always saved have it when decided."""
     from schema.io import write_json
     from studies.drift.section import progress_section
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     (tmp_path / "llm" / "drift").mkdir(parents=True)
-    write_json(tmp_path / "llm" / "drift" / "verdicts.json", {"provisional": provisional, "seeds_drift": [0]})
+    doc = {"seeds_drift": [0]} | ({} if provisional is None else {"provisional": provisional})
+    write_json(tmp_path / "llm" / "drift" / "verdicts.json", doc)
     placed = []
 
     def figure_sections(names, *args):
@@ -253,6 +255,87 @@ def test_the_report_leads_with_the_map_once_it_is_decided(tmp_path, monkeypatch,
         return ["FIGURE"], []
 
     md, missing, decided = progress_section(tmp_path, tmp_path, False, figure_sections)
-    assert placed == ["f24_drift_map"] and "FIGURE" in md and missing == [] and decided is not provisional
+    assert placed == ["f24_drift_map"] and "FIGURE" in md and missing == [] and decided is not bool(provisional)
     assert md[0] == ("## Campaigns in progress" if provisional else
                      "## The drift map: where each correction fails as the drift grows")
+
+
+def test_a_correction_with_fewer_seeds_is_resampled_over_its_own_seeds():
+    """The decisive seeds exist for some corrections only: each is bootstrapped over the seeds it has, with the
+    same draws as an analysis of those seeds alone."""
+    five = _runs([1.0, 0.0, 0.0], [1.0, 0.4, 0.0], [0.01, 0.03, 0.06], [0.01, 0.03, 0.08])
+    extra = five[five["estimator"] == "gmc"].assign(seed=lambda d: d["seed"] + 5)
+    other = five.assign(estimator="is")
+    both = pd.concat([five, extra, other], ignore_index=True)
+    alone = {(b["estimator"], b["optimizer"]): b for b in analysis.boundaries(other, list(range(5)), n_boot=100)}
+    mixed = {(b["estimator"], b["optimizer"]): b for b in analysis.boundaries(both, list(range(10)), n_boot=100)}
+    for key in (("is", "sgd"), ("is", "adamclip")):
+        assert (mixed[key]["low"], mixed[key]["high"]) == (alone[key]["low"], alone[key]["high"])
+        assert {x["n"] for x in mixed[key]["levels"]} == {5}
+    assert {x["n"] for x in mixed[("gmc", "sgd")]["levels"]} == {10}
+
+
+def test_a_level_s_own_delay_zero_runs_are_kept_beside_it():
+    runs = _runs([1.0, 0.0], [1.0, 0.2], [0.01, 0.03], [0.02, 0.05])
+    zero = runs[runs["estimator"] == "gmc"].assign(delay=0, stable=lambda d: d["seed"] < 1)
+    cells = analysis.cell_table(pd.concat([runs, zero], ignore_index=True), list(range(5)))
+    assert (cells["delay0_n"] == 5).all() and (cells["delay0_stable_share"] == 0.2).all()
+    assert analysis.cell_table(runs, list(range(5)))["delay0_stable_share"].isna().all()
+
+
+def _decided(d1_verdict="CONFIRMED", d7_verdict="CONFIRMED", delay0_share=0.2):
+    level = {"level": "sgd0.0006", "drift": 0.8, "stable_share": 0.0, "n": 5, "delay0_stable_share": delay0_share,
+             "delay0_n": 5}
+    clip = [{"level": "adamclip1e-05", "drift": 0.01, "stable_share": 1.0, "n": 10}]
+    return {"D1": {"verdict": d1_verdict, "boundary_sgd": [0.016, 0.013, 0.043, None],
+                   "boundary_adamclip": [0.022, 0.018, 0.041, None], "adam_study_drift": 0.106,
+                   "sgd_levels_at_or_above_it": ["sgd0.0006"]},
+            "D7": {"verdict": d7_verdict, "level": "adamclip1e-05", "delay0_gain": 0.183, "study_gain": 0.161},
+            "boundaries": [{"estimator": "gmc", "optimizer": "sgd", "boundary": 0.016, "levels": [level]}]
+            + [{"estimator": e, "optimizer": "adamclip", "boundary": 0.01, "censored": "right", "levels": clip}
+               for e in ("gmc", "is", "tic_mask", "tic_trunc", "topr")]}
+
+
+def test_d1_s_sentence_says_what_was_found_and_when_a_level_fails_without_delay():
+    from studies.drift.section import d1_sentence
+
+    text = d1_sentence(_decided())
+    assert "D1 CONFIRMED" in text and "0.016 [0.013, 0.043] under SGD" in text
+    assert "stable in 0 of 5 seeds at lr 0.0006" in text and "delay 0: 1 of 5 stable" in text
+    assert "does not isolate the staleness" in text and "does not move where GMC fails" in text
+    assert "does not isolate" not in d1_sentence(_decided(delay0_share=1.0))
+    assert "matters beyond the drift" in d1_sentence(_decided(d1_verdict="REFUTED"))
+    assert d1_sentence(_decided(d1_verdict="INCONCLUSIVE")) == "" and d1_sentence(None) == ""
+
+
+def test_the_plain_answer_leads_with_the_step_size_only_when_d7_holds():
+    from studies.drift.section import step_size_lead
+
+    text = step_size_lead(_decided(), name=str.upper)
+    assert text.startswith("Lower the step first (D7 CONFIRMED") and "lr 1e-05" in text
+    assert "GMC, IS, TIC_MASK, TIC_TRUNC and TOPR are each stable in 10 of 10 seeds" in text
+    assert "+0.183 against +0.161" in text
+    for verdict in ("REFUTED", "INCONCLUSIVE"):
+        assert step_size_lead(_decided(d7_verdict=verdict)) == ""
+
+
+def test_d2_s_numbers_name_a_correction_short_of_gmc():
+    from studies.drift.section import d2_sentence
+
+    bounds = {e: 0.05 for e in ("gmc", "topr", "vespo")}
+    d2 = {"verdict": "INCONCLUSIVE", "spearman": 0.64, "low": -0.18, "high": 0.79, "below_gmc": [],
+          "boundaries_sgd": {**bounds, "vespo": 0.014}, "boundaries_adamclip": bounds}
+    text = d2_sentence({"D2": d2})
+    assert "is 0.64, 95% bootstrap interval [-0.18, 0.79]" in text and "VESPO under SGD (0.014 against" in text
+    assert "at or beyond GMC's under both" in d2_sentence({"D2": {**d2, "boundaries_sgd": bounds}})
+    assert d2_sentence({"D2": {"verdict": "INCONCLUSIVE", "why": "not yet run"}}) == ""
+    assert "TOPR (" not in text
+
+
+def test_the_section_shows_the_decided_hypotheses_numbers(tmp_path):
+    from schema.io import write_json
+    from studies.drift.section import drift_lines
+
+    write_json(tmp_path / "v.json", _decided())
+    text = "\n".join(drift_lines(tmp_path / "v.json"))
+    assert "D1 CONFIRMED, docs/PREREGISTRATION-DRIFT.md" in text and text.count("Lower the step first") == 1

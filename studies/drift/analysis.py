@@ -125,12 +125,16 @@ def cell_table(runs: pd.DataFrame, seeds: list[int], axis: str = AXIS) -> pd.Dat
     """Per (family, level, estimator) at d = 64 on ``seeds``: n, stable share, level drift (median
     over seeds of the runs' early KL), mean final pc."""
     r = level_runs(runs, seeds)
+    zero = runs[runs["level"].notna() & (runs["delay"] == 0) & runs["seed"].isin(seeds) & runs["complete"]]
     out = []
     for (fam, level, est), g in r.groupby(["family", "level", "estimator"]):
+        z = zero[(zero["level"] == level) & zero["seed"].isin(g["seed"])]
         out.append({"family": fam, "level": level, "estimator": est, "n": len(g),
                     "stable_share": float(g["stable"].mean()), "drift": float(g[axis].median()),
-                    "pc_final": float(g["pc_final"].mean())})
-    return pd.DataFrame(out, columns=["family", "level", "estimator", "n", "stable_share", "drift", "pc_final"])
+                    "pc_final": float(g["pc_final"].mean()),
+                    "delay0_stable_share": float(z["stable"].mean()) if len(z) else math.nan, "delay0_n": len(z)})
+    return pd.DataFrame(out, columns=["family", "level", "estimator", "n", "stable_share", "drift", "pc_final",
+                                      "delay0_stable_share", "delay0_n"])
 
 
 def boundary(levels: list[tuple[float, float]]) -> tuple[float | None, str | None]:
@@ -155,15 +159,24 @@ def boundaries(runs: pd.DataFrame, seeds: list[int], n_boot: int = N_BOOT, axis:
     """Per (estimator, family): its levels, the boundary and a 95% seed-bootstrap percentile interval, on
     the drift column ``axis`` (the map's early KL; ``chi2_early`` for the chi^2 view)."""
     cells = cell_table(runs, seeds, axis)
-    rng = np.random.default_rng(BOOT_SEED)
     r = level_runs(runs, seeds)
-    draws = [rng.choice(seeds, size=len(seeds), replace=True) for _ in range(n_boot)] if len(seeds) > 1 else []
+    draws: dict[tuple, list] = {}
+
+    def resamples(have: tuple) -> list:
+        """Whole-seed resamples of the seeds ``have`` (the same draws for every correction with those seeds:
+        the decisive seeds 5-9 exist for some cells only)."""
+        if have not in draws:
+            rng = np.random.default_rng(BOOT_SEED)
+            draws[have] = ([rng.choice(have, size=len(have), replace=True) for _ in range(n_boot)]
+                           if len(have) > 1 else [])
+        return draws[have]
+
     out = []
     for (est, fam), g in cells.groupby(["estimator", "family"]):
         b, cens = boundary(list(zip(g["drift"], g["stable_share"])))
         sub = r[(r["estimator"] == est) & (r["family"] == fam)]
         boot = []
-        for pick in draws:
+        for pick in resamples(tuple(s for s in seeds if s in set(sub["seed"]))):
             rows = pd.concat([sub[sub["seed"] == s] for s in pick])
             lv = [(float(x[axis].median()), float(x["stable"].mean())) for _, x in rows.groupby("level")]
             boot.append(boundary(lv)[0])
@@ -172,7 +185,8 @@ def boundaries(runs: pd.DataFrame, seeds: list[int], n_boot: int = N_BOOT, axis:
                   else (None, None))
         out.append({"estimator": est, "optimizer": fam, "boundary": b, "censored": cens, "low": lo, "high": hi,
                     "levels": [{"level": x["level"], "drift": x["drift"], "stable_share": x["stable_share"],
-                                "n": int(x["n"]), "pc_final": x["pc_final"]}
+                                "n": int(x["n"]), "pc_final": x["pc_final"],
+                                "delay0_stable_share": x["delay0_stable_share"], "delay0_n": int(x["delay0_n"])}
                                for _, x in g.sort_values("drift").iterrows()]})
     return out
 
@@ -383,12 +397,13 @@ def analyse(runs: pd.DataFrame) -> dict:
         out["provisional"] = True
         out["D5"] = d5(d5_records(D5_TRAIN), d5_records(D5_HELD_OUT), decided=False)
         return out
-    bounds = boundaries(runs, seeds)
-    cells = cell_table(runs, seeds)
+    out["provisional"] = False
+    all10 = seeds + decisive  # the seeds whole now: the map's cells with decisive seeds read all ten
+    bounds = boundaries(runs, all10)
+    cells = cell_table(runs, all10)
     out["boundaries"] = bounds
     out["D1"] = d1(bounds, cells, adam_study_drift())
     out["D2"] = d2(bounds)
-    all10 = seeds + decisive
     if len(all10) >= 10:
         arms = step_arms(runs, all10)
         out["D3"], out["D4"], out["D6"] = d3(arms), d4(arms), d6(arms, len(all10))
@@ -396,7 +411,7 @@ def analyse(runs: pd.DataFrame) -> dict:
         for h in ("D3", "D4", "D6"):
             out[h] = _not_run(f"{len(all10)} of the 10 seeds of the step-size arms whole")
     out["D5"] = d5(d5_records(D5_TRAIN), d5_records(D5_HELD_OUT), decided=len(all10) >= 10)
-    out["D7"] = d7(runs, seeds, study_gain())
+    out["D7"] = d7(runs, all10, study_gain())
     return out
 
 
@@ -592,11 +607,12 @@ def exact_model() -> dict:
 def map_table(result: dict, runs: pd.DataFrame | None = None) -> dict:
     """What ``map.json`` holds: the axis and, per estimator and optimiser, the levels and the boundary; with
     ``runs``, also every run as a point, the boundaries on the chi^2 axis and the exact model's beside them."""
-    out = {"format": MAP_FORMAT, "axis": "kl", "window": "early", "share": SHARE, "seeds": result["seeds_drift"],
+    whole = result["seeds_drift"] + result.get("seeds_decisive", [])  # as the boundaries
+    out = {"format": MAP_FORMAT, "axis": "kl", "window": "early", "share": SHARE, "seeds": whole,
            "provisional": bool(result.get("provisional")), "boundaries": result["boundaries"]}
     if runs is not None:
         present = sorted({int(s) for s in runs.loc[runs["grid"] == "drift", "seed"]})
-        seeds = present if result.get("provisional") else result["seeds_drift"]  # as the boundaries
+        seeds = present if result.get("provisional") else whole
         out["points"] = points(runs, seeds)
         out["boundaries_chi2"] = boundaries(runs, seeds, axis="chi2_early") if seeds else []
         out["exact_model"] = exact_model()

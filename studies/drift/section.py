@@ -19,6 +19,121 @@ def _num(x, fmt="{:.3g}") -> str:
     return fmt.format(v) if math.isfinite(v) else "n/a"
 
 
+OPTIMIZER_NAMES = {"sgd": "SGD", "adamclip": "Adam + clip 1.0"}
+D7_ESTIMATORS = ("gmc", "is", "tic_mask", "tic_trunc", "topr")  # the pre-registration's five (D7)
+
+
+def read_verdicts(root: Path | None = None) -> dict | None:
+    """The drift map's ``verdicts.json`` (``root``: a results folder, default the grid table's), or None."""
+    from llm_runs.run_table import grid_folder
+
+    path = (Path(root) / "llm" / "drift" if root is not None else grid_folder("drift")) / "verdicts.json"
+    return read_json(path) if path.is_file() else None
+
+
+def level_entry(v: dict, estimator: str, level: str) -> dict | None:
+    """One level of one correction's boundary in the verdicts (drift, stable share, n), or None."""
+    for b in v.get("boundaries", []):
+        if b["estimator"] == estimator:
+            for x in b["levels"]:
+                if x["level"] == level:
+                    return x
+    return None
+
+
+def _stable_of(x: dict | None) -> str:
+    return "n/a" if x is None else f"{round(x['stable_share'] * x['n'])} of {x['n']}"
+
+
+def _delay0_of(x: dict) -> str:
+    """The level's own delay-0 runs, "k of n stable" ("n/a" for verdicts written before they were kept)."""
+    n, share = x.get("delay0_n"), x.get("delay0_stable_share")
+    if not n or share is None or not math.isfinite(float(share)):
+        return "n/a"
+    return f"{round(float(share) * n)} of {n} stable"
+
+
+def _fails_at_delay0(x: dict) -> bool:
+    share = x.get("delay0_stable_share")
+    return bool(x.get("delay0_n")) and share is not None and math.isfinite(float(share)) and float(share) < 0.8
+
+
+def _boundary(b: list) -> str:
+    """``[estimate, low, high, censored]`` as "0.016 [0.013, 0.043]"."""
+    est, lo, hi, cens = (list(b) + [None] * 4)[:4]
+    side = {"right": "beyond ", "left": "below "}.get(cens, "")
+    return f"{side}{_num(est)} [{_num(lo)}, {_num(hi)}]"
+
+
+def _rate(level: str) -> str:
+    """``adamclip1e-05`` -> "lr 1e-05" (the optimiser's name is said beside it)."""
+    for opt in sorted(OPTIMIZER_NAMES, key=len, reverse=True):
+        if level.startswith(opt):
+            return f"lr {level[len(opt):]}"
+    return level
+
+
+def d1_sentence(v: dict | None) -> str:
+    """What D1 (drift, not rule) found, in one sentence from the verdicts; "" until it is decided."""
+    d1 = (v or {}).get("D1", {})
+    if d1.get("verdict") not in ("CONFIRMED", "REFUTED"):
+        return ""
+    high = [(lv, level_entry(v, "gmc", lv) or {}) for lv in d1.get("sgd_levels_at_or_above_it", [])]
+    at = [f"stable in {_stable_of(x or None)} seeds at {_rate(lv)} (early KL {_num(x.get('drift'))}; the same step "
+          f"at delay 0: {_delay0_of(x)})" for lv, x in high]
+    reach = (f" Under SGD at the steps whose drift reaches the Adam study's (early KL "
+             f"{_num(d1.get('adam_study_drift'))}), GMC is " + "; ".join(at) + "." if at else
+             f" No SGD level reaches the Adam study's drift (early KL {_num(d1.get('adam_study_drift'))}).")
+    if any(_fails_at_delay0(x) for _, x in high):
+        reach += (" That step fails without any delay too, so this part of D1 does not isolate the staleness; the "
+                  "overlap of the two boundaries carries the verdict.")
+    meaning = ("So at matched drift the update rule does not move where GMC fails: the optimiser decides through the "
+               "drift it causes (the optimiser and the step were set, the drift was measured)."
+               if d1["verdict"] == "CONFIRMED" else "So the update rule matters beyond the drift it causes.")
+    return (f"The drift map separates the two (D1 {d1['verdict']}, docs/PREREGISTRATION-DRIFT.md): GMC's failure "
+            f"boundary lies at early KL per token {_boundary(d1['boundary_sgd'])} under SGD and "
+            f"{_boundary(d1['boundary_adamclip'])} under Adam + clip 1.0 (95% seed-bootstrap intervals).{reach} "
+            f"{meaning}")
+
+
+def d2_sentence(v: dict | None) -> str:
+    """D2's numbers (the ordering along the drift) once it is run; "" before."""
+    d2 = (v or {}).get("D2", {})
+    if "spearman" not in d2:
+        return ""
+    return (f"D2 {d2['verdict']}: Spearman's rank correlation of the seven corrections' boundaries between the two "
+            f"optimisers (censored boundaries at their bound) is {_num(d2['spearman'], '{:.2f}')}, 95% bootstrap "
+            f"interval [{_num(d2['low'], '{:.2f}')}, {_num(d2['high'], '{:.2f}')}]; " + _ordering(d2)
+            + (f"; TOPR's or VESPO's boundary interval below GMC's: {', '.join(d2['below_gmc'])}"
+               if d2.get("below_gmc") else "") + ".")
+
+
+def _ordering(d2: dict) -> str:
+    """D2's second part: TOPR's and VESPO's boundaries at or beyond GMC's under both optimisers (point estimates)."""
+    short = [f"{e.upper()} under {OPTIMIZER_NAMES[f]} ({_num(d2[f'boundaries_{f}'][e])} against GMC's "
+             f"{_num(d2[f'boundaries_{f}']['gmc'])})" for f in ("sgd", "adamclip") for e in ("topr", "vespo")
+             if d2[f"boundaries_{f}"][e] < d2[f"boundaries_{f}"]["gmc"]]
+    return ("TOPR's and VESPO's boundaries lie at or beyond GMC's under both optimisers" if not short else
+            "short of GMC's boundary: " + ", ".join(short))
+
+
+def step_size_lead(v: dict | None, name=lambda e: e) -> str:
+    """The plain answer's first sentence when D7 (the step size is the first lever) holds; "" otherwise.
+    ``name`` renders an estimator's name."""
+    d7 = (v or {}).get("D7", {})
+    if d7.get("verdict") != "CONFIRMED":
+        return ""
+    level = d7["level"]
+    shares = {e: _stable_of(level_entry(v, e, level)) for e in D7_ESTIMATORS}
+    names = ", ".join(name(e) for e in D7_ESTIMATORS[:-1]) + f" and {name(D7_ESTIMATORS[-1])}"
+    held = (f"each stable in {next(iter(shares.values()))} seeds" if len(set(shares.values())) == 1 else
+            "stable in " + ", ".join(f"{s} ({name(e)})" for e, s in shares.items()) + " seeds")
+    return (f"Lower the step first (D7 CONFIRMED, docs/PREREGISTRATION-DRIFT.md): under Adam + clip 1.0 at "
+            f"{_rate(level)}, the smallest rate that gains as much held-out pc at delay 0 as the staleness study's "
+            f"setting ({d7['delay0_gain']:+.3f} against {d7['study_gain']:+.3f} over 200 updates), {names} are "
+            f"{held} at d = 64. The staleness study's ranking of the corrections is a ranking at its larger step.")
+
+
 def drift_lines(path: Path) -> list[str]:
     if not path.is_file():
         return [(f"*No drift verdicts yet ({path}): `python -m studies.drift` after `python -m llm_runs.study --grid "
@@ -32,14 +147,17 @@ def drift_lines(path: Path) -> list[str]:
         r = v.get(h, {})
         md.append(f"| {h} | {r.get('verdict', 'n/a')}{' (' + r['why'] + ')' if 'why' in r else ''} |")
     md.append("")
+    md += [x for text in (d1_sentence(v), d2_sentence(v), step_size_lead(v)) if text for x in (text, "")]
     bounds = v.get("boundaries", [])
     if bounds:
         state = "provisional, on the runs finished so far (not decided)" if v.get("provisional") else "decided"
         md += [(f"The map ({state}): per correction and optimiser, each level's early KL per token (the median over "
-               "seeds of the median over updates d..d+19) and its stable share (runs)."), "",
+               "seeds of the median over updates d..d+19) and its stable share (runs); where a level's own delay-0 "
+               "runs are below 80% stable, their share follows (d0: ...): that step fails without staleness."), "",
                "| correction | optimiser | levels: KL, stable (n) | boundary |", "|---|---|---|---|"]
         for b in bounds:
-            lv = "; ".join(f"{x['level']}: {_num(x['drift'])}, {x['stable_share']:.0%} ({x['n']})" for x in b["levels"])
+            lv = "; ".join(f"{x['level']}: {_num(x['drift'])}, {x['stable_share']:.0%} ({x['n']})"
+                           + (f", d0: {_delay0_of(x)}" if _fails_at_delay0(x) else "") for x in b["levels"])
             cens = {"right": " (none failed: beyond)", "left": " (failed at the smallest)"}.get(b.get("censored"), "")
             md.append(f"| {b['estimator']} | {b['optimizer']} | {lv} | {_num(b['boundary'])}{cens} |")
         md.append("")
@@ -94,7 +212,7 @@ def replicate_lines(path: Path) -> list[str]:
 
 def drift_decided(path: Path) -> bool:
     """Whether the drift map is decided (its seeds whole): the report then leads with it."""
-    return path.is_file() and not read_json(path).get("provisional", True)
+    return path.is_file() and not read_json(path).get("provisional", False)
 
 
 def progress_section(report_dir: Path | None = None, figures_out: Path | None = None, draw_missing: bool = False,

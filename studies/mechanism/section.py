@@ -182,7 +182,16 @@ def drift_lines(runs, study: Path, root: Path) -> list[str]:
                        "magnitude closer to its behaviour policy (log-ratio, chi^2, KL) while gaining as much "
                        "held-out pc at delay 0 (the SGD pilot), so 64 updates are a far smaller off-policy gap under "
                        "SGD than under Adam, and M1 compares the estimators at that smaller gap: the optimiser "
-                       "intervention does not separate the update rule from the size of the drift it causes."), ""]
+                       "intervention does not separate the update rule from the size of the drift it causes."
+                       + _drift_map_answer()), ""]
+
+
+def _drift_map_answer() -> str:
+    """D1's answer (the drift map's pre-registered test of rule against drift) once it is decided; "" before."""
+    from studies.drift.section import d1_sentence, read_verdicts
+
+    text = d1_sentence(read_verdicts())
+    return f" {text}" if text else ""
 
 
 def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,

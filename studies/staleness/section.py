@@ -162,6 +162,15 @@ def plain_answer(runs) -> str:
     return text
 
 
+def step_size_first() -> list[str]:
+    """The drift map's D7 leads the plain answer when it holds (docs/PREREGISTRATION-DRIFT.md: "If it holds, the
+    plain answer leads with the step size"); nothing before it is decided."""
+    from studies.drift.section import read_verdicts, step_size_lead
+
+    text = step_size_lead(read_verdicts(), name=lambda e: plain(style.label(e)))
+    return [text, ""] if text else []
+
+
 def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str]]:
     """The report's first section: the staleness study's verdicts, tables, plain answer and figures.
     Returns (markdown lines, names of figures not drawn)."""
@@ -204,7 +213,7 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     if runs is None:
         return md, [plain(fig_module(n).TITLE) + ": results missing" for n in STUDY_FIGURES]
     md += stopping_markdown(runs)
-    md += [f"### Plain answer{'' if decided else ' so far'}", "", plain_answer(runs), ""]
+    md += [f"### Plain answer{'' if decided else ' so far'}", ""] + step_size_first() + [plain_answer(runs), ""]
     md += ["### GMC minus each baseline", "",
            ("Mean paired difference (GMC minus the baseline, seed by seed, whole seeds) "
            "with its 95% percentile-bootstrap "
