@@ -218,18 +218,18 @@ SUMMARY_HEADER = ("estimator", "d", "runs", "final held-out pc", "stable", "chi^
 
 def run_rows(out: Path, study: Study) -> list[dict]:
     """One row per run folder of ``study`` under ``out`` that has metrics: final pc, stability
-    (:func:`llm_runs.grid_summary.summarize_run`, the study's rule), median ``stale/chi2`` over the updates
+    (:func:`llm_runs.grid_summary.summary_row`, the study's rule), median ``stale/chi2`` over the updates
     t >= d, median completion tokens per second."""
     from schema.results import metrics_path, read_run
 
-    from .grid_summary import summarize_run
+    from .grid_summary import summary_row
 
     rows = []
     for cell in study.cells():
         run = out / cell.name
         if not run.is_dir() or metrics_path(run) is None:
             continue
-        r = summarize_run(run, cell, int(cell.overrides["steps"]))
+        r = summary_row(run, cell.name, int(cell.overrides["steps"]))
         if r is None:
             continue
         _, m = read_run(run)

@@ -41,7 +41,7 @@ from typing import Protocol
 
 import execution
 
-from .grid_summary import SUMMARY_COLUMNS, summarize_run, write_summary  # noqa: F401 (this module's table)
+from .grid_summary import SUMMARY_COLUMNS, write_summary  # noqa: F401 (this module's table)
 from .run_folder import run_state
 from .train import cli_flags
 
