@@ -339,3 +339,19 @@ def test_the_section_shows_the_decided_hypotheses_numbers(tmp_path):
     write_json(tmp_path / "v.json", _decided())
     text = "\n".join(drift_lines(tmp_path / "v.json"))
     assert "D1 CONFIRMED, docs/PREREGISTRATION-DRIFT.md" in text and text.count("Lower the step first") == 1
+
+
+def test_the_guide_says_below_which_drift_each_correction_held():
+    from studies.drift.section import drift_guide
+
+    v = _decided()
+    v["boundaries"] = [
+        {"estimator": "gmc", "optimizer": "sgd", "boundary": 0.016, "low": 0.013, "high": 0.043, "censored": None},
+        {"estimator": "is", "optimizer": "sgd", "boundary": 0.0133, "censored": "left"},
+        {"estimator": "topr", "optimizer": "sgd", "boundary": 0.62, "censored": "right"},
+        {"estimator": "topr", "optimizer": "adamclip", "boundary": 0.05, "censored": "right"}]
+    text = drift_guide(v)
+    assert "Under SGD: is failed already at the smallest drift measured (0.0133); gmc held below 0.016" in text
+    assert "held at every level measured: topr (up to 0.62)" in text and "Under Adam + clip 1.0: held" in text
+    assert text.endswith("at the Adam study's drift, early KL 0.106.")
+    assert drift_guide({**v, "provisional": True}) == "" and drift_guide(None) == ""

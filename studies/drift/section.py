@@ -117,6 +117,36 @@ def _ordering(d2: dict) -> str:
             "short of GMC's boundary: " + ", ".join(short))
 
 
+def drift_guide(v: dict | None, name=lambda e: e) -> str:
+    """"At your drift, use ...": per optimiser, the drift below which each correction held (its boundary) and
+    the corrections that held at every level measured, from the decided map; "" while it is provisional."""
+    if not v or v.get("provisional", False) or not v.get("boundaries"):
+        return ""
+    parts = []
+    for opt, label in OPTIMIZER_NAMES.items():
+        bs = [b for b in v["boundaries"] if b["optimizer"] == opt and b.get("boundary") is not None]
+        failed = sorted((b for b in bs if b.get("censored") != "right"), key=lambda b: b["boundary"])
+        held = sorted((b for b in bs if b.get("censored") == "right"), key=lambda b: -b["boundary"])
+        text = []
+        if failed:
+            text.append("; ".join(
+                f"{name(b['estimator'])} " + (f"failed already at the smallest drift measured ({_num(b['boundary'])})"
+                                              if b.get("censored") == "left" else
+                                              f"held below {_num(b['boundary'])} [{_num(b.get('low'))}, "
+                                              f"{_num(b.get('high'))}]") for b in failed))
+        if held:
+            text.append("held at every level measured: " + ", ".join(
+                f"{name(b['estimator'])} (up to {_num(b['boundary'])})" for b in held))
+        parts.append(f"Under {label}: " + "; ".join(text) + ".")
+    study = (v.get("D1") or {}).get("adam_study_drift")
+    where = (f" The staleness study's ranking was measured at the Adam study's drift, early KL "
+             f"{_num(study)}." if study is not None else "")
+    return ("At your drift (the early KL per token: the median over the 20 updates after the delay fills of the KL "
+            "between the policy and the one that sampled its batch; `drift/kl` in this toolkit's runs, "
+            "`python -m llm_runs.drift` reads verl's and TRL's logs), use a correction that held beyond it. "
+            + " ".join(parts) + where)
+
+
 def step_size_lead(v: dict | None, name=lambda e: e) -> str:
     """The plain answer's first sentence when D7 (the step size is the first lever) holds; "" otherwise.
     ``name`` renders an estimator's name."""
@@ -147,7 +177,8 @@ def drift_lines(path: Path) -> list[str]:
         r = v.get(h, {})
         md.append(f"| {h} | {r.get('verdict', 'n/a')}{' (' + r['why'] + ')' if 'why' in r else ''} |")
     md.append("")
-    md += [x for text in (d1_sentence(v), d2_sentence(v), step_size_lead(v)) if text for x in (text, "")]
+    md += [x for text in (d1_sentence(v), d2_sentence(v), step_size_lead(v), drift_guide(v)) if text
+           for x in (text, "")]
     bounds = v.get("boundaries", [])
     if bounds:
         state = "provisional, on the runs finished so far (not decided)" if v.get("provisional") else "decided"

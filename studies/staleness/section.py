@@ -164,11 +164,12 @@ def plain_answer(runs) -> str:
 
 def step_size_first() -> list[str]:
     """The drift map's D7 leads the plain answer when it holds (docs/PREREGISTRATION-DRIFT.md: "If it holds, the
-    plain answer leads with the step size"); nothing before it is decided."""
-    from studies.drift.section import read_verdicts, step_size_lead
+    plain answer leads with the step size"), then what the map says at the user's drift; nothing before it is
+    decided."""
+    from studies.drift.section import drift_guide, read_verdicts, step_size_lead
 
-    text = step_size_lead(read_verdicts(), name=lambda e: plain(style.label(e)))
-    return [text, ""] if text else []
+    v, name = read_verdicts(), (lambda e: plain(style.label(e)))
+    return [x for text in (step_size_lead(v, name=name), drift_guide(v, name=name)) if text for x in (text, "")]
 
 
 def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str]]:
