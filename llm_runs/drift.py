@@ -71,14 +71,18 @@ def summary(m: pd.DataFrame, delay: int, stack: str = "toolkit") -> dict:
     return out
 
 
-def read_metrics(path: str | Path, stack: str = "toolkit") -> tuple[pd.DataFrame, int | None]:
+def read_export(path: str | Path, stack: str = "toolkit") -> tuple[pd.DataFrame, int | None]:
     """The per-update metrics at ``path`` and the run's delay where the file records it: a run folder
-    of this toolkit; a verl file-logger export (JSON lines ``{"step": n, "data": {...}}`` or flat
-    dicts); a TRL ``trainer_state.json`` (its ``log_history``); or a CSV with a step column."""
+    of this toolkit (or a run of a packed grid, :mod:`schema.packed`); a verl file-logger export (JSON
+    lines ``{"step": n, "data": {...}}`` or flat dicts); a TRL ``trainer_state.json`` (its
+    ``log_history``); or a CSV with a step column."""
+    from schema.results import is_packed_run
+
     p = Path(path)
-    if not p.exists():
+    packed = not p.exists() and is_packed_run(p)
+    if not p.exists() and not packed:
         raise ValueError(f"{p}: no such file or folder")
-    if p.is_dir():
+    if p.is_dir() or packed:
         from schema.results import read_run, read_run_config
 
         _, m = read_run(p)
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delay", type=int, default=None, help="the run's delay d (read from a toolkit run's config)")
     args = p.parse_args(argv)
     try:
-        m, delay = read_metrics(args.path, args.stack)
+        m, delay = read_export(args.path, args.stack)
         delay = args.delay if args.delay is not None else delay
         if delay is None:
             raise ValueError("give --delay: the export does not record the run's delay")

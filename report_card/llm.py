@@ -305,13 +305,13 @@ def drift(runs: list) -> dict:
     """The drift of a cell's runs (:func:`llm_runs.drift.summary`: the early window's median KL per token
     and trajectory chi^2, each run's, then their median over runs) and, where the drift study's map exists
     (:func:`llm_runs.drift.map_path`), the place of that KL on it (:func:`llm_runs.drift.place`)."""
-    from llm_runs.drift import map_path, place, read_metrics, summary
+    from llm_runs.drift import map_path, place, read_export, summary
     from schema.results import results_root
 
     vals = {"kl": [], "chi2": []}
     for source, run in runs:
         folder = Path(source) if Path(source).is_absolute() else results_root() / Path(source).relative_to("results")
-        m, d = read_metrics(folder / run)
+        m, d = read_export(folder / run)
         s = summary(m, d)
         for k, v in vals.items():
             v.append(s[f"{k}_early"])

@@ -47,7 +47,7 @@ def test_a_verl_file_logger_export(tmp_path):
         for t in range(30):
             fh.write(json.dumps({"step": t, "data": {"rollout_corr/k3_kl": 0.001 * t, "rollout_corr/chi2_seq": 0.1 * t,
                                                      "actor/pg_loss": 0.5}}) + "\n")
-    m, delay = drift.read_metrics(path, "verl")
+    m, delay = drift.read_export(path, "verl")
     assert delay is None
     s = drift.summary(m, 4, "verl")
     assert s["kl_column"] == "rollout_corr/k3_kl" and s["kl_early"] == pytest.approx(0.001 * np.median(range(4, 24)))
@@ -70,13 +70,13 @@ def test_bad_exports_are_named(tmp_path):
     bad = tmp_path / "x.jsonl"
     bad.write_text('{"step": 0, "data": {}}\nnot json\n')
     with pytest.raises(ValueError, match="line 2 is not JSON"):
-        drift.read_metrics(bad, "verl")
+        drift.read_export(bad, "verl")
     with pytest.raises(ValueError, match="no such file"):
-        drift.read_metrics(tmp_path / "missing", "verl")
+        drift.read_export(tmp_path / "missing", "verl")
     other = tmp_path / "o.json"
     other.write_text("[]")
     with pytest.raises(ValueError, match="not a run folder"):
-        drift.read_metrics(other, "trl")
+        drift.read_export(other, "trl")
 
 
 def test_a_toolkit_run_folder(tmp_path):
@@ -86,7 +86,7 @@ def test_a_toolkit_run_folder(tmp_path):
 
     cfg = tiny(tmp_path / "cache", delay=2, steps=4, drift_diagnostics=True)
     Trainer(cfg, tmp_path / "run", progress=False, log=lambda m: None).run()
-    m, delay = drift.read_metrics(tmp_path / "run")
+    m, delay = drift.read_export(tmp_path / "run")
     s = drift.summary(m, delay)
     assert delay == 2 and s["kl_column"] == "drift/kl" and s["kl_early"] > 0
 
@@ -355,3 +355,39 @@ def test_the_guide_says_below_which_drift_each_correction_held():
     assert "held at every level measured: topr (up to 0.62)" in text and "Under Adam + clip 1.0: held" in text
     assert text.endswith("at the Adam study's drift, early KL 0.106.")
     assert drift_guide({**v, "provisional": True}) == "" and drift_guide(None) == ""
+
+
+def test_a_run_of_a_packed_grid_reads_like_its_folder(tmp_path):
+    from pathlib import Path
+
+    from schema.packing import unpack_run
+    from schema.results import is_packed_run
+
+    run = Path(__file__).resolve().parents[1] / "results" / "llm" / "study" / "long-gmc-d64-s0"
+    m, delay = drift.read_export(run)
+    folder, d2 = drift.read_export(unpack_run(run, tmp_path / run.name))
+    assert delay == d2 == 64 and drift.summary(m, delay) == drift.summary(folder, d2)
+    if not is_packed_run(run):
+        pytest.skip("the committed study grid is not packed here")
+
+
+def test_runs_are_found_by_name_in_a_packed_grid_too():
+    from pathlib import Path
+
+    study = Path(__file__).resolve().parents[1] / "results" / "llm" / "study"
+    found = analysis._runs_named(study, "long-gmc-d0-s*")
+    assert [r.name for r in found] == [f"long-gmc-d0-s{s}" for s in range(10)]
+    assert math.isfinite(analysis.study_gain())
+
+
+def test_verdicts_written_elsewhere_take_their_map_with_them(tmp_path, monkeypatch):
+    """``--json`` elsewhere never writes into the committed folder: the map goes beside the verdicts."""
+    monkeypatch.setattr(analysis, "read", lambda folders=None: pd.DataFrame())
+    monkeypatch.setattr(analysis, "analyse", lambda runs: {"seeds_drift": [], "boundaries": [], "M6_disclosure": {},
+                                                          **{h: {"verdict": "INCONCLUSIVE"} for h in
+                                                             ("D1", "D2", "D3", "D4", "D5", "D6", "D7")}})
+    monkeypatch.setattr(analysis, "map_table", lambda result, runs=None: {"map": True})
+    monkeypatch.setattr(analysis, "_folders", lambda: {"drift": tmp_path / "committed"})
+    assert analysis.main(["--json", str(tmp_path / "elsewhere" / "v.json")]) == 0
+    assert json.loads((tmp_path / "elsewhere" / "map.json").read_text()) == {"map": True}
+    assert not (tmp_path / "committed").exists()

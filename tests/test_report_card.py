@@ -302,11 +302,11 @@ def test_the_drift_of_a_cell_and_its_place_on_the_map(tmp_path, monkeypatch):
     """A cell's early KL is llm_runs.drift.summary's, median over its runs; it is placed on a map that is
     not provisional (llm_runs.drift.place) and not on a provisional one."""
     import llm_runs.drift
-    from llm_runs.drift import read_metrics, summary
+    from llm_runs.drift import read_export, summary
     from report_card import llm
 
     runs = [["results/llm/mechanism", f"long-adamwclip-topr-d64-s{s}"] for s in (0, 1, 2)]
-    kl = sorted(summary(*read_metrics(ROOT / r[0] / r[1]))["kl_early"] for r in runs)[1]
+    kl = sorted(summary(*read_export(ROOT / r[0] / r[1]))["kl_early"] for r in runs)[1]
     row = {"estimator": "x", "optimizer": "adam", "boundary": 2 * kl, "censored": None,
            "levels": [{"drift": kl, "stable_share": 1.0, "n": 3}]}
     path = tmp_path / "map.json"

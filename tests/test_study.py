@@ -496,12 +496,14 @@ def test_the_abstracts_llm_claim_without_the_study_is_not_checked(tmp_path, monk
 def _copy_committed(tmp_path, names):
     import shutil
 
+    from schema.packing import unpack_run
+
     src = REPO / "results" / "llm" / "study"
     root = tmp_path / "study"
     root.mkdir()
     shutil.copy(src / "sweep.json", root / "sweep.json")
-    for n in names:
-        shutil.copytree(src / n, root / n, ignore=shutil.ignore_patterns("logs"))
+    for n in names:  # a run folder, whether the grid is packed or not
+        unpack_run(src / n, root / n)
     return root
 
 
@@ -623,16 +625,15 @@ def test_a_grid_paired_with_another_refuses_a_machine_whose_warm_start_differs_f
                                                                                                capsys):
     """peers_2025 (and the mechanism grid) pair their runs with the committed study's: the check covers
     the study's folder too, even when the grid's own folder is still empty."""
-    import json
-    import shutil
-
     import llm_runs.study as study_cli
+    from schema.packing import unpack_run
+    from schema.results import read_run_doc
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     src = REPO / "results" / "llm" / "study" / "long-gmc-d64-s0"
     (tmp_path / "llm" / "study").mkdir(parents=True)
-    shutil.copytree(src, tmp_path / "llm" / "study" / src.name, ignore=shutil.ignore_patterns("logs"))
-    theirs = json.loads((src / "config.json").read_text())["warm_start"]
+    unpack_run(src, tmp_path / "llm" / "study" / src.name)
+    theirs = read_run_doc(src)["warm_start"]
     other = {**theirs, "heldout_pc": 0.010061427227023785}
     monkeypatch.setattr(study_cli, "_warm_starts", lambda study: {"long": other, "short": {"key": "elsewhere"}})
     out = tmp_path / "llm" / "study_2025"

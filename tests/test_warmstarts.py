@@ -38,7 +38,9 @@ def test_the_committed_warm_starts_are_the_ones_the_committed_runs_started_from(
     cfg = dataclasses.replace(committed_config(which), cache_dir=str(tmp_path))
     if not warmstart.committed_path(cfg).is_dir():
         pytest.fail(f"no committed warm start for {which} ({warmstart.committed_path(cfg)})")
-    used = json.loads((ROOT / run / "config.json").read_text())["warm_start"]
+    from schema.results import read_run_doc
+
+    used = read_run_doc(ROOT / run)["warm_start"]  # packed or not
     ws = warmstart.get_warm_start(cfg, build_task(cfg), log=lambda m: None)
     assert ws.info["source"] == "committed"
     assert warmstart.weights_digest(ws.path) == ws.info["weights_sha256"]  # reassembled and checked

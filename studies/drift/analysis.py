@@ -208,6 +208,16 @@ def _not_run(why: str) -> dict:
     return {"verdict": "INCONCLUSIVE", "why": f"not yet run: {why}"}
 
 
+def _runs_named(root: Path, pattern: str) -> list[Path]:
+    """The runs under ``root`` whose names match the glob ``pattern``, sorted: folders or runs of its packed
+    tables alike (:func:`schema.results.run_folders`; a packed run has no folder to glob)."""
+    from fnmatch import fnmatchcase
+
+    from schema.results import run_folders
+
+    return [r for r in run_folders(root) if fnmatchcase(r.name, pattern)]
+
+
 def adam_study_drift(runs_mech: pd.DataFrame | None = None) -> float:
     """The Adam study's drift level: the median over seeds of the early KL of the mechanism grid's
     unclipped-Adam gmc runs at d = 64."""
@@ -215,7 +225,7 @@ def adam_study_drift(runs_mech: pd.DataFrame | None = None) -> float:
     from schema.results import read_run
 
     vals = []
-    for run in sorted((_folders()["mechanism"]).glob("long-adam-gmc-d64-s*")):
+    for run in _runs_named(_folders()["mechanism"], "long-adam-gmc-d64-s*"):
         _, m = read_run(run)
         vals.append(summary(m, 64)[AXIS])
     return float(np.median(vals)) if vals else math.nan
@@ -360,7 +370,7 @@ def study_gain() -> float:
     from schema.results import read_run
 
     g = []
-    for run in sorted(grid_folder("primary").glob("long-gmc-d0-s*")):
+    for run in _runs_named(grid_folder("primary"), "long-gmc-d0-s*"):
         _, m = read_run(run)
         pc = m["eval/heldout_pc"].dropna()
         g.append(float(pc.iloc[-1] - pc.iloc[0]))
@@ -623,12 +633,14 @@ def main(argv: list[str] | None = None) -> int:
     from schema.io import check_output, write_json
 
     p = argparse.ArgumentParser(prog="python -m studies.drift", description=__doc__.split("\n\n")[0])
-    p.add_argument("--json", default=None, help="write the verdicts here (default: results/llm/drift/verdicts.json)")
+    p.add_argument("--json", default=None, help="write the verdicts here (default: results/llm/drift/verdicts.json), "
+                                                "and the map beside them as map.json")
     args = p.parse_args(argv)
     folders = _folders()
     out = Path(args.json) if args.json else folders["drift"] / "verdicts.json"
+    map_out = out.with_name("map.json")  # beside the verdicts: --json never writes into the committed folder
     try:
-        for path in (out, folders["drift"] / "map.json"):
+        for path in (out, map_out):
             check_output(path)
         runs = read(folders)
         result = analyse(runs)
@@ -636,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     write_json(out, result)
-    write_json(folders["drift"] / "map.json", map_table(result, runs))
+    write_json(map_out, map_table(result, runs))
     for h in ("D1", "D2", "D3", "D4", "D5", "D6", "D7"):
         v = result[h]
         print(f"{h}: {v['verdict']}" + (f" ({v['why']})" if "why" in v else ""))
