@@ -20,7 +20,7 @@ from pathlib import Path
 
 from llm_runs.grids import STUDIES
 from schema.io import loads_json, write_text
-from studies.drift.section import d1_sentence, step_size_lead
+from studies.drift.section import d1_sentence, d5_sentence, step_control_sentence, step_size_lead
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"  # the committed results: the README describes these, whatever GMC_RESULTS says
@@ -162,7 +162,7 @@ def mechanism_rest(mechanism: dict, drift: dict) -> str:
             f"(Fisher p = {m6['p_fisher']:.3f}, M6 {m6['verdict']} on the {analysed} runs analysed; a disclosed "
             f"deviation: on all {named} the pre-registration names, {d220['hits'][0]} of {d220['hits'][1]} against "
             f"{d220['false_alarms'][0]} of {d220['false_alarms'][1]}, p = {d220['p_fisher']:.3f}, {d220['verdict']}): "
-            "watch the held-out reward.")
+            "watch the held-out reward." + (f" {d5}" if (d5 := d5_sentence(drift)) else ""))
 
 
 def in_progress(drift: dict, replicate: dict) -> str:
@@ -179,9 +179,10 @@ def in_progress(drift: dict, replicate: dict) -> str:
     undecided = [k for k in hyps if drift[k].get("why", "").startswith("not yet run")]
     decided = [f"{k} {drift[k]['verdict']}" for k in hyps if k not in undecided]
     if lead:
-        head = (lead.replace("Lower the step first", "**Lower the step first**", 1)
-                + " The drift map ([pre-registration](docs/PREREGISTRATION-DRIFT.md)) "
-                f"so far: {', '.join(decided)}.")
+        control = step_control_sentence(drift)
+        head = (lead.replace("Lower the step first", "**Lower the step first**", 1) + (f" {control}" if control else "")
+                + " The drift map ([pre-registration](docs/PREREGISTRATION-DRIFT.md)): "
+                f"{', '.join(decided)}.")
     elif decided:
         head = f"**The drift map** ([pre-registration](docs/PREREGISTRATION-DRIFT.md)): {', '.join(decided)}."
     else:

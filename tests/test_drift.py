@@ -391,3 +391,45 @@ def test_verdicts_written_elsewhere_take_their_map_with_them(tmp_path, monkeypat
     assert analysis.main(["--json", str(tmp_path / "elsewhere" / "v.json")]) == 0
     assert json.loads((tmp_path / "elsewhere" / "map.json").read_text()) == {"map": True}
     assert not (tmp_path / "committed").exists()
+
+
+def _step_arms():
+    def arm(k, n=10):
+        return {"n": n, "stable": k, "share": k / n, "pc_final": 0.5}
+
+    return {"D3": {"verdict": "CONFIRMED", "ess-gmc": arm(10), "ess-is": arm(9),
+                   "vcpo_minus_topr": {"mean": 0.073, "low": 0.052, "high": 0.091}},
+            "D4": {"verdict": "REFUTED", "gmcstep": arm(5),
+                   "gmcstep_minus_topr": {"mean": -0.14, "low": -0.186, "high": -0.094}},
+            "D6": {"verdict": "REFUTED", **arm(0)},
+            "step_arms": {"vcpo-seq_tis": arm(10), "ess-topr": {**arm(10), "lr_scale_median": 0.73},
+                          "gmcstep-gmc": {**arm(5), "lr_scale_median": 0.961}}}
+
+
+def test_the_step_size_arms_are_said_with_their_shares_and_paired_differences():
+    from studies.drift.section import step_control_sentence
+
+    text = step_control_sentence(_step_arms())
+    assert "(10 of 10 and 9 of 10 seeds)" in text and "+0.073 [+0.052, +0.091]" in text and "D3 CONFIRMED" in text
+    assert "stable in 5 of 10, minus TOPR -0.140 [-0.186, -0.094] (D4 REFUTED)" in text
+    assert "stable in 0 of 10 (D6 REFUTED)" in text and "itself stable in 10 of 10" in text
+    assert "then over runs): ESS on TOPR 0.73, GMC's step form 0.96." in text
+    assert step_control_sentence({"D3": {"verdict": "INCONCLUSIVE", "why": "not yet run"}}) == ""
+
+
+def test_d5_s_sentence_says_when_the_disclosed_deviation_would_change_the_verdict():
+    from studies.drift.section import d5_sentence
+
+    def sig(h, f, p):
+        return {"hits": h, "false_alarms": f, "p_fisher": p, "lead_median": 14}
+
+    d5 = {"verdict": "REFUTED", "train_runs": 230,
+          "signals": {"stale/ess": sig([0, 202], [1, 468], 1.0), "train/grad_norm": sig([1, 202], [4, 468], 0.83)},
+          "deviation": {"train_runs": 220, "signals": {"stale/ess": sig([87, 202], [112, 468], 7.7e-7),
+                                                       "train/grad_norm": sig([1, 202], [2, 468], 0.66)}}}
+    text = d5_sentence({"D5": d5})
+    assert "D5 REFUTED" in text and "before 0 of 202 held-out collapses and in 1 of 468" in text
+    assert "which the same rule would call CONFIRMED" in text
+    weak = {**d5, "deviation": {"train_runs": 220, "signals": {"stale/ess": sig([10, 202], [30, 468], 0.4)}}}
+    assert "would call" not in d5_sentence({"D5": weak})
+    assert d5_sentence({"D5": {**d5, "verdict": "INCONCLUSIVE"}}) == ""

@@ -78,6 +78,8 @@ def read(folders: dict[str, Path] | None = None) -> pd.DataFrame:
             cfg = read_run_config(run)
             row.update({k: cfg.get(k) for k in SETTINGS})
             row.update(summary(m, int(row["delay"])))
+            scale = m.loc[m["step"] >= row["delay"], "step/lr_scale"].dropna() if "step/lr_scale" in m else ()
+            row["lr_scale"] = float(scale.median()) if len(scale) else math.nan  # the step-size control's factor
             row["grid"] = name
             row["arm"] = arm if arm in STEP_ARMS else None
             row["level"] = None if row["arm"] else _level(row)
@@ -314,11 +316,13 @@ def _paired_vs_topr(runs, arm_rows, seeds):
 def step_arms(runs, seeds) -> dict:
     """D3, D4, D6 on ``seeds`` (the pre-registration needs 0-9)."""
     shares = {}
-    for arm, est in (("ess", "gmc"), ("ess", "is"), ("vcpo", "seq_tis"), ("gmcstep", "gmc"), ("skip0", "seq_geo_mask")):
+    for arm, est in (("ess", "gmc"), ("ess", "is"), ("ess", "topr"), ("vcpo", "seq_tis"), ("gmcstep", "gmc"),
+                     ("skip0", "seq_geo_mask")):
         g = _arm_runs(runs, arm, est, seeds)
         shares[f"{arm}-{est}"] = {"n": len(g), "stable": int(g["stable"].sum()),
                                   "share": float(g["stable"].mean()) if len(g) else math.nan,
-                                  "pc_final": float(g["pc_final"].mean()) if len(g) else math.nan}
+                                  "pc_final": float(g["pc_final"].mean()) if len(g) else math.nan,
+                                  "lr_scale_median": float(g["lr_scale"].median()) if len(g) else math.nan}
     boots = {k: _paired_vs_topr(runs, _arm_runs(runs, arm, est, seeds), seeds)
              for k, (arm, est) in {"vcpo": ("vcpo", "seq_tis"), "ess-gmc": ("ess", "gmc"),
                                    "gmcstep": ("gmcstep", "gmc")}.items()}
@@ -417,6 +421,7 @@ def analyse(runs: pd.DataFrame) -> dict:
     if len(all10) >= 10:
         arms = step_arms(runs, all10)
         out["D3"], out["D4"], out["D6"] = d3(arms), d4(arms), d6(arms, len(all10))
+        out["step_arms"] = arms["shares"]  # every arm's stable share and final pc, the undecided ones too
     else:
         for h in ("D3", "D4", "D6"):
             out[h] = _not_run(f"{len(all10)} of the 10 seeds of the step-size arms whole")

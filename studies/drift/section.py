@@ -117,6 +117,79 @@ def _ordering(d2: dict) -> str:
             "short of GMC's boundary: " + ", ".join(short))
 
 
+def _paired(x: dict) -> str:
+    return f"{x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]"
+
+
+def step_control_sentence(v: dict | None) -> str:
+    """D3, D4 and D6 (step-size control at Adam + clip, d = 64) in one paragraph once they are run; "" before."""
+    v = v or {}
+    d3, d4, d6 = (v.get(h, {}) for h in ("D3", "D4", "D6"))
+    if "vcpo_minus_topr" not in d3 or "gmcstep" not in d4 or "n" not in d6:
+        return ""
+    arms = v.get("step_arms", {})
+
+    def share(x):
+        return f"{x['stable']} of {x['n']}"
+
+    vcpo = f", itself stable in {share(arms['vcpo-seq_tis'])}" if "vcpo-seq_tis" in arms else ""
+    topr = (f" (on TOPR, stable in {share(arms['ess-topr'])}, mean final pc {arms['ess-topr']['pc_final']:.3f})"
+            if "ess-topr" in arms else "")
+    return (f"Step-size control under Adam + clip 1.0 at the study's rate, d = 64: VCPO's ESS sqrt scaling makes GMC "
+            f"and IS stable ({share(d3['ess-gmc'])} and {share(d3['ess-is'])} seeds){topr}, and VCPO's recipe (seq. "
+            f"TIS at 8, ESS scaling, OPOB){vcpo}, minus TOPR at the same step is {_paired(d3['vcpo_minus_topr'])} "
+            f"in final held-out pc (paired by seed, Holm-adjusted; D3 {d3['verdict']}). GMC's step form of THEORY "
+            f"§8 is stable in {share(d4['gmcstep'])}, minus TOPR {_paired(d4['gmcstep_minus_topr'])} (D4 "
+            f"{d4['verdict']}). The zero-gradient skip leaves seq_geo_mask under unclipped Adam stable in "
+            f"{share(d6)} (D6 {d6['verdict']})." + _step_factors(arms))
+
+
+def _step_factors(arms: dict) -> str:
+    """The step-size factor each arm applied (median over updates after the delay fills, then over runs)."""
+    named = (("ess-gmc", "ESS on GMC"), ("ess-is", "ESS on IS"), ("ess-topr", "ESS on TOPR"), ("vcpo-seq_tis", "VCPO"),
+             ("gmcstep-gmc", "GMC's step form"))
+    have = [(label, arms[k]["lr_scale_median"]) for k, label in named
+            if k in arms and math.isfinite(float(arms[k].get("lr_scale_median", math.nan)))]
+    if not have:
+        return ""
+    return (" The factor each control put on the step (median over the updates after the delay fills, then over "
+            "runs): " + ", ".join(f"{label} {x:.2f}" for label, x in have) + ". GMC's step form leaves the step "
+            "nearly whole, as THEORY §8.4 (item 4) expects when few groups exceed the cap. Whether ESS scaling works "
+            "by shortening the step on average (what D7 found sufficient) or by shortening it on the updates whose "
+            "ratios are most dispersed, these arms do not separate: a hypothesis either way.")
+
+
+def d5_sentence(v: dict | None) -> str:
+    """D5 (VCPO's predictor) once decided, with the disclosed deviation and the exploratory rule beside it."""
+    d5 = (v or {}).get("D5", {})
+    if d5.get("verdict") in (None, "INCONCLUSIVE") or "interim_verdict" in d5 or "signals" not in d5:
+        return ""
+
+    def counts(x):
+        return (f"before {x['hits'][0]} of {x['hits'][1]} held-out collapses and in {x['false_alarms'][0]} of "
+                f"{x['false_alarms'][1]} runs that held (Fisher p = {_num(x['p_fisher'])})")
+
+    sig = d5["signals"]
+    text = (f"VCPO's predictor (D5 {d5['verdict']}, thresholds chosen on the {d5['train_runs']} study runs the rule "
+            f"selects): the group ESS fraction fires {counts(sig['stale/ess'])}, the gradient norm "
+            f"{counts(sig['train/grad_norm'])}.")
+    dev = d5.get("deviation")
+    if dev:
+        from studies.drift.analysis import D5_ALPHA
+
+        passes = any(x["p_fisher"] < D5_ALPHA and x["hits"][0] / x["hits"][1] > x["false_alarms"][0] /
+                     x["false_alarms"][1] for x in dev["signals"].values() if x["hits"][1] and x["false_alarms"][1])
+        text += (f" Disclosed deviation: chosen on the {dev['train_runs']} runs the pre-registration's text counts, "
+                 f"the ESS fraction fires {counts(dev['signals']['stale/ess'])}"
+                 + (", which the same rule would call CONFIRMED: the verdict turns on which training runs choose "
+                    "the threshold." if passes and d5["verdict"] != "CONFIRMED" else "."))
+    x = d5.get("exploratory_from_0", {}).get("stale/ess")
+    if x:
+        text += (f" Exploratory, not pre-registered (from the first update): {counts(x)}, median lead "
+                 f"{_num(x['lead_median'])} updates.")
+    return text
+
+
 def drift_guide(v: dict | None, name=lambda e: e) -> str:
     """"At your drift, use ...": per optimiser, the drift below which each correction held (its boundary) and
     the corrections that held at every level measured, from the decided map; "" while it is provisional."""
@@ -177,8 +250,8 @@ def drift_lines(path: Path) -> list[str]:
         r = v.get(h, {})
         md.append(f"| {h} | {r.get('verdict', 'n/a')}{' (' + r['why'] + ')' if 'why' in r else ''} |")
     md.append("")
-    md += [x for text in (d1_sentence(v), d2_sentence(v), step_size_lead(v), drift_guide(v)) if text
-           for x in (text, "")]
+    md += [x for text in (d1_sentence(v), d2_sentence(v), step_control_sentence(v), d5_sentence(v), step_size_lead(v),
+                          drift_guide(v)) if text for x in (text, "")]
     bounds = v.get("boundaries", [])
     if bounds:
         state = "provisional, on the runs finished so far (not decided)" if v.get("provisional") else "decided"

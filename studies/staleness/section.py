@@ -166,10 +166,11 @@ def step_size_first() -> list[str]:
     """The drift map's D7 leads the plain answer when it holds (docs/PREREGISTRATION-DRIFT.md: "If it holds, the
     plain answer leads with the step size"), then what the map says at the user's drift; nothing before it is
     decided."""
-    from studies.drift.section import drift_guide, read_verdicts, step_size_lead
+    from studies.drift.section import drift_guide, read_verdicts, step_control_sentence, step_size_lead
 
     v, name = read_verdicts(), (lambda e: plain(style.label(e)))
-    return [x for text in (step_size_lead(v, name=name), drift_guide(v, name=name)) if text for x in (text, "")]
+    return [x for text in (step_size_lead(v, name=name), step_control_sentence(v), drift_guide(v, name=name)) if text
+            for x in (text, "")]
 
 
 def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str]]:
