@@ -433,3 +433,17 @@ def test_d5_s_sentence_says_when_the_disclosed_deviation_would_change_the_verdic
     weak = {**d5, "deviation": {"train_runs": 220, "signals": {"stale/ess": sig([10, 202], [30, 468], 0.4)}}}
     assert "would call" not in d5_sentence({"D5": weak})
     assert d5_sentence({"D5": {**d5, "verdict": "INCONCLUSIVE"}}) == ""
+
+
+@pytest.mark.parametrize("decided", [True, False])
+def test_the_mechanism_section_takes_d1_s_answer_once_it_is_decided(monkeypatch, decided):
+    import studies.drift.section as drift_section
+    from studies.mechanism import section as mech
+
+    row = {"arm": "sgd", "estimator": "gmc", "stable": 1, "runs": 1}
+    monkeypatch.setattr("llm_runs.mechanism_table.drift_table", lambda *a: pd.DataFrame([row]))
+    monkeypatch.setattr(mech, "_drift_cells", lambda v: "cells")
+    monkeypatch.setattr(drift_section, "read_verdicts", lambda root=None: _decided() if decided else None)
+    text = "\n".join(mech.drift_lines(None, None, None))
+    assert ("alone could not separate" in text and "D1 CONFIRMED" in text) is decided
+    assert ("intervention does not separate the update rule" in text) is not decided

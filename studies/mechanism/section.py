@@ -181,9 +181,11 @@ def drift_lines(runs, study: Path, root: Path) -> list[str]:
     return out + ["", ("Measured, not tested by intervention: SGD at the same delay keeps the policy an order of "
                        "magnitude closer to its behaviour policy (log-ratio, chi^2, KL) while gaining as much "
                        "held-out pc at delay 0 (the SGD pilot), so 64 updates are a far smaller off-policy gap under "
-                       "SGD than under Adam, and M1 compares the estimators at that smaller gap: the optimiser "
-                       "intervention does not separate the update rule from the size of the drift it causes."
-                       + _drift_map_answer()), ""]
+                       "SGD than under Adam, and M1 compares the estimators at that smaller gap: "
+                       + ("the optimiser intervention alone could not separate the update rule from the size of the "
+                          f"drift it causes. {answer}" if (answer := _drift_map_answer().strip()) else
+                          "the optimiser intervention does not separate the update rule from the size of the drift "
+                          "it causes.")), ""]
 
 
 def _drift_map_answer() -> str:
