@@ -18,6 +18,10 @@ VERL_STAMP := $(VERL_VENV)/.installed-stamp
 COMMA := ,
 # torch is pinned everywhere: an unpinned torch pulls a multi-GB CUDA build.
 TORCH := torch==2.13.0
+# transformers is pinned in the main environment to the release the lean Qwen3 forward was checked
+# against (llm_runs/qwen3_forward.py, CHECKED_TRANSFORMERS), on which the committed runs replay byte for byte;
+# verl's environment keeps verl's own pin.
+MAIN_PINS := transformers==5.24.*
 export OMP_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -34,20 +38,20 @@ help:
 	@echo "make gpu-study       the Qwen3-0.6B study on one CUDA GPU (8 minutes; --dry-run: python -m llm_runs.gpu_study --dry-run)"
 	@echo "make all             every producer, then the figures and the report"
 
-# $(call venv,DIR,EXTRAS,ABSENT): DIR with torch, the toolkit and EXTRAS, the package ABSENT
-# removed if an older set-up left it there, `pip check` clean, then the stamp.
+# $(call venv,DIR,EXTRAS,ABSENT,PINS): DIR with torch, the toolkit and EXTRAS (and the requirements PINS), the
+# package ABSENT removed if an older set-up left it there, `pip check` clean, then the stamp.
 define venv
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
 	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
 	$(1)/bin/pip install -q --upgrade pip
-	$(1)/bin/pip install -q "$(TORCH)" -e ".[$(2)]"
+	$(1)/bin/pip install -q "$(TORCH)" $(4) -e ".[$(2)]"
 	if $(1)/bin/pip show -q $(3) 2>/dev/null; then $(1)/bin/pip uninstall -q -y $(3); fi
 	$(1)/bin/pip check
 	touch $(1)/.installed-stamp
 endef
 
 $(STAMP): pyproject.toml Makefile
-	$(call venv,$(VENV),test$(COMMA)trl$(COMMA)gsm8k$(COMMA)ray$(COMMA)gpu,verl)
+	$(call venv,$(VENV),test$(COMMA)trl$(COMMA)gsm8k$(COMMA)ray$(COMMA)gpu,verl,"$(MAIN_PINS)")
 
 $(VERL_STAMP): pyproject.toml Makefile
 	$(call venv,$(VERL_VENV),test$(COMMA)verl,trl)
