@@ -39,19 +39,21 @@ help:
 	@echo "make all             every producer, then the figures and the report"
 
 # $(call venv,DIR,EXTRAS,ABSENT,PINS): DIR with torch, the toolkit and EXTRAS (and the requirements PINS), the
-# package ABSENT removed if an older set-up left it there, `pip check` clean, then the stamp.
+# packages ABSENT removed if an older set-up left them there, `pip check` clean, then the stamp. The main
+# environment has no `kernels` package: it can swap a layer's forward, so the lean Qwen3 path refuses to run
+# beside it (llm_runs/qwen3_forward.py), and a transformers outside the pin installs it.
 define venv
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
 	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
 	$(1)/bin/pip install -q --upgrade pip
 	$(1)/bin/pip install -q "$(TORCH)" $(4) -e ".[$(2)]"
-	if $(1)/bin/pip show -q $(3) 2>/dev/null; then $(1)/bin/pip uninstall -q -y $(3); fi
+	for p in $(3); do if $(1)/bin/pip show -q $$p 2>/dev/null; then $(1)/bin/pip uninstall -q -y $$p; fi; done
 	$(1)/bin/pip check
 	touch $(1)/.installed-stamp
 endef
 
 $(STAMP): pyproject.toml Makefile
-	$(call venv,$(VENV),test$(COMMA)trl$(COMMA)gsm8k$(COMMA)ray$(COMMA)gpu,verl,"$(MAIN_PINS)")
+	$(call venv,$(VENV),test$(COMMA)trl$(COMMA)gsm8k$(COMMA)ray$(COMMA)gpu,verl kernels,"$(MAIN_PINS)")
 
 $(VERL_STAMP): pyproject.toml Makefile
 	$(call venv,$(VERL_VENV),test$(COMMA)verl,trl)
