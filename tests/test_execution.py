@@ -144,8 +144,10 @@ def test_llm_sweep_on_ray_killed_resumes_without_half_written_or_doubled_runs(tm
     ends the dead driver's tasks and kills the runs they started (Ray 2.60 reaps a dead worker's
     child processes); each run folder is left resumable, and resuming loses or repeats no update."""
     base = {"model_kwargs": TINY_MODEL, "warm_start_steps": 5, "warm_start_lr": 3e-3, "warm_start_batch": 16,
-            "heldout_size": 8, "eval_train_size": 8, "prompts_per_step": 2, "group_size": 2, "steps": 30,
+            "heldout_size": 8, "eval_train_size": 8, "prompts_per_step": 2, "group_size": 2, "steps": 400,
             "eval_every": 0, "checkpoint_every": 0, "cache_dir": str(tmp_path / "cache"), "threads": 1}
+    # 400 updates: enough that no run can finish in the seconds Ray takes to reap a dead driver's runs on an
+    # idle machine (with 30, both runs sometimes completed first and nothing was left to resume)
     out = tmp_path / "sweep"
     names = {c.name for c in llm_sweep.plan(llm_sweep.Sweep("ray-test", str(out), base, ("gmc", "is"), (1,), (0,)))}
     driver = _driver(out, ray_cluster, base)
