@@ -22,6 +22,8 @@ def renamed_keywords(**old_to_new: str):
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            if not kwargs or old_to_new.keys().isdisjoint(kwargs):  # the usual call: nothing to rename
+                return fn(*args, **kwargs)
             for old, new in old_to_new.items():
                 if old in kwargs:
                     if new in kwargs:
