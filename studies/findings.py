@@ -42,8 +42,6 @@ or (None, path under the results root)."""
 
 
 def source_path(key: str, root: Path = RESULTS) -> Path:
-    from llm_runs.grids import STUDIES
-
     grid, name = SOURCES[key]
     return root / name if grid is None else STUDIES[grid].default_out(root) / name
 

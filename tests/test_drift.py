@@ -364,11 +364,10 @@ def test_a_run_of_a_packed_grid_reads_like_its_folder(tmp_path):
     from schema.results import is_packed_run
 
     run = Path(__file__).resolve().parents[1] / "results" / "llm" / "study" / "long-gmc-d64-s0"
+    assert is_packed_run(run)  # the committed study grid is packed (docs/RESULTS.md)
     m, delay = drift.read_export(run)
     folder, d2 = drift.read_export(unpack_run(run, tmp_path / run.name))
     assert delay == d2 == 64 and drift.summary(m, delay) == drift.summary(folder, d2)
-    if not is_packed_run(run):
-        pytest.skip("the committed study grid is not packed here")
 
 
 def test_runs_are_found_by_name_in_a_packed_grid_too():
@@ -447,3 +446,12 @@ def test_the_mechanism_section_takes_d1_s_answer_once_it_is_decided(monkeypatch,
     text = "\n".join(mech.drift_lines(None, None, None))
     assert ("alone could not separate" in text and "D1 CONFIRMED" in text) is decided
     assert ("intervention does not separate the update rule" in text) is not decided
+
+
+def test_d5_s_rule_reads_the_counts_as_the_verdicts_file_saves_them():
+    def sig(h, f, p):
+        return {"hits": h, "false_alarms": f, "p_fisher": p}
+
+    assert analysis.d5_rule({"a": sig([87, 202], [112, 468], 7.7e-7), "b": sig([0, 0], [1, 468], "NaN")}) == "CONFIRMED"
+    assert analysis.d5_rule({"a": sig([0, 202], [1, 468], 1.0), "b": sig([1, 202], [4, 468], 0.83)}) == "REFUTED"
+    assert analysis.d5_rule({"a": sig([10, 202], [20, 468], 0.1)}) == "INCONCLUSIVE"

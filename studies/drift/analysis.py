@@ -118,16 +118,18 @@ def _reused_names(seed: int) -> list[str]:
 # --------------------------------------------------------------------------- the map
 
 
-def level_runs(runs: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
-    """The complete level runs at positive delay on ``seeds``: what the map's cells, boundaries and points read."""
-    return runs[runs["level"].notna() & (runs["delay"] > 0) & runs["seed"].isin(seeds) & runs["complete"]]
+def level_runs(runs: pd.DataFrame, seeds: list[int], delay0: bool = False) -> pd.DataFrame:
+    """The complete level runs at positive delay on ``seeds``: what the map's cells, boundaries and points read
+    (``delay0``: the levels' own delay-0 runs instead)."""
+    delay = runs["delay"] == 0 if delay0 else runs["delay"] > 0
+    return runs[runs["level"].notna() & delay & runs["seed"].isin(seeds) & runs["complete"]]
 
 
 def cell_table(runs: pd.DataFrame, seeds: list[int], axis: str = AXIS) -> pd.DataFrame:
     """Per (family, level, estimator) at d = 64 on ``seeds``: n, stable share, level drift (median
     over seeds of the runs' early KL), mean final pc."""
     r = level_runs(runs, seeds)
-    zero = runs[runs["level"].notna() & (runs["delay"] == 0) & runs["seed"].isin(seeds) & runs["complete"]]
+    zero = level_runs(runs, seeds, delay0=True)
     out = []
     for (fam, level, est), g in r.groupby(["family", "level", "estimator"]):
         z = zero[(zero["level"] == level) & zero["seed"].isin(g["seed"])]
@@ -559,6 +561,21 @@ def _d5_signals(train: list[dict], held: list[dict], suffix: str = "") -> dict:
     return out
 
 
+def d5_rule(signals: dict) -> str:
+    """D5's decision rule on its signals' held-out counts, as :func:`_d5_signals` makes them or as the verdicts
+    file holds them (where a non-finite p is saved as a string)."""
+    def rates(x):
+        (h, nh), (f, nf) = x["hits"], x["false_alarms"]
+        return (h / nh if nh else math.nan), (f / nf if nf else math.nan)
+
+    sig = [(float(x["p_fisher"]), *rates(x)) for x in signals.values()]
+    if any(p < D5_ALPHA and hit > fa for p, hit, fa in sig):
+        return "CONFIRMED"
+    if all(hit <= fa for _, hit, fa in sig):
+        return "REFUTED"
+    return "INCONCLUSIVE"
+
+
 def d5(train: list[dict], held: list[dict], decided: bool) -> dict:
     """Each signal's threshold chosen on ``train`` (maximising hit rate minus false-alarm rate), then
     applied to ``held``: hits, false alarms, Fisher's one-sided p, the median lead time. ``exploratory_from_0``:
@@ -574,13 +591,7 @@ def d5(train: list[dict], held: list[dict], decided: bool) -> dict:
                      "runs (no correction, d = 64). The verdict uses the rule as written; beside it, the thresholds "
                      f"chosen on the {len(counted)} runs without the stale floor"),
             "train_runs": len(counted), "signals": _d5_signals(counted, held)}
-    sig = out["signals"].values()
-    if any(x["p_fisher"] < D5_ALPHA and x["hit_rate"] > x["false_alarm_rate"] for x in sig):
-        v = "CONFIRMED"
-    elif all(x["hit_rate"] <= x["false_alarm_rate"] for x in sig):
-        v = "REFUTED"
-    else:
-        v = "INCONCLUSIVE"
+    v = d5_rule(out["signals"])
     if not decided:
         out["interim_verdict"], v = v, "INCONCLUSIVE"
         out["why"] = "not yet run: the drift grids' held-out runs are not whole; interim numbers on the runs so far"

@@ -23,11 +23,16 @@ OPTIMIZER_NAMES = {"sgd": "SGD", "adamclip": "Adam + clip 1.0"}
 D7_ESTIMATORS = ("gmc", "is", "tic_mask", "tic_trunc", "topr")  # the pre-registration's five (D7)
 
 
-def read_verdicts(root: Path | None = None) -> dict | None:
-    """The drift map's ``verdicts.json`` (``root``: a results folder, default the grid table's), or None."""
+def verdicts_path() -> Path:
+    """The drift map's ``verdicts.json``, in the folder the grid table names."""
     from llm_runs.run_table import grid_folder
 
-    path = (Path(root) / "llm" / "drift" if root is not None else grid_folder("drift")) / "verdicts.json"
+    return grid_folder("drift") / "verdicts.json"
+
+
+def read_verdicts() -> dict | None:
+    """The drift map's verdicts (:func:`verdicts_path`), or None before the analysis has run."""
+    path = verdicts_path()
     return read_json(path) if path.is_file() else None
 
 
@@ -45,17 +50,24 @@ def _stable_of(x: dict | None) -> str:
     return "n/a" if x is None else f"{round(x['stable_share'] * x['n'])} of {x['n']}"
 
 
+def _delay0_share(x: dict) -> float | None:
+    """The stable share of the level's own delay-0 runs (None: none, or verdicts written before they were kept)."""
+    share = x.get("delay0_stable_share")
+    return float(share) if x.get("delay0_n") and share is not None and math.isfinite(float(share)) else None
+
+
 def _delay0_of(x: dict) -> str:
-    """The level's own delay-0 runs, "k of n stable" ("n/a" for verdicts written before they were kept)."""
-    n, share = x.get("delay0_n"), x.get("delay0_stable_share")
-    if not n or share is None or not math.isfinite(float(share)):
-        return "n/a"
-    return f"{round(float(share) * n)} of {n} stable"
+    """The level's own delay-0 runs, "k of n stable"."""
+    share = _delay0_share(x)
+    return "n/a" if share is None else f"{round(share * x['delay0_n'])} of {x['delay0_n']} stable"
 
 
 def _fails_at_delay0(x: dict) -> bool:
-    share = x.get("delay0_stable_share")
-    return bool(x.get("delay0_n")) and share is not None and math.isfinite(float(share)) and float(share) < 0.8
+    """The level fails without staleness: its delay-0 runs are below the map's stable share."""
+    from studies.drift.analysis import SHARE
+
+    share = _delay0_share(x)
+    return share is not None and share < SHARE
 
 
 def _boundary(b: list) -> str:
@@ -67,10 +79,7 @@ def _boundary(b: list) -> str:
 
 def _rate(level: str) -> str:
     """``adamclip1e-05`` -> "lr 1e-05" (the optimiser's name is said beside it)."""
-    for opt in sorted(OPTIMIZER_NAMES, key=len, reverse=True):
-        if level.startswith(opt):
-            return f"lr {level[len(opt):]}"
-    return level
+    return next((f"lr {level[len(opt):]}" for opt in OPTIMIZER_NAMES if level.startswith(opt)), level)
 
 
 def d1_sentence(v: dict | None) -> str:
@@ -175,10 +184,9 @@ def d5_sentence(v: dict | None) -> str:
             f"{counts(sig['train/grad_norm'])}.")
     dev = d5.get("deviation")
     if dev:
-        from studies.drift.analysis import D5_ALPHA
+        from studies.drift.analysis import d5_rule
 
-        passes = any(x["p_fisher"] < D5_ALPHA and x["hits"][0] / x["hits"][1] > x["false_alarms"][0] /
-                     x["false_alarms"][1] for x in dev["signals"].values() if x["hits"][1] and x["false_alarms"][1])
+        passes = d5_rule(dev["signals"]) == "CONFIRMED"
         text += (f" Disclosed deviation: chosen on the {dev['train_runs']} runs the pre-registration's text counts, "
                  f"the ESS fraction fires {counts(dev['signals']['stale/ess'])}"
                  + (", which the same rule would call CONFIRMED: the verdict turns on which training runs choose "
@@ -327,7 +335,7 @@ def progress_section(report_dir: Path | None = None, figures_out: Path | None = 
     from figures.registry import DRIFT_FIGURES
     from llm_runs.run_table import grid_folder
 
-    path = grid_folder("drift") / "verdicts.json"
+    path = verdicts_path()
     decided = drift_decided(path)
     md = (["## The drift map: where each correction fails as the drift grows", ""] if decided
           else ["## Campaigns in progress", "", "### The drift map", ""])

@@ -183,7 +183,7 @@ def drift_lines(runs, study: Path, root: Path) -> list[str]:
                        "held-out pc at delay 0 (the SGD pilot), so 64 updates are a far smaller off-policy gap under "
                        "SGD than under Adam, and M1 compares the estimators at that smaller gap: "
                        + ("the optimiser intervention alone could not separate the update rule from the size of the "
-                          f"drift it causes. {answer}" if (answer := _drift_map_answer().strip()) else
+                          f"drift it causes. {answer}" if (answer := _drift_map_answer()) else
                           "the optimiser intervention does not separate the update rule from the size of the drift "
                           "it causes.")), ""]
 
@@ -192,8 +192,7 @@ def _drift_map_answer() -> str:
     """D1's answer (the drift map's pre-registered test of rule against drift) once it is decided; "" before."""
     from studies.drift.section import d1_sentence, read_verdicts
 
-    text = d1_sentence(read_verdicts())
-    return f" {text}" if text else ""
+    return d1_sentence(read_verdicts())
 
 
 def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
