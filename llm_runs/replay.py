@@ -19,7 +19,10 @@ commit's code did not make the run: the comparison says so and exits 3, no verdi
 the plain replay's is the one that counts). Where this machine loads the run's warm start (the committed
 weights, :mod:`llm_runs.warmstart`) but rounds the recipe differently from the machine that made
 it, the byte-for-byte check is skipped with that reason (exit status 3): runs here match the
-committed ones statistically, not bit for bit.
+committed ones statistically, not bit for bit. That rounding is a proxy: ``--anyway`` compares all
+the same and names the columns that differ (a run made on a forced kernel path, say AVX2 on an
+AVX-512 machine, can replay byte for byte on another machine's native path). A run made on a forced
+path (``machine.kernel_env`` in its ``config.json``) is replayed only with the same variables set.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import io
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 TIMING_PREFIX = "perf/"
@@ -89,6 +93,13 @@ def compare_metrics(reference: str | Path, replayed: str | Path, steps: int) -> 
     return diffs
 
 
+def differing_columns(diffs: list[str]) -> list[str]:
+    """The columns named by :func:`compare_metrics`'s lines, in first-seen order (a line about a
+    missing row or column names none)."""
+    cols = [d.split(" ", 3)[2].rstrip(":") for d in diffs if d.startswith("step ") and d.split(" ")[2].endswith(":")]
+    return list(dict.fromkeys(cols))
+
+
 def _stored_config(run: Path, steps: int):
     """The run's stored settings, refusing ``steps`` outside 1 .. its updates."""
     from .config import load_run_config
@@ -100,9 +111,12 @@ def _stored_config(run: Path, steps: int):
 
 
 def replay(run: str | Path, steps: int, cache_dir: str | Path | None = None, out: str | Path | None = None,
-           **overrides) -> list[str]:
+           *, anyway: bool = False, **overrides) -> list[str]:
     """Run the stored settings of ``run`` for ``steps`` updates (into ``out``, default a temporary
-    folder) and return :func:`compare_metrics` against its ``metrics.csv``."""
+    folder) and return :func:`compare_metrics` against its ``metrics.csv``. ``anyway``: compare even
+    where this machine rounds the warm-start recipe differently from the machine that made the run
+    (no :class:`ReplaySkipped`; the differences, if any, are returned): the recipe's rounding is a
+    proxy, and a run made on a forced kernel path may still replay here."""
     from schema.results import METRICS_FILE, metrics_path
 
     from .trainer import Trainer
@@ -116,7 +130,8 @@ def replay(run: str | Path, steps: int, cache_dir: str | Path | None = None, out
     if cache_dir is not None:
         changes["cache_dir"] = str(cache_dir)
     cfg = dataclasses.replace(cfg, **changes)
-    _check_warm_start(run, cfg)
+    _check_kernel_env(run)
+    _check_warm_start(run, cfg, rounding=not anyway)
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(out) if out is not None else Path(tmp) / run.name
         Trainer(cfg, target, progress=False, log=lambda m: None).run()
@@ -130,13 +145,17 @@ def replay_against_commit(run: str | Path, steps: int, commit: str | None = None
     :func:`compare_metrics` between the two: whether today's code computes what that commit's code
     computes, on a machine whose float rounding differs from the one that made the run (where
     :func:`replay` refuses). ``commit``'s code is taken with ``git archive`` and run in a
-    subprocess (``python -m llm_runs.train`` in its own folder); each computes its own warm start."""
+    subprocess (``python -m llm_runs.train`` in its own folder). Both start from the same warm start:
+    today's code sees the committed warm starts of ``commit``'s tree (none, for a commit that had
+    none) and reuses the warm start ``commit``'s code cached, so on a machine that rounds the recipe
+    differently from the committing one neither side loads weights the other computed otherwise."""
     import subprocess
 
     from schema.results import METRICS_FILE, read_run_doc
 
     from .train import cli_flags
     from .trainer import Trainer
+    from .warmstart import COMMITTED_ENV
 
     run = Path(run)
     stored = read_run_doc(run)
@@ -163,19 +182,50 @@ def replay_against_commit(run: str | Path, steps: int, commit: str | None = None
         if made.returncode != 0:
             raise ValueError(f"the code of {commit} did not run the settings of {run}: {made.stderr.strip()[-800:]}")
         target = Path(out) if out is not None else tmp / "now"
-        now = dataclasses.replace(cfg, steps=steps, cache_dir=str(tmp / "cache-now"))
-        Trainer(now, target, progress=False, log=lambda m: None).run()
+        now = dataclasses.replace(cfg, steps=steps, cache_dir=str(tmp / "cache-then"))
+        with _environ(COMMITTED_ENV, str(src / "llm_runs" / "warmstarts")):
+            Trainer(now, target, progress=False, log=lambda m: None).run()
         return compare_metrics(tmp / "then" / METRICS_FILE, target / METRICS_FILE, steps)
+
+
+@contextmanager
+def _environ(name: str, value: str):
+    """``os.environ[name] = value`` inside the block, as it was after."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 class ReplaySkipped(ValueError):
     """No replay on this machine can be byte-identical, for a stated reason (not a failure of the code)."""
 
 
-def _check_warm_start(run: Path, cfg) -> None:
+def _check_kernel_env(run: Path) -> None:
+    """Refuse to replay a run made on a forced CPU kernel path (``machine.kernel_env`` in its
+    ``config.json``) in a process whose environment does not force the same path: the variables are
+    read when torch loads, so the replay would silently take another path."""
+    from schema.results import read_run_doc
+
+    from .warmstart import KERNEL_ENV
+
+    made = (read_run_doc(run).get("machine") or {}).get("kernel_env") or {}
+    here = {k: os.environ[k] for k in KERNEL_ENV if os.environ.get(k)}
+    if made != here:
+        setting = " ".join(f"{k}={v}" for k, v in made.items()) or "none of " + ", ".join(KERNEL_ENV)
+        raise ValueError(f"{run} was made on the kernel path {made or 'of the machine (none forced)'}, this process "
+                         f"forces {here or 'none'}: replay it with {setting} in the environment")
+
+
+def _check_warm_start(run: Path, cfg, rounding: bool = True) -> None:
     """Refuse a replay that cannot be byte-identical: this machine's warm start for the run's
-    settings is not the one the run started from, or it is (the committed weights) but this
-    machine rounds the recipe differently from the one that made it (:class:`ReplaySkipped`)."""
+    settings is not the one the run started from, or (``rounding``) it is (the committed weights)
+    but this machine rounds the recipe differently from the one that made it (:class:`ReplaySkipped`)."""
     from schema.results import read_run_doc
 
     from .tasks import build_task
@@ -195,11 +245,12 @@ def _check_warm_start(run: Path, cfg) -> None:
                          f"({why}): the numerics depend on the CPU (this one: {machine()}; the run's: {made_on}), "
                          f"so no replay here can be byte-identical. Replay it on a machine whose warm start "
                          f"matches, or give --cache-dir a cache holding the run's own warm start")
-    if here.get("source") == "committed" and rounds_as_committed(cfg, task, here) is False:
+    if rounding and here.get("source") == "committed" and rounds_as_committed(cfg, task, here) is False:
         raise ReplaySkipped(f"{run} starts from the committed warm start, which this machine loads, but this machine "
                             f"rounds the recipe differently from the one that made the run (this one: {machine()}; "
                             f"the run's: {made_on}; `python -m llm_runs.warmstart --check`), so its updates can "
-                            "match the run statistically, not byte for byte: the byte-for-byte check is skipped")
+                            "match the run statistically, not byte for byte: the byte-for-byte check is skipped "
+                            "(--anyway compares all the same)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="compare today's code with COMMIT's code (default: the run's own commit), both run here, "
                         "instead of with the stored metrics: for a machine that rounds differently from the one "
                         "that made the run")
+    p.add_argument("--anyway", action="store_true",
+                   help="compare even where this machine rounds the warm-start recipe differently from the one "
+                        "that made the run (reports the differing columns instead of skipping)")
     args = p.parse_args(argv)
     dirty = None
     try:
@@ -219,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             diffs = replay_against_commit(args.run, args.steps, args.against_commit or None)
             what = f"today's code and the code of {args.against_commit or 'the run commit'}, both on this machine,"
         else:
-            diffs = replay(args.run, args.steps, args.cache_dir)
+            diffs = replay(args.run, args.steps, args.cache_dir, anyway=args.anyway)
             what = "the replay and the stored run"
     except ReplaySkipped as exc:
         print(f"skipped: {exc}")
@@ -229,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if diffs:
         print(f"{args.run}: {len(diffs)} fields differ between {what} in the first {args.steps} updates")
+        print("  in the columns: " + ", ".join(differing_columns(diffs)))
         for d in diffs[:50]:
             print("  " + d)
         if dirty:

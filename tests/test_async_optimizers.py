@@ -16,8 +16,19 @@ from simulators.token_mdp.factorised import FactorisedTokenMDP, start_logits
 # --------------------------------------------------------------------------- optimisers
 
 
+def numpy_dispatches_avx512() -> bool:
+    """Whether numpy runs its AVX-512 kernels here, as on the machines that made the committed
+    simulator sweeps (their LLM runs record AVX-512): other SIMD kernels round float64 reductions
+    differently in the last bit."""
+    from numpy._core._multiarray_umath import __cpu_features__
+
+    return bool(__cpu_features__.get("AVX512F"))
+
+
 def test_sgd_reproduces_the_committed_async_sgd_results_exactly():
-    """Today's SGD learner is unchanged: one committed setting of the async_sgd sweep, rerun."""
+    """Today's SGD learner is unchanged: one committed setting of the async_sgd sweep, rerun. To
+    every bit where numpy dispatches the committing machine's kernels; elsewhere to a few units in
+    the last place (a changed learner moves these values by orders of magnitude more)."""
     import pandas as pd
 
     from schema.results import results_root
@@ -36,7 +47,11 @@ def test_sgd_reproduces_the_committed_async_sgd_results_exactly():
               & old["d"].isin([0, 8]) & old["seed"].isin(seeds)].sort_values(["d", "seed"])
     assert len(old) == len(new) == 8
     for col in ("avg_grad_sq", "final_J", "avg_bias_sq", "max_ghat_norm", "max_drift"):
-        np.testing.assert_array_equal(new.sort_values(["d", "seed"])[col].to_numpy(), old[col].to_numpy())
+        got, want = new.sort_values(["d", "seed"])[col].to_numpy(), old[col].to_numpy()
+        if numpy_dispatches_avx512():
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_array_max_ulp(got, want, maxulp=16)
 
 
 def test_sgd_steps_are_eta_times_the_estimate():

@@ -141,6 +141,32 @@ def test_a_machine_that_rounds_differently_uses_the_committed_weights_and_its_ru
     check_pairing(grid, reference)
     with pytest.raises(ReplaySkipped, match="byte-for-byte check is skipped"):
         replay(grid / "run-s0", 2, cache_dir=tmp_path / "cache-replay")
+    # the recipe's rounding is a proxy: compared all the same, the run made here replays here to every byte
+    assert replay(grid / "run-s0", 2, cache_dir=tmp_path / "cache-replay", anyway=True) == []
+
+
+def test_a_run_made_on_a_forced_kernel_path_replays_only_on_that_path(tmp_path, monkeypatch):
+    from llm_runs.replay import replay
+    from llm_runs.trainer import Trainer
+
+    for name in warmstart.KERNEL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    Trainer(_small(tmp_path / "cache"), tmp_path / "run", progress=False, log=lambda m: None).run()
+    doc = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert "kernel_env" not in doc["machine"]
+    doc["machine"]["kernel_env"] = {"ATEN_CPU_CAPABILITY": "avx2"}  # as a run made with the variable set records
+    (tmp_path / "run" / "config.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"kernel path .*ATEN_CPU_CAPABILITY.* forces none: replay it with "
+                                         r"ATEN_CPU_CAPABILITY=avx2"):
+        replay(tmp_path / "run", 2, cache_dir=tmp_path / "cache")
+
+
+def test_the_replay_names_the_columns_that_differ():
+    from llm_runs.replay import differing_columns
+
+    lines = ["step 0 stale/mu4: '1.0' vs '1.1'", "step 1 train/loss: '2' vs '3'", "step 1 stale/mu4: '4' vs '5'",
+             "step 3: missing from the replay"]
+    assert differing_columns(lines) == ["stale/mu4", "train/loss"]
 
 
 def test_a_machine_that_rounds_as_the_committing_one_replays_byte_for_byte(tmp_path, monkeypatch):
