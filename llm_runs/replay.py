@@ -265,9 +265,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--anyway", action="store_true",
                    help="compare even where this machine rounds the warm-start recipe differently from the one "
                         "that made the run (reports the differing columns instead of skipping)")
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help="also write the outcome here: the run, the updates compared, this machine, the differing "
+                        "columns and fields (a file the toolkit did not write is never replaced)")
     args = p.parse_args(argv)
     dirty = None
     try:
+        if args.json:
+            from schema.io import check_output
+
+            check_output(args.json)
         if args.against_commit is not None:
             dirty = _made_from_a_dirty_tree(Path(args.run), args.against_commit or None)
             diffs = replay_against_commit(args.run, args.steps, args.against_commit or None)
@@ -281,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.json:
+        _write_outcome(Path(args.json), Path(args.run), args, diffs)
     if diffs:
         print(f"{args.run}: {len(diffs)} fields differ between {what} in the first {args.steps} updates")
         print("  in the columns: " + ", ".join(differing_columns(diffs)))
@@ -294,6 +303,36 @@ def main(argv: list[str] | None = None) -> int:
         print(dirty)
         return 3  # no verdict on the run itself
     return 0
+
+
+REPLAY_FORMAT = "gmc-grpo-replay/1"
+
+
+def _write_outcome(path: Path, run: Path, args, diffs: list[str]) -> None:
+    """A replay's outcome as a JSON document (:data:`REPLAY_FORMAT`)."""
+    from schema.io import write_json
+    from schema.results import read_run_doc
+
+    from .warmstart import machine
+
+    header, _ = metric_rows(_reference(run))
+    compared = [c for c in header[1:] if not c.startswith(TIMING_PREFIX)]
+    cols = differing_columns(diffs)
+    write_json(path, {"format": REPLAY_FORMAT, "run": run.as_posix(), "steps": args.steps,
+                      "mode": "against-commit" if args.against_commit is not None else "stored",
+                      "anyway": bool(args.anyway), "machine": machine(),
+                      "run_machine": read_run_doc(run).get("machine"), "columns_compared": len(compared),
+                      "columns_differing": cols, "fields_differing": len(diffs),
+                      "identical_columns": [c for c in compared if c not in cols]})
+
+
+def _reference(run: Path) -> Path:
+    from schema.results import metrics_path
+
+    found = metrics_path(run)
+    if found is None:
+        raise ValueError(f"{run} has no metrics.csv (or metrics.csv.gz)")
+    return found
 
 
 def _made_from_a_dirty_tree(run: Path, commit: str | None) -> str | None:

@@ -37,3 +37,32 @@ def test_the_machine_record_names_a_forced_kernel_path(monkeypatch):
     assert "kernel_env" not in machine()
     monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
     assert machine()["kernel_env"] == {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def test_the_machines_that_made_the_committed_replicate_runs_are_counted():
+    from llm_runs.run_table import grid_folder, read_runs
+
+    rep = read_runs(grid_folder("replicate_avx2"), "replicate_avx2")
+    made = replicate.machines(rep)
+    assert sum(m["runs"] for m in made) == int(rep["complete"].sum()) > 0
+    assert all(m["kernel_env"].get("ATEN_CPU_CAPABILITY") == "avx2" and m["cpu_capability"] == "AVX2" for m in made)
+
+
+def test_the_report_names_the_machines_and_what_the_replays_across_them_found(tmp_path):
+    import json
+
+    from studies.drift.section import machine_lines
+
+    one = {"cpu_capability": "AVX2", "cpu_flags": "aaaa", "kernel_env": {"ATEN_CPU_CAPABILITY": "avx2"}, "runs": 7}
+    other = {"cpu_capability": "AVX2", "cpu_flags": "bbbb", "kernel_env": {}, "runs": 3}
+    assert machine_lines([one], []) == []
+    text = machine_lines([one, other], [])[1]
+    assert "Made on 2 machines" in text and "7 runs on AVX2 (CPU flags aaaa, forced ATEN_CPU_CAPABILITY=avx2)" in text
+    assert "3 runs on AVX2 (CPU flags bbbb, native path)" in text and "is not checked" in text
+    rec = {"run": "results/llm/replicate_avx2/long-sgd-gmc-d64-s0", "steps": 200, "machine": other,
+           "columns_compared": 40, "columns_differing": ["stale/mu4"], "fields_differing": 9,
+           "identical_columns": ["x"] * 39}
+    (tmp_path / "replay-a.json").write_text(json.dumps(rec))
+    text = machine_lines([one, other], [tmp_path / "replay-a.json"])[1]
+    assert "`long-sgd-gmc-d64-s0` (200 updates) replayed on AVX2 (CPU flags bbbb, native path): 39 of 40 columns " \
+           "byte-identical, 9 fields differing in `stale/mu4`" in text

@@ -161,6 +161,26 @@ def test_a_run_made_on_a_forced_kernel_path_replays_only_on_that_path(tmp_path, 
         replay(tmp_path / "run", 2, cache_dir=tmp_path / "cache")
 
 
+def test_the_replay_writes_its_outcome_and_never_replaces_a_foreign_file(tmp_path, monkeypatch):
+    from llm_runs.replay import REPLAY_FORMAT, main
+    from llm_runs.trainer import Trainer
+
+    for name in warmstart.KERNEL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    Trainer(_small(tmp_path / "cache"), tmp_path / "run", progress=False, log=lambda m: None).run()
+    out = tmp_path / "replay.json"
+    run = [str(tmp_path / "run"), "--steps", "2", "--cache-dir", str(tmp_path / "cache")]
+    assert main([*run, "--json", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["format"] == REPLAY_FORMAT and rec["steps"] == 2 and rec["fields_differing"] == 0
+    assert rec["columns_differing"] == [] and len(rec["identical_columns"]) == rec["columns_compared"] > 10
+    assert rec["machine"] == warmstart.machine() and "train/loss" in rec["identical_columns"]
+    foreign = tmp_path / "mine.json"
+    foreign.write_text("{}")
+    assert main([*run, "--json", str(foreign)]) == 2
+    assert foreign.read_text() == "{}"
+
+
 def test_the_replay_names_the_columns_that_differ():
     from llm_runs.replay import differing_columns
 

@@ -319,7 +319,37 @@ def replicate_lines(path: Path) -> list[str]:
     md.append("")
     for h, r in v.get("verdicts", {}).items():
         md.append(f"- {h}: replicate {r['replicate']}, committed {r['committed']}")
+    md += machine_lines(v.get("machines", []), sorted(path.parent.glob("replay-*.json")))
     return md + [""]
+
+
+def _machine(m: dict) -> str:
+    forced = ", ".join(f"{k}={x}" for k, x in (m.get("kernel_env") or {}).items())
+    path = f"forced {forced}" if forced else "native path"
+    return f"{m.get('cpu_capability')} (CPU flags {m.get('cpu_flags')}, {path})"
+
+
+def machine_lines(made: list[dict], replays: list[Path]) -> list[str]:
+    """The machines that made the replicate (when more than one) and what the committed replays of its
+    runs on another machine found (``replay-*.json``, written by ``python -m llm_runs.replay --json``)."""
+    if len(made) < 2:
+        return []
+    text = (f"Made on {len(made)} machines, as the runs record them: "
+            + "; ".join(f"{m['runs']} runs on {_machine(m)}" for m in made)
+            + ". The pre-registration names one (the AVX-512 machine with AVX2 forced).")
+    if not replays:
+        return ["", text + " No replay of its runs across the machines is committed: whether they round alike "
+                           "is not checked."]
+    done = []
+    for f in replays:
+        r = read_json(f)
+        cols = r["columns_differing"]
+        done.append(f"`{Path(r['run']).name}` ({r['steps']} updates) replayed on {_machine(r['machine'])}: "
+                    f"{len(r['identical_columns'])} of {r['columns_compared']} columns byte-identical"
+                    + (f", {r['fields_differing']} fields differing in {', '.join(f'`{c}`' for c in cols)}"
+                       if cols else ""))
+    return ["", text + " Replays of committed replicate runs across them (`python -m llm_runs.replay RUN --steps N "
+                       "--anyway --json`, with the run's kernel variables set): " + "; ".join(done) + "."]
 
 
 def drift_decided(path: Path) -> bool:

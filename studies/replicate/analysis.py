@@ -122,12 +122,29 @@ def committed_verdicts() -> dict[str, str]:
     return {**{h: study[h]["verdict"] for h in ("H1", "H2", "H4")}, **{h: mech[h]["verdict"] for h in ("M1", "M2b")}}
 
 
-def analyse(rep: pd.DataFrame, com: pd.DataFrame) -> dict:
+def machines(rep: pd.DataFrame, root: Path | None = None) -> list[dict]:
+    """The machines that made the replicate's complete runs, as each run's ``config.json`` records
+    them (the instruction set torch dispatched to, the CPU-flag digest, the forced kernel variables),
+    with the number of runs each made, most first."""
+    from schema.results import read_run_doc
+
+    folder = root or grid_folder(GRID)
+    count: dict[str, dict] = {}
+    for run in rep.loc[rep["complete"], "run"]:
+        m = read_run_doc(folder / run).get("machine") or {}
+        rec = {"cpu_capability": m.get("cpu_capability"), "cpu_flags": m.get("cpu_flags"),
+               "kernel_env": m.get("kernel_env") or {}}
+        key = repr(sorted((k, repr(v)) for k, v in rec.items()))
+        count.setdefault(key, {**rec, "runs": 0})["runs"] += 1
+    return sorted(count.values(), key=lambda r: -r["runs"])
+
+
+def analyse(rep: pd.DataFrame, com: pd.DataFrame, root: Path | None = None) -> dict:
     seeds = whole_seeds(rep)
     present = sorted(set(rep["seed"]))
     use = seeds if seeds else present
     out = {"format": FORMAT, "seeds_whole": seeds, "provisional": len(seeds) < SEEDS_NEEDED,
-           "cells": cells(rep, com, use), "signs": signs(rep, com, use)}
+           "cells": cells(rep, com, use), "signs": signs(rep, com, use), "machines": machines(rep, root)}
     if len(seeds) >= 2:
         v, ref = verdicts(rep, seeds), committed_verdicts()
         out["verdicts"] = {h: {"replicate": x["verdict"], "committed": ref[h], "same": x["verdict"] == ref[h],
