@@ -145,7 +145,8 @@ def test_d1_confirms_matching_boundaries_and_refutes_sgd_holding_beyond_adam():
 
 
 def test_the_report_section_reads_the_saved_verdicts(tmp_path):
-    from studies.drift.section import drift_lines, replicate_lines
+    from studies.drift.section import drift_lines
+    from studies.replicate.section import replicate_lines
 
     assert "No drift verdicts yet" in drift_lines(tmp_path / "none.json")[0]
     v = {"seeds_drift": [0], "seeds_decisive": [], "provisional": True,

@@ -51,7 +51,7 @@ def test_the_machines_that_made_the_committed_replicate_runs_are_counted():
 def test_the_report_names_the_machines_and_what_the_replays_across_them_found(tmp_path):
     import json
 
-    from studies.drift.section import machine_lines
+    from studies.replicate.section import machine_lines
 
     one = {"cpu_capability": "AVX2", "cpu_flags": "aaaa", "kernel_env": {"ATEN_CPU_CAPABILITY": "avx2"}, "runs": 7}
     other = {"cpu_capability": "AVX2", "cpu_flags": "bbbb", "kernel_env": {}, "runs": 3}
@@ -66,3 +66,24 @@ def test_the_report_names_the_machines_and_what_the_replays_across_them_found(tm
     text = machine_lines([one, other], [tmp_path / "replay-a.json"])[1]
     assert "`long-sgd-gmc-d64-s0` (200 updates) replayed on AVX2 (CPU flags bbbb, native path): 39 of 40 columns " \
            "byte-identical, 9 fields differing in `stale/mu4`" in text
+
+
+def test_the_study_sections_say_whether_their_verdicts_survived(tmp_path):
+    import json
+
+    from studies.replicate.section import survival_lines
+
+    assert survival_lines(("H1",), tmp_path / "none.json") == []
+    v = {"seeds_whole": [0], "provisional": True}
+    (tmp_path / "c.json").write_text(json.dumps(v))
+    assert "too few whole seeds to re-decide M1, M2b" in survival_lines(("M1", "M2b"), tmp_path / "c.json")[0]
+    v = {"seeds_whole": list(range(10)), "provisional": False,
+         "verdicts": {"H1": {"replicate": "REFUTED", "committed": "REFUTED", "same": True},
+                      "H2": {"replicate": "CONFIRMED", "committed": "REFUTED", "same": False},
+                      "M1": {"replicate": "CONFIRMED", "committed": "CONFIRMED", "same": True}}}
+    (tmp_path / "c.json").write_text(json.dumps(v))
+    text = survival_lines(("H1", "H2", "H4"), tmp_path / "c.json")[0]
+    assert "10 of 10 seeds whole" in text and "H1 REFUTED in the replicate against REFUTED committed (the same)" in text
+    assert "H2 CONFIRMED in the replicate against REFUTED committed (CHANGED)" in text and "M1" not in text
+    assert "do NOT all survive" in text
+    assert "These verdicts survive" in survival_lines(("M1",), tmp_path / "c.json")[0]

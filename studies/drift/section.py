@@ -1,23 +1,13 @@
-"""The report's section on the campaigns still running: the drift map (``results/llm/drift/verdicts.json``,
-made by ``python -m studies.drift``) and the second-rounding replicate
-(``results/llm/replicate_avx2/comparison.json``, made by ``python -m studies.replicate``). It only reads
-those files; what a verdict says is decided there."""
+"""The report's section on the drift map (``results/llm/drift/verdicts.json``, made by
+``python -m studies.drift``), followed by the second-rounding replicate's table
+(:mod:`studies.replicate.section`). It only reads those files; what a verdict says is decided there."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
 from schema.results import read_json
-
-
-def _num(x, fmt="{:.3g}") -> str:
-    """A number as ``fmt``; "n/a" for None and for non-finite values (saved as strings such as "nan")."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return "n/a"
-    return fmt.format(v) if math.isfinite(v) else "n/a"
-
+from studies.fmt import num as _num
 
 OPTIMIZER_NAMES = {"sgd": "SGD", "adamclip": "Adam + clip 1.0"}
 D7_ESTIMATORS = ("gmc", "is", "tic_mask", "tic_trunc", "topr")  # the pre-registration's five (D7)
@@ -298,60 +288,6 @@ def drift_lines(path: Path) -> list[str]:
     return md
 
 
-def replicate_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        return [(f"*No replicate comparison yet ({path}): `python -m studies.replicate` "
-                 "after `python -m llm_runs.study "
-                "--grid replicate_avx2`.*"), ""]
-    v = read_json(path)
-    state = "provisional (no verdict said to survive or not)" if v.get("provisional") else (
-        "the verdicts survive" if v.get("survives") else "the verdicts do NOT all survive")
-    md = [(f"Pre-registered in `docs/PREREGISTRATION-REPLICATE.md`; every run on AVX2 kernels from the committed warm "
-          f"start. Whole seeds: {len(v.get('seeds_whole', []))} of 10: {state}."), "",
-          ("| arm | correction | stable, replicate | stable, committed | difference (Newcombe 95%) | pc replicate | "
-          "pc committed |"), "|---|---|---|---|---|---|---|"]
-    for c in v.get("cells", []):
-        lo, hi = c["share_difference"]
-        md.append(f"| {c['arm']} | {c['estimator']} | {c['replicate_stable'][0]}/{c['replicate_stable'][1]} | "
-                  f"{c['committed_stable'][0]}/{c['committed_stable'][1]} | [{_num(lo, '{:+.2f}')}, "
-                  f"{_num(hi, '{:+.2f}')}] | {_num(c['pc_replicate'], '{:.3f}')} | "
-                  f"{_num(c['pc_committed'], '{:.3f}')} |")
-    md.append("")
-    for h, r in v.get("verdicts", {}).items():
-        md.append(f"- {h}: replicate {r['replicate']}, committed {r['committed']}")
-    md += machine_lines(v.get("machines", []), sorted(path.parent.glob("replay-*.json")))
-    return md + [""]
-
-
-def _machine(m: dict) -> str:
-    forced = ", ".join(f"{k}={x}" for k, x in (m.get("kernel_env") or {}).items())
-    path = f"forced {forced}" if forced else "native path"
-    return f"{m.get('cpu_capability')} (CPU flags {m.get('cpu_flags')}, {path})"
-
-
-def machine_lines(made: list[dict], replays: list[Path]) -> list[str]:
-    """The machines that made the replicate (when more than one) and what the committed replays of its
-    runs on another machine found (``replay-*.json``, written by ``python -m llm_runs.replay --json``)."""
-    if len(made) < 2:
-        return []
-    text = (f"Made on {len(made)} machines, as the runs record them: "
-            + "; ".join(f"{m['runs']} runs on {_machine(m)}" for m in made)
-            + ". The pre-registration names one (the AVX-512 machine with AVX2 forced).")
-    if not replays:
-        return ["", text + " No replay of its runs across the machines is committed: whether they round alike "
-                           "is not checked."]
-    done = []
-    for f in replays:
-        r = read_json(f)
-        cols = r["columns_differing"]
-        done.append(f"`{Path(r['run']).name}` ({r['steps']} updates) replayed on {_machine(r['machine'])}: "
-                    f"{len(r['identical_columns'])} of {r['columns_compared']} columns byte-identical"
-                    + (f", {r['fields_differing']} fields differing in {', '.join(f'`{c}`' for c in cols)}"
-                       if cols else ""))
-    return ["", text + " Replays of committed replicate runs across them (`python -m llm_runs.replay RUN --steps N "
-                       "--anyway --json`, with the run's kernel variables set): " + "; ".join(done) + "."]
-
-
 def drift_decided(path: Path) -> bool:
     """Whether the drift map is decided (its seeds whole): the report then leads with it."""
     return path.is_file() and not read_json(path).get("provisional", False)
@@ -363,7 +299,7 @@ def progress_section(report_dir: Path | None = None, figures_out: Path | None = 
     "Campaigns in progress" while the map is provisional; the map as a section of its own once decided.
     Returns the lines, the figures not drawn and whether the map is decided (the report then leads with it)."""
     from figures.registry import DRIFT_FIGURES
-    from llm_runs.run_table import grid_folder
+    from studies.replicate.section import comparison_path, replicate_lines
 
     path = verdicts_path()
     decided = drift_decided(path)
@@ -375,5 +311,5 @@ def progress_section(report_dir: Path | None = None, figures_out: Path | None = 
         md += lines
     md += drift_lines(path)
     md += ["### Verdicts under a different rounding (the replicate)", ""]
-    md += replicate_lines(grid_folder("replicate_avx2") / "comparison.json")
+    md += replicate_lines(comparison_path())
     return md, missing, decided

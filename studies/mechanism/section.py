@@ -217,6 +217,7 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
         return md + [f"*{e}*", ""], missing
     from llm_runs.mechanism_table import load
     from studies.mechanism.analysis import analyse
+    from studies.replicate.section import survival_lines
 
     runs = load(study, root)
     seeds = runs.attrs["seeds"]
@@ -235,6 +236,7 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
     if seeds:
         res = analyse(study, root)
         md += _verdict_lines(res) + [""]
+        md += survival_lines(("M1", "M2b"))
         md += scale_lines(res["hypotheses"]["M5"])
         md += scale_drift_lines(res.get("scale_drift", {}))
         md += scale_variant_lines(res.get("scale_variants", {}), variant_pick(runs, res))

@@ -178,6 +178,7 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     Returns (markdown lines, names of figures not drawn)."""
     from figures.f10_study_differences import load as load_runs
     from schema.results import STUDY, VERDICTS, read_json
+    from studies.replicate.section import survival_lines
     from studies.staleness.analysis import MIN_SEEDS, STABLE_FRACTION, bound_table, exploratory_estimators
 
     md = ["## Staleness study (headline)", "",
@@ -210,6 +211,7 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
         reasons = sorted({r["reason"] for r in doc.values() if r.get("reason")})
         md += [f"NOT DECIDED: {'; '.join(reasons)}. The column beside it is the decision rule applied to the seeds "
                "so far, which decides nothing." if reasons else "", ""]
+        md += survival_lines(("H1", "H2", "H4"))
     except MissingResults as e:
         md += [f"*{e}*", ""]
     if runs is None:
