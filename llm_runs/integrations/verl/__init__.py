@@ -13,7 +13,7 @@ module :mod:`llm_runs.integrations.verl_plugin` calls it: load that one in every
   ``is``, ``stale``, ``topr``, ``seq_tis_bn``, ``seq_mis``, ``seq_geo_mask``, ``vespo``. Knobs (``C`` of
   ``seq_tis_bn``, ``lo``/``hi`` of ``seq_mis``, ``kappa`` of ``gmc_cap``, ...) are read from
   ``actor.policy_loss.<knob>`` under the names of :data:`estimators.params.PARAMS`
-  (:func:`scheme_options_from`; an unknown knob, or another loss's, is refused; :func:`extend_policy_loss_config`
+  (:func:`estimator_options_from`; an unknown knob, or another loss's, is refused; :func:`extend_policy_loss_config`
   makes verl's ``PolicyLossConfig`` take them), defaults otherwise; ``seq_geo_mask``'s ``length`` L, when
   not set, is the micro-batch's response length (every response of the same length, else refused
   by name); ``seq_tis_bn``'s batch is the micro-batch the loss sees, not verl's whole batch. The
@@ -107,6 +107,7 @@ from .cpu import CPU_PLATFORM, cpu_platform, init_cpu_process_group, register_cp
 from .engine import EngineLoss, check_whole_groups_on_rank, patch_engine_path, regroup_by_uid
 from .losses import (
     eps_from,
+    estimator_options_from,
     extend_policy_loss_config,
     group_ids,
     group_order,
@@ -118,12 +119,37 @@ from .losses import (
     trajectory_policy_loss,
 )
 
-__all__ = ["ADVANTAGE_ESTIMATORS", "CPU_PLATFORM", "INSTALL_HINT", "METRICS_STYLE", "TUPLE4_STYLE", "EngineLoss",
-           "check_whole_groups_on_rank", "core_algos_or_none", "cpu_platform", "eps_from", "extend_policy_loss_config",
-           "group_ids", "group_order",
-           "group_size_from", "grouped_advantages", "init_cpu_process_group", "install", "make_policy_loss",
-           "metric_names", "patch_engine_path", "policy_loss_names", "register", "register_cpu_engines",
-           "regroup_by_uid", "return_style", "rows_by_uid", "scheme_options_from", "trajectory_policy_loss"]
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "CPU_PLATFORM",
+    "INSTALL_HINT",
+    "METRICS_STYLE",
+    "TUPLE4_STYLE",
+    "EngineLoss",
+    "check_whole_groups_on_rank",
+    "core_algos_or_none",
+    "cpu_platform",
+    "eps_from",
+    "estimator_options_from",
+    "extend_policy_loss_config",
+    "group_ids",
+    "group_order",
+    "group_size_from",
+    "grouped_advantages",
+    "init_cpu_process_group",
+    "install",
+    "make_policy_loss",
+    "metric_names",
+    "patch_engine_path",
+    "policy_loss_names",
+    "register",
+    "register_cpu_engines",
+    "regroup_by_uid",
+    "return_style",
+    "rows_by_uid",
+    "scheme_options_from",
+    "trajectory_policy_loss",
+]
 
 
 def register(core_algos=None) -> list[str]:

@@ -69,7 +69,7 @@ def knob_names() -> list[str]:
 def extend_policy_loss_config() -> type | None:
     """Make verl's ``PolicyLossConfig`` (a dataclass that refuses fields it does not declare) take every
     knob of :func:`knob_names` (``None``: not set), so that ``+actor_rollout_ref.actor.policy_loss.kappa=2``
-    reaches :func:`scheme_options_from`: a subclass declaring them replaces it in
+    reaches :func:`estimator_options_from`: a subclass declaring them replaces it in
     ``verl.workers.config``, where the configs' ``_target_`` points. Idempotent; returns the class
     (None: a verl without ``verl.workers.config``). It acts in a process that imported the plugin
     before building the actor config (verl's workers, through ``external_lib``)."""
@@ -96,7 +96,7 @@ def extend_policy_loss_config() -> type | None:
 
 
 @renamed_keywords(scheme="estimator")
-def scheme_options_from(config, estimator: str) -> dict:
+def estimator_options_from(config, estimator: str) -> dict:
     """The knobs of ``estimator`` set in verl's actor config, each under ``actor.policy_loss.<knob>``
     (``+actor_rollout_ref.actor.policy_loss.kappa=2`` for ``gmc_cap``; the names of
     :data:`estimators.params.PARAMS`), checked (:func:`estimators.losses.check_options`). A key there
@@ -123,6 +123,14 @@ def scheme_options_from(config, estimator: str) -> dict:
                          f"{', '.join(sorted(mine)) or 'none'}); remove them or choose the loss they belong to")
     check_options(estimator, given)  # a bad value is refused naming the knob
     return given
+
+
+def scheme_options_from(config, estimator: str) -> dict:
+    """Deprecated name of :func:`estimator_options_from` (a ``DeprecationWarning``)."""
+    import warnings
+
+    warnings.warn("scheme_options_from is deprecated: use estimator_options_from", DeprecationWarning, stacklevel=2)
+    return estimator_options_from(config, estimator)
 
 
 def _check_layout_config(config, B: int, G: int) -> tuple[int, int | None]:
@@ -276,7 +284,7 @@ def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, r
     import estimators
 
     eps = eps_from(config)
-    options = batch_options(estimator, scheme_options_from(config, estimator), mask)
+    options = batch_options(estimator, estimator_options_from(config, estimator), mask)
     out = policy_loss(estimator, log_prob, old_log_prob, mask, adv, G, eps, **options)
     from .stepsize import record
 
