@@ -87,3 +87,6 @@ def test_the_study_sections_say_whether_their_verdicts_survived(tmp_path):
     assert "H2 CONFIRMED in the replicate against REFUTED committed (CHANGED)" in text and "M1" not in text
     assert "do NOT all survive" in text
     assert "These verdicts survive" in survival_lines(("M1",), tmp_path / "c.json")[0]
+    (tmp_path / "c.json").write_text(json.dumps({**v, "seeds_whole": [0, 1], "provisional": True}))
+    text = survival_lines(("H2",), tmp_path / "c.json")[0]
+    assert "(differs so far)" in text and "CHANGED" not in text and "no verdict is said to survive" in text

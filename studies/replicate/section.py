@@ -32,8 +32,9 @@ def survival_lines(hypotheses: tuple[str, ...], path: Path | None = None) -> lis
             f"AVX2 kernels from the committed warm start; {whole} of {SEEDS_NEEDED} seeds whole")
     if not redecided:
         return [head + "): too few whole seeds to re-decide " + ", ".join(hypotheses) + ".", ""]
+    changed = "differs so far" if v.get("provisional") else "CHANGED"
     said = "; ".join(f"{h} {r['replicate']} in the replicate against {r['committed']} committed"
-                     f" ({'the same' if r['same'] else 'CHANGED'})" for h, r in redecided.items())
+                     f" ({'the same' if r['same'] else changed})" for h, r in redecided.items())
     if v.get("provisional"):
         tail = " Provisional: no verdict is said to survive or not before every seed is whole."
     else:
