@@ -196,7 +196,16 @@ def in_progress(drift: dict, replicate: dict) -> str:
             f"{agree} of {len(cells)} cells have the committed stability outcome, {same_sign} of {len(signs)} "
             f"GMC-minus-baseline differences the committed sign, and a cell's final held-out pc differs from the "
             "committed one by a median "
-            f"of {statistics.median(pc):.1g} (at most {max(pc):.1g}).")
+            f"of {statistics.median(pc):.1g} (at most {max(pc):.1g})." + machines_sentence(replicate))
+
+
+def machines_sentence(replicate: dict) -> str:
+    """The replicate's departure from its pre-registration's single machine, when its runs record more than one."""
+    made = replicate.get("machines", [])
+    if len(made) < 2:
+        return ""
+    return (f" Its runs come from {len(made)} machines, where the pre-registration names one; the report's replicate "
+            "section names them and what replays of its runs across them found.")
 
 
 def render(root: Path = RESULTS) -> str:

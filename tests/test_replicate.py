@@ -90,3 +90,12 @@ def test_the_study_sections_say_whether_their_verdicts_survived(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({**v, "seeds_whole": [0, 1], "provisional": True}))
     text = survival_lines(("H2",), tmp_path / "c.json")[0]
     assert "(differs so far)" in text and "CHANGED" not in text and "no verdict is said to survive" in text
+
+
+def test_the_readme_says_when_the_replicate_left_its_single_machine():
+    from studies.findings import machines_sentence
+
+    one = {"cpu_capability": "AVX2", "cpu_flags": "a", "kernel_env": {}, "runs": 3}
+    assert machines_sentence({"machines": [one]}) == "" == machines_sentence({})
+    said = machines_sentence({"machines": [one, {**one, "cpu_flags": "b"}]})
+    assert "from 2 machines, where the pre-registration names one" in said
