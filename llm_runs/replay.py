@@ -117,14 +117,12 @@ def replay(run: str | Path, steps: int, cache_dir: str | Path | None = None, out
     where this machine rounds the warm-start recipe differently from the machine that made the run
     (no :class:`ReplaySkipped`; the differences, if any, are returned): the recipe's rounding is a
     proxy, and a run made on a forced kernel path may still replay here."""
-    from schema.results import METRICS_FILE, metrics_path
+    from schema.results import METRICS_FILE
 
     from .trainer import Trainer
 
     run = Path(run)
-    reference = metrics_path(run)
-    if reference is None:
-        raise ValueError(f"{run} has no metrics.csv (or metrics.csv.gz) to compare with")
+    reference = _reference(run)
     cfg = _stored_config(run, steps)
     changes = {"steps": steps, **overrides}
     if cache_dir is not None:
@@ -331,7 +329,7 @@ def _reference(run: Path) -> Path:
 
     found = metrics_path(run)
     if found is None:
-        raise ValueError(f"{run} has no metrics.csv (or metrics.csv.gz)")
+        raise ValueError(f"{run} has no metrics.csv (or metrics.csv.gz) to compare with")
     return found
 
 
