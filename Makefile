@@ -67,8 +67,11 @@ verify-bounds: $(STAMP)
 
 test: test-main test-verl
 
+# The main suite on every core (pytest-xdist; a module's tests stay in one process, so its fixtures are
+# built once); TEST_JOBS=0 runs it in this one process.
+TEST_JOBS ?= auto
 test-main: $(STAMP)
-	$(PY) -m pytest -q -x --timeout=900 tests
+	$(PY) -m pytest -q -x --timeout=900 -n $(TEST_JOBS) --dist loadfile tests
 
 test-verl: $(VERL_STAMP)
 	$(VPY) -m pytest -q -x --timeout=900 tests/verl_suite

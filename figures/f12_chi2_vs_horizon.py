@@ -2,7 +2,7 @@
 claim 18 at LLM scale: E_b w^2 = prod_h E_b rho_h^2, so log(1 + chi^2) grows linearly in H when
 the token ratios are independent and alike).
 
-From the horizon grid (``python -m llm_runs.study --grid horizon``: GMC at delay 16 on the
+From the horizon grid (``python -m studies.run --grid horizon``: GMC at delay 16 on the
 scratchpad task with 2..7 operands, H = 3..18 tokens). Each run contributes the median over
 its updates t >= d (the delay pipeline full: every batch d versions stale) of ``stale/chi2``
 (mean w^2 - 1 over the batch, w the trajectory ratio under the behaviour policy) and of

@@ -26,7 +26,7 @@ SOURCES = [GPU_STUDY]
 def read_gpu_runs(root: Path) -> pd.DataFrame:
     """One row per run folder under ``root`` (:func:`llm_runs.run_table.run_row`, the study's table). Every run
     folder must be a run the sweep planned (``sweep.json``'s ``runs``): a foreign one is a ``ValueError``,
-    never mixed in. (The study's own check, :func:`llm_runs.study.audit`, knows the CPU grids only.)"""
+    never mixed in. (The study's own check, :func:`llm_runs.grid_check.audit`, knows the CPU grids only.)"""
     planned = set(read_json(root / "sweep.json").get("runs", [])) if (root / "sweep.json").is_file() else None
     folders = run_folders(root)
     foreign = [p.name for p in folders if planned is not None and p.name not in planned]

@@ -24,7 +24,7 @@ NAME = "f24_drift_map"
 TITLE = "F24. The drift map: each correction's failure boundary on the measured drift, SGD and Adam + clip"
 OPTIMIZERS = {"sgd": "SGD (fixed step)", "adamclip": "Adam + clip 1"}
 MAP = Source("llm/drift/map.json", ("llm/drift/map.json",),
-             "python -m studies.drift (after python -m llm_runs.study --grid drift)")
+             "python -m studies.drift (after python -m studies.run --grid drift)")
 SOURCES = [MAP]
 
 

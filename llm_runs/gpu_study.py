@@ -14,7 +14,7 @@ What it does, offline (``make gpu-study``):
    ``qwen3-0.6b`` preset's mixed precision.
 2. **Warm start** (:func:`warm_start`). Supervised training on the study's long-horizon task
    (``scratchpad``, seven one-digit operands, every partial sum written out:
-   :data:`llm_runs.study.HORIZONS` ``["long"]``). The Qwen3 tokenizer splits every digit, ``+``,
+   :data:`llm_runs.grids.HORIZONS` ``["long"]``). The Qwen3 tokenizer splits every digit, ``+``,
    ``=`` and ``,`` into a token of its own, so a prompt is 14 tokens and a completion exactly
    18 (17 characters and ``<|im_end|>``), the same horizon H = 18 as the CPU study's character
    tokenizer (measured on the tokenizer and recorded in ``gpu_study.json``). Adam, lr
@@ -37,7 +37,7 @@ What it does, offline (``make gpu-study``):
    evaluations, a sixth of the budget (:func:`cost_model`).
 3. **GRPO** from that warm start: GMC, TOPR, TIC-trunc, GSPO and IS at delay
    :attr:`GpuPlan.delay` = 4, plus one delay-0 run per seed (every scheme is the same update
-   there), paired seeds as in the study (:class:`llm_runs.study.Study`: every run of a seed
+   there), paired seeds as in the study (:class:`llm_runs.grids.Study`: every run of a seed
    shares the warm start, the prompts and the sampling uniforms), B = 16 prompts x G = 8, the
    study's eps 0.2 and leave-one-out advantages. The runs are ordinary trainer runs
    (``python -m llm_runs.train --preset qwen3-0.6b --model-path <warm start>``), several at
@@ -142,7 +142,7 @@ from .grids import STUDY_BASE, Study, StudyCell
 
 @dataclass(frozen=True)
 class GpuStudy(Study):
-    """:class:`llm_runs.study.Study` whose plan may be cut to its first seeds (``only_seeds``, not a setting:
+    """:class:`llm_runs.grids.Study` whose plan may be cut to its first seeds (``only_seeds``, not a setting:
     the sweep runner's ``sweep.json`` holds the whole study, whatever part of it ran)."""
 
     only_seeds: tuple[int, ...] | None = None

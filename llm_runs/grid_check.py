@@ -7,7 +7,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .grids import STUDIES
+from schema.results import GRID_FOLDERS
+
+from .grids import recorded_study
 
 
 @dataclass
@@ -41,9 +43,9 @@ warm start is cached."""
 
 
 def grid_name(root: str | Path) -> str | None:
-    """The grid of :data:`STUDIES` that ``root/sweep.json`` names (None: no ``sweep.json``, a folder
-    assembled by hand). A truncated ``sweep.json``, or one that names no grid (``[]``, ``{}``, an
-    unknown name), is a ``ValueError`` naming the file."""
+    """The grid (one of :data:`schema.results.GRID_FOLDERS`) that ``root/sweep.json`` names (None:
+    no ``sweep.json``, a folder assembled by hand). A truncated ``sweep.json``, or one that names no
+    grid (``[]``, ``{}``, an unknown name), is a ``ValueError`` naming the file."""
     from schema.results import read_json
 
     path = Path(root) / "sweep.json"
@@ -52,9 +54,9 @@ def grid_name(root: str | Path) -> str | None:
     doc = read_json(path)
     settings = doc.get("settings") if isinstance(doc, dict) else None
     grid = settings.get("name") if isinstance(settings, dict) else None
-    if grid not in STUDIES:
+    if grid not in GRID_FOLDERS:
         what = f"names grid {grid!r}" if grid is not None else "names no grid (no settings.name)"
-        raise ValueError(f"{path} {what}, which is not one of {sorted(STUDIES)}")
+        raise ValueError(f"{path} {what}, which is not one of {sorted(GRID_FOLDERS)}")
     return grid
 
 
@@ -75,7 +77,7 @@ def check_grid_folder(root: str | Path, grids: str | tuple[str, ...] | None = No
         grids = (grids,) if isinstance(grids, str) else tuple(grids)
         if grid is not None and grid not in grids:
             raise ValueError(f"{root} holds grid {grid} (its sweep.json), not {' or '.join(grids)}: this analysis "
-                             f"reads only runs of {' or '.join(grids)} (made by python -m llm_runs.study --grid "
+                             f"reads only runs of {' or '.join(grids)} (made by python -m studies.run --grid "
                              f"{grids[0]})")
     return grid
 
@@ -83,8 +85,8 @@ def check_grid_folder(root: str | Path, grids: str | tuple[str, ...] | None = No
 def audit(root: str | Path) -> Audit:
     """Check every folder under ``root`` against the grid that made it.
 
-    A folder with a ``sweep.json`` naming a grid of :data:`STUDIES` (what :func:`run_sweep`
-    writes) is checked run by run against that grid's plan: a folder whose name is no cell of
+    A folder with a ``sweep.json`` naming a grid (what :func:`run_sweep` writes) is checked run by
+    run against the plan that file records (:func:`llm_runs.grids.recorded_study`): a folder whose name is no cell of
     the grid, or whose stored settings differ from the cell's (:func:`llm_runs.config.config_diff`,
     the check ``--dry-run`` and ``--resume`` make), is foreign. Without a ``sweep.json`` (a folder
     assembled by hand) every run must agree with the others on every setting outside
@@ -118,7 +120,7 @@ def _audit(root: Path, folders: list[Path]) -> Audit:
     stored = {p.name: read_run_config(p) for p in runs}
     grid = grid_name(root)
     if grid is not None:
-        cells = {c.name: c for c in STUDIES[grid].cells()}
+        cells = {c.name: c for c in recorded_study(root).cells()}
         for p in folders:
             cell = cells.get(p.name)
             if cell is None:
@@ -227,7 +229,7 @@ def check_warm_starts(out: Path, warm: dict[str, dict]) -> None:
 
 def check_pairing(root: str | Path, reference: str | Path) -> None:
     """Refuse to pair the runs under ``root`` with those under ``reference`` (a grid it pairs
-    with, :attr:`llm_runs.grids.Study.pairs_with`) when a run of ``root`` started from another warm
+    with, :data:`schema.results.GRID_PAIRS`) when a run of ``root`` started from another warm
     start than ``reference``'s runs with the same key: its seed would be paired with a run from
     other weights (the numerics depend on the CPU). ``ValueError`` naming the runs and why."""
     from .warmstart import differs

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 import stats as _stats
+from schema.results import grid_folder
 
 ALPHA = 0.05  # two-sided level of every interval (95%)
 MARGIN = 0.03  # the smallest difference in final held-out pc that matters (H2's non-inferiority margin)
@@ -85,7 +86,7 @@ def masked_update_fraction(m: pd.DataFrame) -> float:
 
 
 def _study_folders(root: str | Path, grid: str | tuple[str, ...] | None = None) -> list[Path]:
-    """The run folders under ``root`` that belong to its grid (:func:`llm_runs.study.audit`), which
+    """The run folders under ``root`` that belong to its grid (:func:`llm_runs.grid_check.audit`), which
     must be one of ``grid`` when given. ``ValueError`` if it is no folder, another grid's, or holds a
     foreign run (never mixed in); a run folder without metrics is named on stderr (it is not
     analysed, and not dropped silently)."""
@@ -176,11 +177,13 @@ CELL = ("horizon", "estimator", "delay")
 
 
 def planned_cells(grid: str, fields: tuple[str, ...] = CELL) -> set[tuple]:
-    """``fields`` of every run one seed of grid ``grid`` (:data:`llm_runs.grids.STUDIES`) plans."""
-    from llm_runs.grids import STUDIES
+    """``fields`` of every run one seed of grid ``grid`` plans: the plan its folder records
+    (:func:`grid_folder`, :func:`llm_runs.grids.recorded_study`)."""
+    from llm_runs.grids import recorded_study
 
-    first = STUDIES[grid].seeds[0]
-    return {tuple(getattr(c, f) for f in fields) for c in STUDIES[grid].cells() if c.seed == first}
+    study = recorded_study(grid_folder(grid))
+    first = study.seeds[0]
+    return {tuple(getattr(c, f) for f in fields) for c in study.cells() if c.seed == first}
 
 
 def whole_seeds(runs: pd.DataFrame, cells: set | None = None, fields: tuple[str, ...] = CELL) -> list[int]:
@@ -227,9 +230,16 @@ def differences(runs: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------- grids paired with the study
 
 
+def _recorded_cells(root: str | Path, fields: tuple[str, ...] = CELL) -> set[tuple]:
+    from llm_runs.grids import recorded_study
+
+    study = recorded_study(root)
+    return {tuple(getattr(c, f) for f in fields) for c in study.cells() if c.seed == study.seeds[0]}
+
+
 def read_paired(root: str | Path, primary: pd.DataFrame) -> pd.DataFrame:
-    """The runs of a grid that pairs with the study (``Study.pairs_with``; the 2025-2026 corrections,
-    ``python -m llm_runs.study --grid peers_2025``), to set beside ``primary`` (the study's runs,
+    """The runs of a grid that pairs with the study (:data:`schema.results.GRID_PAIRS`; the 2025-2026 corrections,
+    ``python -m studies.run --grid peers_2025``), to set beside ``primary`` (the study's runs,
     ``attrs["source"]`` their folder, ``attrs["seeds"]`` its whole seeds) as exploratory rows: not
     part of the pre-registered hypotheses. Only the seeds whole in both grids are kept (every run
     the grid's plan holds for the seed complete); ``attrs["seeds"]`` lists them.
@@ -238,18 +248,18 @@ def read_paired(root: str | Path, primary: pd.DataFrame) -> pd.DataFrame:
     seed would not be paired, :func:`llm_runs.grid_check.check_pairing`), or if the grid runs an
     estimator the study has (two runs of one cell)."""
     from llm_runs.grid_check import audit, check_grid_folder, check_pairing
-    from llm_runs.grids import STUDIES
+    from schema.results import GRID_PAIRS
 
-    paired = tuple(n for n, s in STUDIES.items() if STUDIES[PRIMARY].out in s.pairs_with)
-    check_grid_folder(root, paired)
+    with_primary = tuple(g for g, with_ in GRID_PAIRS.items() if PRIMARY in with_)
+    check_grid_folder(root, with_primary)
     check_pairing(root, primary.attrs["source"])
-    runs = read_runs(root, paired)
+    runs = read_runs(root, with_primary)
     clash = sorted(set(runs.loc[runs["delay"] > 0, "estimator"]) & set(primary["estimator"]))
     if clash:
         raise ValueError(f"{root} runs estimator(s) {clash}, which the study under {primary.attrs['source']} has: "
                          f"one cell would have two runs")
     grid = audit(root).grid
-    cells = planned_cells(grid) if grid in STUDIES else None
+    cells = _recorded_cells(root) if grid is not None else None
     primary_seeds = primary.attrs.get("seeds", sorted(primary["seed"].unique()))
     seeds = [s for s in whole_seeds(runs, cells) if s in primary_seeds]
     out = runs[runs["seed"].isin(seeds) & (runs["delay"] > 0)].reset_index(drop=True).assign(exploratory=True)
@@ -380,10 +390,3 @@ def bound_table(runs_root: str | Path | pd.DataFrame, form: str = "logged") -> p
                                        "ratio_median", "ratio_max", "bound_zero_frac"])
 
 
-def grid_folder(grid: str) -> Path:
-    """The results folder of grid ``grid`` under the results root: its ``Study.out`` in
-    :data:`llm_runs.grids.STUDIES`, the one table that names every grid's folder (the analyses read
-    their own and their sibling grids' folders through it, never by a path of their own)."""
-    from llm_runs.grids import STUDIES
-
-    return STUDIES[grid].default_out()

@@ -1,15 +1,17 @@
 """The staleness study (docs/PREREGISTRATION.md): estimators x delays x two horizons x paired seeds.
 
-    python -m llm_runs.study --dry-run        # the runs, their state and the estimated time
-    python -m llm_runs.study                  # run (or continue) the grid -> results/llm/study/
-    python -m llm_runs.study --resume         # continue interrupted runs (finished ones are skipped)
-    python -m llm_runs.study --grid pilot     # the delay-0 pilot that sized it -> results/llm/pilot/
-    python -m llm_runs.study --grid horizon   # chi^2 against the horizon H = 3..18 -> results/llm/horizon/
-    python -m llm_runs.study --grid pilot_long_steps   # delay 0, long horizon, 800 updates
+    python -m studies.run --dry-run        # the runs, their state and the estimated time
+    python -m studies.run                  # run (or continue) the grid -> results/llm/study/
+    python -m studies.run --resume         # continue interrupted runs (finished ones are skipped)
+    python -m studies.run --grid pilot     # the delay-0 pilot that sized it -> results/llm/pilot/
+    python -m studies.run --grid horizon   # chi^2 against the horizon H = 3..18 -> results/llm/horizon/
+    python -m studies.run --grid pilot_long_steps   # delay 0, long horizon, 800 updates
                                                        # -> results/llm/pilot_long_steps/
-    python -m llm_runs.study --grid pilot --pack-grid  # a finished grid as three tables (schema.packed)
+    python -m studies.run --grid pilot --pack-grid  # a finished grid as three tables (schema.packed)
 
-The grid is data (:data:`STUDIES`): the settings shared by every run (:data:`STUDY_BASE`), one
+The grids are data (``studies.grids.STUDIES``, each study's ``grids.py``), run by
+:func:`main` (the command ``python -m studies.run`` passes them): the settings shared by every
+run (:data:`STUDY_BASE`), one
 block of settings per horizon (:data:`HORIZONS`: ``short`` is the arithmetic task of the
 reference sweep, completions of at most 3 tokens; ``long`` the scratchpad task, completions of
 exactly 18 tokens), the estimators and positive delays, the stale floor (run at the largest
@@ -37,29 +39,7 @@ from pathlib import Path
 import execution
 
 from .grid_check import Audit, audit, check_warm_starts  # noqa: F401 (the analysis' entry points)
-from .grids import (  # noqa: F401 (the names the pre-registrations quote)
-    ESTIMATORS,
-    EVAL_COST_S,
-    HORIZON_BASE,
-    HORIZON_GRID,
-    HORIZON_TERMS,
-    HORIZON_WARM_START_STEPS,
-    HORIZONS,
-    MECHANISM_ARMS,
-    MECHANISM_ESTIMATORS,
-    RUN_OVERHEAD_S,
-    SGD_LR,
-    SGD_PILOT_LRS,
-    STEP_COST_S,
-    STUDIES,
-    STUDY_BASE,
-    STUDY_MODEL,
-    STUDY_MODEL_LARGE,
-    Arm,
-    Study,
-    StudyCell,
-    scratchpad_settings,
-)
+from .grids import EVAL_COST_S, HORIZONS, RUN_OVERHEAD_S, STEP_COST_S, Study, StudyCell, horizon_cost
 from .sweep import run_sweep
 
 # --------------------------------------------------------------------------- pricing
@@ -107,11 +87,12 @@ def estimate_seconds(cells: list[StudyCell], jobs: int, step_cost: dict | None =
     step_cost, eval_cost = step_cost or STEP_COST_S, eval_cost or EVAL_COST_S
     total = 0.0
     for c in cells:
-        if c.horizon not in step_cost:
+        step = horizon_cost(step_cost, c.horizon)
+        if step is None:
             raise ValueError(f"no measured step cost for horizon {c.horizon!r} (have {sorted(step_cost)})")
         o = c.overrides
         n_eval = o["steps"] // o["eval_every"] + 2 if o["eval_every"] else 2
-        total += o["steps"] * step_cost[c.horizon] + n_eval * eval_cost.get(c.horizon, 0.0) + RUN_OVERHEAD_S
+        total += o["steps"] * step + n_eval * (horizon_cost(eval_cost, c.horizon) or 0.0) + RUN_OVERHEAD_S
     return total / max(1, jobs)
 
 
@@ -126,9 +107,11 @@ def missing_estimators(study: Study) -> list[str]:
 # --------------------------------------------------------------------------- CLI
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llm_runs.study", description=__doc__.split("\n\n")[0])
-    p.add_argument("--grid", default="primary", choices=sorted(STUDIES), help="which grid (default: primary)")
+def main(argv: list[str] | None, grids: dict[str, Study], prog: str = "python -m studies.run") -> int:
+    """Run, price, continue or pack one grid of ``grids`` (name -> :class:`Study`): the command line of
+    ``python -m studies.run``, which passes the studies' grids."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p.add_argument("--grid", default="primary", choices=sorted(grids), help="which grid (default: primary)")
     p.add_argument("--out", default=None, help="study folder (default: the grid's own)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     p.add_argument("--resume", action="store_true", help="continue interrupted runs")
@@ -144,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                         "schema.packed) and remove its run folders once the tables read back the same; refused "
                         "unless every run of the grid finished")
     args = p.parse_args(argv)
-    study = STUDIES[args.grid]
+    study = grids[args.grid]
     out = Path(args.out) if args.out else study.default_out()
     try:
         if args.pack_grid:
@@ -199,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"study {study.name}: {len(o.ran)} runs done, {len(o.skipped)} already complete, {len(o.failed)} failed, "
           f"{len(o.interrupted)} interrupted; {o.wall_s / 60:.1f} min; summary {o.summary}")
     if o.interrupted:
-        print(f"interrupted: continue with python -m llm_runs.study --grid {args.grid} --resume")
+        print(f"interrupted: continue with {prog} --grid {args.grid} --resume")
         return 130
     return 1 if o.failed else 0
 
@@ -260,4 +243,6 @@ def _warm_starts(study: Study) -> dict[str, dict]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    print("error: the grids are the studies' (studies/<study>/grids.py): run them with python -m studies.run "
+          "[--grid NAME] (the same flags)", file=sys.stderr)
+    sys.exit(2)

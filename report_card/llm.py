@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from estimators._compat import renamed_keywords
+from schema.results import GRID_FOLDERS
 
 from .load import EPS, Correction
 
@@ -56,9 +57,10 @@ QUICK_CELLS = (LLMCell("short", 64, "adam"),)
 REFERENCES = ("topr", "gspo", "vespo", "gmc")
 FULL_SEEDS = (0, 1, 2, 3, 4)
 QUICK_SEEDS = (0, 1)
-COMMITTED = {"adam": ("llm/study", "llm/study_2025"), "adamwclip": ("llm/mechanism",)}
-"""Where each arm's committed runs are (under the results root); the first folder is the one a
-new run must share the warm start with."""
+COMMITTED = {"adam": (GRID_FOLDERS["primary"], GRID_FOLDERS["peers_2025"]), "adamwclip": (GRID_FOLDERS["mechanism"],)}
+"""Where each arm's committed runs are (under the results root, :data:`schema.results.GRID_FOLDERS`);
+the first folder is the one a new run must share the warm start with, and whose recorded grid
+(:func:`llm_runs.grids.recorded_study`) gives the arm's settings."""
 
 
 # --------------------------------------------------------------------------- committed runs
@@ -94,7 +96,7 @@ def committed_runs(estimators_: tuple[str, ...] = ()) -> pd.DataFrame:
             if not path.is_dir():
                 continue
             if f not in _AUDITED:
-                if f != "llm/study":
+                if f != GRID_FOLDERS["primary"]:
                     check_pairing(path, root / "llm/study")
                 found = audit(path)
                 found.raise_if_foreign(path)
@@ -174,8 +176,12 @@ def card_folder_llm(card_dir: Path, arm: str) -> Path:
 
 def grids(corr: Correction, todo: list[LLMCell], seeds, overrides: dict | None = None) -> list:
     """One :class:`llm_runs.grids.Study` per arm for the cells ``todo`` (the committed grid's
-    settings; ``overrides`` on top, e.g. a smoke test's fewer updates)."""
-    from llm_runs.grids import HORIZONS, MECHANISM_ARMS, NEWCOMER_HORIZONS, STUDIES, Arm, Study
+    settings as its folder records them, :func:`llm_runs.grids.recorded_study`; ``overrides`` on
+    top, e.g. a smoke test's fewer updates)."""
+    from llm_runs.grids import Arm, Study, recorded_study
+    from schema.results import grid_folder
+
+    primary, mechanism = recorded_study(grid_folder("primary")), recorded_study(grid_folder("mechanism"))
 
     @dataclass(frozen=True)
     class CardGrid(Study):
@@ -184,7 +190,8 @@ def grids(corr: Correction, todo: list[LLMCell], seeds, overrides: dict | None =
         def cells(self):
             return [c for c in super().cells() if [c.horizon, c.delay] in [list(w) for w in self.wanted]]
 
-    horizons_all = NEWCOMER_HORIZONS if corr.name == "seq_geo_mask" else HORIZONS
+    horizons_all = recorded_study(grid_folder("peers_2025")).horizons if corr.name == "seq_geo_mask" \
+        else primary.horizons
     out = []
     for arm in ARMS:
         cells = [c for c in todo if c.arm == arm]
@@ -194,13 +201,13 @@ def grids(corr: Correction, todo: list[LLMCell], seeds, overrides: dict | None =
         wanted = tuple((c.horizon, c.delay) for c in cells)
         zero = corr.name if any(c.delay == 0 for c in cells) else None
         if arm == "adam":
-            base = {**STUDIES["primary"].base, **(overrides or {})}
+            base = {**primary.base, **(overrides or {})}
             g = CardGrid(f"card-{corr.name}-adam", f"results/cards/{corr.name}/llm/adam", base, hs, (corr.name,),
                          delays=(64,), seeds=tuple(seeds), floor=(), zero_delay=zero,
                          doc=f"report card of {corr.name}: its own runs under the study's Adam", wanted=wanted)
         else:
-            spec = next(a for a in MECHANISM_ARMS if a.label == "adamwclip")
-            base = {**STUDIES["mechanism"].base, **(overrides or {})}
+            spec = next(a for a in mechanism.arms if a.label == "adamwclip")
+            base = {**mechanism.base, **(overrides or {})}
             g = CardGrid(f"card-{corr.name}-adamwclip", f"results/cards/{corr.name}/llm/adamwclip", base, hs, (),
                          delays=(64,), seeds=tuple(seeds), floor=(), zero_delay=zero,
                          arms=(Arm("adamwclip", spec.overrides, (corr.name,), zero_delay=zero is not None),),

@@ -15,8 +15,8 @@ Sources:
 * ``LLM``: run folders ``results/llm/sweep/<run>/`` (full) or ``results/llm/sweep_quick/<run>/``,
   each with ``config.json`` and ``metrics.csv``; made by ``python -m llm_runs.sweep``.
 * ``STUDY``: the staleness study's run folders ``results/llm/study/<run>/``; made by
-  ``python -m llm_runs.study``. ``STUDY_HORIZON``: its horizon grid ``results/llm/horizon/<run>/``;
-  made by ``python -m llm_runs.study --grid horizon``. ``GPU_STUDY``: the Qwen3-0.6B study's run folders
+  ``python -m studies.run``. ``STUDY_HORIZON``: its horizon grid ``results/llm/horizon/<run>/``;
+  made by ``python -m studies.run --grid horizon``. ``GPU_STUDY``: the Qwen3-0.6B study's run folders
   ``results/llm/gpu_study/<run>/``; made by ``python -m llm_runs.gpu_study`` on one GPU. ``VERDICTS``: the
   pre-registered analysis' verdicts ``results/llm/study/verdicts.json``; made by
   ``python -m studies.staleness --json``.
@@ -39,6 +39,8 @@ from __future__ import annotations
 
 from .runs import (  # noqa: F401
     GPU_STUDY,
+    GRID_FOLDERS,
+    GRID_PAIRS,
     HORIZON_TASKS,
     LEGACY_FIELDS,
     LLM,
@@ -49,6 +51,7 @@ from .runs import (  # noqa: F401
     STUDY_2025,
     STUDY_HORIZON,
     check_steps,
+    grid_folder,
     horizon_of,
     horizon_tokens,
     is_packed_run,

@@ -359,12 +359,48 @@ class _LLMSource(Source):
         return None
 
 
+GRID_FOLDERS = {
+    "primary": "llm/study", "horizon": "llm/horizon", "pilot": "llm/pilot", "pilot_short": "llm/pilot_short",
+    "pilot_long_steps": "llm/pilot_long_steps", "mechanism": "llm/mechanism", "pilot_sgd": "llm/pilot_sgd",
+    "pilot_large": "llm/pilot_large", "scale": "llm/scale", "scale_mech": "llm/scale_mech",
+    "scale_variants": "llm/scale_variants", "peers_2025": "llm/study_2025", "geo_sgd": "llm/geo_sgd",
+    "pilot_drift": "llm/pilot_drift", "drift": "llm/drift", "drift_decisive": "llm/drift_decisive",
+    "replicate_avx2": "llm/replicate_avx2",
+}
+"""Grid name -> its results folder under the results root: the one table that names where every
+LLM grid's runs live. The studies define the grids (``studies.grids``) and run them
+(``python -m studies.run --grid NAME``) into these folders; every analysis, figure and report card
+finds a grid's runs through :func:`grid_folder`, never by a path of its own."""
+
+
+GRID_PAIRS = {
+    "mechanism": ("primary",), "scale_mech": ("scale",), "scale_variants": ("scale",), "peers_2025": ("primary",),
+    "geo_sgd": ("primary",), "pilot_drift": ("primary", "mechanism"),
+    "drift": ("primary", "mechanism", "peers_2025"), "drift_decisive": ("primary", "mechanism", "drift"),
+    "replicate_avx2": ("primary", "mechanism"),
+}
+"""Grid name -> the grids whose runs its analysis pairs with its own by seed (the same warm starts
+and seeds; a grid not listed pairs with none): before a grid adds runs, each paired folder is checked
+to have started from the warm start this machine uses (:func:`llm_runs.grid_check.check_warm_starts`)."""
+
+
+def grid_folder(grid: str) -> Path:
+    """The results folder of grid ``grid`` (:data:`GRID_FOLDERS`) under the results root."""
+    if grid not in GRID_FOLDERS:
+        raise ValueError(f"unknown grid {grid!r}; valid: {', '.join(GRID_FOLDERS)}")
+    return results_root() / GRID_FOLDERS[grid]
+
+
+def _grid_source(label: str, grid: str) -> _LLMSource:
+    arg = "" if grid == "primary" else f" --grid {grid}"
+    return _LLMSource(label, (GRID_FOLDERS[grid],), f"python -m studies.run{arg}")
+
+
 LLM = _LLMSource("llm sweep", ("llm/sweep", "llm/sweep_quick"), "python -m llm_runs.sweep")
-STUDY = _LLMSource("llm study", ("llm/study",), "python -m llm_runs.study")
-STUDY_HORIZON = _LLMSource("llm horizon grid", ("llm/horizon",), "python -m llm_runs.study --grid horizon")
-MECHANISM = _LLMSource("llm mechanism grid", ("llm/mechanism",), "python -m llm_runs.study --grid mechanism")
-STUDY_2025 = _LLMSource("llm 2025-2026 corrections grid", ("llm/study_2025",),
-                        "python -m llm_runs.study --grid peers_2025")
+STUDY = _grid_source("llm study", "primary")
+STUDY_HORIZON = _grid_source("llm horizon grid", "horizon")
+MECHANISM = _grid_source("llm mechanism grid", "mechanism")
+STUDY_2025 = _grid_source("llm 2025-2026 corrections grid", "peers_2025")
 GPU_STUDY = _LLMSource("llm gpu study", ("llm/gpu_study",), "python -m llm_runs.gpu_study")
 
 
@@ -394,7 +430,7 @@ def read_llm_runs() -> pd.DataFrame:
 
 
 HORIZON_TASKS = {"short": "arithmetic", "long": "scratchpad"}
-"""The staleness study's horizon labels and the task each names (``llm_runs.study.HORIZONS``
+"""The staleness study's horizon labels and the task each names (``llm_runs.grids.HORIZONS``
 holds the rest of each horizon's settings)."""
 
 

@@ -18,9 +18,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from llm_runs.grids import STUDIES
 from schema.io import loads_json, write_text
 from studies.drift.section import d1_sentence, d5_sentence, step_control_sentence, step_size_lead
+from studies.grids import STUDIES
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"  # the committed results: the README describes these, whatever GMC_RESULTS says
@@ -37,7 +37,7 @@ SOURCES = {
     "drift": ("drift", "verdicts.json"),
     "replicate": ("replicate_avx2", "comparison.json"),
 }
-"""Each source: (grid of :data:`llm_runs.grids.STUDIES`, whose folder the grid table names; file in it),
+"""Each source: (grid of :data:`studies.grids.STUDIES`, whose folder the grid table names; file in it),
 or (None, path under the results root)."""
 
 

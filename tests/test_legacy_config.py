@@ -84,6 +84,6 @@ def test_gspos_legacy_clip_range_is_filled_only_into_gspo_runs(tmp_path):
 
 @pytest.mark.parametrize("grid", ["pilot", "pilot_short"])
 def test_the_committed_pilots_pass_their_own_grids_dry_run(grid, capsys):
-    from llm_runs.study import main
+    from studies.run import main
 
     assert main(["--grid", grid, "--dry-run"]) == 0, capsys.readouterr().err

@@ -103,8 +103,8 @@ def test_values_keep_their_text_nan_inf_and_integers_included(grid):
 
 def test_a_packed_run_is_complete_for_resume_and_never_resumed(grid):
     from llm_runs.config import load_run_config, resolve_config
-    from llm_runs.grids import STUDIES
     from llm_runs.run_folder import check_resumable, run_state
+    from studies.grids import STUDIES
 
     pack_grid(grid, log=lambda m: None)
     for cell in STUDIES["pilot"].cells():
@@ -154,8 +154,8 @@ def test_a_grid_packed_in_two_steps_holds_every_run_once(grid, tmp_path):
 
 
 def test_pack_study_refuses_a_grid_with_unfinished_cells(grid):
-    from llm_runs.grids import STUDIES
     from llm_runs.study import pack_study
+    from studies.grids import STUDIES
 
     shutil.rmtree(run_folders(grid)[0])
     with pytest.raises(ValueError, match="have not finished"):

@@ -124,10 +124,10 @@ def test_a_packed_run_is_never_resumed(run, capsys):
 
 
 def test_the_study_packs_only_its_finished_runs_and_reads_them_unchanged(finished_run, tmp_path):
-    """``python -m llm_runs.study --pack``: every finished run packed, an unfinished one left; the
+    """``python -m studies.run --pack``: every finished run packed, an unfinished one left; the
     analysis reads the same numbers and the plan sees the packed runs as complete."""
-    from llm_runs.study import STUDIES
-    from llm_runs.study import main as study_main
+    from studies.grids import STUDIES
+    from studies.run import main as study_main
     from studies.staleness.analysis import read_runs
 
     study = STUDIES["pilot"]

@@ -14,7 +14,8 @@ def test_the_replicate_grid_forces_its_kernel_path_and_others_record_none(monkey
     import os
 
     from llm_runs import study
-    from llm_runs.grids import AVX2_KERNELS, STUDIES
+    from llm_runs.grids import AVX2_KERNELS
+    from studies.grids import STUDIES
 
     assert STUDIES["replicate_avx2"].settings()["kernel_env"] == [list(kv) for kv in AVX2_KERNELS]
     assert "kernel_env" not in STUDIES["primary"].settings()  # recorded settings of earlier grids unchanged
@@ -22,7 +23,7 @@ def test_the_replicate_grid_forces_its_kernel_path_and_others_record_none(monkey
         monkeypatch.setenv(k, "unset")
         monkeypatch.delenv(k)
     monkeypatch.setattr(study, "_warm_starts", lambda s: (_ for _ in ()).throw(ValueError("stop here")))
-    assert study.main(["--grid", "replicate_avx2", "--out", "/nonexistent/never-made"]) == 2
+    assert study.main(["--grid", "replicate_avx2", "--out", "/nonexistent/never-made"], STUDIES) == 2
     assert all(os.environ.get(k) == v for k, v in AVX2_KERNELS)
 
 

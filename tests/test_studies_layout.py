@@ -1,5 +1,7 @@
 """studies/: every study has a README whose links resolve, whose commands name modules that exist,
-and whose results folders are the ones llm_runs.grids.STUDIES names (the one table of grid folders)."""
+and whose results folders are the ones studies.grids.STUDIES names; each study defines its grids
+(``studies/<study>/grids.py``), the toolkit's one table names their folders
+(schema.results.GRID_FOLDERS), and each committed folder's record reads back as its grid."""
 from __future__ import annotations
 
 import importlib
@@ -23,7 +25,7 @@ def test_every_study_has_a_readme():
 
 @pytest.mark.parametrize("readme", READMES, ids=lambda p: p.parent.name)
 def test_readme_links_commands_and_folders(readme):
-    from llm_runs.grids import STUDIES
+    from studies.grids import STUDIES
 
     text = readme.read_text()
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
@@ -51,3 +53,58 @@ def test_the_report_finds_the_figures_where_python_m_figures_draws_them():
 
     assert style.OUT == REPO / "figures" / "out"
     assert "style.OUT" in inspect.getsource(report.write_report)
+
+
+def test_each_study_defines_its_grids_and_the_one_table_names_their_folders():
+    import llm_runs.grids
+    from schema.results import GRID_FOLDERS, GRID_PAIRS
+    from studies.grids import STUDIES
+
+    assert sorted(STUDIES) == sorted(GRID_FOLDERS)
+    for name, grid in STUDIES.items():
+        assert grid.name == name and grid.out == f"results/{GRID_FOLDERS[name]}", name
+    for name, paired in GRID_PAIRS.items():
+        assert name in STUDIES and set(paired) <= set(STUDIES) - {name}, name
+    defined = {}
+    for d in STUDY_DIRS:
+        if (d / "grids.py").is_file():
+            for name, grid in importlib.import_module(f"studies.{d.name}.grids").GRIDS.items():
+                assert name not in defined, f"{name} defined by {defined.get(name)} and {d.name}"
+                assert STUDIES[name] is grid
+                defined[name] = d.name
+    assert sorted(defined) == sorted(STUDIES)
+    assert not hasattr(llm_runs.grids, "STUDIES")  # the toolkit holds the schema, never a study's grid
+
+
+def test_every_committed_grid_folder_reads_back_as_the_grid_that_defines_it():
+    from llm_runs.grids import recorded_study
+    from schema.results import grid_folder
+    from studies.grids import STUDIES
+
+    read = 0
+    for name, grid in STUDIES.items():
+        if not (grid_folder(name) / "sweep.json").is_file():
+            continue
+        found = recorded_study(grid_folder(name))
+        assert found.name == name and found.settings() == grid.settings(), name
+        assert [(c.name, c.overrides) for c in found.cells()] == [(c.name, c.overrides) for c in grid.cells()], name
+        read += 1
+    assert read >= 15
+
+
+def test_a_folder_without_a_grid_record_is_named(tmp_path):
+    from llm_runs.grids import recorded_study
+
+    with pytest.raises(ValueError, match=f"{tmp_path / 'sweep.json'} does not exist"):
+        recorded_study(tmp_path)
+    (tmp_path / "sweep.json").write_text('{"settings": {"name": "x"}}')
+    with pytest.raises(ValueError, match="records no study grid .*base"):
+        recorded_study(tmp_path)
+
+
+def test_the_toolkit_runner_names_the_studies_command():
+    import runpy
+
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_module("llm_runs.study", run_name="__main__")
+    assert stop.value.code == 2

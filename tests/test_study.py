@@ -239,8 +239,9 @@ def test_trainer_logs_theory_columns_zero_at_delay_zero_and_positive_under_delay
 
 
 def test_primary_grid_is_seed_major_paired_and_runs_delay_zero_once():
-    from llm_runs.study import ESTIMATORS, STUDIES
     from llm_runs.sweep import plan
+    from studies.grids import STUDIES
+    from studies.staleness.grids import ESTIMATORS
 
     study = STUDIES["primary"]
     cells = plan(study)
@@ -261,7 +262,7 @@ def test_primary_grid_is_seed_major_paired_and_runs_delay_zero_once():
 
 
 def test_study_folders_honour_the_results_root(tmp_path, monkeypatch):
-    from llm_runs.study import STUDIES
+    from studies.grids import STUDIES
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     assert STUDIES["primary"].default_out() == tmp_path / "llm" / "study"
@@ -269,7 +270,9 @@ def test_study_folders_honour_the_results_root(tmp_path, monkeypatch):
 
 
 def test_dry_run_prices_the_plan_and_names_missing_estimators(capsys):
-    from llm_runs.study import STUDIES, estimate_seconds, main, missing_estimators
+    from llm_runs.study import estimate_seconds, missing_estimators
+    from studies.grids import STUDIES
+    from studies.run import main
 
     assert main(["--dry-run", "--grid", "pilot", "--out", "/nonexistent/pilot"]) == 0
     out = capsys.readouterr().out
@@ -487,7 +490,7 @@ def test_the_abstracts_llm_claim_without_the_study_is_not_checked(tmp_path, monk
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     llm = next(v for v in verdicts() if not v["claim_ids"])
-    assert llm["verdict"] == "not checked" and "python -m llm_runs.study" in llm["evidence"]
+    assert llm["verdict"] == "not checked" and "python -m studies.run" in llm["evidence"]
 
 
 # --------------------------------------------------------------------------- the grid check
@@ -597,7 +600,7 @@ def test_every_committed_grid_records_the_settings_its_definition_gives(tmp_path
     grid's sweep.json holds exactly what its definition's settings() gives, so it can be continued."""
     import json
 
-    from llm_runs.grids import STUDIES
+    from studies.grids import STUDIES
 
     found = 0
     for settings_file in sorted((REPO / "results" / "llm").glob("*/sweep.json")):
@@ -609,7 +612,7 @@ def test_every_committed_grid_records_the_settings_its_definition_gives(tmp_path
 
 
 def test_the_study_runs_through_either_executor(tmp_path, capsys):
-    from llm_runs.study import main
+    from studies.run import main
 
     out = tmp_path / "scale"
     assert main(["--grid", "scale", "--executor", "ray", "--dry-run", "--out", str(out)]) == 0
@@ -628,6 +631,7 @@ def test_a_grid_paired_with_another_refuses_a_machine_whose_warm_start_differs_f
     import llm_runs.study as study_cli
     from schema.packing import unpack_run
     from schema.results import read_run_doc
+    from studies.grids import STUDIES
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     src = REPO / "results" / "llm" / "study" / "long-gmc-d64-s0"
@@ -637,7 +641,7 @@ def test_a_grid_paired_with_another_refuses_a_machine_whose_warm_start_differs_f
     other = {**theirs, "heldout_pc": 0.010061427227023785}
     monkeypatch.setattr(study_cli, "_warm_starts", lambda study: {"long": other, "short": {"key": "elsewhere"}})
     out = tmp_path / "llm" / "study_2025"
-    assert study_cli.main(["--grid", "peers_2025", "--out", str(out)]) == 2
+    assert study_cli.main(["--grid", "peers_2025", "--out", str(out)], STUDIES) == 2
     err = capsys.readouterr().err
     assert f"the runs in {tmp_path / 'llm' / 'study'} started from" in err and "nothing was run" in err
     assert not out.exists()
@@ -650,7 +654,7 @@ def test_a_grid_paired_with_another_refuses_a_machine_whose_warm_start_differs_f
 
     monkeypatch.setattr(study_cli, "run_sweep", reached)
     with pytest.raises(Reached):  # the same warm start: the check lets the grid run
-        study_cli.main(["--grid", "peers_2025", "--out", str(out)])
+        study_cli.main(["--grid", "peers_2025", "--out", str(out)], STUDIES)
 
 
 def _fake_newcomers(root, effect, seeds):
@@ -823,8 +827,8 @@ def test_a_truncated_or_foreign_sweep_json_is_named_by_path(tmp_path, capsys, te
 def test_the_grid_runner_names_a_truncated_or_foreign_sweep_json(tmp_path, text):
     import re
 
-    from llm_runs.grids import STUDIES
     from llm_runs.sweep import run_sweep
+    from studies.grids import STUDIES
 
     (tmp_path / "sweep.json").write_text(text)
     with pytest.raises(ValueError, match=re.escape(str(tmp_path / "sweep.json"))):

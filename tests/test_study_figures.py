@@ -273,8 +273,9 @@ def test_f12_says_when_the_independence_prediction_fails_and_adds_the_study_poin
 
 def test_horizon_grid_is_gmc_at_delay_16_over_terms_2_to_7_and_leaves_the_primary_untouched():
     from llm_runs.config import resolve_config
-    from llm_runs.study import HORIZON_TERMS, STUDIES
     from llm_runs.sweep import plan
+    from studies.grids import STUDIES
+    from studies.staleness.grids import HORIZON_TERMS
 
     grid = STUDIES["horizon"]
     cells = plan(grid)
@@ -335,7 +336,7 @@ def test_report_headline_renders_the_verdicts_and_tables(study, tmp_path):
     assert "### THEORY §3's mass-bias bound at LLM scale" in text
     # F12 has no horizon grid here: named with its command; the other three are drawn
     assert missing == [report.plain(report.fig_module("f12_chi2_vs_horizon").TITLE) + ": results missing"]
-    assert "python -m llm_runs.study --grid horizon" in text
+    assert "python -m studies.run --grid horizon" in text
     for name in ("f10_study_differences", "f11_study_pc_vs_delay", "f13_theory_in_the_loop"):
         assert (tmp_path / "figs" / f"{name}.png").exists() and f"{name}.png" in text
     (study / "verdicts.json").write_text(json.dumps({k: {**v, "seeds": [0, 1]} for k, v in VERDICTS.items()}))
@@ -349,10 +350,10 @@ def test_report_headline_names_the_commands_of_missing_results(tmp_path, monkeyp
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     md, missing = report.study_section(tmp_path, tmp_path / "figs", draw_missing=True)
     text = "\n".join(md)
-    assert "missing results llm study" in text and "`python -m llm_runs.study`" in text
+    assert "missing results llm study" in text and "`python -m studies.run`" in text
     assert "python -m studies.staleness --json results/llm/study/verdicts.json" in text
     assert len(missing) == 4
-    with pytest.raises(data.MissingResults, match="python -m llm_runs.study"):
+    with pytest.raises(data.MissingResults, match="python -m studies.run"):
         report.fig_module("f10_study_differences").load()
 
 

@@ -86,14 +86,14 @@ def read(folders: dict[str, Path] | None = None) -> pd.DataFrame:
             row["family"] = None if row["level"] is None else "sgd" if row["optimizer"] == "sgd" else "adamclip"
             rows.append(row)
     if not rows:
-        raise ValueError("no run of the drift grids: run `python -m llm_runs.study --grid drift` first")
+        raise ValueError("no run of the drift grids: run `python -m studies.run --grid drift` first")
     return pd.DataFrame(rows)
 
 
 def whole_seeds(runs: pd.DataFrame, grid: str) -> list[int]:
     """Seeds of ``grid`` (``drift`` or ``drift_decisive``) whose every planned run is present and complete
     (runs the grid takes from the mechanism grid count where they are)."""
-    from llm_runs.grids import STUDIES
+    from studies.grids import STUDIES
 
     have = {(r["run"], r["grid"]) for r in runs[runs["complete"]].to_dict("records")}
     return [s for s in STUDIES[grid].seeds
@@ -102,14 +102,14 @@ def whole_seeds(runs: pd.DataFrame, grid: str) -> list[int]:
 
 
 def _planned(grid: str, seed: int) -> list[str]:
-    from llm_runs.grids import STUDIES
+    from studies.grids import STUDIES
 
     return [c.name for c in STUDIES[grid].cells() if c.seed == seed]
 
 
 def _reused_names(seed: int) -> list[str]:
     """The mechanism grid's runs of ``seed`` that stand for the drift grid's two 1e-4 levels."""
-    from llm_runs.grids import MECHANISM_ESTIMATORS
+    from studies.mechanism.grids import MECHANISM_ESTIMATORS
 
     return [name for arm in ("sgd", "adamclip")
             for name in (f"long-{arm}-gmc-d0-s{seed}", *(f"long-{arm}-{e}-d64-s{seed}" for e in MECHANISM_ESTIMATORS))]
@@ -277,7 +277,7 @@ def _jitter(bounds: list[dict], rng) -> list[float]:
 
 
 def d2(bounds) -> dict:
-    from llm_runs.grids import DRIFT_ESTIMATORS
+    from studies.drift.grids import DRIFT_ESTIMATORS
 
     pairs = [(_find(bounds, e, "sgd"), _find(bounds, e, "adamclip")) for e in DRIFT_ESTIMATORS]
     if any(a is None or b is None for a, b in pairs):
@@ -384,7 +384,8 @@ def study_gain() -> float:
 
 
 def d7(runs, seeds, reference_gain: float) -> dict:
-    from llm_runs.grids import DRIFT_LEVELS, MECHANISM_ESTIMATORS
+    from studies.drift.grids import DRIFT_LEVELS
+    from studies.mechanism.grids import MECHANISM_ESTIMATORS
 
     r = runs[runs["seed"].isin(seeds)]
     for lr in sorted(DRIFT_LEVELS["adamclip"]):
@@ -522,7 +523,7 @@ def _counts(recs: list[dict], col: str, tau: float) -> dict:
 
 
 def d5_records(grids: tuple[str, ...]) -> list[dict]:
-    """D5's record of every long-horizon run of ``grids`` (names in :data:`llm_runs.grids.STUDIES`)."""
+    """D5's record of every long-horizon run of ``grids`` (names in :data:`studies.grids.STUDIES`)."""
     from schema.results import metrics_path, run_dirs
 
     out = []

@@ -237,7 +237,7 @@ def step_size_lead(v: dict | None, name=lambda e: e) -> str:
 
 def drift_lines(path: Path) -> list[str]:
     if not path.is_file():
-        return [(f"*No drift verdicts yet ({path}): `python -m studies.drift` after `python -m llm_runs.study --grid "
+        return [(f"*No drift verdicts yet ({path}): `python -m studies.drift` after `python -m studies.run --grid "
                 "drift`.*"), ""]
     v = read_json(path)
     seeds = v.get("seeds_drift", [])

@@ -8,7 +8,7 @@ grid check, the stability rule, paired bootstrap intervals, Holm, whole seeds) a
 through :mod:`llm_runs.mechanism_table`. A run's ``arm`` is its optimiser setting
 (:func:`llm_runs.mechanism_table.arm_of`); the committed study's runs are the unclipped-Adam arm ``adam``.
 The sibling grids it reads (scale, scale_mech, scale_variants) are found through the one table of
-grid folders, :data:`llm_runs.grids.STUDIES` (``Study.out``).
+grid folders, :data:`studies.grids.STUDIES` (``Study.out``).
 """
 from __future__ import annotations
 

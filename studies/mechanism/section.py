@@ -85,7 +85,7 @@ def scale_lines(m5: dict) -> list[str]:
     """M5 at the larger model: its grid's whole seeds, stable shares and mean final pc at d = 64, and
     GMC - TOPR against the study model's."""
     ref = m5.get("study_model", {})
-    out = [(f"**M5, the larger model** (2.07M parameters, `python -m llm_runs.study --grid scale`, "
+    out = [(f"**M5, the larger model** (2.07M parameters, `python -m studies.run --grid scale`, "
             f"`results/llm/scale/`, the addendum of the pre-registration): {len(m5.get('scale_seeds', []))} whole "
             f"seed(s) of 5.")]
     if not m5.get("scale_seeds"):
@@ -205,7 +205,7 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
     except (MissingResults, ValueError) as e:
         md += [f"*{e}*", ""]
         return md, missing
-    md += [("**The interventions** (docs/PREREGISTRATION-MECHANISM.md, `python -m llm_runs.study --grid mechanism`): "
+    md += [("**The interventions** (docs/PREREGISTRATION-MECHANISM.md, `python -m studies.run --grid mechanism`): "
            "the same long-horizon task, warm start, prompts and sampling keys as the staleness study, at d = 64, "
            "with (1) the optimiser changed (SGD with a fixed step, the theory's setting; Adam with the gradient norm "
            "clipped at 1; AdamW + decay 0.01 + clip 1, verl's actor default), (2) a per-trajectory cap after GMC "
@@ -227,7 +227,7 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
            "Below 6 whole seeds every verdict is NOT DECIDED "
            "and the pre-registered rule's outcome on the seeds so far is shown beside it, deciding nothing."), ""]
     if len(seeds) < 10:
-        md += [("The grid continues (`python -m llm_runs.study --grid mechanism --resume`) only on a machine that "
+        md += [("The grid continues (`python -m studies.run --grid mechanism --resume`) only on a machine that "
                 "computes the warm start its runs record: the same settings give another warm start on a CPU that "
                 "rounds differently (docs/LLM.md, \"The runs depend on the CPU\"), "
                 "and the grid refuses to add runs there "

@@ -55,7 +55,7 @@ def read(root: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def whole_seeds(rep: pd.DataFrame) -> list[int]:
-    from llm_runs.grids import STUDIES
+    from studies.grids import STUDIES
 
     done = set(rep.loc[rep["complete"], "run"])
     return [s for s in STUDIES[GRID].seeds if all(c.name in done for c in STUDIES[GRID].cells() if c.seed == s)]

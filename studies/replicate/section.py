@@ -46,7 +46,7 @@ def survival_lines(hypotheses: tuple[str, ...], path: Path | None = None) -> lis
 def replicate_lines(path: Path) -> list[str]:
     if not path.is_file():
         return [(f"*No replicate comparison yet ({path}): `python -m studies.replicate` "
-                 "after `python -m llm_runs.study "
+                 "after `python -m studies.run "
                 "--grid replicate_avx2`.*"), ""]
     v = read_json(path)
     state = "provisional (no verdict said to survive or not)" if v.get("provisional") else (

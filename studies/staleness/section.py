@@ -222,7 +222,7 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
            ("Mean paired difference (GMC minus the baseline, seed by seed, whole seeds) "
            "with its 95% percentile-bootstrap "
            f"interval; a baseline is stable in a cell when at least {STABLE_FRACTION:.0%} of its seeds are."
-           + (" Rows marked (exploratory): the 2025-2026 corrections (`python -m llm_runs.study --grid peers_2025`, "
+           + (" Rows marked (exploratory): the 2025-2026 corrections (`python -m studies.run --grid peers_2025`, "
               "`results/llm/study_2025`), run after the study from its warm starts, prompts and sampling keys and "
               "paired with its GMC by seed; they are not part of the pre-registered families H1-H4."
               if exploratory_estimators(runs) else "")), ""]

@@ -1,0 +1,15 @@
+"""Every LLM grid of the studies, by name (:data:`STUDIES`): each study's ``grids.py`` defines its own
+(:class:`llm_runs.grids.Study`, data), and this table collects them for ``python -m studies.run``
+and the analyses. Where each grid's runs live is :data:`schema.results.GRID_FOLDERS`; a test holds
+the two to one another and every grid to the settings its committed folder records."""
+from __future__ import annotations
+
+from .corrections_2025.grids import GRIDS as _CORRECTIONS_2025
+from .drift.grids import GRIDS as _DRIFT
+from .mechanism.grids import GRIDS as _MECHANISM
+from .replicate.grids import GRIDS as _REPLICATE
+from .scale.grids import GRIDS as _SCALE
+from .staleness.grids import GRIDS as _STALENESS
+
+STUDIES = {**_STALENESS, **_MECHANISM, **_SCALE, **_CORRECTIONS_2025, **_DRIFT, **_REPLICATE}
+"""Grid name -> :class:`llm_runs.grids.Study`, every study's grids."""

@@ -1,0 +1,30 @@
+"""The second-rounding replicate's grid as data (:data:`GRIDS`), docs/PREREGISTRATION-REPLICATE.md.
+Run with ``python -m studies.run --grid replicate_avx2``."""
+from __future__ import annotations
+
+from llm_runs.grids import AVX2_KERNELS, HORIZONS, STUDY_BASE, Arm, Study
+
+from ..mechanism.grids import MECHANISM_ARMS, MECHANISM_ESTIMATORS
+
+
+def replicate_arms() -> tuple[Arm, ...]:
+    """The cells the verdicts re-decided on the replicate rest on: the study's long horizon under its Adam
+    (gmc, is, tic_mask, tic_trunc, topr, gspo at d = 64 and the delay-0 run: H1, H2, H4), the mechanism
+    grid's SGD arm (gmc, is, tic_mask and its delay-0 run: M1) and its AdamW + clip arm (gmc, is, tic_mask,
+    tic_trunc, topr and its delay-0 run: M2b)."""
+    sgd, adamwclip = (next(a for a in MECHANISM_ARMS if a.label == name) for name in ("sgd", "adamwclip"))
+    return (Arm("study", {}, ("gmc", "is", "tic_mask", "tic_trunc", "topr", "gspo")),
+            Arm("sgd", {**sgd.overrides, "mechanism_diagnostics": True}, ("gmc", "is", "tic_mask")),
+            Arm("adamwclip", {**adamwclip.overrides, "mechanism_diagnostics": True}, MECHANISM_ESTIMATORS))
+
+
+GRIDS = {
+    "replicate_avx2": Study("replicate_avx2", "results/llm/replicate_avx2", STUDY_BASE, {"long": HORIZONS["long"]}, (),
+                            delays=(64,), seeds=tuple(range(10)), floor=(), arms=replicate_arms(),
+                            kernel_env=AVX2_KERNELS,
+                            doc="the second-rounding replicate (docs/PREREGISTRATION-REPLICATE.md): the study's long "
+                                "horizon cells (gmc, is, tic_mask, tic_trunc, topr, gspo at d = 64 and d = 0), the "
+                                "mechanism grid's SGD gmc, is, tic_mask and AdamW + clip gmc, is, tic_mask, tic_trunc, "
+                                "topr cells (and their d = 0 runs), from the committed warm start, every run on AVX2 "
+                                "kernels, seeds 0-9 (170 runs)"),
+}
