@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from schema.results import HORIZON_TASKS
-
-from .sweep import Cell
 
 STUDY_MODEL = {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
                "num_key_value_heads": 2, "head_dim": 16}
@@ -62,8 +60,23 @@ RUN_OVERHEAD_S = 8.0
 
 
 @dataclass(frozen=True)
+class Cell:
+    """One run of a grid (:mod:`llm_runs.sweep`'s sweeps and the studies' grids)."""
+
+    estimator: str
+    mode: str
+    delay: int  # controlled: d; async: max_staleness
+    seed: int
+    overrides: dict = field(compare=False)  # TrainConfig values on top of the sweep's base
+
+    @property
+    def name(self) -> str:
+        return f"{self.estimator}-{self.mode}-d{self.delay}-s{self.seed}"
+
+
+@dataclass(frozen=True)
 class StudyCell(Cell):
-    """One run of the study: a :class:`~llm_runs.sweep.Cell` with its horizon (and arm) in the name."""
+    """One run of the study: a :class:`Cell` with its horizon (and arm) in the name."""
 
     horizon: str = "long"
     arm: str = ""
@@ -192,13 +205,3 @@ def committed_config(which: str):
     if which not in COMMITTED_WARM_STARTS:
         raise ValueError(f"unknown warm start {which!r}; valid: {', '.join(COMMITTED_WARM_STARTS)}")
     return resolve_config(COMMITTED_WARM_STARTS[which])
-
-
-def commit_warm_starts(which: tuple[str, ...] = tuple(COMMITTED_WARM_STARTS), log=print) -> None:
-    """Commit this machine's warm starts of ``which`` (:func:`llm_runs.warmstart.commit`; never replaces one)."""
-    from .tasks import build_task
-    from .warmstart import commit
-
-    for w in which:
-        cfg = committed_config(w)
-        commit(cfg, build_task(cfg), log)

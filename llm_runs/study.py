@@ -122,6 +122,9 @@ def main(argv: list[str] | None, grids: dict[str, Study], prog: str = "python -m
     p.add_argument("--pack", action="store_true",
                    help="only pack the finished runs' metrics.csv as metrics.csv.gz (same bytes; runs after a sweep "
                         "too)")
+    p.add_argument("--summary", action="store_true",
+                   help="only write the grid's summary.csv again from its runs (one row per run, every setting a "
+                        "column; llm_runs.grid_summary)")
     p.add_argument("--pack-grid", action="store_true",
                    help="pack the finished grid into three tables (runs.jsonl.gz, metrics.parquet, logs.jsonl.gz; "
                         "schema.packed) and remove its run folders once the tables read back the same; refused "
@@ -133,6 +136,13 @@ def main(argv: list[str] | None, grids: dict[str, Study], prog: str = "python -m
         if args.pack_grid:
             n = pack_study(study, out)
             print(f"study {study.name}: packed {n} run folders under {out}")
+            return 0
+        if args.summary:
+            from .grid_check import check_grid_folder
+            from .grid_summary import write_summary
+
+            check_grid_folder(out, study.name)
+            print(f"study {study.name}: wrote {write_summary(out, study, study.cells())}")
             return 0
         if args.pack:
             n = pack_finished(study, out)

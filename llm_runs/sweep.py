@@ -42,6 +42,7 @@ from typing import Protocol
 import execution
 
 from .grid_summary import SUMMARY_COLUMNS, write_summary  # noqa: F401 (this module's table)
+from .grids import Cell
 from .run_folder import run_state
 from .train import cli_flags
 
@@ -118,21 +119,6 @@ SWEEPS = {
                    doc="2 estimators x 2 delays x 1 seed controlled + gmc async at max staleness 0 and 8, "
                        "30 updates (figures on a fresh clone)"),
 }
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One run of a sweep."""
-
-    estimator: str
-    mode: str
-    delay: int  # controlled: d; async: max_staleness
-    seed: int
-    overrides: dict = field(compare=False)  # TrainConfig values on top of the sweep's base
-
-    @property
-    def name(self) -> str:
-        return f"{self.estimator}-{self.mode}-d{self.delay}-s{self.seed}"
 
 
 def async_overrides(delay: int) -> dict:

@@ -383,15 +383,42 @@ def rounding_note(config, task, info: dict, log=print) -> str:
     return {True: "same", False: "differs", None: "unknown"}[same]
 
 
-def commit(config, task, log=print) -> Path:
+def recorded_starts(key: str, folders: list[Path] | None = None) -> dict[str, dict]:
+    """The warm starts with ``key`` that committed runs record having started from: weights sha256 ->
+    ``{"runs": count, "cpu_flags": [the machines that made them], "folder": the first grid folder}``,
+    over every run of ``folders`` (default: every grid folder, :data:`schema.results.GRID_FOLDERS`)."""
+    from schema.results import GRID_FOLDERS, read_run_doc, results_root, run_dirs
+
+    found: dict[str, dict] = {}
+    for folder in folders if folders is not None else [results_root() / f for f in GRID_FOLDERS.values()]:
+        for run in run_dirs(Path(folder)) if Path(folder).is_dir() else []:
+            doc = read_run_doc(run)
+            ws = doc.get("warm_start") or {}
+            if ws.get("key") != key or not ws.get("weights_sha256"):
+                continue
+            rec = found.setdefault(ws["weights_sha256"], {"runs": 0, "cpu_flags": [], "folder": str(folder)})
+            rec["runs"] += 1
+            flags = (doc.get("machine") or {}).get("cpu_flags")
+            if flags and flags not in rec["cpu_flags"]:
+                rec["cpu_flags"].append(flags)
+    return found
+
+
+def commit(config, task, log=print, expect_sha256: str | None = None) -> Path:
     """Save this machine's warm start for ``config`` (the cached one, computed if need be) as a committed
     one: weights split into :data:`PART_BYTES` parts, the tokenizer, the record with the weights'
     sha256 and this machine's :func:`rounding_fingerprint`. An existing committed folder is never
-    replaced."""
+    replaced. ``expect_sha256``: the weights the committed runs started from (:func:`recorded_starts`);
+    a warm start that hashes otherwise here is refused (``ValueError``) and nothing is committed."""
     dest = committed_path(config)
     if dest.exists():
         raise ValueError(f"{dest} exists: a committed warm start is never replaced")
     ws = get_warm_start(config, task, log)
+    if expect_sha256 is not None and ws.info["weights_sha256"] != expect_sha256:
+        raise ValueError(f"this machine computes the warm start {warm_start_key(config)} as weights "
+                         f"{ws.info['weights_sha256'][:16]} (held-out pc {ws.info['heldout_pc']:.3f}), but the "
+                         f"committed runs started from {expect_sha256[:16]}: committing it would give their grids "
+                         f"another start; nothing was committed (make it on a machine that rounds as theirs did)")
     info = {k: v for k, v in ws.info.items() if k not in ("source", "committed", "path")}
     info["rounding_fingerprint"] = rounds_fingerprint_here(config, task)
     tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
@@ -473,12 +500,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m llm_runs.warmstart", description=(
         "The committed warm starts (llm_runs/warmstarts): --check recomputes each recipe here and says whether "
         "this machine reproduces the committed bits (exit 1 if one does not)."))
-    p.add_argument("--check", action="store_true", required=True,
-                   help="recompute the recipe(s) here and compare with the committed bits")
+    from .grids import COMMITTED_WARM_STARTS
+
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--check", action="store_true",
+                      help="recompute the recipe(s) here and compare with the committed bits")
+    what.add_argument("--commit", choices=sorted(COMMITTED_WARM_STARTS), default=None,
+                      help="compute this warm start here and commit it, only if its weights are the ones the "
+                           "committed runs started from (their run records' sha256)")
     p.add_argument("--only", nargs="+", default=None, metavar="FOLDER", help="check only these committed folders")
     args = p.parse_args(argv)
     bad = 0
     try:
+        if args.commit:
+            return _commit_recorded(args.commit, build_task)
         configs = committed_configs()
         for name in args.only or []:
             if name not in configs:
@@ -498,6 +533,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 1 if bad else 0
+
+
+def _commit_recorded(which: str, build_task) -> int:
+    """``--commit WHICH``: the committed-runs' warm start of :data:`llm_runs.grids.COMMITTED_WARM_STARTS`
+    ``which``, computed here and committed only if it hashes as they record."""
+    from .grids import committed_config
+
+    cfg = committed_config(which)
+    if committed_record(cfg) is not None:
+        print(f"{which}: already committed ({committed_path(cfg)}); nothing to do")
+        return 0
+    starts = recorded_starts(warm_start_key(cfg))
+    if len(starts) > 1:
+        raise ValueError(f"the committed runs record {len(starts)} different warm starts with key "
+                         f"{warm_start_key(cfg)} ({', '.join(s[:16] for s in starts)}): which to commit is not "
+                         f"determined")
+    expect = next(iter(starts), None)
+    if expect is None:
+        print(f"{which}: no committed run records this warm start; committing what this machine computes")
+    else:
+        made_on = ", ".join(starts[expect]["cpu_flags"]) or "unrecorded"
+        print(f"{which}: the committed runs ({starts[expect]['runs']} under {starts[expect]['folder']}, ...) started "
+              f"from weights {expect[:16]}, made on CPU flags {made_on}; this machine is "
+              f"{machine()['cpu_flags']} ({machine()['cpu_capability']}). Computing the recipe here ...")
+    commit(cfg, build_task(cfg), expect_sha256=expect)
+    return 0
+
 
 
 if __name__ == "__main__":

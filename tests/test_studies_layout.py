@@ -108,3 +108,23 @@ def test_the_toolkit_runner_names_the_studies_command():
     with pytest.raises(SystemExit) as stop:
         runpy.run_module("llm_runs.study", run_name="__main__")
     assert stop.value.code == 2
+
+
+def test_every_committed_grid_summary_has_each_setting_as_a_column():
+    import pandas as pd
+
+    from schema.results import grid_folder
+    from studies.grids import STUDIES
+
+    seen = 0
+    for name in STUDIES:
+        path = grid_folder(name) / "summary.csv"
+        if not (grid_folder(name) / "sweep.json").is_file() or not path.is_file():
+            continue
+        tab = pd.read_csv(path)
+        assert {"estimator", "delay", "seed", "optimizer", "lr", "max_grad_norm", "group_size",
+                "prompts_per_step"} <= set(tab.columns), name
+        seen += 1
+    assert seen >= 15
+    mech = pd.read_csv(grid_folder("mechanism") / "summary.csv")
+    assert set(mech["optimizer"]) == {"adam", "adamw", "sgd"}

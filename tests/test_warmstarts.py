@@ -226,3 +226,35 @@ def test_check_names_every_committed_warm_start_by_its_settings(tmp_path, monkey
     assert "reproduces the committed bits" in capsys.readouterr().out
     assert warmstart.main(["--check", "--only", "nothing"]) == 2
 
+
+
+def test_the_larger_models_warm_start_is_named_by_the_runs_that_started_from_it():
+    """Not committed yet: the scale grids record one start (its weights' sha256) and the machine kind
+    that made it, which is what ``--commit large`` must reproduce before committing anything."""
+    from llm_runs.grids import committed_config
+    from schema.results import grid_folder
+
+    cfg = committed_config("large")
+    found = warmstart.recorded_starts(warmstart.warm_start_key(cfg),
+                                      [grid_folder(g) for g in ("scale", "scale_mech", "scale_variants")])
+    assert list(found) == ["03f620f0824341f6cb695a175d34c25123ee0cb7103f74121e4932f3cd098d12"]
+    assert found[next(iter(found))]["runs"] == 55 and found[next(iter(found))]["cpu_flags"] == ["fc7df03f53a7dec4"]
+
+
+def test_a_warm_start_other_than_the_one_the_committed_runs_started_from_is_never_committed(tmp_path, monkeypatch):
+    root = tmp_path / "committed"
+    monkeypatch.setenv(warmstart.COMMITTED_ENV, str(root))
+    cfg = _small(tmp_path / "made-here")
+    with pytest.raises(ValueError, match=r"committed runs started from 0000000000000000: .* nothing was committed"):
+        warmstart.commit(cfg, build_task(cfg), log=lambda m: None, expect_sha256="0" * 64)
+    assert not root.exists() or not any(root.iterdir())
+    here = warmstart.get_warm_start(cfg, build_task(cfg), log=lambda m: None).info["weights_sha256"]
+    warmstart.commit(cfg, build_task(cfg), log=lambda m: None, expect_sha256=here)
+    assert warmstart.committed_record(cfg)["weights_sha256"] == here
+
+
+def test_commit_of_a_warm_start_already_committed_changes_nothing(capsys):
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in warmstart.committed_root().rglob("*"))
+    assert warmstart.main(["--commit", "long"]) == 0
+    assert "already committed" in capsys.readouterr().out
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in warmstart.committed_root().rglob("*")) == before
