@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from schema.results import MissingResults, read_json
+from schema.results import GRID_FOLDERS, MissingResults, read_json
 from schema.sources import Source
 
 from . import style
@@ -23,7 +23,7 @@ from . import style
 NAME = "f24_drift_map"
 TITLE = "F24. The drift map: each correction's failure boundary on the measured drift, SGD and Adam + clip"
 OPTIMIZERS = {"sgd": "SGD (fixed step)", "adamclip": "Adam + clip 1"}
-MAP = Source("llm/drift/map.json", ("llm/drift/map.json",),
+MAP = Source(f"{GRID_FOLDERS['drift']}/map.json", (f"{GRID_FOLDERS['drift']}/map.json",),
              "python -m studies.drift (after python -m studies.run --grid drift)")
 SOURCES = [MAP]
 

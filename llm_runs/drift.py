@@ -111,9 +111,9 @@ def read_export(path: str | Path, stack: str = "toolkit") -> tuple[pd.DataFrame,
 
 
 def map_path() -> Path:
-    from schema.results import results_root
+    from schema.results import grid_folder
 
-    return results_root() / "llm" / "drift" / "map.json"
+    return grid_folder("drift") / "map.json"
 
 
 def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dict]:

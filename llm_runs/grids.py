@@ -165,6 +165,16 @@ class Study:
         return list(dict.fromkeys(names))
 
 
+def grid_out(name: str) -> str:
+    """The ``out`` of grid ``name`` (``results/`` + its folder in :data:`schema.results.GRID_FOLDERS`, the
+    one table of grid folders): what the studies' grid definitions pass as :attr:`Study.out`."""
+    from schema.results import GRID_FOLDERS
+
+    if name not in GRID_FOLDERS:
+        raise ValueError(f"grid {name!r} has no folder in schema.results.GRID_FOLDERS; add it there")
+    return f"results/{GRID_FOLDERS[name]}"
+
+
 def recorded_study(root: str | Path) -> Study:
     """The grid a folder's ``sweep.json`` records (what :func:`llm_runs.sweep.run_sweep` wrote when the
     grid started, :meth:`Study.settings`), as a :class:`Study` whose ``out`` is ``root``: the design

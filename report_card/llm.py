@@ -97,7 +97,7 @@ def committed_runs(estimators_: tuple[str, ...] = ()) -> pd.DataFrame:
                 continue
             if f not in _AUDITED:
                 if f != GRID_FOLDERS["primary"]:
-                    check_pairing(path, root / "llm/study")
+                    check_pairing(path, root / GRID_FOLDERS["primary"])
                 found = audit(path)
                 found.raise_if_foreign(path)
                 _AUDITED[f] = found.runs

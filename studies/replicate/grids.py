@@ -2,7 +2,7 @@
 Run with ``python -m studies.run --grid replicate_avx2``."""
 from __future__ import annotations
 
-from llm_runs.grids import AVX2_KERNELS, HORIZONS, STUDY_BASE, Arm, Study
+from llm_runs.grids import AVX2_KERNELS, HORIZONS, STUDY_BASE, Arm, Study, grid_out
 
 from ..mechanism.grids import MECHANISM_ARMS, MECHANISM_ESTIMATORS
 
@@ -19,7 +19,7 @@ def replicate_arms() -> tuple[Arm, ...]:
 
 
 GRIDS = {
-    "replicate_avx2": Study("replicate_avx2", "results/llm/replicate_avx2", STUDY_BASE, {"long": HORIZONS["long"]}, (),
+    "replicate_avx2": Study("replicate_avx2", grid_out("replicate_avx2"), STUDY_BASE, {"long": HORIZONS["long"]}, (),
                             delays=(64,), seeds=tuple(range(10)), floor=(), arms=replicate_arms(),
                             kernel_env=AVX2_KERNELS,
                             doc="the second-rounding replicate (docs/PREREGISTRATION-REPLICATE.md): the study's long "
