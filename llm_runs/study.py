@@ -1,13 +1,14 @@
-"""The staleness study (docs/PREREGISTRATION.md): estimators x delays x two horizons x paired seeds.
+"""Running, pricing, continuing and packing an LLM grid (:class:`llm_runs.grids.Study`): the staleness
+study's design and every grid after it.
 
-    python -m studies.run --dry-run        # the runs, their state and the estimated time
-    python -m studies.run                  # run (or continue) the grid -> results/llm/study/
-    python -m studies.run --resume         # continue interrupted runs (finished ones are skipped)
-    python -m studies.run --grid pilot     # the delay-0 pilot that sized it -> results/llm/pilot/
-    python -m studies.run --grid horizon   # chi^2 against the horizon H = 3..18 -> results/llm/horizon/
-    python -m studies.run --grid pilot_long_steps   # delay 0, long horizon, 800 updates
-                                                       # -> results/llm/pilot_long_steps/
-    python -m studies.run --grid pilot --pack-grid  # a finished grid as three tables (schema.packed)
+    python -m studies.run --dry-run                   # the runs, their state and the estimated time
+    python -m studies.run                             # run (or continue) the grid -> results/llm/study/
+    python -m studies.run --resume                    # continue interrupted runs (finished ones are skipped)
+    python -m studies.run --grid pilot                # the delay-0 pilot that sized it -> results/llm/pilot/
+    python -m studies.run --grid horizon              # chi^2 against the horizon H = 3..18 -> results/llm/horizon/
+    python -m studies.run --grid pilot_long_steps     # delay 0, long horizon, 800 updates
+    python -m studies.run --grid pilot --pack-grid    # a finished grid as three tables (schema.packed)
+    python -m studies.run --grid pilot --summary      # its summary.csv again, every setting a column
 
 The grids are data (``studies.grids.STUDIES``, each study's ``grids.py``), run by
 :func:`main` (the command ``python -m studies.run`` passes them): the settings shared by every

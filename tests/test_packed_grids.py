@@ -173,3 +173,19 @@ def test_the_packed_runs_table_is_json_lines(grid):
     assert {"run", "config", "summary", "columns"} == set(docs[0])
     table = pd.read_parquet(grid / PACKED_METRICS)
     assert list(table.columns[:2]) == ["run", "step"] and table["run"].nunique() == 3
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["folders", "packed"])
+def test_summary_writes_the_grids_table_again_with_every_setting_a_column(grid, packed, capsys):
+    from studies.run import main
+
+    if packed:
+        pack_grid(grid, log=lambda m: None)
+    (grid / "summary.csv").unlink()
+    assert main(["--grid", "pilot", "--out", str(grid), "--summary"]) == 0
+    assert "summary.csv" in capsys.readouterr().out
+    made, committed = pd.read_csv(grid / "summary.csv"), pd.read_csv(PILOT / "summary.csv")
+    pd.testing.assert_frame_equal(made[committed.columns], committed)
+    assert {"optimizer", "lr", "group_size"} <= set(made.columns) and (made["optimizer"] == "adam").all()
+    assert main(["--grid", "mechanism", "--out", str(grid), "--summary"]) == 2  # another grid's folder: refused
+    assert "holds grid pilot" in capsys.readouterr().err
