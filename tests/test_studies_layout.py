@@ -102,12 +102,14 @@ def test_a_folder_without_a_grid_record_is_named(tmp_path):
         recorded_study(tmp_path)
 
 
-def test_the_toolkit_runner_names_the_studies_command():
+@pytest.mark.filterwarnings("ignore:'llm_runs.study' found in sys.modules:RuntimeWarning")
+def test_the_toolkit_runner_names_the_studies_command(capsys):
     import runpy
 
     with pytest.raises(SystemExit) as stop:
         runpy.run_module("llm_runs.study", run_name="__main__")
     assert stop.value.code == 2
+    assert "python -m studies.run" in capsys.readouterr().err
 
 
 def test_every_committed_grid_summary_has_each_setting_as_a_column():
