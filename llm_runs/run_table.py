@@ -176,14 +176,18 @@ CELL = ("horizon", "estimator", "delay")
 """The fields that name a cell of a study grid (a seed has one run per cell)."""
 
 
-def planned_cells(grid: str, fields: tuple[str, ...] = CELL) -> set[tuple]:
-    """``fields`` of every run one seed of grid ``grid`` plans: the plan its folder records
-    (:func:`grid_folder`, :func:`llm_runs.grids.recorded_study`)."""
+def recorded_cells(root: str | Path, fields: tuple[str, ...] = CELL) -> set[tuple]:
+    """``fields`` of every run one seed of the grid under ``root`` plans: the plan its ``sweep.json``
+    records (:func:`llm_runs.grids.recorded_study`)."""
     from llm_runs.grids import recorded_study
 
-    study = recorded_study(grid_folder(grid))
-    first = study.seeds[0]
-    return {tuple(getattr(c, f) for f in fields) for c in study.cells() if c.seed == first}
+    study = recorded_study(root)
+    return {tuple(getattr(c, f) for f in fields) for c in study.cells() if c.seed == study.seeds[0]}
+
+
+def planned_cells(grid: str, fields: tuple[str, ...] = CELL) -> set[tuple]:
+    """:func:`recorded_cells` of grid ``grid``'s folder (:func:`grid_folder`)."""
+    return recorded_cells(grid_folder(grid), fields)
 
 
 def whole_seeds(runs: pd.DataFrame, cells: set | None = None, fields: tuple[str, ...] = CELL) -> list[int]:
@@ -230,13 +234,6 @@ def differences(runs: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------- grids paired with the study
 
 
-def _recorded_cells(root: str | Path, fields: tuple[str, ...] = CELL) -> set[tuple]:
-    from llm_runs.grids import recorded_study
-
-    study = recorded_study(root)
-    return {tuple(getattr(c, f) for f in fields) for c in study.cells() if c.seed == study.seeds[0]}
-
-
 def read_paired(root: str | Path, primary: pd.DataFrame) -> pd.DataFrame:
     """The runs of a grid that pairs with the study (:data:`schema.results.GRID_PAIRS`; the 2025-2026 corrections,
     ``python -m studies.run --grid peers_2025``), to set beside ``primary`` (the study's runs,
@@ -259,7 +256,7 @@ def read_paired(root: str | Path, primary: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"{root} runs estimator(s) {clash}, which the study under {primary.attrs['source']} has: "
                          f"one cell would have two runs")
     grid = audit(root).grid
-    cells = _recorded_cells(root) if grid is not None else None
+    cells = recorded_cells(root) if grid is not None else None
     primary_seeds = primary.attrs.get("seeds", sorted(primary["seed"].unique()))
     seeds = [s for s in whole_seeds(runs, cells) if s in primary_seeds]
     out = runs[runs["seed"].isin(seeds) & (runs["delay"] > 0)].reset_index(drop=True).assign(exploratory=True)

@@ -553,10 +553,10 @@ def _commit_recorded(which: str, build_task) -> int:
     if expect is None:
         print(f"{which}: no committed run records this warm start; committing what this machine computes")
     else:
-        made_on = ", ".join(starts[expect]["cpu_flags"]) or "unrecorded"
+        made_on, here = ", ".join(starts[expect]["cpu_flags"]) or "unrecorded", machine()
         print(f"{which}: the committed runs ({starts[expect]['runs']} under {starts[expect]['folder']}, ...) started "
               f"from weights {expect[:16]}, made on CPU flags {made_on}; this machine is "
-              f"{machine()['cpu_flags']} ({machine()['cpu_capability']}). Computing the recipe here ...")
+              f"{here['cpu_flags']} ({here['cpu_capability']}). Computing the recipe here ...")
     commit(cfg, build_task(cfg), expect_sha256=expect)
     return 0
 
