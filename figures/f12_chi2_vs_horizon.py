@@ -10,13 +10,15 @@ its updates t >= d (the delay pipeline full: every batch d versions stale) of ``
 trajectory, measured (points: seeds; line: their mean) and the independence prediction
 (1 + chi^2_token)^H of the same runs (dashed). Right: the per-token chi^2. Open markers: the
 primary study's GMC runs at the same delay (short: the arithmetic task, completions of at
-most 3 tokens, placed at H = 3; long: H = 18), when present. Log y-axes.
+most 3 tokens, placed at H = 3; long: H = 18), when present. Log y-axes. Whether the prediction
+holds is :func:`claims.horizon.independence_verdict`'s; this module reads and draws.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from claims.horizon import AGREE_FACTOR, agrees, independence_verdict
 from llm_runs.run_table import PRIMARY, read_traces
 from schema.results import STUDY, STUDY_HORIZON, source_note
 
@@ -26,9 +28,6 @@ NAME = "f12_chi2_vs_horizon"
 TITLE = "F12. Trajectory and per-token chi-square against the horizon (delay 16)"
 SOURCES = [STUDY_HORIZON]
 COLUMNS = ("stale/chi2", "stale/chi2_token")
-AGREE_FACTOR = 2.0
-"""The independence prediction holds at an H when the measured 1 + chi^2 (mean over seeds) is
-within this factor of the predicted (1 + chi^2_token)^H (mean over seeds)."""
 
 
 def run_medians(traces: pd.DataFrame) -> pd.DataFrame:
@@ -80,18 +79,6 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def verdict(tab: pd.DataFrame) -> dict:
-    """Whether the independence prediction holds within :data:`AGREE_FACTOR` at every H of the
-    horizon grid, the ratios, and the least-squares slopes in H of log(1 + chi^2) measured and
-    predicted (claim 18: linear in H)."""
-    g = tab[tab["source"] == "horizon"].sort_values("H")
-    holds = bool(len(g)) and bool(((g["ratio"] <= AGREE_FACTOR) & (g["ratio"] >= 1 / AGREE_FACTOR)).all())
-    slope = lambda y: float(np.polyfit(g["H"], np.log1p(y), 1)[0]) if len(g) > 1 else float("nan")
-    return {"holds": holds, "ratios": dict(zip(g["H"].astype(int), g["ratio"])), "slope_measured": slope(g["chi2"]),
-            "slope_predicted": slope(g["pred"]),
-            "log1p_token": float(np.log1p(g["chi2_token"]).mean()) if len(g) else float("nan")}
-
-
 def plot(df: pd.DataFrame, ax=None):
     fig, (a, b) = style.panels(2, ax, width=4.0, height=3.3)
     tab = table(df)
@@ -131,7 +118,7 @@ def plot(df: pd.DataFrame, ax=None):
 
 def caption(df: pd.DataFrame) -> str:
     tab = table(df)
-    v = verdict(tab)
+    v = independence_verdict(tab)
     g = tab[tab["source"] == "horizon"].sort_values("H")
     per_h = "; ".join(f"H = {r.H}: chi^2 {r.chi2:.3g} (seeds {r.chi2_min:.3g}..{r.chi2_max:.3g}), chi^2_token "
                       f"{r.chi2_token:.3g}, predicted {r.pred:.3g}" for r in g.itertuples())
@@ -139,7 +126,7 @@ def caption(df: pd.DataFrame) -> str:
                       for r in tab[tab["source"] == "study"].itertuples())
     ratios = ", ".join(f"{r:.2f}" for r in v["ratios"].values())
     word = "holds" if v["holds"] else "does not hold"
-    ok = [h for h, r in v["ratios"].items() if 1 / AGREE_FACTOR <= r <= AGREE_FACTOR]
+    ok = [h for h, r in v["ratios"].items() if agrees(r)]
     bad = [h for h in v["ratios"] if h not in ok]
     where = (f" (it holds at H = {', '.join(map(str, ok)) or 'none'}; measured "
              f"{'below' if all(v['ratios'][h] < 1 for h in bad) else 'off'} the prediction at H = "

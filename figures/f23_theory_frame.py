@@ -14,7 +14,8 @@ For each (scheme, optimiser) the exact models' prediction sits beside the LLM's 
 
 The figure puts each exact model's share of runs that held (1 - collapse share) on x and the LLM's
 stable share on y, one point per (scheme, optimiser): on the diagonal the theory transfers.
-:func:`disagreements` lists the cells where it does not, for the report's "Disagreements and gaps".
+Which cells disagree is decided by :func:`claims.theory_frame.disagreeing_cells` (the report lists them
+under "Disagreements and gaps"); this module reads the frame and draws it.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import functools
 import numpy as np
 import pandas as pd
 
+from claims.theory_frame import COLLAPSES, HOLDS, LLM_STABLE, disagreeing_cells
 from schema.results import MissingResults, Sim, read_sim
 
 from . import style
@@ -37,8 +39,6 @@ OPTIMIZERS = ["sgd", "adam", "adam_clip", "adamw_clip"]
 LLM_ARM = {"sgd": "sgd", "adam": "adam", "adam_clip": "adamclip", "adamw_clip": "adamwclip"}
 OPT_TITLE = {"sgd": "SGD", "adam": "Adam", "adam_clip": "Adam + clip", "adamw_clip": "AdamW + clip"}
 E2_H, E2_D, LLM_D = 16, 64, 64
-HOLDS, COLLAPSES = 0.9, 0.5  # an exact model predicts "holds" at >= 90% runs held, "collapses" at >= 50% collapsed
-LLM_STABLE = 0.8  # the study's rule: a baseline is stable in a cell when >= 80% of its seeds are
 
 
 @functools.cache
@@ -84,34 +84,6 @@ def load() -> pd.DataFrame:
             rows.append(r)
     out = pd.DataFrame(rows)
     out.attrs["sources"] = [str(E2.find()), str(SHARED.find())]
-    return out
-
-
-def _pred(collapse: float) -> str:
-    if not np.isfinite(collapse):
-        return "not run"
-    return "holds" if 1 - collapse >= HOLDS else "collapses" if collapse >= COLLAPSES else "mixed"
-
-
-def _llm_word(r) -> str:
-    if not r.llm_n:
-        return "not run"
-    return "stable" if r.llm_stable / r.llm_n >= LLM_STABLE else "unstable"
-
-
-def disagreements(tab: pd.DataFrame) -> list[str]:
-    """Cells where an exact model's prediction and the LLM's outcome differ (one markdown line each)."""
-    out = []
-    for r in tab.itertuples():
-        word = _llm_word(r)
-        if word == "not run":
-            continue
-        for model, col in (("exact E2", "e2_collapse"), ("shared-parameter model", "shared_collapse")):
-            p = _pred(getattr(r, col))
-            if (p == "holds" and word == "unstable") or (p == "collapses" and word == "stable"):
-                out.append(f"- {style.label(r.scheme)} under {OPT_TITLE[r.optimizer]}: the {model} predicts it {p} "
-                           f"({1 - getattr(r, col):.0%} of runs held), the LLM was {word} ({r.llm_stable} of {r.llm_n} "
-                           f"seeds stable, final pc {r.llm_pc:.3f}, chi^2 {r.llm_chi2:.2f}).")
     return out
 
 
@@ -172,7 +144,7 @@ def _drift_note(tab: pd.DataFrame) -> str:
 
 
 def caption(tab: pd.DataFrame) -> str:
-    dis = disagreements(tab)
+    dis = disagreeing_cells(tab)
     return (f"One point per (scheme, optimiser); on the diagonal the exact model's prediction transfers to the LLM. "
             f"{len(dis)} (scheme, optimiser, model) cells disagree (listed under Disagreements and gaps). An exact "
             f"model predicts 'holds' when at least {HOLDS:.0%} of its runs held, 'collapses' when at least "

@@ -150,6 +150,17 @@ def optimizer_section(report_dir: Path, figures_out: Path, draw_missing: bool) -
     return md + lines, missing
 
 
+def frame_disagreements(tab) -> list[str]:
+    """The frame's disagreeing cells (:func:`claims.theory_frame.disagreeing_cells`), one markdown line each."""
+    from claims.theory_frame import disagreeing_cells
+    from figures.f23_theory_frame import OPT_TITLE
+
+    return [f"- {style.label(r['scheme'])} under {OPT_TITLE[r['optimizer']]}: the {r['model']} predicts it "
+            f"{r['prediction']} ({r['held']:.0%} of runs held), the LLM was {r['outcome']} ({r['llm_stable']} of "
+            f"{r['llm_n']} seeds stable, final pc {r['llm_pc']:.3f}, chi^2 {r['llm_chi2']:.2f})."
+            for r in disagreeing_cells(tab)]
+
+
 def frame_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str], list[str]]:
     """Theory and experiment in one frame (F22, F23; THEORY §8): the shared-parameter model's answer in
     one sentence, the frame table, and the cells where theory and LLM disagree. Returns (markdown lines,
@@ -167,7 +178,7 @@ def frame_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     try:
         tab = f23.load()
         md += f23.markdown(tab) + [""]
-        dis = f23.disagreements(tab)
+        dis = frame_disagreements(tab)
     except MissingResults as e:
         md += [f"*{e}*", ""]
     lines, missing = figure_sections(FRAME_FIGURES, report_dir, figures_out, draw_missing)

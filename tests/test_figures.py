@@ -294,7 +294,7 @@ def test_unstable_by_accuracy_drop(results):
         m.loc[m["step"] == 20, "eval/heldout_acc"] = acc0 - delta
         m.to_csv(path, index=False)
         sm = data.run_summary(data.read_llm_runs())
-        assert sm["stable"].item() is stable and sm["collapsed"].item() is not stable and not sm["nonfinite"].item()
+        assert sm["stable"].item() is stable and sm["acc_drop"].item() is not stable and not sm["nonfinite"].item()
     # a small held-out split widens the threshold: 3 binomial standard errors
     assert data.drop_threshold(0.3, 20) == pytest.approx(3 * math.sqrt(0.21 / 20))
 

@@ -233,6 +233,7 @@ def test_horizon_of_a_run_is_the_tasks_own(tmp_path):
 
 
 def test_f12_medians_after_the_pipeline_fills_and_the_independence_prediction(tmp_path, monkeypatch):
+    from claims.horizon import independence_verdict
     from figures import f12_chi2_vs_horizon as f12
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
@@ -246,11 +247,12 @@ def test_f12_medians_after_the_pipeline_fills_and_the_independence_prediction(tm
     assert y == pytest.approx((1.04) ** Hs + 0.0005, rel=1e-12)  # the seeds' mean, the t < d rows left out
     _, yp, _ = gid_line(fig, "series:chi2:predicted")
     assert yp == pytest.approx((1.04) ** Hs, rel=1e-12)
-    assert f12.verdict(f12.table(df))["holds"] and "holds within a factor 2" in f12.caption(df)
+    assert independence_verdict(f12.table(df))["holds"] and "holds within a factor 2" in f12.caption(df)
     assert fig.axes[0].get_yscale() == "log"
 
 
 def test_f12_says_when_the_independence_prediction_fails_and_adds_the_study_points(tmp_path, monkeypatch):
+    from claims.horizon import independence_verdict
     from figures import f12_chi2_vs_horizon as f12
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
@@ -259,7 +261,7 @@ def test_f12_says_when_the_independence_prediction_fails_and_adds_the_study_poin
     cfg = {"task": "scratchpad", "terms": 7, "digits": 1, "steps": STEPS, "eps": 0.2, "heldout_size": 200, "seed": 0,
            "mode": "controlled", "estimator": "gmc", "delay": 16}
     df = f12.load()
-    v = f12.verdict(f12.table(df))
+    v = independence_verdict(f12.table(df))
     assert not v["holds"] and v["slope_measured"] == pytest.approx(3 * v["slope_predicted"], rel=1e-3)
     assert "does not hold" in f12.caption(df)
     study = df[df["source"] == "study"]
@@ -289,7 +291,7 @@ def test_horizon_grid_is_gmc_at_delay_16_over_terms_2_to_7_and_leaves_the_primar
     warm = ("terms", "train_size", "heldout_size", "warm_start_steps", "warm_start_lr", "warm_start_batch")
     assert {k: long[k] for k in warm} == {k: primary[k] for k in warm}  # H = 18 is the long horizon's warm start
     committed = data.ROOT / "results" / "llm" / "study" / "sweep.json"
-    assert json.loads(committed.read_text())["settings"] == json.loads(json.dumps(STUDIES["primary"].settings()))
+    assert json.loads(committed.read_text())["settings"] == json.loads(json.dumps(STUDIES["primary"].record()))
 
 
 # --------------------------------------------------------------------------- the report's headline
