@@ -218,18 +218,18 @@ SUMMARY_HEADER = ("estimator", "d", "runs", "final held-out pc", "stable", "chi^
 
 def run_rows(out: Path, study: Study) -> list[dict]:
     """One row per run folder of ``study`` under ``out`` that has metrics: final pc, stability
-    (:func:`llm_runs.grid_summary.summary_row`, the study's rule), median ``stale/chi2`` over the updates
+    (:func:`llm_runs.run_table.run_row`, the study's rule), median ``stale/chi2`` over the updates
     t >= d, median completion tokens per second."""
     from schema.results import metrics_path, read_run
 
-    from .grid_summary import summary_row
+    from .run_table import run_row
 
     rows = []
     for cell in study.cells():
         run = out / cell.name
         if not run.is_dir() or metrics_path(run) is None:
             continue
-        r = summary_row(run, cell.name, int(cell.overrides["steps"]))
+        r = run_row(run, cell.name)
         if r is None:
             continue
         _, m = read_run(run)
@@ -252,7 +252,7 @@ def summary_table(rows: list[dict], peak_gb: float) -> list[str]:
         groups.setdefault((r["estimator"], r["delay"]), []).append(r)
     for (est, d), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         done = [r for r in rs if r["complete"]]
-        pcs = [r["heldout_pc_final"] for r in done]
+        pcs = [r["pc_final"] for r in done]
         chi2 = [r["chi2_median"] for r in rs if not math.isnan(r["chi2_median"])]
         tok = [r["tokens_per_s"] for r in rs if not math.isnan(r["tokens_per_s"])]
         chi2_m = statistics.median(chi2) if chi2 and d > 0 else math.nan

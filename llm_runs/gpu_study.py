@@ -147,8 +147,8 @@ class GpuStudy(Study):
 
     only_seeds: tuple[int, ...] | None = None
 
-    def settings(self) -> dict:
-        s = super().settings()
+    def record(self) -> dict:
+        s = super().record()
         s.pop("only_seeds", None)
         return s
 
@@ -336,7 +336,7 @@ def _study(plan: GpuPlan, args, tokenizer, out: Path, record: dict, t_start: flo
             else str(out / "warmstart")
         study = make_study(plan, model_path)
         if not (out / "sweep.json").is_file():  # the whole plan (run_sweep would list the first seed's runs only)
-            _write_json(out / "sweep.json", {"settings": study.settings(), "doc": study.doc,
+            _write_json(out / "sweep.json", {"settings": study.record(), "doc": study.doc,
                                              "runs": [c.name for c in study.cells()]})
         executor = DeadlineExecutor(plan.jobs, deadline)
         timer = threading.Timer(max(0.0, deadline - time.monotonic()), executor.cut)

@@ -1,4 +1,5 @@
-"""The LLM grids' schema and reference setup: :class:`Study` (a grid as data: shared settings,
+"""The LLM grids' kind of grid (on the toolkit's one grid schema, :mod:`schema.grid`) and reference setup:
+:class:`Study` (a grid as data: shared settings,
 horizons, estimators, delays, arms, seeds; :meth:`Study.cells` its plan), :func:`recorded_study`
 (the grid a results folder records), the study model and its settings (:data:`STUDY_BASE`,
 :data:`HORIZONS`), the step costs that price a plan and the committed warm starts' settings. The
@@ -8,10 +9,10 @@ is :data:`schema.results.GRID_FOLDERS`."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from schema.grid import as_record
 from schema.results import HORIZON_TASKS
 
 STUDY_MODEL = {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -116,14 +117,14 @@ class Study:
     arms: tuple[Arm, ...] = ()  # intervention arms; none: ``estimators`` under ``base`` only
     kernel_env: tuple[tuple[str, str], ...] = ()  # environment forcing a CPU kernel path for every run (recorded)
 
-    def settings(self) -> dict:
-        """What ``sweep.json`` records (and a continued grid must match); a grid without arms
-        records exactly what it recorded before arms existed."""
+    def record(self) -> dict:
+        """What ``sweep.json`` records (:meth:`schema.grid.Grid.record`: a continued grid must match it); a
+        grid without arms records exactly what it recorded before arms existed."""
         drop = (("out", "doc") + (() if self.arms else ("arms",))
                 + (() if self.kernel_env else ("kernel_env",)))
         found = {k: v for k, v in dataclasses.asdict(self).items() if k not in drop}
         found["async_estimators"] = []  # the sweep driver's field, which every study grid has recorded (empty)
-        return json.loads(json.dumps(found))
+        return as_record(found)
 
     def default_out(self, root: Path | None = None) -> Path:
         """``out`` under the results root ``root`` (default: ``GMC_RESULTS`` or ``results/``)."""
@@ -177,7 +178,7 @@ def grid_out(name: str) -> str:
 
 def recorded_study(root: str | Path) -> Study:
     """The grid a folder's ``sweep.json`` records (what :func:`llm_runs.sweep.run_sweep` wrote when the
-    grid started, :meth:`Study.settings`), as a :class:`Study` whose ``out`` is ``root``: the design
+    grid started, :meth:`Study.record`), as a :class:`Study` whose ``out`` is ``root``: the design
     the folder's runs were made under, read as data. ``ValueError`` naming the file if there is none
     or it records no grid of this schema."""
     from schema.results import read_json

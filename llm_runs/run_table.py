@@ -1,7 +1,8 @@
 """The run table every LLM campaign reads, and the staleness study's reading rules.
 
-One row per run folder of a study grid (:func:`read_runs`, :func:`run_row`: settings, horizon, final
-held-out pc, AUC of the pc curve, stability, collapse timing), the per-update traces
+One row per run folder of a study grid (:func:`run_row`, the one per-run record: settings, horizon, final
+held-out pc, AUC of the pc curve, stability, collapse timing; :func:`read_runs` for a grid, and a grid's
+``summary.csv``, :func:`write_summary`), the per-update traces
 (:func:`read_traces`), whole seeds, paired differences with the study's bootstrap settings
 (:func:`paired`, :func:`bootstrap`, :func:`differences_table`), the exploratory grids set beside the
 study (:func:`read_paired`) and the realised mass bias against THEORY's bound (:func:`bound_table`).
@@ -44,33 +45,109 @@ PRIMARY = "primary"
 
 
 def read_runs(root: str | Path, grid: str | tuple[str, ...] | None = None) -> pd.DataFrame:
-    """One row per run under ``root`` (read by :func:`schema.results.read_run`): settings, horizon,
-    final pc, AUC of pc, stability (:func:`schema.results.run_summary`), collapse timing. ``grid``:
+    """One :func:`run_row` per run under ``root`` (:func:`summary_table`: settings, horizon, final pc, AUC
+    of pc, stability (:func:`schema.results.run_summary`), collapse timing, every setting). ``grid``:
     the grid(s) an analysis needs; a folder whose ``sweep.json`` names another is refused
     (:func:`llm_runs.grid_check.check_grid_folder`)."""
     rows = [r for r in (run_row(run) for run in _study_folders(root, grid)) if r is not None]
     if not rows:
         raise ValueError(f"no run folder (config.json + metrics.csv or metrics.csv.gz) under {root}")
-    return pd.DataFrame(rows)
+    return summary_table(rows)
 
 
-def run_row(run: Path) -> dict | None:
-    """The row of one run folder in :func:`read_runs`' table (None: its metrics table is empty)."""
-    from schema.results import horizon_of, read_run, read_run_config, run_summary
+RUN_COLUMNS = ["run", "estimator", "mode", "delay", "seed", "horizon", "steps", "steps_done", "complete", "finished",
+               "pc0", "pc_final", "auc", "heldout_acc_init", "heldout_acc_final", "train_acc_init", "train_acc_final",
+               "train_pc_init", "train_pc_final", "train_reward_last10", "max_log_ratio", "mean_abs_log_ratio",
+               "mean_staleness", "max_staleness", "dropped", "stable", "nonfinite", "acc_drop", "collapsed",
+               "t_collapse", "t_warning", "masked_update_frac", "wall_s"]
+"""The one per-run record (:func:`run_row`), in its order; every other scalar setting of the run's stored
+config follows, one column each (a grid's ``summary.csv`` is these rows, :func:`write_summary`).
 
+* ``steps`` is the run's planned updates (the setting), ``steps_done`` the updates its metrics hold;
+  ``complete``: the metrics reach the planned step; ``finished``: the run wrote its summary.
+* ``pc0`` and ``pc_final`` (the final score): held-out pc at the first and the last evaluation; ``auc``
+  the mean of the pc curve over the run (trapezoid); ``heldout_acc_*``, ``train_acc_*`` and
+  ``train_pc_*`` the same ends of the other evaluations.
+* ``stable`` and ``nonfinite`` are the stability rule's (:func:`schema.results.run_summary`), and
+  ``acc_drop`` its accuracy drop (final held-out accuracy below the warm start's by more than the
+  rule's threshold); ``collapsed``, ``t_collapse`` and ``t_warning`` the collapse timing's
+  (:func:`collapse_timing`: pc below half its running maximum, and still there at the end)."""
+
+
+def run_row(run: Path, name: str | None = None) -> dict | None:
+    """The one per-run record of an LLM run folder (None: its metrics table is empty or absent):
+    :data:`RUN_COLUMNS`, then every scalar setting of its stored config. The analyses read these rows
+    (:func:`read_runs`), a grid's ``summary.csv`` is them (:func:`write_summary`). ``name``: the row's
+    run name (default the folder's)."""
+    from schema.results import (
+        horizon_of,
+        metrics_path,
+        read_run,
+        read_run_config,
+        read_run_summary,
+        run_finished,
+        run_summary,
+    )
+
+    run = Path(run)
+    if metrics_path(run) is None:
+        return None
     settings, m = read_run(run)
     if m.empty:
         return None
+    stored = read_run_config(run)
+    name = name or run.name
     steps = int(settings["steps"])
     complete = bool(m["step"].max() >= steps)
-    meta = {**settings, "run": run.name, "steps": steps, "complete": complete}
+    meta = {**settings, "run": name, "steps": steps, "complete": complete}
     verdict = run_summary(m.assign(**meta)).iloc[0]
-    ev = m.dropna(subset=["eval/heldout_pc"]).sort_values("step")
-    pc, t = ev["eval/heldout_pc"].to_numpy(float), ev["step"].to_numpy(float)
+    upd = m[m["step"] < steps]
+    ev = m.dropna(subset=["eval/heldout_acc"])
+    pcs = m.dropna(subset=["eval/heldout_pc"]).sort_values("step")
+    pc, t = pcs["eval/heldout_pc"].to_numpy(float), pcs["step"].to_numpy(float)
     auc = float(np.trapezoid(pc, t) / (t[-1] - t[0])) if len(t) > 1 and t[-1] > t[0] else math.nan
-    return {**meta, "horizon": horizon_of(read_run_config(run)), "pc0": float(pc[0]), "pc_final": float(pc[-1]),
-            "auc": auc, "stable": bool(verdict["stable"]), "masked_update_frac": masked_update_fraction(m),
-            **collapse_timing(m)}
+
+    def ends(col):
+        return (float(ev[col].iloc[0]), float(ev[col].iloc[-1])) if len(ev) else (math.nan, math.nan)
+
+    def over_updates(col, how):
+        return float(getattr(upd[col], how)()) if col in upd and upd[col].notna().any() else math.nan
+
+    finished = run_finished(run)
+    row = {**meta, "horizon": horizon_of(stored), "steps_done": len(upd), "finished": finished,
+           "pc0": float(pc[0]) if len(pc) else math.nan, "pc_final": float(pc[-1]) if len(pc) else math.nan,
+           "auc": auc}
+    for key, col in (("heldout_acc", "eval/heldout_acc"), ("train_acc", "eval/train_acc"),
+                     ("train_pc", "eval/train_pc")):
+        row[f"{key}_init"], row[f"{key}_final"] = ends(col)
+    tail = upd["train/reward_mean"].tail(max(1, len(upd) // 10)) if "train/reward_mean" in upd else pd.Series([])
+    row.update({"train_reward_last10": float(tail.mean()) if len(tail) else math.nan,
+                "max_log_ratio": over_updates("stale/log_ratio_max", "max"),
+                "mean_abs_log_ratio": over_updates("stale/log_ratio_abs_mean", "mean"),
+                "mean_staleness": over_updates("stale/staleness_mean", "mean"),
+                "max_staleness": over_updates("stale/staleness_max", "max"),
+                "dropped": over_updates("stale/dropped", "sum"), "stable": bool(verdict["stable"]),
+                "nonfinite": bool(verdict["nonfinite"]), "acc_drop": bool(verdict["acc_drop"]),
+                "masked_update_frac": masked_update_fraction(m), **collapse_timing(m)})
+    row["wall_s"] = float(read_run_summary(run).get("wall_s", math.nan)) if finished else math.nan
+    scalars = {k: v for k, v in stored.items() if v is None or isinstance(v, (str, int, float))}
+    row.update({k: v for k, v in scalars.items() if k not in row})
+    return {**{c: row[c] for c in RUN_COLUMNS}, **{k: v for k, v in row.items() if k not in RUN_COLUMNS}}
+
+
+def summary_table(rows: list[dict]) -> pd.DataFrame:
+    """:func:`run_row` rows as one table: :data:`RUN_COLUMNS` first, then the settings, sorted (a setting a
+    run's config predates is empty in its row)."""
+    settings = sorted({k for r in rows for k in r} - set(RUN_COLUMNS))
+    return pd.DataFrame(rows, columns=RUN_COLUMNS + settings)
+
+
+def write_summary(out: Path, cells: list) -> Path:
+    """``<out>/summary.csv``: the :func:`run_row` of every cell (``.name``) with metrics under ``out``."""
+    from schema.io import write_text
+
+    rows = [r for c in cells if (r := run_row(Path(out) / c.name, c.name)) is not None]
+    return write_text(Path(out) / "summary.csv", summary_table(rows).to_csv(index=False, float_format="%.6g"))
 
 
 def masked_update_fraction(m: pd.DataFrame) -> float:

@@ -125,7 +125,7 @@ def main(argv: list[str] | None, grids: dict[str, Study], prog: str = "python -m
                         "too)")
     p.add_argument("--summary", action="store_true",
                    help="only write the grid's summary.csv again from its runs (one row per run, every setting a "
-                        "column; llm_runs.grid_summary)")
+                        "column; llm_runs.run_table.run_row)")
     p.add_argument("--pack-grid", action="store_true",
                    help="pack the finished grid into three tables (runs.jsonl.gz, metrics.parquet, logs.jsonl.gz; "
                         "schema.packed) and remove its run folders once the tables read back the same; refused "
@@ -140,10 +140,10 @@ def main(argv: list[str] | None, grids: dict[str, Study], prog: str = "python -m
             return 0
         if args.summary:
             from .grid_check import check_grid_folder
-            from .grid_summary import write_summary
+            from .run_table import write_summary
 
             check_grid_folder(out, study.name)
-            print(f"study {study.name}: wrote {write_summary(out, study, study.cells())}")
+            print(f"study {study.name}: wrote {write_summary(out, study.cells())}")
             return 0
         if args.pack:
             n = pack_finished(study, out)

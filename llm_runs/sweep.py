@@ -21,29 +21,28 @@ computed once, before any run starts. A finished run
 folder whose stored configuration differs from the plan is refused, never overwritten.
 Ctrl-C or SIGTERM stops every running run at its next update with a checkpoint.
 
-Results: ``<out>/sweep.json`` (the settings), ``<out>/summary.csv`` (one row per run:
-estimator, mode, delay, seed, steps, held-out and training-pool accuracy / pc at the start
-and end, max log-ratio, mean staleness, the ``stable`` flag of :mod:`schema.results`, wall time)
-and the run folders the figures read.
+Results: ``<out>/sweep.json`` (the settings), ``<out>/summary.csv`` (one row per run, the one per-run
+record :func:`llm_runs.run_table.run_row`: its settings, held-out and training-pool accuracy / pc at the
+start and end, log-ratio and staleness statistics, stability and collapse, wall time, then every other
+setting of its config) and the run folders the figures read.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import execution
+from schema.grid import Grid, as_record, check_plan, settings_product
 
-from .grid_summary import SUMMARY_COLUMNS, write_summary  # noqa: F401 (this module's table)
 from .grids import Cell
 from .run_folder import run_state
+from .run_table import RUN_COLUMNS, write_summary  # noqa: F401 (the sweep's summary table)
 from .train import cli_flags
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,7 +72,8 @@ class Sweep:
     async_estimators: tuple[str, ...] = ()
     doc: str = ""
 
-    def settings(self) -> dict:
+    def record(self) -> dict:
+        """What ``sweep.json`` records (:meth:`schema.grid.Grid.record`): every field but ``out`` and ``doc``."""
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()
                 if k not in ("out", "doc")}
 
@@ -86,27 +86,13 @@ class Sweep:
     def cells(self) -> list[Cell]:
         """Every cell, controlled first then async; within each, seed-major so that a partial
         sweep holds complete seeds."""
-        cells = [Cell(e, "controlled", d, s, {**self.base, "estimator": e, "delay": d, "seed": s})
-                 for s in self.seeds for d in self.delays for e in self.estimators]
-        cells += [Cell(e, "async", d, s, {**self.base, "estimator": e, "seed": s, **async_overrides(d)})
-                  for s in self.seeds for d in self.delays for e in self.async_estimators]
+        axes = {"seed": self.seeds, "delay": self.delays}
+        cells = [Cell(c["estimator"], "controlled", c["delay"], c["seed"], {**self.base, **c})
+                 for c in settings_product({**axes, "estimator": self.estimators})]
+        cells += [Cell(c["estimator"], "async", c["delay"], c["seed"],
+                       {**self.base, "estimator": c["estimator"], "seed": c["seed"], **async_overrides(c["delay"])})
+                  for c in settings_product({**axes, "estimator": self.async_estimators})]
         return cells
-
-
-class Grid(Protocol):
-    """What :func:`run_sweep` runs: a :class:`Sweep` or a :class:`llm_runs.grids.Study`."""
-
-    name: str
-    doc: str
-
-    def cells(self) -> list[Cell]:
-        """The runs, seed-major (a partial grid holds whole seeds)."""
-
-    def settings(self) -> dict:
-        """What ``sweep.json`` records, and a continued grid must match."""
-
-    def default_out(self) -> Path:
-        """Where the grid's runs go by default."""
 
 
 SWEEPS = {
@@ -131,11 +117,7 @@ def async_overrides(delay: int) -> dict:
 
 def plan(sweep: Grid) -> list[Cell]:
     """The grid's cells (:meth:`Grid.cells`), refusing a plan with two runs of one name."""
-    cells = sweep.cells()
-    names = [c.name for c in cells]
-    if len(set(names)) != len(names):
-        raise ValueError(f"sweep {sweep.name!r} plans duplicate runs: {sorted(n for n in names if names.count(n) > 1)}")
-    return cells
+    return check_plan(sweep.name, sweep.cells())
 
 
 def async_available() -> bool:
@@ -239,7 +221,7 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
         if not isinstance(stored, dict):
             raise ValueError(f"{settings_file} holds no sweep settings (no 'settings' object): not a sweep's "
                              f"sweep.json; use another --out")
-        if stored != json.loads(json.dumps(sweep.settings())):
+        if stored != as_record(sweep.record()):
             raise ValueError(f"{settings_file} holds other sweep settings: use another --out (results are never "
                              f"overwritten)")
     cells, todo, waiting = _prepare(sweep, out, resume, log)
@@ -251,7 +233,7 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
         from schema.io import write_json
         from schema.provenance import provenance
 
-        write_json(settings_file, {"settings": sweep.settings(), "doc": sweep.doc, "runs": [c.name for c in cells],
+        write_json(settings_file, {"settings": sweep.record(), "doc": sweep.doc, "runs": [c.name for c in cells],
                                    "provenance": provenance()})
     t0 = time.perf_counter()
     if pending:
@@ -310,7 +292,7 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
                     outcome.failed.append(name)
                     bar.write(f"FAILED {name} (exit status {rc}); see {out / 'logs' / (name + '.log')}")
                 bar.update(1)
-                write_summary(out, sweep, cells)
+                write_summary(out, cells)
     finally:
         for job, _ in running.values():  # only after an exception: stop what we started
             job.terminate()
@@ -322,7 +304,7 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
         for s, h in handlers.items():
             signal.signal(s, h)
     outcome.wall_s = time.perf_counter() - t0
-    outcome.summary = write_summary(out, sweep, cells)
+    outcome.summary = write_summary(out, cells)
     return outcome
 
 

@@ -20,7 +20,7 @@ UNSTABLE_RULE = (f"unstable = a non-finite loss or gradient norm (or a skipped u
 
 
 def drop_threshold(acc0: float, n_heldout) -> float:
-    """The accuracy drop beyond which a run counts as collapsed (see :data:`UNSTABLE_RULE`)."""
+    """The accuracy drop beyond which a run is unstable, ``acc_drop`` (see :data:`UNSTABLE_RULE`)."""
     n = pd.to_numeric(n_heldout, errors="coerce")
     if not (np.isfinite(acc0) and np.isfinite(n) and n > 0):
         return UNSTABLE_DROP
@@ -42,7 +42,8 @@ def _finite_all(s: pd.Series) -> bool:
 
 
 def run_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: warm-start and final held-out accuracy, stability, mean diagnostics."""
+    """One row per run: warm-start and final held-out accuracy, stability (``stable``; its parts
+    ``nonfinite`` and ``acc_drop``, the accuracy drop of :data:`UNSTABLE_RULE`), mean diagnostics."""
     rows = []
     for run, g in df.groupby("run", sort=True):
         g = g.sort_values("step")
@@ -55,12 +56,12 @@ def run_summary(df: pd.DataFrame) -> pd.DataFrame:
                                       errors="coerce").fillna(0).sum())
         acc0 = float(ev["eval/heldout_acc"].iloc[0]) if len(ev) else math.nan
         acc_end = float(ev["eval/heldout_acc"].iloc[-1]) if len(ev) else math.nan
-        collapsed = bool(acc_end < acc0 - drop_threshold(acc0, g["heldout_size"].iloc[0] if "heldout_size" in g
-                                                         else None)) if len(ev) else False
+        acc_drop = bool(acc_end < acc0 - drop_threshold(acc0, g["heldout_size"].iloc[0] if "heldout_size" in g
+                                                        else None)) if len(ev) else False
         row = {k: g[k].iloc[0] for k in ("estimator", "mode", "delay", "seed", "eps", "steps", "complete")}
         row.update(run=run, acc0=acc0, acc_final=acc_end, last_step=int(g["step"].max()),
-                   nonfinite=nonfinite or skipped > 0, collapsed=collapsed,
-                   stable=not (nonfinite or skipped > 0 or collapsed))
+                   nonfinite=nonfinite or skipped > 0, acc_drop=acc_drop,
+                   stable=not (nonfinite or skipped > 0 or acc_drop))
         for col in DIAGNOSTICS:
             row[col] = float(pd.to_numeric(upd[col], errors="coerce").mean()) if col in upd else math.nan
         rows.append(row)

@@ -77,17 +77,6 @@ def _versions() -> dict:
             "git_commit": git_commit()["git_commit"] or ""}
 
 
-def _config(sweep: Sweep, quick: bool) -> dict:
-    return {
-        "sweep": sweep.name,
-        "description": sweep.description,
-        "quick": quick,
-        "settings": sweep.table(quick),
-        "seeds": sweep.seeds(quick),
-        "columns": sweep.columns,
-    }
-
-
 def _tidy(df: pd.DataFrame, setting: dict, key: str) -> pd.DataFrame:
     df = df.copy()
     for k, v in setting.items():
@@ -115,7 +104,7 @@ def run_sweep(name: str, quick: bool = False, out: Path | None = None, force: bo
     out = Path(out) if out is not None else results_dir(name, quick)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file, not a folder: choose another --out")
-    cfg = _config(sweep, quick)
+    cfg = sweep.record(quick)
     cfg_path = out / "config.json"
     if out.is_dir() and not cfg_path.exists() and [p for p in out.iterdir() if p.name != LOCK_NAME]:
         raise ValueError(f"{out} is not empty and holds no simulator sweep (no config.json): it is never written "
@@ -140,9 +129,10 @@ def _run_locked(sweep: Sweep, name: str, quick: bool, out: Path, cfg: dict, cfg_
     parts = out / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     write_json(cfg_path, {**cfg, "versions": _versions()}, indent=1)
-    table = sweep.table(quick)
+    cells = sweep.cells(quick)
+    table = [c.settings for c in cells]
     seeds = sweep.seeds(quick)
-    todo = [(s, setting_key(s)) for s in table if not _intact_part(parts, setting_key(s))]
+    todo = [(c.settings, c.name) for c in cells if not _intact_part(parts, c.name)]
     if len(todo) < len(table):
         print(f"{name}: {len(table) - len(todo)} of {len(table)} settings already done, resuming", file=sys.stderr)
     own = executor is None
@@ -170,7 +160,7 @@ def _run_locked(sweep: Sweep, name: str, quick: bool, out: Path, cfg: dict, cfg_
             job.terminate()
         if own:
             executor.close()
-    keys = [setting_key(s) for s in table]
+    keys = [c.name for c in cells]
     _atomic_parquet(pd.concat([pd.read_parquet(parts / f"{k}.parquet") for k in keys], ignore_index=True),
                     out / "results.parquet")
     step_files = [parts / f"{k}.steps.parquet" for k in keys if (parts / f"{k}.steps.parquet").exists()]

@@ -279,8 +279,8 @@ def test_sweep_runs_resumes_skips_and_picks_up_async_cells_later(tmp_path, monke
     o = sweep.run_sweep(spec, out, progress=False, log=messages.append)
     assert o.ran == ["gmc-async-d1-s0"] and sorted(o.skipped) == ["gmc-controlled-d1-s0", "is-controlled-d1-s0"]
     s = pd.read_csv(out / "summary.csv")
-    lead = len(sweep.SUMMARY_COLUMNS)
-    assert list(s.columns[:lead]) == sweep.SUMMARY_COLUMNS and sorted(s.run) == sorted(cells)
+    lead = len(sweep.RUN_COLUMNS)
+    assert list(s.columns[:lead]) == sweep.RUN_COLUMNS and sorted(s.run) == sorted(cells)
     assert {"optimizer", "lr", "eps", "group_size"} <= set(s.columns[lead:])  # every setting, one column each
     assert s.complete.all() and (s.steps == 3).all() and s.stable.dtype == bool
     row = s.set_index("run").loc["gmc-async-d1-s0"]

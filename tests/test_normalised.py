@@ -363,7 +363,9 @@ def test_pattern_table_finds_a_planted_pattern_and_only_it():
 def test_frame_disagreements():
     import pandas as pd
 
+    from claims.theory_frame import disagreeing_cells
     from figures import f23_theory_frame as f
+    from studies.report import frame_disagreements
 
     base = {"c_max": 1.0, "e2_n": 20, "e2_final_J": 0.9, "e2_chi2": 1.0, "e2_bias_sq": 0.0, "e2_ghat_sq": 0.0,
             "shared_n": 10, "shared_lr": 1.0, "llm_n": 10, "llm_pc": 0.5, "llm_chi2": 1.0, "llm_drift": 1.0}
@@ -373,7 +375,8 @@ def test_frame_disagreements():
         {**base, "scheme": "is", "optimizer": "adam_clip", "e2_collapse": 0.0, "shared_collapse": np.nan,
          "llm_stable": 5},
     ])
-    dis = f.disagreements(tab)
+    dis = frame_disagreements(tab)
+    assert [(c["scheme"], c["model"]) for c in disagreeing_cells(tab)] == [("gmc", "exact E2"), ("is", "exact E2")]
     assert len(dis) == 2  # GMC: E2 holds but LLM unstable; IS + clip: E2 holds but LLM unstable (shared not run)
     assert any("GMC under Adam: the exact E2 predicts it holds" in d for d in dis)
     assert not any("GMC" in d and "shared-parameter" in d for d in dis)  # collapses there and in the LLM: agree

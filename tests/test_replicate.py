@@ -17,8 +17,8 @@ def test_the_replicate_grid_forces_its_kernel_path_and_others_record_none(monkey
     from llm_runs.grids import AVX2_KERNELS
     from studies.grids import STUDIES
 
-    assert STUDIES["replicate_avx2"].settings()["kernel_env"] == [list(kv) for kv in AVX2_KERNELS]
-    assert "kernel_env" not in STUDIES["primary"].settings()  # recorded settings of earlier grids unchanged
+    assert STUDIES["replicate_avx2"].record()["kernel_env"] == [list(kv) for kv in AVX2_KERNELS]
+    assert "kernel_env" not in STUDIES["primary"].record()  # recorded settings of earlier grids unchanged
     for k, _ in AVX2_KERNELS:  # set, then removed: monkeypatch restores each to its state before the test
         monkeypatch.setenv(k, "unset")
         monkeypatch.delenv(k)

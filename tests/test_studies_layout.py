@@ -86,7 +86,7 @@ def test_every_committed_grid_folder_reads_back_as_the_grid_that_defines_it():
         if not (grid_folder(name) / "sweep.json").is_file():
             continue
         found = recorded_study(grid_folder(name))
-        assert found.name == name and found.settings() == grid.settings(), name
+        assert found.name == name and found.record() == grid.record(), name
         assert [(c.name, c.overrides) for c in found.cells()] == [(c.name, c.overrides) for c in grid.cells()], name
         read += 1
     assert read >= 15

@@ -597,7 +597,7 @@ def test_the_grid_refuses_to_add_runs_from_a_machine_whose_warm_start_differs(tm
 
 def test_every_committed_grid_records_the_settings_its_definition_gives(tmp_path):
     """One grid protocol (cells, settings, default_out) for the sweep and the study: each committed
-    grid's sweep.json holds exactly what its definition's settings() gives, so it can be continued."""
+    grid's sweep.json holds exactly what its definition's record() gives, so it can be continued."""
     import json
 
     from studies.grids import STUDIES
@@ -606,7 +606,7 @@ def test_every_committed_grid_records_the_settings_its_definition_gives(tmp_path
     for settings_file in sorted((REPO / "results" / "llm").glob("*/sweep.json")):
         stored = json.loads(settings_file.read_text())["settings"]
         if stored.get("name") in STUDIES:
-            assert stored == STUDIES[stored["name"]].settings(), settings_file
+            assert stored == STUDIES[stored["name"]].record(), settings_file
             found += 1
     assert found >= 5
 
