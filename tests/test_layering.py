@@ -217,3 +217,54 @@ def test_no_import_cycle_between_modules():
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b": ""}, "b": {"c": ""}, "c": {"a": ""}, "d": {"a": ""}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b": ""}, "b": {}}) == []
+
+
+# --------------------------------------------------------------------------- the drawing of the layers
+
+DRAWING = ROOT / "docs" / "LAYERS.md"
+
+
+def draw() -> str:
+    """``docs/LAYERS.md``: the packages floor by floor (top floor first) and every import between two of
+    them, drawn from the import graph (:func:`package_edges`) as a Mermaid flowchart and as a table of
+    arrows, each arrow pointing down a floor or more (an arrow up would be an upward import, which
+    :func:`test_imports_point_down_only` refuses). ``python tests/test_layering.py`` writes it again."""
+    floors: dict[int, list[str]] = {}
+    for pkg, floor in LAYERS.items():
+        floors.setdefault(floor, []).append(pkg)
+    edges = package_edges()
+    lines = ["# The layers of the toolkit", "",
+             "Written by `python tests/test_layering.py` from the import graph of every module (function-level",
+             "imports included); `tests/test_layering.py` checks that this file is what the graph gives today and",
+             "that no arrow points up a floor. Top floor first: a package imports only from floors below its own.",
+             "", "```mermaid", "flowchart TB"]
+    for floor in sorted(floors, reverse=True):
+        lines.append(f"  subgraph floor{floor}[\"floor {floor}\"]")
+        lines += [f"    {pkg}" for pkg in sorted(floors[floor])]
+        lines.append("  end")
+    lines += [f"  {src} --> {dst}" for src, dst in sorted(edges)]
+    lines += ["```", "", "| floor | package | imports from (floor) | imported by |", "|---|---|---|---|"]
+    for floor in sorted(floors, reverse=True):
+        for pkg in sorted(floors[floor]):
+            down = sorted((dst for src, dst in edges if src == pkg), key=lambda d: (-LAYERS[d], d))
+            up = sorted(src for src, dst in edges if dst == pkg)
+            lines.append(f"| {floor} | `{pkg}` | {', '.join(f'`{d}` ({LAYERS[d]})' for d in down) or '-'} | "
+                         f"{', '.join(f'`{u}`' for u in up) or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_drawing_of_the_layers_is_the_import_graph_of_today():
+    assert DRAWING.read_text() == draw(), "docs/LAYERS.md is stale: python tests/test_layering.py"
+
+
+def test_in_the_drawing_studies_are_the_top_floor_and_no_arrow_points_up():
+    top = max(LAYERS.values())
+    assert [p for p, f in LAYERS.items() if f == top] == ["studies"]
+    assert not [dst for (src, dst) in package_edges() if dst == "studies"]
+    arrows = [line.split(" --> ") for line in DRAWING.read_text().splitlines() if " --> " in line]
+    assert arrows and all(LAYERS[a.strip()] > LAYERS[b.strip()] for a, b in arrows)
+
+
+if __name__ == "__main__":
+    DRAWING.write_text(draw())
+    print(f"wrote {DRAWING}")
