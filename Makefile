@@ -96,10 +96,10 @@ report: abstract verdicts figures
 	$(PY) -m studies.report
 
 llm-study: $(STAMP)
-	$(PY) -m llm_runs.study
+	$(PY) -m studies.run
 
 llm-mechanism: $(STAMP)
-	$(PY) -m llm_runs.study --grid mechanism --resume
+	$(PY) -m studies.run --grid mechanism --resume
 
 # One CUDA GPU, at most 8 minutes; needs the [gpu] extra (the Qwen3 tokenizer files).
 gpu-study: $(STAMP)

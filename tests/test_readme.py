@@ -149,6 +149,36 @@ def test_every_named_command_exists(path):
     assert not absent, f"{path.name} names modules that do not exist: {absent}"
 
 
+def _make_modules() -> list[str]:
+    """The toolkit modules the Makefile's targets run (``$(PY) -m MODULE``), benchmarks and pytest aside."""
+    found = set(re.findall(r"\$\(PY\) -m ([a-z_][\w.]*)", (REPO / "Makefile").read_text()))
+    return sorted(m for m in found if m != "pytest" and not m.endswith("bench"))
+
+
+def test_every_make_target_runs_a_command_that_answers_help():
+    """A target's module parses ``--help`` and exits 0: a module that only says where its command went
+    (exit 2) or one that is gone fails here, before anyone types ``make``."""
+    mods = [m for m in _make_modules() if m != "claims"]  # claims runs every check; its module is tested apart
+    assert "studies.run" in mods, mods
+    code = textwrap.dedent("""
+        import contextlib, io, runpy, sys
+        for m in sys.argv[1:]:
+            sys.argv = [m, "--help"]
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+                try:
+                    runpy.run_module(m, run_name="__main__", alter_sys=True)
+                    rc = 0
+                except SystemExit as e:
+                    rc = e.code or 0
+            print(m, rc, err.getvalue().strip().splitlines()[-1:] if rc else "")
+    """)
+    out = subprocess.run([sys.executable, "-c", code, *mods], cwd=REPO, capture_output=True, text=True,
+                         timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    failed = [line for line in out.stdout.splitlines() if line.split(" ")[1] != "0"]
+    assert len(out.stdout.splitlines()) == len(mods) and not failed, failed
+
+
 PACKAGES = sorted(p.name for p in REPO.iterdir() if (p / "__init__.py").is_file())
 DOTTED = re.compile(r"(?<![\w/.-])((?:{})(?:\.\w+)+)(?![\w/-])".format("|".join(PACKAGES)))
 
