@@ -124,14 +124,15 @@ def _cells(summary: Path) -> dict[tuple[str, str, int], tuple[int, str]]:
     for r in csv.DictReader(summary.open()):
         out.setdefault((r["estimator"], r["run"].split("-")[0], int(r["delay"])), []).append(r)
     return {k: (sum(r["stable"] == "True" for r in v),
-                f"{statistics.mean(float(r['heldout_pc_final']) for r in v):.3f}")
+                f"{statistics.mean(float(r['pc_final']) for r in v):.3f}")
             for k, v in out.items()}
 
 
 def test_the_2025_corrections_table_quotes_the_committed_runs():
     cells = {**_cells(RESULTS / "study" / "summary.csv"), **_cells(RESULTS / "study_2025" / "summary.csv")}
     section = _section("## Under stale rollouts, which correction?")
-    table = section[section.index("| | short, d = 16 |"):].split("\n\n")[0].split("\n")
+    lines = section[section.index("| | short, d = 16 |"):].split("\n")
+    table = lines[:next(i for i, line in enumerate(lines) if not line.startswith("|"))]
     columns = [("short", 16), ("short", 64), ("long", 16), ("long", 64)]
     names = {"VESPO": "vespo", "DPPO-TV": "dppo_tv", "IcePop": "icepop", "SAPO": "sapo",
              "seq. geo-mean mask": "seq_geo_mask", "*study:* TOPR": "topr", "*study:* GSPO": "gspo",
