@@ -225,12 +225,18 @@ def readme_block(text: str) -> str:
     return text[i:j + len(END)]
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m studies.findings", description=__doc__.split("\n")[0])
+def block_arguments(prog: str, doc: str, what: str, argv=None) -> argparse.Namespace:
+    """The command line of a generator of documentation blocks: print them (default), ``--write`` them into
+    their page, or ``--check`` them (exit 1 when the page's differ); ``what`` names the blocks in the help."""
+    p = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--write", action="store_true", help="rewrite README.md's findings block")
-    g.add_argument("--check", action="store_true", help="exit 1 if README.md's block differs from the rendered one")
-    args = p.parse_args(argv)
+    g.add_argument("--write", action="store_true", help=f"rewrite {what}")
+    g.add_argument("--check", action="store_true", help=f"exit 1 if {what} differ(s) from the rendered")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = block_arguments("python -m studies.findings", __doc__, "README.md's findings block", argv)
     block = render()
     if not (args.write or args.check):
         print(block)

@@ -11,7 +11,6 @@ renderer writes from the committed results.
 """
 from __future__ import annotations
 
-import argparse
 import re
 import statistics
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from figures.style import label
 from schema.io import loads_json, write_text
-from studies.findings import RESULTS, load
+from studies.findings import RESULTS, block_arguments, load
 from studies.grids import STUDIES
 from studies.mechanism.analysis import WARNING_FILE
 
@@ -132,11 +131,7 @@ def rewrite(text: str, bodies: dict[str, str]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m studies.narrative", description=__doc__.split("\n")[0])
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--write", action="store_true", help="rewrite the page's generated blocks")
-    g.add_argument("--check", action="store_true", help="exit 1 if a block differs from the rendered one")
-    args = p.parse_args(argv)
+    args = block_arguments("python -m studies.narrative", __doc__, "the page's generated blocks", argv)
     bodies = render()
     if not (args.write or args.check):
         print("\n\n".join(f"{name}:{body}" for name, body in bodies.items()))

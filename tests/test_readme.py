@@ -172,7 +172,7 @@ def test_every_make_target_runs_a_command_that_answers_help():
                     rc = e.code or 0
             print(m, rc, err.getvalue().strip().splitlines()[-1:] if rc else "")
     """)
-    out = subprocess.run([sys.executable, "-c", code, *mods], cwd=REPO, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code, *mods], check=False, cwd=REPO, capture_output=True, text=True,
                          timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr[-2000:]
     failed = [line for line in out.stdout.splitlines() if line.split(" ")[1] != "0"]
