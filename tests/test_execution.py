@@ -88,14 +88,15 @@ def test_ray_task_passes_a_stop_on_to_its_command(tmp_path, ray_cluster):
     SIGTERM, and the job reports the exit status the process chose."""
     code = ("import signal, sys, time\n"
             "signal.signal(signal.SIGTERM, lambda *a: (print('checkpointed', flush=True), sys.exit(143)))\n"
-            "print('running', flush=True)\ntime.sleep(60)\n")
+            "print('running', flush=True)\ntime.sleep(600)\n")
     log = tmp_path / "run.log"
     with execution.make_executor("ray", ray_address=ray_cluster, cpus_per_run=1) as ex:
         assert ex.capacity == 2  # num_cpus=2, one CPU per run
         job = ex.start_command([sys.executable, "-c", code], env=dict(os.environ), log_path=log, cwd=tmp_path)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a loaded machine can take a minute to place the task
         while "running" not in (log.read_text() if log.is_file() else "") and time.monotonic() < deadline:
             time.sleep(0.1)
+        assert "running" in log.read_text(), f"the command did not start within 180 s:\n{log.read_text()}"
         assert job.poll() is None
         t0 = time.monotonic()
         job.terminate()
