@@ -66,6 +66,23 @@ def ordering_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def ordering_verdict(tab: pd.DataFrame) -> dict:
+    """Whether the exact simulators reproduce the LLM study's ordering, from :func:`ordering_table`'s paired
+    intervals at the longest horizon: ``reproduced``, the optimisers under which GMC's final J is below both
+    TOPR's and TIC-trunc's (both intervals below 0); ``largest_difference``, the largest |difference| in J
+    under those; ``max_collapse``, the largest share of collapsed runs of GMC, TOPR, TIC-trunc or TIC-mask
+    there; ``claim17_fails``, the (optimiser, H) cells where GMC's average ||grad J||^2 is significantly
+    above TIC-mask's; and the cell's ``H`` and ``d``."""
+    H, d = int(tab["H"].max()), int(tab["d"].iloc[0])
+    long = tab[tab["H"] == H]
+    rep = long[(long["topr_J_high"] < 0) & (long["trunc_J_high"] < 0)]
+    size = float(np.nanmax(np.abs(rep[["topr_J_mean", "trunc_J_mean"]].to_numpy()))) if len(rep) else float("nan")
+    coll = float(np.nanmax(long[["collapse_gmc", "collapse_topr", "collapse_tic_trunc", "collapse_tic_mask"]]
+                           .to_numpy())) if len(long) else float("nan")
+    return {"H": H, "d": d, "reproduced": list(rep["optimizer"]), "largest_difference": size, "max_collapse": coll,
+            "claim17_fails": [(r.optimizer, int(r.H)) for r in tab.itertuples() if r.mask_low > 0]}
+
+
 def check_19(quick: bool = False) -> Result:
     """Claim 19 from the saved sweep (module docstring)."""
     try:

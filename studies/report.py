@@ -85,15 +85,14 @@ def llm_table() -> list[str]:
 
 
 def simulator_ordering_paragraph(df) -> str:
-    """Whether the exact simulators reproduce the LLM study's ordering (final J of GMC below TOPR's and
-    TIC-trunc's at the longest horizon and largest delay), optimiser by optimiser, by rule from the
-    paired intervals of :func:`claims.optimizers.ordering_table`; and claim 17's ordering beside it."""
-    import numpy as np
-
-    from claims.optimizers import ordering_table
+    """The report's paragraph on whether the exact simulators reproduce the LLM study's ordering (final J of GMC
+    below TOPR's and TIC-trunc's at the longest horizon and largest delay), optimiser by optimiser, and claim
+    17's ordering beside it: the verdict is :func:`claims.optimizers.ordering_verdict`'s, this words it."""
+    from claims.optimizers import ordering_table, ordering_verdict
 
     tab = ordering_table(df)
-    H, d = int(tab["H"].max()), int(tab["d"].iloc[0])
+    v = ordering_verdict(tab)
+    H, d = v["H"], v["d"]
     long = tab[tab["H"] == H]
     names = {"sgd": "SGD", "adam": "Adam", "adam_clip": "Adam + clip", "adamw_clip": "AdamW + clip"}
 
@@ -101,17 +100,14 @@ def simulator_ordering_paragraph(df) -> str:
         return (f"{getattr(r, key + '_mean'):{fmt}} "
                 f"[{getattr(r, key + '_low'):{fmt}}, {getattr(r, key + '_high'):{fmt}}]")
 
-    repro = [names.get(r.optimizer, r.optimizer) for r in long.itertuples() if r.topr_J_high < 0 and r.trunc_J_high < 0]
+    repro = [names.get(o, o) for o in v["reproduced"]]
     cells = "; ".join(f"{names.get(r.optimizer, r.optimizer)}: GMC - TOPR {iv(r, 'topr_J', '+.3f')}, GMC - TIC-trunc "
                       f"{iv(r, 'trunc_J', '+.3f')}, collapsed GMC {r.collapse_gmc:.0%} / TOPR {r.collapse_topr:.0%} / "
                       f"TIC-trunc {r.collapse_tic_trunc:.0%}" for r in long.itertuples())
-    worse = [f"{names.get(r.optimizer, r.optimizer)} H={r.H}" for r in tab.itertuples() if r.mask_low > 0]
+    worse = [f"{names.get(o, o)} H={h}" for o, h in v["claim17_fails"]]
     verdict = (f"The exact simulators reproduce the *direction* of the LLM's ordering under {', '.join(repro)}"
                if repro else "The exact simulators do **not** reproduce the LLM's ordering under any optimiser")
-    rep = long[long["optimizer"].map(names).isin(repro)]
-    size = float(np.nanmax(np.abs(rep[["topr_J_mean", "trunc_J_mean"]].to_numpy()))) if len(rep) else float("nan")
-    coll = float(np.nanmax(long[["collapse_gmc", "collapse_topr", "collapse_tic_trunc", "collapse_tic_mask"]]
-                           .to_numpy())) if len(long) else float("nan")
+    size, coll = v["largest_difference"], v["max_collapse"]
     cell = df[(df["H"] == H) & (df["d"] == d)]
     means = cell.groupby(["optimizer", "scheme"])["final_J"].mean()
     shown = [s for s in ("gmc", "gmc_cap", "gmc_topr", "is", "topr", "tic_trunc", "tic_mask")

@@ -110,3 +110,22 @@ def test_f15_and_f16_draw_every_series_and_caption(quick_results, monkeypatch):
     from studies.report import simulator_ordering_paragraph
 
     assert "reproduce" in simulator_ordering_paragraph(df)
+
+
+def test_the_ordering_verdict_reads_the_intervals_at_the_longest_horizon():
+    import pandas as pd
+
+    from claims.optimizers import ordering_verdict
+
+    def row(opt, H, topr_high, trunc_high, mask_low, coll=0.0):
+        return {"optimizer": opt, "H": H, "d": 8, "topr_J_mean": -0.01, "topr_J_high": topr_high,
+                "trunc_J_mean": -0.02, "trunc_J_high": trunc_high, "mask_low": mask_low, "collapse_gmc": coll,
+                "collapse_topr": 0.0, "collapse_tic_trunc": 0.0, "collapse_tic_mask": 0.0}
+
+    tab = pd.DataFrame([row("sgd", 4, -0.1, -0.1, -1.0), row("sgd", 16, 0.1, -0.1, 0.2),
+                        row("adam", 16, -0.001, -0.002, -1.0, coll=0.3)])
+    v = ordering_verdict(tab)
+    assert v["H"] == 16 and v["d"] == 8
+    assert v["reproduced"] == ["adam"]  # sgd's ordering at H = 4 is not the longest horizon's
+    assert v["largest_difference"] == pytest.approx(0.02) and v["max_collapse"] == pytest.approx(0.3)
+    assert v["claim17_fails"] == [("sgd", 16)]
