@@ -21,7 +21,7 @@ def independence_verdict(tab: pd.DataFrame) -> dict:
     horizon grid (the rows whose ``source`` is ``horizon``), the ratios, and the least-squares slopes
     in H of log(1 + chi^2) measured and predicted (claim 18: linear in H)."""
     g = tab[tab["source"] == "horizon"].sort_values("H")
-    holds = bool(len(g)) and bool(((g["ratio"] <= AGREE_FACTOR) & (g["ratio"] >= 1 / AGREE_FACTOR)).all())
+    holds = bool(len(g)) and all(agrees(float(r)) for r in g["ratio"])
     slope = lambda y: float(np.polyfit(g["H"], np.log1p(y), 1)[0]) if len(g) > 1 else float("nan")
     return {"holds": holds, "ratios": dict(zip(g["H"].astype(int), g["ratio"])), "slope_measured": slope(g["chi2"]),
             "slope_predicted": slope(g["pred"]),

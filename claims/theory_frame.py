@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from llm_runs.run_table import STABLE_FRACTION as LLM_STABLE  # the study's rule: stable in a cell at >= 80% seeds
+
 HOLDS, COLLAPSES = 0.9, 0.5  # an exact model predicts "holds" at >= 90% runs held, "collapses" at >= 50% collapsed
-LLM_STABLE = 0.8  # the study's rule: a baseline is stable in a cell when >= 80% of its seeds are
 MODELS = (("exact E2", "e2_collapse"), ("shared-parameter model", "shared_collapse"))
 """The exact models of the frame: their name and the frame table's column of their collapse share."""
 

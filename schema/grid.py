@@ -70,7 +70,8 @@ def check_plan(grid_name: str, cells: list) -> list:
 
 
 def as_record(value) -> dict:
-    """``value`` as its stored JSON reads back (tuples as lists, keys as strings): what a record is compared as."""
+    """``value`` as its stored JSON reads back (tuples as lists, keys as strings, and a value JSON has no type
+    for, such as a path, as its ``str``, as :func:`schema.io.dumps_json` stores it): what a record is compared as."""
     return json.loads(json.dumps(value, default=str))
 
 

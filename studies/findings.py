@@ -73,15 +73,22 @@ def _share(pair) -> str:
     return f"{pair[0]} of {pair[1]}"
 
 
-def _stable(rows: list[dict], horizon: str, delay: int) -> dict[str, list[int]]:
-    """{estimator: [stable runs, runs]} of a grid's summary at one horizon and delay."""
-    out: dict[str, list[int]] = {}
-    for r in rows:
-        if r["run"].startswith(f"{horizon}-") and int(r["delay"]) == delay:
-            s = out.setdefault(r["estimator"], [0, 0])
-            s[0] += r["stable"] == "True"
-            s[1] += 1
-    return out
+def cell_rows(rows: list[dict], horizon: str, delay: int, estimator: str | None = None) -> list[dict]:
+    """The rows of a grid's ``summary.csv`` in one cell (horizon, delay; one estimator's, if named)."""
+    return [r for r in rows if r["horizon"] == horizon and int(r["delay"]) == delay
+            and (estimator is None or r["estimator"] == estimator)]
+
+
+def stable_count(rows: list[dict]) -> tuple[int, int]:
+    """(stable runs, runs) of summary rows."""
+    return sum(r["stable"] == "True" for r in rows), len(rows)
+
+
+def _stable(rows: list[dict], horizon: str, delay: int) -> dict[str, tuple[int, int]]:
+    """{estimator: (stable runs, runs)} of a grid's summary at one horizon and delay."""
+    cell = cell_rows(rows, horizon, delay)
+    names = dict.fromkeys(r["estimator"] for r in cell)
+    return {e: stable_count([r for r in cell if r["estimator"] == e]) for e in names}
 
 
 def theory(claims: dict) -> str:

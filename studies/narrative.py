@@ -19,7 +19,7 @@ from pathlib import Path
 
 from figures.style import label
 from schema.io import loads_json, write_text
-from studies.findings import RESULTS, block_arguments, load
+from studies.findings import RESULTS, block_arguments, cell_rows, load, stable_count
 from studies.grids import STUDIES
 from studies.mechanism.analysis import WARNING_FILE
 
@@ -37,16 +37,15 @@ TOP_GROUP = 0.015
 
 def cell_outcome(rows: list[dict], estimator: str, horizon: str, delay: int) -> tuple[int, int, float]:
     """(stable runs, runs, mean final held-out pc) of one estimator in one cell of a grid's ``summary.csv`` rows."""
-    mine = [r for r in rows if r["estimator"] == estimator and r["horizon"] == horizon and int(r["delay"]) == delay]
+    mine = cell_rows(rows, horizon, delay, estimator)
     if not mine:
         raise ValueError(f"no run of {estimator!r} at horizon {horizon!r}, delay {delay} in the summary")
-    return (sum(r["stable"] == "True" for r in mine), len(mine),
-            statistics.fmean(float(r["pc_final"]) for r in mine))
+    return (*stable_count(mine), statistics.fmean(float(r["pc_final"]) for r in mine))
 
 
 def peers_2025_table(s: dict) -> str:
-    """The 2025-2026 corrections beside the study's TOPR, GSPO and GMC: stable seeds and mean final pc per
-    cell; the corrections ordered by their mean at the long horizon, d = 64 (the best of them in bold)."""
+    """The 2025-2026 corrections beside the study's TOPR, GSPO and GMC: stable runs of the cell's runs and mean
+    final pc per cell; the corrections ordered by their mean at the long horizon, d = 64 (the best of them in bold)."""
     def row(rows, e):
         return [cell_outcome(rows, e, h, d) for h, d in CELLS]
 
@@ -54,13 +53,13 @@ def peers_2025_table(s: dict) -> str:
     head = "| | " + " | ".join(f"{h}, d = {d}" for h, d in CELLS) + " |"
     lines = [head, "|" + "---|" * (len(CELLS) + 1)]
     for i, e in enumerate(peers):
-        cells = [f"{k}, {m:.3f}" for k, _, m in row(s["peers_2025_runs"], e)]
+        cells = [f"{k}/{n}, {m:.3f}" for k, n, m in row(s["peers_2025_runs"], e)]
         if i == 0:
             cells[-1] = f"**{cells[-1]}**"
         lines.append(f"| {label(e)} | " + " | ".join(cells) + " |")
     for e in STUDY_ROWS:
         lines.append(f"| *study:* {label(e)} | "
-                     + " | ".join(f"{k}, {m:.3f}" for k, _, m in row(s["study_runs"], e)) + " |")
+                     + " | ".join(f"{k}/{n}, {m:.3f}" for k, n, m in row(s["study_runs"], e)) + " |")
     return "\n".join(lines)
 
 

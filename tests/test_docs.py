@@ -119,11 +119,12 @@ def test_the_mechanism_table_quotes_the_committed_stable_shares():
 
 
 def _cells(summary: Path) -> dict[tuple[str, str, int], tuple[int, str]]:
-    """(estimator, horizon, delay) -> (stable runs, mean final held-out pc to 3 places)."""
+    """(estimator, horizon, delay) -> (stable runs, runs, mean final held-out pc to 3 places), counted here
+    apart from the renderer (an oracle for the generated table)."""
     out: dict = {}
     for r in csv.DictReader(summary.open()):
         out.setdefault((r["estimator"], r["run"].split("-")[0], int(r["delay"])), []).append(r)
-    return {k: (sum(r["stable"] == "True" for r in v),
+    return {k: (sum(r["stable"] == "True" for r in v), len(v),
                 f"{statistics.mean(float(r['pc_final']) for r in v):.3f}")
             for k, v in out.items()}
 
@@ -143,8 +144,8 @@ def test_the_2025_corrections_table_quotes_the_committed_runs():
         label, *values = [c.strip().strip("*") for c in row.strip("|").split("|")]
         est = names[row.split("|")[1].strip()]
         for (h, d), value in zip(columns, values, strict=True):
-            stable, pc = cells[(est, h, d)]
-            assert value == f"{stable}, {pc}", (label, h, d, value, (stable, pc))
+            stable, n, pc = cells[(est, h, d)]
+            assert value == f"{stable}/{n}, {pc}", (label, h, d, value, (stable, n, pc))
 
 
 def test_the_verl_command_is_one_command():
