@@ -87,7 +87,7 @@ abstract: verdicts
 	$(PY) -m claims.abstract
 
 figures: $(STAMP)
-	$(PY) -m figures
+	$(PY) -m studies.figures
 
 verdicts: $(STAMP)
 	$(PY) -m studies.staleness --json results/llm/study/verdicts.json

@@ -1,7 +1,8 @@
 """Figures, drawn from saved results only (they start no program); they draw, they decide nothing.
 
-The figure protocol. A figure is a module ``figures/fN_<name>.py`` listed in
-:data:`figures.registry.FIGURES`, with
+The figure protocol. A figure is a module: the toolkit's own are ``figures/fN_<name>.py``, listed in
+:data:`figures.registry.FIGURES`; a study's are ``studies/<study>/figures/fN_<name>.py``, listed in that
+folder's ``FIGURES`` (this package's style and placement serve both). Each has
 
 * ``NAME``: its file stem (``fN_<name>``), under which :func:`figures.style.save` writes the PNG
   and PDF (``figures/out/`` by default);
@@ -14,7 +15,8 @@ The figure protocol. A figure is a module ``figures/fN_<name>.py`` listed in
 * ``caption(data)``: the report's text under it, with the source (:func:`schema.results.source_note`);
 * ``main(out=None)``: ``style.save(plot(load()), NAME, out)``.
 
-``python -m figures`` draws them all (a missing result is named, the others still drawn);
+``python -m figures`` draws the toolkit's, ``python -m studies.figures`` (``make figures``) every figure (a
+missing result is named, the others still drawn);
 ``python -m studies.report`` writes ``results/REPORT.md`` and ``.html`` from the same modules
 (:mod:`figures.registry` places each figure in a section).
 """

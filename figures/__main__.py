@@ -1,5 +1,5 @@
-"""``python -m figures [--only f1,f7] [--out DIR]`` (``make figures``): draw every figure of \
-``figures.registry.FIGURES`` from the results present.
+"""``python -m figures [--only f1,f7] [--out DIR]``: draw the toolkit's figures (``figures.registry.FIGURES``)
+from the results present; ``python -m studies.figures`` (``make figures``) draws them and every study's.
 
 Figures only read results (full sweeps preferred over quick ones); they start no program.
 A figure whose results are missing is not drawn, and the message names the command that
@@ -16,27 +16,29 @@ from pathlib import Path
 from schema.results import MissingResults
 
 from . import style
-from .registry import FIGURES, fig_module
+from .registry import FIGURES, fig_module, fig_name
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m figures", description=__doc__.split("\n")[0])
+def main(argv=None, figures: list[str] = FIGURES, prog: str = "python -m figures") -> int:
+    """Draw ``figures`` (names or module paths, :func:`figures.registry.fig_module`), or those ``--only`` picks."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("--only", default=None, help="comma-separated figure prefixes, e.g. f1,f7 (default: all)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default figures/out/)")
     a = p.parse_args(argv)
-    names = FIGURES
+    names = list(figures)
     if a.only:
         want = [w.strip() for w in a.only.split(",") if w.strip()]
-        bad = [w for w in want if not any(n.startswith(w) for n in FIGURES)]
+        bad = [w for w in want if not any(fig_name(n).startswith(w) for n in figures)]
         if bad:
-            p.error(f"--only: unknown figure(s) {bad}; valid: {', '.join(FIGURES)}")
-        names = [n for n in FIGURES if any(n.startswith(w) for w in want)]
+            p.error(f"--only: unknown figure(s) {bad}; valid: {', '.join(fig_name(n) for n in figures)}")
+        names = [n for n in figures if any(fig_name(n).startswith(w) for w in want)]
     t_all = time.perf_counter()
     failed = []
-    for n in names:
+    for ref in names:
+        n = fig_name(ref)
         t0 = time.perf_counter()
         try:
-            m = fig_module(n)
+            m = fig_module(ref)
             paths = style.save(m.plot(m.load()), n, a.out)
         except MissingResults as e:
             failed.append(n)

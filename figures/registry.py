@@ -1,7 +1,8 @@
 """Every figure the toolkit draws, by name, and how one is placed in a markdown document: its module
 (:func:`fig_module`), whether its PNG is older than its results (:func:`_png_stale`), and its heading,
 image and caption (:func:`figure_section`, drawing a missing or out-of-date PNG first). ``python -m
-figures`` draws :data:`FIGURES`; the report (``python -m studies.report``) places them in its sections."""
+figures`` draws the toolkit's :data:`FIGURES`, ``python -m studies.figures`` those and every study's; the report
+(``python -m studies.report``) places them in its sections."""
 from __future__ import annotations
 
 import importlib
@@ -13,29 +14,29 @@ from schema.results import MissingResults
 from . import style
 from .mdhtml import plain
 
-STUDY_FIGURES = ["f10_study_differences", "f11_study_pc_vs_delay", "f12_chi2_vs_horizon", "f13_theory_in_the_loop"]
-"""The staleness study's figures: drawn by ``python -m figures`` with the others, shown in the
-report's first section (:func:`studies.staleness.section.study_section`) instead of its figure list."""
-MECHANISM_FIGURES = ["f20_mechanism_pc", "f21_mechanism_diagnostics"]
-"""The mechanism study's figures: shown in its section (:func:`studies.mechanism.section.mechanism_section`)."""
 OPTIMIZER_FIGURES = ["f15_second_moment_vs_chi2", "f16_async_optimizers"]
 """The exact simulators against the LLM's ordering: shown in their own section
 (:func:`studies.report.optimizer_section`)."""
 FRAME_FIGURES = ["f22_shared_collapse", "f23_theory_frame"]
 """The shared-parameter model's search and the theory-against-LLM frame: their own section
 (:func:`studies.report.frame_section`)."""
-DRIFT_FIGURES = ["f24_drift_map"]
-"""The drift map: shown in the drift study's section (:mod:`studies.drift.section`)."""
 FIGURES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
-           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier", *STUDY_FIGURES,
-           *MECHANISM_FIGURES, *OPTIMIZER_FIGURES, *FRAME_FIGURES, *DRIFT_FIGURES]
-"""Every figure ``python -m figures`` draws."""
-GPU_FIGURE = "f14_gpu_pc_vs_delay"
-"""The GPU study's figure: drawn by the report (not by ``python -m figures``, which runs without a GPU's results)."""
+           "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier",
+           *OPTIMIZER_FIGURES, *FRAME_FIGURES]
+"""The toolkit's own figures (the theory, the simulators, the first LLM sweep), which ``python -m figures``
+draws; each study's figures live in its folder (``studies/<study>/figures/``) and ``python -m studies.figures``
+draws them all."""
 
 
-def fig_module(name: str):
-    return importlib.import_module(f"figures.{name}")
+def fig_module(ref: str):
+    """A figure's module: ``ref`` is a toolkit figure's name (``f7_llm_final_vs_delay``) or any figure
+    module's dotted path (``studies.staleness.figures.f10_study_differences``)."""
+    return importlib.import_module(ref if "." in ref else f"figures.{ref}")
+
+
+def fig_name(ref: str) -> str:
+    """A figure's name, that of its PNG in ``figures/out/``: the last part of its module's path."""
+    return ref.rsplit(".", 1)[-1]
 
 
 def _newest_mtime(path: Path) -> float:
@@ -54,10 +55,12 @@ def _png_stale(png: Path, module) -> bool:
     return any(_newest_mtime(p) > made for p in (s.find() for s in module.SOURCES) if p is not None)
 
 
-def figure_section(name: str, report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], str | None]:
-    """A figure's heading, image (relative to ``report_dir``) and caption; a figure whose results are
-    missing is named with the command that makes them. Returns (markdown lines, the figure if not drawn)."""
-    m = fig_module(name)
+def figure_section(ref: str, report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], str | None]:
+    """A figure's heading, image (relative to ``report_dir``) and caption (``ref`` as :func:`fig_module`
+    takes it); a figure whose results are missing is named with the command that makes them. Returns
+    (markdown lines, the figure if not drawn)."""
+    m = fig_module(ref)
+    name = fig_name(ref)
     png = figures_out / f"{name}.png"
     try:
         df = m.load()
@@ -67,7 +70,7 @@ def figure_section(name: str, report_dir: Path, figures_out: Path, draw_missing:
         style.save(m.plot(df), name, figures_out)
     rel = os.path.relpath(png, report_dir)
     lines = [f"### {plain(m.TITLE)}", ""]
-    lines += [f"![{name}]({rel})", ""] if png.exists() else ["*PNG missing: run `python -m figures`.*", ""]
+    lines += [f"![{name}]({rel})", ""] if png.exists() else ["*PNG missing: run `python -m studies.figures`.*", ""]
     lines += [plain(m.caption(df))]
     return lines, None
 

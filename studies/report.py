@@ -20,12 +20,9 @@ from claims.abstract import evidence_excerpt
 from figures import style
 from figures.mdhtml import plain, to_html
 from figures.registry import (
-    DRIFT_FIGURES,
     FIGURES,
     FRAME_FIGURES,
-    MECHANISM_FIGURES,
     OPTIMIZER_FIGURES,
-    STUDY_FIGURES,
     fig_module,
     figure_section,
     figure_sections,
@@ -295,8 +292,7 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
                            "outcome differ:")] + ["  " + line for line in frame_dis]
 
     md += ["## Figures", ""]
-    for name in (n for n in FIGURES if n not in STUDY_FIGURES and n not in MECHANISM_FIGURES
-                 and n not in OPTIMIZER_FIGURES and n not in FRAME_FIGURES and n not in DRIFT_FIGURES):
+    for name in (n for n in FIGURES if n not in OPTIMIZER_FIGURES and n not in FRAME_FIGURES):
         lines, miss = figure_section(name, report_dir, figures_out, draw_missing)
         md += lines + [""]
         if name == "f9_peers_frontier" and not miss:  # the newcomers against GMC, one sentence

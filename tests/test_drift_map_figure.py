@@ -2,8 +2,8 @@
 of the runs, one boundary mark per finite boundary, and nothing it does not hold."""
 from __future__ import annotations
 
-from figures import f24_drift_map as f24
 from figures import style
+from studies.drift.figures import f24_drift_map as f24
 
 
 def _map():

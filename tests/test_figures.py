@@ -25,12 +25,14 @@ from schema import results as data
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ["f1_bias_vs_G", "f2_sqbias_vs_eps", "f3_tuned_delay_vs_G", "f4_second_moment_vs_delay", "f5_async_sgd",
            "f6_llm_accuracy", "f7_llm_final_vs_delay", "f8_llm_diagnostics", "f9_peers_frontier",
-           "f10_study_differences", "f11_study_pc_vs_delay", "f12_chi2_vs_horizon", "f13_theory_in_the_loop",
-           "f15_second_moment_vs_chi2", "f16_async_optimizers", "f24_drift_map"]
+           "studies.staleness.figures.f10_study_differences", "studies.staleness.figures.f11_study_pc_vs_delay",
+           "studies.staleness.figures.f12_chi2_vs_horizon", "studies.staleness.figures.f13_theory_in_the_loop",
+           "f15_second_moment_vs_chi2", "f16_async_optimizers", "studies.drift.figures.f24_drift_map"]
+"""Toolkit figures by name, the studies' by module path (as :func:`figures.registry.fig_module` takes them)."""
 
 
 def mod(name):
-    return importlib.import_module(f"figures.{name}")
+    return importlib.import_module(name if "." in name else f"figures.{name}")
 
 
 # ----------------------------------------------------------------------------------- synthetic results
@@ -372,7 +374,7 @@ def test_markdown_converter():
 def test_no_torch_and_no_simulator_imported():
     """The figures import no producer: of the LLM track only its lazy package and the run tables."""
     code = ("import sys; import figures.__main__, figures.registry\n"
-            + "".join(f"import figures.{m}\n" for m in MODULES)
+            + "".join(f"import {m if '.' in m else 'figures.' + m}\n" for m in MODULES)
             + "tables = ('llm_runs', 'llm_runs.run_table', 'llm_runs.mechanism_table')\n"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'simulators', 'llm_runs', 'transformers')\n"
             "       and m not in tables]\n"
@@ -475,3 +477,18 @@ def test_async_run_placed_at_its_staleness_bound():
     s = data.run_settings({"estimator": "gmc", "mode": "async", "delay": 0, "max_staleness": 8})
     assert s["delay"] == 8 and s["mode"] == "async"
     assert data.run_settings({"estimator": "gmc", "delay": 4, "max_staleness": 8})["delay"] == 4
+
+
+def test_every_figure_module_is_drawn_by_the_command_that_draws_them_all():
+    """Each ``fN_*.py`` of the toolkit's figures and of a study's ``figures/`` is in ``python -m studies.figures``'s
+    list (the GPU study's, drawn by the report, aside), and the toolkit's command lists none of a study's."""
+    from figures.registry import FIGURES as TOOLKIT
+    from studies.figures import FIGURES
+    from studies.gpu.figures import GPU_FIGURE
+
+    found = {f"figures.{p.stem}" for p in (ROOT / "figures").glob("f[0-9]*_*.py")}
+    found |= {".".join(p.relative_to(ROOT).with_suffix("").parts)
+              for p in (ROOT / "studies").glob("*/figures/f[0-9]*_*.py")}
+    listed = {n if "." in n else f"figures.{n}" for n in FIGURES} | {GPU_FIGURE}
+    assert found == listed and len(FIGURES) == len(set(FIGURES))
+    assert all("." not in n for n in TOOLKIT)

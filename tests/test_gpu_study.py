@@ -12,12 +12,12 @@ import time
 import pytest
 import torch
 
-from figures.f14_gpu_pc_vs_delay import read_gpu_runs
 from llm_runs import gpu_study
 from llm_runs.gpu_check import QWEN3_0_6B_SHAPE
 from llm_runs.presets import char_tokenizer
 from llm_runs.tasks import ScratchpadTask
 from schema.results import read_run, read_run_config, run_folders
+from studies.gpu.figures.f14_gpu_pc_vs_delay import read_gpu_runs
 from studies.staleness.analysis import whole_seeds
 
 RUNS = ["long-gmc-d0-s0", *(f"long-{e}-d2-s0" for e in gpu_study.GPU_ESTIMATORS)]

@@ -681,8 +681,8 @@ def test_a_paired_grid_adds_exploratory_rows_and_never_enters_the_hypotheses(tmp
     """The 2025-2026 corrections' grid beside the study: its rows in the difference table (marked
     exploratory, paired with the study's GMC over the seeds whole in both), in F10, F11 and the
     plain answer; the verdicts are those of the study alone; a seed not whole there is left out."""
-    import figures.f10_study_differences as f10
-    import figures.f11_study_pc_vs_delay as f11
+    import studies.staleness.figures.f10_study_differences as f10
+    import studies.staleness.figures.f11_study_pc_vs_delay as f11
     from studies.report import differences_markdown, plain_answer
     from studies.staleness.analysis import analyse, differences, plain_answer_facts, read_runs
 

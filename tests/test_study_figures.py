@@ -114,7 +114,7 @@ def gid_line(fig, gid):
 
 
 def test_f10_points_and_intervals_are_the_paired_bootstrap_of_whole_seeds(study):
-    from figures import f10_study_differences as f10
+    from studies.staleness.figures import f10_study_differences as f10
 
     runs = f10.load()
     assert runs.attrs["seeds"] == [0, 1, 2] and 3 not in set(runs["seed"])  # seed 3 misses a run
@@ -141,7 +141,7 @@ def test_f10_points_and_intervals_are_the_paired_bootstrap_of_whole_seeds(study)
 
 
 def test_f11_means_intervals_and_the_shared_delay_zero_point(study):
-    from figures import f11_study_pc_vs_delay as f11
+    from studies.staleness.figures import f11_study_pc_vs_delay as f11
 
     runs = f11.load()
     fig = f11.plot(runs)
@@ -190,7 +190,7 @@ def test_bound_ratio_reads_0_over_0_as_holding_and_r_over_0_as_failing():
 
 
 def test_f13_curves_are_the_seed_median_smoothed(study):
-    from figures import f13_theory_in_the_loop as f13
+    from studies.staleness.figures import f13_theory_in_the_loop as f13
 
     tr = f13.load()
     assert set(tr["estimator"]) == {"gmc", "tic_mask"}  # IS logs no bound
@@ -234,7 +234,7 @@ def test_horizon_of_a_run_is_the_tasks_own(tmp_path):
 
 def test_f12_medians_after_the_pipeline_fills_and_the_independence_prediction(tmp_path, monkeypatch):
     from claims.horizon import independence_verdict
-    from figures import f12_chi2_vs_horizon as f12
+    from studies.staleness.figures import f12_chi2_vs_horizon as f12
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     write_horizon_grid(tmp_path / "llm" / "horizon")
@@ -253,7 +253,7 @@ def test_f12_medians_after_the_pipeline_fills_and_the_independence_prediction(tm
 
 def test_f12_says_when_the_independence_prediction_fails_and_adds_the_study_points(tmp_path, monkeypatch):
     from claims.horizon import independence_verdict
-    from figures import f12_chi2_vs_horizon as f12
+    from studies.staleness.figures import f12_chi2_vs_horizon as f12
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     write_horizon_grid(tmp_path / "llm" / "horizon", chi2_token=0.1, correlated=3.0)  # positively dependent tokens
@@ -337,7 +337,8 @@ def test_report_headline_renders_the_verdicts_and_tables(study, tmp_path):
     assert "| long | 64 | TIC-mask | 3 |" in text and "**no** |" in text
     assert "### THEORY §3's mass-bias bound at LLM scale" in text
     # F12 has no horizon grid here: named with its command; the other three are drawn
-    assert missing == [report.plain(report.fig_module("f12_chi2_vs_horizon").TITLE) + ": results missing"]
+    f12 = report.fig_module("studies.staleness.figures.f12_chi2_vs_horizon")
+    assert missing == [report.plain(f12.TITLE) + ": results missing"]
     assert "python -m studies.run --grid horizon" in text
     for name in ("f10_study_differences", "f11_study_pc_vs_delay", "f13_theory_in_the_loop"):
         assert (tmp_path / "figs" / f"{name}.png").exists() and f"{name}.png" in text
@@ -356,7 +357,7 @@ def test_report_headline_names_the_commands_of_missing_results(tmp_path, monkeyp
     assert "python -m studies.staleness --json results/llm/study/verdicts.json" in text
     assert len(missing) == 4
     with pytest.raises(data.MissingResults, match="python -m studies.run"):
-        report.fig_module("f10_study_differences").load()
+        report.fig_module("studies.staleness.figures.f10_study_differences").load()
 
 
 def test_a_figure_is_redrawn_when_a_file_in_its_source_folder_changes(study, tmp_path):
@@ -364,7 +365,7 @@ def test_a_figure_is_redrawn_when_a_file_in_its_source_folder_changes(study, tmp
 
     from figures import registry as report
 
-    m = report.fig_module("f11_study_pc_vs_delay")
+    m = report.fig_module("studies.staleness.figures.f11_study_pc_vs_delay")
     png = tmp_path / "f11.png"
     png.write_bytes(b"")
     newest = max(f.stat().st_mtime for f in study.rglob("*") if f.is_file())

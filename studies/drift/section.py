@@ -298,7 +298,7 @@ def progress_section(report_dir: Path | None = None, figures_out: Path | None = 
     """The drift map (with its figure, when ``figure_sections`` places figures) and the replicate: under
     "Campaigns in progress" while the map is provisional; the map as a section of its own once decided.
     Returns the lines, the figures not drawn and whether the map is decided (the report then leads with it)."""
-    from figures.registry import DRIFT_FIGURES
+    from studies.drift.figures import FIGURES as DRIFT_FIGURES
     from studies.replicate.section import comparison_path, replicate_lines
 
     path = verdicts_path()

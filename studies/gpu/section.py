@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 
 from figures.mdhtml import num as _num
-from figures.registry import GPU_FIGURE, fig_module, figure_section
+from figures.registry import fig_module, figure_section
 from schema.results import results_root
+from studies.gpu.figures import GPU_FIGURE
 from studies.staleness.section import plain_answer
 
 

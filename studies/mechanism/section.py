@@ -8,8 +8,8 @@ from pathlib import Path
 
 from figures import style
 from figures.mdhtml import interval, plain
-from figures.registry import MECHANISM_FIGURES
 from schema.results import MECHANISM, STUDY, MissingResults
+from studies.mechanism.figures import FIGURES
 
 
 def _facts_lines(study: Path) -> list[str]:
@@ -243,5 +243,5 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
         md += [(f"Replay of the committed unclipped-Adam runs by the grid's own gmc and topr runs (every column, "
                f"every update): **{res['replay']['verdict']}** ({len(res['replay']['runs'])} runs)."), ""]
     md += drift_lines(runs, study, root)
-    lines, missing = figure_sections(MECHANISM_FIGURES, report_dir, figures_out, draw_missing)
+    lines, missing = figure_sections(FIGURES, report_dir, figures_out, draw_missing)
     return md + lines, missing

@@ -12,8 +12,9 @@ from figures import style
 from figures.mdhtml import interval as _iv
 from figures.mdhtml import num as _num
 from figures.mdhtml import plain
-from figures.registry import STUDY_FIGURES, fig_module, figure_sections
+from figures.registry import fig_module, figure_sections
 from schema.results import MissingResults, results_root
+from studies.staleness.figures import FIGURES
 
 
 def verdict_numbers(key: str, r: dict) -> str:
@@ -176,10 +177,10 @@ def step_size_first() -> list[str]:
 def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str]]:
     """The report's first section: the staleness study's verdicts, tables, plain answer and figures.
     Returns (markdown lines, names of figures not drawn)."""
-    from figures.f10_study_differences import load as load_runs
     from schema.results import STUDY, VERDICTS, read_json
     from studies.replicate.section import survival_lines
     from studies.staleness.analysis import MIN_SEEDS, STABLE_FRACTION, bound_table, exploratory_estimators
+    from studies.staleness.figures.f10_study_differences import load as load_runs
 
     md = ["## Staleness study (headline)", "",
           ("The pre-registered study (docs/PREREGISTRATION.md): GMC and ten baselines at delays 16 and 64 (and the "
@@ -215,7 +216,7 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     except MissingResults as e:
         md += [f"*{e}*", ""]
     if runs is None:
-        return md, [plain(fig_module(n).TITLE) + ": results missing" for n in STUDY_FIGURES]
+        return md, [plain(fig_module(n).TITLE) + ": results missing" for n in FIGURES]
     md += stopping_markdown(runs)
     md += [f"### Plain answer{'' if decided else ' so far'}", ""] + step_size_first() + [plain_answer(runs), ""]
     md += ["### GMC minus each baseline", "",
@@ -241,5 +242,5 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
         md += bound_markdown(bound_table(STUDY.require(), form="tight")) + [""]
     except ValueError as e:
         md += [f"*{e}*", ""]
-    lines, missing = figure_sections(STUDY_FIGURES, report_dir, figures_out, draw_missing)
+    lines, missing = figure_sections(FIGURES, report_dir, figures_out, draw_missing)
     return md + lines, missing

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from figures import style
 from llm_runs.mechanism_table import DELAY, GRID, load
 from llm_runs.run_table import read_traces
 from schema.results import MECHANISM, STUDY
 
-from . import style
 from .f20_mechanism_pc import ARM_LABELS, ARMS
 
 NAME = "f21_mechanism_diagnostics"

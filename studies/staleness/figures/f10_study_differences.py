@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from figures import style
 from llm_runs.run_table import (
     MARGIN,
     MIN_SEEDS,
@@ -26,8 +27,6 @@ from llm_runs.run_table import (
     whole_seeds,
 )
 from schema.results import STUDY, STUDY_2025, source_note
-
-from . import style
 
 NAME = "f10_study_differences"
 TITLE = "F10. Staleness study: GMC minus each baseline (paired by seed, 95% bootstrap intervals)"

@@ -19,10 +19,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from figures import style
 from llm_runs.run_table import BOUND_COLUMNS, PRIMARY, RAW_BOUND_COLUMNS, bound_table, read_traces
 from schema.results import STUDY, source_note
-
-from . import style
 
 NAME = "f13_theory_in_the_loop"
 TITLE = "F13. Theory in the loop: realised mass bias against THEORY §3's bound over training"

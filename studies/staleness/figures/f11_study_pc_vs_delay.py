@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from figures import style
 from llm_runs.run_table import MIN_SEEDS, bootstrap, exploratory_estimators, with_exploratory
 from schema.results import STUDY, STUDY_2025, source_note
 
-from . import style
 from .f10_study_differences import load, tick
 
 NAME = "f11_study_pc_vs_delay"

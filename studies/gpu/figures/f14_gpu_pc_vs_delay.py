@@ -1,6 +1,6 @@
 """F14: the Qwen3-0.6B study on one GPU: final held-out pc against the delay, per estimator.
 
-F11's drawing (:func:`figures.f11_study_pc_vs_delay.plot`, the same points, intervals and
+F11's drawing (:func:`studies.staleness.figures.f11_study_pc_vs_delay.plot`, the same points, intervals and
 warm-start line) of the runs of ``python -m llm_runs.gpu_study`` (``results/llm/gpu_study/``):
 the long-horizon task, the estimators at the study's large delay and the seed's delay-0 run,
 over the whole seeds (:func:`llm_runs.run_table.whole_seeds`). Not among the figures ``python -m
@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from figures import style
 from llm_runs.run_table import run_row, whole_seeds
 from schema.results import GPU_STUDY, read_json, run_folders
-
-from . import f11_study_pc_vs_delay as f11
-from . import style
+from studies.staleness.figures import f11_study_pc_vs_delay as f11
 
 NAME = "f14_gpu_pc_vs_delay"
 TITLE = "F14. Qwen3-0.6B on one GPU: final held-out pc against the delay"

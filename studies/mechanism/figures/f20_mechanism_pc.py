@@ -13,11 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from figures import style
 from llm_runs.mechanism_table import DELAY, load
 from llm_runs.run_table import bootstrap
 from schema.results import MECHANISM, STUDY
-
-from . import style
 
 NAME = "f20_mechanism_pc"
 TITLE = "F20. Mechanism study: final held-out pc per optimiser and estimator (long horizon, d = 64)"

@@ -15,10 +15,9 @@ import math
 
 import numpy as np
 
+from figures import style
 from schema.results import GRID_FOLDERS, MissingResults, read_json
 from schema.sources import Source
-
-from . import style
 
 NAME = "f24_drift_map"
 TITLE = "F24. The drift map: each correction's failure boundary on the measured drift, SGD and Adam + clip"
