@@ -1,7 +1,7 @@
 """Claim 18 at LLM scale (F12): whether the trajectory chi^2 the horizon grid measured follows the
 independence prediction 1 + chi^2 = (1 + chi^2_token)^H, so that log(1 + chi^2) grows linearly in H.
-The per-H table is :func:`studies.staleness.figures.f12_chi2_vs_horizon.table`; the figure draws it and
-quotes this verdict."""
+The per-H table is F12's (the staleness study's figure, which draws it and quotes this verdict); this module
+decides, the study above it reads."""
 from __future__ import annotations
 
 import numpy as np

@@ -2,7 +2,8 @@
 
 The figure protocol. A figure is a module: the toolkit's own are ``figures/fN_<name>.py``, listed in
 :data:`figures.registry.FIGURES`; a study's are ``studies/<study>/figures/fN_<name>.py``, listed in that
-folder's ``FIGURES`` (this package's style and placement serve both). Each has
+folder's ``FIGURES`` (the GPU study's one figure as ``GPU_FIGURE``, drawn by the report only); this package's
+style and placement serve both. Each has
 
 * ``NAME``: its file stem (``fN_<name>``), under which :func:`figures.style.save` writes the PNG
   and PDF (``figures/out/`` by default);

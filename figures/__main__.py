@@ -19,19 +19,28 @@ from . import style
 from .registry import FIGURES, fig_module, fig_name
 
 
-def main(argv=None, figures: list[str] = FIGURES, prog: str = "python -m figures") -> int:
-    """Draw ``figures`` (names or module paths, :func:`figures.registry.fig_module`), or those ``--only`` picks."""
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    p.add_argument("--only", default=None, help="comma-separated figure prefixes, e.g. f1,f7 (default: all)")
+def picks(want: str, name: str) -> bool:
+    """Whether ``--only``'s entry ``want`` names the figure ``name``: its number (``f1`` is ``f1_*``, not
+    ``f10_*``) or its name or a start of it (``f1_bias``)."""
+    return name == want or name.startswith(want if "_" in want else f"{want}_")
+
+
+def main(argv=None, figures: list[str] = FIGURES, prog: str = "python -m figures", doc: str | None = None) -> int:
+    """Draw ``figures`` (names or module paths, :func:`figures.registry.fig_module`), or those ``--only`` picks;
+    ``doc``: the command's description (default this module's)."""
+    p = argparse.ArgumentParser(prog=prog, description=(doc or __doc__).split("\n")[0])
+    p.add_argument("--only", default=None, help="comma-separated figure numbers or names, e.g. f1,f7 (default: all)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default figures/out/)")
     a = p.parse_args(argv)
     names = list(figures)
     if a.only:
         want = [w.strip() for w in a.only.split(",") if w.strip()]
-        bad = [w for w in want if not any(fig_name(n).startswith(w) for n in figures)]
+        bad = [w for w in want if not any(picks(w, fig_name(n)) for n in figures)]
         if bad:
-            p.error(f"--only: unknown figure(s) {bad}; valid: {', '.join(fig_name(n) for n in figures)}")
-        names = [n for n in figures if any(fig_name(n).startswith(w) for w in want)]
+            p.error(f"--only: unknown figure(s) {bad}; valid: {', '.join(fig_name(n) for n in figures)}"
+                    + ("" if prog.startswith("python -m studies") else
+                       " (a study's figures are drawn by python -m studies.figures)"))
+        names = [n for n in figures if any(picks(w, fig_name(n)) for w in want)]
     t_all = time.perf_counter()
     failed = []
     for ref in names:

@@ -1,7 +1,9 @@
-"""``python -m studies.figures [--only f1,f10] [--out DIR]`` (``make figures``): draw every figure, the toolkit's
-(:data:`figures.registry.FIGURES`: the theory, the simulators, the first LLM sweep) and each study's (its folder's
-``figures/``), from the results present; PNG and PDF to ``figures/out/``. Exit code 1 if a figure could not be
-drawn, after drawing all the others. The GPU study's figure is drawn by the report, where its results exist."""
+"""Draw every figure, the toolkit's and the studies', from the results present (``make figures``).
+
+``python -m studies.figures [--only f1,f10] [--out DIR]``: the toolkit's figures (:data:`figures.registry.FIGURES`:
+the theory, the simulators, the first LLM sweep) and each study's (its folder's ``figures/``); PNG and PDF to
+``figures/out/``. Exit code 1 if a figure could not be drawn, after drawing all the others. The GPU study's
+figure is drawn by the report, where its results exist."""
 from __future__ import annotations
 
 from figures.__main__ import main as draw
@@ -15,7 +17,7 @@ FIGURES = [*TOOLKIT_FIGURES, *STALENESS_FIGURES, *MECHANISM_FIGURES, *DRIFT_FIGU
 
 
 def main(argv=None) -> int:
-    return draw(argv, FIGURES, prog="python -m studies.figures")
+    return draw(argv, FIGURES, prog="python -m studies.figures", doc=__doc__)
 
 
 if __name__ == "__main__":

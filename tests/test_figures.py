@@ -492,3 +492,34 @@ def test_every_figure_module_is_drawn_by_the_command_that_draws_them_all():
     listed = {n if "." in n else f"figures.{n}" for n in FIGURES} | {GPU_FIGURE}
     assert found == listed and len(FIGURES) == len(set(FIGURES))
     assert all("." not in n for n in TOOLKIT)
+    from figures.registry import fig_module, fig_name
+
+    names = [fig_name(r) for r in [*FIGURES, GPU_FIGURE]]
+    assert len(names) == len(set(names)), "two figures would write the same PNG"
+    assert all(fig_module(r).NAME == fig_name(r) for r in [*FIGURES, GPU_FIGURE])
+
+
+@pytest.mark.parametrize("only, drawn", [("f1", ["f1_bias_vs_G"]), ("f10", ["f10_study_differences"]),
+                                         ("f24,f3", ["f3_tuned_delay_vs_G", "f24_drift_map"]),
+                                         ("f1_bias", ["f1_bias_vs_G"]), (None, None)])
+def test_the_drawing_command_picks_figures_by_number_or_name(only, drawn, monkeypatch, tmp_path):
+    import figures.__main__ as cli
+    from studies import figures as every
+
+    saved = []
+    monkeypatch.setattr(cli, "fig_module", lambda ref: type("M", (), {"load": staticmethod(lambda: None),
+                                                                     "plot": staticmethod(lambda df: ref)}))
+    monkeypatch.setattr(cli.style, "save", lambda fig, name, out: saved.append((fig, name)) or [tmp_path / name])
+    assert every.main(["--out", str(tmp_path)] + (["--only", only] if only else [])) == 0
+    assert [n for _, n in saved] == (drawn or [cli.fig_name(r) for r in every.FIGURES])
+    assert all(fig == ref for (fig, _), ref in zip(saved, [r for r in every.FIGURES
+                                                            if cli.fig_name(r) in [n for _, n in saved]]))
+
+
+def test_the_drawing_command_names_an_unknown_figure_and_where_study_figures_are(capsys):
+    import figures.__main__ as cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--only", "f10"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "unknown figure(s) ['f10']" in err and "python -m studies.figures" in err

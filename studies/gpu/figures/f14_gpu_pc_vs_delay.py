@@ -4,7 +4,7 @@ F11's drawing (:func:`studies.staleness.figures.f11_study_pc_vs_delay.plot`, the
 warm-start line) of the runs of ``python -m llm_runs.gpu_study`` (``results/llm/gpu_study/``):
 the long-horizon task, the estimators at the study's large delay and the seed's delay-0 run,
 over the whole seeds (:func:`llm_runs.run_table.whole_seeds`). Not among the figures ``python -m
-figures`` draws (no GPU, no results): the report draws it when the folder exists.
+studies.figures`` draws (no GPU, no results): the report draws it when the folder exists.
 """
 from __future__ import annotations
 
