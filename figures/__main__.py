@@ -25,9 +25,15 @@ def picks(want: str, name: str) -> bool:
     return name == want or name.startswith(want if "_" in want else f"{want}_")
 
 
-def main(argv=None, figures: list[str] = FIGURES, prog: str = "python -m figures", doc: str | None = None) -> int:
+ELSEWHERE = "a study's figures are drawn by python -m studies.figures"
+"""What ``python -m figures`` adds when ``--only`` names no figure of its list."""
+
+
+def main(argv=None, figures: list[str] = FIGURES, prog: str = "python -m figures", doc: str | None = None,
+         elsewhere: str | None = ELSEWHERE) -> int:
     """Draw ``figures`` (names or module paths, :func:`figures.registry.fig_module`), or those ``--only`` picks;
-    ``doc``: the command's description (default this module's)."""
+    ``doc``: the command's description (default this module's); ``elsewhere``: where figures not in ``figures``
+    are drawn, said beside an unknown ``--only`` entry (``None``: nothing to say)."""
     p = argparse.ArgumentParser(prog=prog, description=(doc or __doc__).split("\n")[0])
     p.add_argument("--only", default=None, help="comma-separated figure numbers or names, e.g. f1,f7 (default: all)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default figures/out/)")
@@ -38,8 +44,7 @@ def main(argv=None, figures: list[str] = FIGURES, prog: str = "python -m figures
         bad = [w for w in want if not any(picks(w, fig_name(n)) for n in figures)]
         if bad:
             p.error(f"--only: unknown figure(s) {bad}; valid: {', '.join(fig_name(n) for n in figures)}"
-                    + ("" if prog.startswith("python -m studies") else
-                       " (a study's figures are drawn by python -m studies.figures)"))
+                    + (f" ({elsewhere})" if elsewhere else ""))
         names = [n for n in figures if any(picks(w, fig_name(n)) for w in want)]
     t_all = time.perf_counter()
     failed = []

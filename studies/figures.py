@@ -17,7 +17,7 @@ FIGURES = [*TOOLKIT_FIGURES, *STALENESS_FIGURES, *MECHANISM_FIGURES, *DRIFT_FIGU
 
 
 def main(argv=None) -> int:
-    return draw(argv, FIGURES, prog="python -m studies.figures", doc=__doc__)
+    return draw(argv, FIGURES, prog="python -m studies.figures", doc=__doc__, elsewhere=None)
 
 
 if __name__ == "__main__":
