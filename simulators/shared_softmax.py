@@ -142,9 +142,12 @@ class SharedSoftmaxMDP:
 
 @renamed_keywords(scheme="estimator")
 def run_async(env: SharedSoftmaxMDP, theta0, estimator: str, cfg: OptimizerConfig, G: int, eps: float, d: int,
-              T: int, seeds, setting_seed: int = 0) -> dict:
+              T: int, seeds, setting_seed: int = 0, num_groups: int = 1) -> dict:
     """Every seed's asynchronous run at once (module docstring). Records ``(S, T + 1)`` J, and per step
-    chi^2, drift ``||theta_t - theta_{t-d}||``, ``||g_hat||`` and the step norm, ``(S, T)``."""
+    chi^2, drift ``||theta_t - theta_{t-d}||``, ``||g_hat||`` and the step norm, ``(S, T)``. Each step
+    draws ``num_groups`` groups of ``G`` (B = ``num_groups``) and averages their estimates; one group
+    draws exactly the random numbers it drew before the option existed."""
+    B = check_positive_int(num_groups, "num_groups (groups per step)", 1)
     S = len(seeds)
     rngs = [np.random.default_rng([setting_seed, int(s)]) for s in seeds]
     theta = np.broadcast_to(theta0, (S,) + theta0.shape).copy()
@@ -155,8 +158,9 @@ def run_async(env: SharedSoftmaxMDP, theta0, estimator: str, cfg: OptimizerConfi
     J[:, 0] = env.J_batch(theta)
     for t in range(T):
         tb = hist[max(0, len(hist) - 1 - d)]
-        tokens = np.stack([env.sample(rng, tb[i], G) for i, rng in enumerate(rngs)])
-        g, _ = env.group_estimate(tokens, theta, tb, estimator, eps)
+        tokens = np.stack([env.sample(rng, tb[i], G * B) for i, rng in enumerate(rngs)]).reshape(S * B, G, env.H)
+        g, _ = env.group_estimate(tokens, np.repeat(theta, B, 0), np.repeat(tb, B, 0), estimator, eps)
+        g = g.reshape(S, B, *g.shape[1:]).mean(1)
         g = np.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
         new = opt.step(theta, g)
         rec["chi2"][:, t] = env.chi2_batch(theta, tb)

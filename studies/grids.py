@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from .corrections_2025.grids import GRIDS as _CORRECTIONS_2025
 from .drift.grids import GRIDS as _DRIFT
+from .group_size.grids import GRIDS as _GROUP_SIZE
 from .mechanism.grids import GRIDS as _MECHANISM
 from .replicate.grids import GRIDS as _REPLICATE
 from .scale.grids import GRIDS as _SCALE
 from .staleness.grids import GRIDS as _STALENESS
 
-STUDIES = {**_STALENESS, **_MECHANISM, **_SCALE, **_CORRECTIONS_2025, **_DRIFT, **_REPLICATE}
+STUDIES = {**_STALENESS, **_MECHANISM, **_SCALE, **_CORRECTIONS_2025, **_DRIFT, **_REPLICATE, **_GROUP_SIZE}
 """Grid name -> :class:`llm_runs.grids.Study`, every study's grids."""

@@ -1,0 +1,77 @@
+"""The group-size study's grid and decision rules: the iso-samples refusal, the cross-product bias
+estimator against a planted bias, G_half's interpolation and censoring, G3's slope test."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from studies.group_size.analysis import one_sided_drop, slope_test
+from studies.group_size.grids import GRIDS, GROUP_SIZES, ISO_SAMPLES, group
+from studies.group_size.predictions import cross_bias, g_half
+
+
+def test_every_cell_samples_the_same_number_of_completions():
+    for grid in GRIDS.values():
+        for c in grid.cells():
+            G, B = c.overrides["group_size"], c.overrides["prompts_per_step"]
+            assert G * B == ISO_SAMPLES or (G, B) == (32, 16), c.name
+    sizes = {c.overrides["group_size"] for c in GRIDS["group_size"].cells()}
+    assert sizes == set(GROUP_SIZES)
+
+
+@pytest.mark.parametrize("bad", [3, 5, 48, 256, 1, 0, -4, 2.0, True, "8"])
+def test_a_group_size_that_does_not_divide_the_budget_is_refused(bad):
+    with pytest.raises(ValueError, match="iso-samples budget") as e:
+        group(bad)
+    assert repr(bad) in str(e.value)
+
+
+def test_cross_product_bias_is_unbiased_for_a_planted_bias():
+    rng = np.random.default_rng(0)
+    P, R, reps = 400, 8, 400
+    target = rng.normal(size=P)
+    bias = 0.3 * rng.normal(size=P)
+    true = float(bias @ bias / (target @ target))
+    est = [cross_bias(target + bias + rng.normal(scale=2.0, size=(R, P)), target) for _ in range(reps)]
+    vals = np.array([e[0] for e in est])
+    se_mean = vals.std(ddof=1) / math.sqrt(reps)
+    assert abs(vals.mean() - true) < 4 * se_mean
+    # the plug-in norm of one noisy mean is far above the truth: the reason for cross-products
+    plug = float(((target + bias + rng.normal(scale=2.0, size=(R, P)).mean(0) - target) ** 2).sum() / (target @ target))
+    assert plug > true + 10 * se_mean
+    # the jackknife error is about the spread of the estimates
+    assert 0.5 < np.mean([e[1] for e in est]) / vals.std(ddof=1) < 2.0
+
+
+def test_g_half_interpolates_and_censors():
+    Gs = [2, 4, 8, 16]
+    assert g_half(Gs, [0.4, 0.3, 0.2, 0.1]) == (2.0, "left")
+    assert g_half(Gs, [0.9, 0.8, 0.7, 0.6]) == (16.0, "right")
+    G, cens = g_half(Gs, [1.0, 0.25, 0.1, 0.05])
+    assert cens is None and 2 < G < 4
+    assert math.isclose(math.log(G), math.log(2) + math.log(2) * (math.log(1.0) - math.log(0.5))
+                        / (math.log(1.0) - math.log(0.25)))
+    assert g_half(Gs, [1.0, -0.01, 0.1, 0.05]) == (4.0, None)
+
+
+def test_slope_test_decides_by_its_rule():
+    Gs = GROUP_SIZES
+    rise = np.array([[0, 0, 1, 1]] * 10, float)
+    flat = np.ones((10, 4))
+    assert slope_test(rise, flat, Gs, n_boot=500)["verdict"] == "CONFIRMED"
+    assert slope_test(flat * 0, flat, Gs, n_boot=500)["verdict"] == "REFUTED"
+    assert slope_test(rise, rise, Gs, n_boot=500)["verdict"] == "REFUTED"
+    rng = np.random.default_rng(1)
+    noisy = (rng.random((10, 4)) < [0.4, 0.45, 0.5, 0.55]).astype(float)
+    assert slope_test(noisy, flat * 0.0 + (rng.random((10, 4)) < 0.5), Gs, n_boot=500)["verdict"] in (
+        "INCONCLUSIVE", "REFUTED")
+    with pytest.raises(ValueError, match="must both be"):
+        slope_test(rise[:, :3], flat, Gs)
+
+
+def test_one_sided_drop():
+    r = one_sided_drop(0.5, 0.1, 0.1, 0.1)
+    assert r["p"] < 0.01 and r["drop"] == pytest.approx(0.4)
+    assert one_sided_drop(0.1, 0.1, 0.5, 0.1)["p"] > 0.99
