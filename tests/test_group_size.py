@@ -75,3 +75,55 @@ def test_one_sided_drop():
     r = one_sided_drop(0.5, 0.1, 0.1, 0.1)
     assert r["p"] < 0.01 and r["drop"] == pytest.approx(0.4)
     assert one_sided_drop(0.1, 0.1, 0.5, 0.1)["p"] > 0.99
+
+
+def _replicate(P=3, n=16, T=5, seed=0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    mask = (torch.arange(T)[None, None] < torch.randint(2, T + 1, (P, n, 1), generator=g)).double()
+    blogp = -torch.rand(P, n, T, generator=g, dtype=torch.float64) * mask
+    logp = (blogp + 0.3 * torch.randn(P, n, T, generator=g, dtype=torch.float64)) * mask
+    rewards = (torch.rand(P, n, generator=g) < 0.5).double()
+    return logp, blogp, mask, rewards
+
+
+def test_sampled_group_coefficients_average_to_the_exact_expectation_for_per_sample_corrections():
+    from studies.group_size.pairs import coefficients
+
+    logp, blogp, mask, rewards = _replicate()
+    for est in ("is", "tic_trunc"):
+        exact = coefficients(est, 16, logp, blogp, mask, rewards, 0.2, np.random.default_rng(0), exact=True)
+        runs = np.stack([coefficients(est, 4, logp, blogp, mask, rewards, 0.2, np.random.default_rng(s)).numpy()
+                         for s in range(40)])
+        se = runs.std(0, ddof=1) / math.sqrt(len(runs))
+        assert np.all(np.abs(runs.mean(0) - exact.numpy()) <= 4 * se + 1e-12), est
+
+
+def test_gmc_coefficients_equal_is_where_no_cap_binds_and_shrink_where_it_does():
+    from studies.group_size.pairs import coefficients
+
+    logp, blogp, mask, rewards = _replicate()
+    c_is = coefficients("is", 4, logp * 0 + blogp, blogp, mask, rewards, 0.2, np.random.default_rng(0))
+    c_gmc = coefficients("gmc", 4, logp * 0 + blogp, blogp, mask, rewards, 0.2, np.random.default_rng(0))
+    assert np.array_equal(c_is.numpy(), c_gmc.numpy())  # every ratio 1: lambda = 1
+    big = coefficients("gmc", 4, logp + 1.0 * mask, blogp, mask, rewards, 0.2, np.random.default_rng(0))
+    ref = coefficients("is", 4, logp + 1.0 * mask, blogp, mask, rewards, 0.2, np.random.default_rng(0))
+    assert float(big.abs().sum()) < float(ref.abs().sum())
+
+
+def test_a_pool_too_small_for_g_is_refused():
+    from studies.group_size.pairs import coefficients
+
+    logp, blogp, mask, rewards = _replicate(n=16)
+    with pytest.raises(ValueError, match="too small for G = 32"):
+        coefficients("gmc", 32, logp, blogp, mask, rewards, 0.2, np.random.default_rng(0))
+
+
+def test_the_on_policy_target_coefficients_are_leave_one_out():
+    from studies.group_size.pairs import loo_target
+
+    import torch
+
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
+    assert np.allclose(loo_target(r).numpy(), [[(1 - 1 / 3) / 4, (0 - 2 / 3) / 4, (0 - 2 / 3) / 4, (1 - 1 / 3) / 4]])
