@@ -127,3 +127,24 @@ def test_the_on_policy_target_coefficients_are_leave_one_out():
 
     r = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
     assert np.allclose(loo_target(r).numpy(), [[(1 - 1 / 3) / 4, (0 - 2 / 3) / 4, (0 - 2 / 3) / 4, (1 - 1 / 3) / 4]])
+
+
+def test_per_completion_gradients_give_the_same_update_vectors_as_backward_passes():
+    import torch
+
+    from llm_runs.grids import committed_config
+    from llm_runs.presets import load_pretrained
+    from llm_runs.tasks import build_task
+    from llm_runs.warmstart import default_max_new_tokens, get_warm_start
+    from studies.group_size.pairs import per_sample_vectors, pool_prompts, sample_pool, update_vectors
+
+    cfg = committed_config("long")
+    task = build_task(cfg)
+    model, tok = load_pretrained(get_warm_start(cfg, task, lambda m: None).path, cfg.dtype, cfg.device)
+    model.eval()
+    pool = sample_pool(model, tok, task, pool_prompts(task)[:2], 8, 0, default_max_new_tokens(cfg, task), chunk=8)
+    coefs = torch.randn(3, 2, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    a = update_vectors(model, pool, slice(1, 7), coefs)
+    b = per_sample_vectors(model, pool, slice(1, 7), coefs, chunk=4)
+    assert a.shape == b.shape
+    assert float((a - b).norm() / a.norm()) < 1e-5
