@@ -148,3 +148,55 @@ def test_per_completion_gradients_give_the_same_update_vectors_as_backward_passe
     b = per_sample_vectors(model, pool, slice(1, 7), coefs, chunk=4)
     assert a.shape == b.shape
     assert float((a - b).norm() / a.norm()) < 1e-5
+
+
+def _pairs_doc(gmc_by_pair, ess=0.9, passed=True, cap=0.3):
+    """Pair documents whose GMC rel_bias_sq follows ``gmc_by_pair[p](G)`` (s.e. 0.01), TIC-trunc's 1.0."""
+    Gs = (2, 4, 8, 16, 32, 64, 128)
+    doc = {"pairs": {}}
+    for i, f in enumerate(gmc_by_pair, 1):
+        rows = [{"estimator": "gmc", "G": G, "rel_bias_sq": f(G), "se": 0.01, "cap_share": cap} for G in Gs]
+        rows += [{"estimator": "tic_trunc", "G": G, "rel_bias_sq": 1.0, "se": 0.01, "cap_share": cap} for G in Gs]
+        doc["pairs"][f"p{i}"] = {"rows": rows, "gates": {"passed": passed}, "drift_ess": ess, "drift_chi2": 0.5 * i}
+    return doc
+
+
+def test_g1_and_g2_decide_by_their_rules():
+    from studies.group_size.analysis import g1, g2
+
+    falling = [lambda G: 1.0 / G**2] * 8
+    assert g1(_pairs_doc(falling))["verdict"] == "CONFIRMED"
+    rising = [lambda G: 0.001 * G] * 8
+    assert g1(_pairs_doc(rising))["verdict"] == "REFUTED"
+    assert g1(_pairs_doc(falling, passed=False))["verdict"] == "INCONCLUSIVE"
+    assert "not yet run" in g1({"pairs": {}})["why"]
+    # G_half = c * chi2^0.5 planted: ratio(G) = (G_half / G)^2 crosses 1/2 at G = sqrt(2) G_half
+    laws = [(lambda c: (lambda G: min(1.0, (c / G) ** 2)))(2 * math.sqrt(0.5 * i)) for i in range(1, 9)]
+    r = g2(_pairs_doc(laws), predicted_b=0.5)
+    assert r["verdict"] == "CONFIRMED" and abs(r["law"]["b"] - 0.5) < 0.05
+    assert g2(_pairs_doc(laws), predicted_b=2.0)["verdict"] == "REFUTED"
+
+
+def _rec(est, G, seed, delay=64, stable=True, pc=0.6, level="adamclip0.0001"):
+    return {"run": f"{level}-{est}-G{G}-s{seed}", "estimator": est, "seed": seed, "delay": delay, "G": G, "B": 128 // G,
+            "fixed_prompts": False, "level": level, "stable": stable, "pc_final": pc, "pc0": 0.5, "t_collapse": None,
+            "collapsed": not stable, "kl_all": 0.05, "kl_pre": 0.05, "pre_updates": 20, "d5": None}
+
+
+def test_g5_reads_the_zero_delay_control_with_its_margin():
+    from studies.group_size.analysis import g5
+
+    recs = [_rec("gmc", G, s, delay=0, pc=0.7 + 0.001 * s) for G in (4, 8, 16, 32) for s in range(5)]
+    assert g5(recs)["verdict"] == "CONFIRMED"
+    shifted = [dict(r, pc_final=r["pc_final"] + (0.2 if r["G"] == 32 else 0)) for r in recs]
+    assert g5(shifted)["verdict"] == "REFUTED"
+    assert "not yet run" in g5(recs[:-1])["why"]
+
+
+def test_g3_needs_every_seed_and_reads_the_outcomes():
+    from studies.group_size.analysis import g3
+
+    recs = [_rec(e, G, s, stable=(e == "tic_trunc" or G >= 16)) for e in ("gmc", "tic_trunc")
+            for G in (4, 8, 16, 32) for s in range(10)]
+    assert g3(recs)["verdict"] == "CONFIRMED"
+    assert "not yet run" in g3(recs[1:])["why"]

@@ -1,0 +1,68 @@
+"""Decide G1-G7 of the group-size study (docs/PREREGISTRATION-GROUP-SIZE.md) from the committed pair
+measurement and grid runs -> ``results/llm/group_size/verdicts.json``.
+
+    python -m studies.group_size [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import numpy as np
+
+
+def cells(recs) -> list[dict]:
+    """Per (level, G, estimator) at d = 64: runs, stable share, mean final pc, the early KL over the whole
+    window and before collapse, and how many runs were read after their collapse."""
+    from .analysis import level_drift
+
+    out = []
+    keys = sorted({(r["level"], r["G"], r["B"], r["estimator"]) for r in recs if r["delay"] > 0})
+    for level, G, B, est in keys:
+        rs = [r for r in recs if (r["level"], r["G"], r["B"], r["estimator"]) == (level, G, B, est) and r["delay"] > 0]
+        seeds = sorted({r["seed"] for r in rs})
+        pre, fb = (level_drift(recs, est, level, G, seeds) if B * G == 128 else
+                   (float(np.median([r["kl_pre"] for r in rs if math.isfinite(r["kl_pre"])] or [math.nan])), False))
+        out.append({"level": level, "G": G, "B": B, "estimator": est, "n": len(rs),
+                    "stable_share": float(np.mean([r["stable"] for r in rs])),
+                    "pc_final": float(np.mean([r["pc_final"] for r in rs])),
+                    "kl_early_all": float(np.nanmedian([r["kl_all"] for r in rs])) if rs else math.nan,
+                    "kl_early_pre_collapse": pre, "drift_fallback": fb,
+                    "read_after_collapse": sum(1 for r in rs if r["t_collapse"] is not None and r["t_collapse"] < 84)})
+    return out
+
+
+def decide() -> dict:
+    from schema.results import grid_folder, read_json
+    from studies.group_size import analysis as A
+    from studies.group_size.predictions import OUT as PRED
+
+    pairs_path = grid_folder("group_size") / "pairs.json"
+    doc = read_json(pairs_path) if pairs_path.is_file() else None
+    pred = read_json(PRED)
+    recs = A.read_grid([grid_folder("group_size"), grid_folder("group_size_decisive")])
+    return {"format": A.VERDICTS_FORMAT, "runs": len(recs),
+            "pairs_measured": sorted(doc["pairs"]) if doc else [],
+            "G1": A.g1(doc), "G2": A.g2(doc, pred["lognormal"]["law"]["b"]), "G3": A.g3(recs), "G4": A.g4(recs),
+            "G5": A.g5(recs), "G6": A.g6(recs), "G7": A.g7(recs), "cells": cells(recs)}
+
+
+def main(argv=None) -> int:
+    from schema.io import write_json
+    from schema.results import grid_folder
+
+    ap = argparse.ArgumentParser(prog="python -m studies.group_size", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", default=None, help="where to write (default: results/llm/group_size/verdicts.json)")
+    args = ap.parse_args(argv)
+    out = decide()
+    path = args.json or grid_folder("group_size") / "verdicts.json"
+    write_json(path, out)
+    for h in ("G1", "G2", "G3", "G4", "G5", "G6", "G7"):
+        print(f"{h}: {out[h]['verdict']}" + (f" ({out[h]['why']})" if "why" in out[h] else ""))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

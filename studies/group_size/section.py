@@ -1,0 +1,98 @@
+"""The report's group-size section: G1-G7 as ``python -m studies.group_size`` decided them, the frozen
+pairs' table and gates, the grid's cells with their drift read before and after collapse, and the costs."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+HYPOTHESES = {
+    "G1": "GMC's bias at a fixed pair falls from G = 2 to G = 128 (and reaches 0 at low drift by G = 32)",
+    "G2": "the G at which GMC's squared bias is half of TIC-trunc's follows the exact model's law in chi^2",
+    "G3": "GMC's stable share rises with G, more than TIC-trunc's (Adam + clip 1e-4, d = 64)",
+    "G4": "GMC's boundary on the early-KL axis moves outward from G = 4 to G = 32; TIC-trunc's does not",
+    "G5": "at d = 0 the final held-out pc does not depend on G beyond 0.03",
+    "G6": "the ESS-fraction early warning (threshold 0.578, frozen) on runs no threshold has seen",
+    "G7": "exploratory: the best d = 64 score per G against the abstract's G^(-2/5)",
+}
+
+
+def verdicts_path() -> Path:
+    from schema.results import grid_folder
+
+    return grid_folder("group_size") / "verdicts.json"
+
+
+def _f(x, fmt=".3g") -> str:
+    try:
+        return "n/a" if x is None or not math.isfinite(float(x)) else format(float(x), fmt)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def verdict_rows(v: dict) -> list[str]:
+    out = ["| | hypothesis | verdict | why / numbers |", "|---|---|---|---|"]
+    for h, text in HYPOTHESES.items():
+        r = v.get(h, {})
+        why = r.get("why", "")
+        if h == "G3" and "slope_gmc" in r:
+            why = (f"slope of the stable share on log2 G: GMC {_f(r['slope_gmc'])} [{_f(r['slope_gmc_ci'][0])}, "
+                   f"{_f(r['slope_gmc_ci'][1])}], GMC - TIC-trunc {_f(r['difference'])} [{_f(r['difference_ci'][0])}, "
+                   f"{_f(r['difference_ci'][1])}]")
+        if h == "G2" and r.get("law", {}).get("b") is not None:
+            why = (f"G_half = a chi^2^b, b = {_f(r['law']['b'])} [{_f(r['law']['low'])}, {_f(r['law']['high'])}] against "
+                   f"the predicted {_f(r['predicted_b'])}")
+        if h == "G6" and "hits" in r:
+            why = (f"fired before {r['hits'][0]} of {r['hits'][1]} collapses and in {r['false_alarms'][0]} of "
+                   f"{r['false_alarms'][1]} runs that held (Fisher p = {_f(r['p_fisher'])})")
+        out.append(f"| {h} | {text} | {r.get('verdict', 'n/a')} | {why} |")
+    return out
+
+
+def pair_lines(doc: dict) -> list[str]:
+    out = ["| pair | run | KL/token | chi^2 | ESS fraction | top-1% mass | M | gates | GMC rel. bias^2 at G = 2 / 8 / 128 "
+           "| TIC-trunc | IS (G = 8) | cost (s) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, p in sorted(doc.get("pairs", {}).items()):
+        g = {int(r["G"]): r for r in p["rows"] if r["estimator"] == "gmc"}
+        t = {int(r["G"]): r for r in p["rows"] if r["estimator"] == "tic_trunc"}
+        i = {int(r["G"]): r for r in p["rows"] if r["estimator"] == "is"}
+        gm = " / ".join(f"{_f(g[G]['rel_bias_sq'])} +- {_f(g[G]['se'], '.2g')}" if G in g else "n/a" for G in (2, 8, 128))
+        gates = "passed" if p["gates"]["passed"] else "FAILED (" + ", ".join(
+            k for k in ("a_is_unbiased", "b_tic_invariant") if not p["gates"][k]) + ")"
+        out.append(f"| {name} | {p['run']} | {_f(p['drift_kl'])} | {_f(p['drift_chi2'])} | {_f(p['drift_ess'])} | "
+                   f"{_f(p['drift_top1_share'])} | {p['M']} | {gates} | {gm} | {_f(t.get(8, {}).get('rel_bias_sq'))} | "
+                   f"{_f(i.get(8, {}).get('rel_bias_sq'))} | {_f(p['cost_s']['total'], '.0f')} |")
+    return out
+
+
+def cell_lines(cells: list[dict]) -> list[str]:
+    out = ["| level | G x B | correction | runs | stable | mean final pc | early KL (pre-collapse) | early KL (whole "
+           "window) | runs read after collapse |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        fb = " (the level's)" if c["drift_fallback"] else ""
+        out.append(f"| {c['level']} | {c['G']} x {c['B']} | {c['estimator']} | {c['n']} | {_f(c['stable_share'], '.2f')} "
+                   f"| {_f(c['pc_final'], '.3f')} | {_f(c['kl_early_pre_collapse'])}{fb} | {_f(c['kl_early_all'])} | "
+                   f"{c['read_after_collapse']} |")
+    return out
+
+
+def group_size_section() -> list[str]:
+    from schema.results import grid_folder, read_json
+
+    md = ["### The group-size laws on the LLM's policies", "",
+          "Pre-registration: [docs/PREREGISTRATION-GROUP-SIZE.md](../docs/PREREGISTRATION-GROUP-SIZE.md) (committed "
+          "before any run, with the exact models' predictions). `python -m studies.group_size` decides; the frozen "
+          "pairs are measured by `python -m studies.group_size.pairs`, the grid run by "
+          "`python -m studies.run --grid group_size`.", ""]
+    path = verdicts_path()
+    if not path.is_file():
+        return md + ["Not yet decided: `results/llm/group_size/verdicts.json` does not exist.", ""]
+    v = read_json(path)
+    md += verdict_rows(v) + [""]
+    pairs = grid_folder("group_size") / "pairs.json"
+    if pairs.is_file():
+        doc = read_json(pairs)
+        md += [f"Frozen pairs measured: {len(doc['pairs'])} of 8.", ""] + pair_lines(doc) + [""]
+    if v.get("cells"):
+        md += [f"The grid's cells at d = 64 ({v['runs']} complete runs so far; the drift read before collapse "
+               "as pre-registered, beside the whole window):", ""] + cell_lines(v["cells"]) + [""]
+    return md
