@@ -7,9 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from studies.group_size.analysis import one_sided_drop, slope_test
+from studies.group_size.analysis import cross_bias, g_half, one_sided_drop, slope_test
 from studies.group_size.grids import GRIDS, GROUP_SIZES, ISO_SAMPLES, group
-from studies.group_size.predictions import cross_bias, g_half
 
 
 def test_every_cell_samples_the_same_number_of_completions():
@@ -89,7 +88,7 @@ def _replicate(P=3, n=16, T=5, seed=0):
 
 
 def test_sampled_group_coefficients_average_to_the_exact_expectation_for_per_sample_corrections():
-    from studies.group_size.pairs import coefficients
+    from studies.group_size.pool import coefficients
 
     logp, blogp, mask, rewards = _replicate()
     for est in ("is", "tic_trunc"):
@@ -101,7 +100,7 @@ def test_sampled_group_coefficients_average_to_the_exact_expectation_for_per_sam
 
 
 def test_gmc_coefficients_equal_is_where_no_cap_binds_and_shrink_where_it_does():
-    from studies.group_size.pairs import coefficients
+    from studies.group_size.pool import coefficients
 
     logp, blogp, mask, rewards = _replicate()
     c_is = coefficients("is", 4, logp * 0 + blogp, blogp, mask, rewards, 0.2, np.random.default_rng(0))
@@ -113,7 +112,7 @@ def test_gmc_coefficients_equal_is_where_no_cap_binds_and_shrink_where_it_does()
 
 
 def test_a_pool_too_small_for_g_is_refused():
-    from studies.group_size.pairs import coefficients
+    from studies.group_size.pool import coefficients
 
     logp, blogp, mask, rewards = _replicate(n=16)
     with pytest.raises(ValueError, match="too small for G = 32"):
@@ -121,9 +120,9 @@ def test_a_pool_too_small_for_g_is_refused():
 
 
 def test_the_on_policy_target_coefficients_are_leave_one_out():
-    from studies.group_size.pairs import loo_target
-
     import torch
+
+    from studies.group_size.pool import loo_target
 
     r = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
     assert np.allclose(loo_target(r).numpy(), [[(1 - 1 / 3) / 4, (0 - 2 / 3) / 4, (0 - 2 / 3) / 4, (1 - 1 / 3) / 4]])
@@ -136,7 +135,7 @@ def test_per_completion_gradients_give_the_same_update_vectors_as_backward_passe
     from llm_runs.presets import load_pretrained
     from llm_runs.tasks import build_task
     from llm_runs.warmstart import default_max_new_tokens, get_warm_start
-    from studies.group_size.pairs import per_sample_vectors, pool_prompts, sample_pool, update_vectors
+    from studies.group_size.pool import per_sample_vectors, pool_prompts, sample_pool, update_vectors
 
     cfg = committed_config("long")
     task = build_task(cfg)
@@ -171,7 +170,10 @@ def test_g1_and_g2_decide_by_their_rules():
     assert g1(_pairs_doc(falling, passed=False))["verdict"] == "INCONCLUSIVE"
     assert "not yet run" in g1({"pairs": {}})["why"]
     # G_half = c * chi2^0.5 planted: ratio(G) = (G_half / G)^2 crosses 1/2 at G = sqrt(2) G_half
-    laws = [(lambda c: (lambda G: min(1.0, (c / G) ** 2)))(2 * math.sqrt(0.5 * i)) for i in range(1, 9)]
+    def law(c):
+        return lambda G: min(1.0, (c / G) ** 2)
+
+    laws = [law(2 * math.sqrt(0.5 * i)) for i in range(1, 9)]
     r = g2(_pairs_doc(laws), predicted_b=0.5)
     assert r["verdict"] == "CONFIRMED" and abs(r["law"]["b"] - 0.5) < 0.05
     assert g2(_pairs_doc(laws), predicted_b=2.0)["verdict"] == "REFUTED"
@@ -184,7 +186,7 @@ def _rec(est, G, seed, delay=64, stable=True, pc=0.6, level="adamclip0.0001"):
 
 
 def test_g5_reads_the_zero_delay_control_with_its_margin():
-    from studies.group_size.analysis import g5
+    from studies.group_size.grid_verdicts import g5
 
     recs = [_rec("gmc", G, s, delay=0, pc=0.7 + 0.001 * s) for G in (4, 8, 16, 32) for s in range(5)]
     assert g5(recs)["verdict"] == "CONFIRMED"
@@ -194,7 +196,7 @@ def test_g5_reads_the_zero_delay_control_with_its_margin():
 
 
 def test_g3_needs_every_seed_and_reads_the_outcomes():
-    from studies.group_size.analysis import g3
+    from studies.group_size.grid_verdicts import g3
 
     recs = [_rec(e, G, s, stable=(e == "tic_trunc" or G >= 16)) for e in ("gmc", "tic_trunc")
             for G in (4, 8, 16, 32) for s in range(10)]

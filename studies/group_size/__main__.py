@@ -15,7 +15,7 @@ import numpy as np
 def cells(recs) -> list[dict]:
     """Per (level, G, estimator) at d = 64: runs, stable share, mean final pc, the early KL over the whole
     window and before collapse, and how many runs were read after their collapse."""
-    from .analysis import level_drift
+    from .grid_verdicts import level_drift
 
     out = []
     keys = sorted({(r["level"], r["G"], r["B"], r["estimator"]) for r in recs if r["delay"] > 0})
@@ -36,16 +36,17 @@ def cells(recs) -> list[dict]:
 def decide() -> dict:
     from schema.results import grid_folder, read_json
     from studies.group_size import analysis as A
+    from studies.group_size import grid_verdicts as V
     from studies.group_size.predictions import OUT as PRED
 
     pairs_path = grid_folder("group_size") / "pairs.json"
     doc = read_json(pairs_path) if pairs_path.is_file() else None
     pred = read_json(PRED)
-    recs = A.read_grid([grid_folder("group_size"), grid_folder("group_size_decisive")])
+    recs = V.read_grid([grid_folder("group_size"), grid_folder("group_size_decisive")])
     return {"format": A.VERDICTS_FORMAT, "runs": len(recs),
             "pairs_measured": sorted(doc["pairs"]) if doc else [],
-            "G1": A.g1(doc), "G2": A.g2(doc, pred["lognormal"]["law"]["b"]), "G3": A.g3(recs), "G4": A.g4(recs),
-            "G5": A.g5(recs), "G6": A.g6(recs), "G7": A.g7(recs), "cells": cells(recs)}
+            "G1": A.g1(doc), "G2": A.g2(doc, pred["lognormal"]["law"]["b"]), "G3": V.g3(recs), "G4": V.g4(recs),
+            "G5": V.g5(recs), "G6": V.g6(recs), "G7": V.g7(recs), "cells": cells(recs)}
 
 
 def main(argv=None) -> int:

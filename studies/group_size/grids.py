@@ -74,6 +74,7 @@ GRIDS = {
     "group_size_decisive": Study("group_size_decisive", grid_out("group_size_decisive"), DRIFT_BASE,
                                  {"long": HORIZONS["long"]}, (), delays=(64,), seeds=tuple(range(5, 10)), floor=(),
                                  arms=decisive_arms(),
-                                 doc="seeds 5-9 of G3's cells (docs/PREREGISTRATION-GROUP-SIZE.md): gmc and tic_trunc at "
+                                 doc="seeds 5-9 of G3's cells (docs/PREREGISTRATION-GROUP-SIZE.md): gmc and tic_trunc "
+                                     "at "
                                      "Adam + clip 1e-4, d = 64, G = 4, 8, 16, 32 with 128 / G prompts per update"),
 }

@@ -26,15 +26,28 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .pool import (
+    DRAWS,
+    POOL_SEED,
+    PROMPTS,
+    coefficients,
+    cross_norm,
+    drift_stats,
+    loo_target,
+    merge,
+    per_sample_vectors,
+    pool_prompts,
+    relative_bias,
+    sample_pool,
+    token_logp,
+)
+
 T_PAIR = 70
 DELAY = 64
-PROMPTS = 32
 M_BASE = 1024
 M_LOW_ESS = 4096
 LOW_ESS = 0.02
 REPLICATES = 8
-DRAWS = 2048
-"""K x G completions drawn per prompt and replicate (K = max(1, round(DRAWS / G)) groups)."""
 PAIR_G = (2, 4, 8, 16, 32, 64, 128)
 PAST_G = 512
 ESTIMATORS = ("gmc", "tic_trunc", "tic_mask", "topr", "is", "snis", "vespo", "gspo")
@@ -42,8 +55,6 @@ PER_SAMPLE = ("is", "tic_trunc", "tic_mask")
 """Corrections whose coefficient depends on a completion's own ratio and reward only: their expected
 coefficient over groups is exact (the leave-one-out baseline over the rest of the replicate), and the
 sampled-group average is checked against it (gate b)."""
-PROMPT_SEED = (20261206, 49)
-POOL_SEED = 20261206
 FORMAT = "gmc-grpo-group-size-pairs/1"
 
 
@@ -131,201 +142,10 @@ def retrain(pair: Pair, run: Path, cache: Path, log=print) -> dict:
         a = mine.set_index("step")[col].dropna()
         b = theirs.set_index("step")[col].dropna().reindex(a.index)
         cmp[col] = {"max_abs_diff": float((a - b).abs().max()), "identical": bool((a.to_numpy() == b.to_numpy()).all())}
-    out = {"behaviour": behaviour, "current": current, "config": config.to_dict(), "retrain_s": time.perf_counter() - t0,
+    out = {"behaviour": behaviour, "current": current, "config": config.to_dict(),
+           "retrain_s": time.perf_counter() - t0,
            "committed_rows": cmp}
     torch.save(out, saved)
-    return out
-
-
-# --------------------------------------------------------------------------- pools
-
-
-def pool_prompts(task) -> list[int]:
-    return np.random.default_rng(list(PROMPT_SEED)).permutation(len(task.train))[:PROMPTS].tolist()
-
-
-def sample_pool(model, tokenizer, task, idx: list[int], M: int, which: int, max_new_tokens: int, chunk: int = 128,
-                start: int = 0) -> dict:
-    """M completions per prompt of ``idx`` from ``model`` (keys from (POOL_SEED + which, chunk index)), as
-    per-prompt blocks: ``ids (P, M, T)``, ``mask``, ``blogp`` (the sampler's log-probs), ``rewards (P, M)``."""
-    from llm_runs.rollout import sample_groups, sample_keys
-
-    problems = [task.train[i] for i in idx]
-    parts = []
-    for c in range(start // chunk, (start + M) // chunk):
-        keys = sample_keys(POOL_SEED + which, c, len(idx), chunk)
-        b = sample_groups(model, tokenizer, task, problems, idx, chunk, keys, 0, max_new_tokens)
-        parts.append(b)
-    P, T = len(idx), max_new_tokens
-
-    def stack(name, pad=0):
-        xs = []
-        for b in parts:
-            x = getattr(b, name)
-            if x.dim() == 2 and x.shape[1] < T:
-                x = torch.nn.functional.pad(x, (0, T - x.shape[1]), value=pad)
-            xs.append(x.view(P, chunk, *x.shape[1:]))
-        return torch.cat(xs, 1)
-
-    return {"ids": stack("completion_ids", tokenizer.pad_token_id), "mask": stack("completion_mask"),
-            "blogp": stack("behaviour_logp"), "rewards": stack("rewards"),
-            "prompt_ids": parts[0].prompt_ids.view(P, chunk, -1)[:, 0], "prompt_mask": parts[0].prompt_mask.view(
-                P, chunk, -1)[:, 0]}
-
-
-def merge(a: dict, b: dict) -> dict:
-    return {k: (torch.cat([a[k], b[k]], 1) if k not in ("prompt_ids", "prompt_mask") else a[k]) for k in a}
-
-
-@torch.no_grad()
-def token_logp(model, pool: dict, rows_per_call: int = 1024) -> torch.Tensor:
-    """log pi(o^t | ...) of every pool completion under ``model``, ``(P, M, T)``."""
-    from llm_runs.rollout import completion_logprobs
-
-    P, M, T = pool["ids"].shape
-    out = torch.zeros(P, M, T)
-    step = max(1, rows_per_call // M) if M < rows_per_call else 1
-    per = min(M, rows_per_call)
-    for p0 in range(0, P, step):
-        for m0 in range(0, M, per):
-            ps = slice(p0, min(P, p0 + step))
-            ids = pool["ids"][ps, m0:m0 + per]
-            n_p, n_m = ids.shape[:2]
-            lp = completion_logprobs(model, pool["prompt_ids"][ps].repeat_interleave(n_m, 0),
-                                     pool["prompt_mask"][ps].repeat_interleave(n_m, 0), ids.reshape(n_p * n_m, T),
-                                     1.0, n_m)
-            out[ps, m0:m0 + per] = lp.view(n_p, n_m, T).float()
-    return out * pool["mask"]
-
-
-def drift_stats(logw: torch.Tensor, tok_lr: torch.Tensor, mask: torch.Tensor) -> dict:
-    """The pair's drift from its pi_b pool: KL per token (:func:`llm_runs.theory.kl_per_token`), and per prompt
-    (median over prompts) the sequence chi^2, the ESS fraction and the top-1% share of the weight mass."""
-    from llm_runs.theory import kl_per_token
-
-    w = torch.exp(logw.double() - logw.double().amax(1, keepdim=True))  # per prompt, scale-free
-    P, M = w.shape
-    ess = (w.sum(1) ** 2 / (M * (w**2).sum(1)))
-    lw = logw.double()
-    chi2 = torch.exp(torch.logsumexp(2 * lw, 1) - math.log(M)) - 1
-    top = max(1, M // 100)
-    share = w.sort(1, descending=True).values[:, :top].sum(1) / w.sum(1)
-    return {"kl": float(kl_per_token(tok_lr.reshape(P * M, -1), mask.reshape(P * M, -1))),
-            "chi2": float(chi2.median()), "ess": float(ess.median()), "top1_share": float(share.median())}
-
-
-# --------------------------------------------------------------------------- coefficients
-
-
-def coefficients(est: str, G: int, logp: torch.Tensor, blogp: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor,
-                 eps: float, rng: np.random.Generator, exact: bool = False, advantage: str = "loo") -> torch.Tensor:
-    """Per completion of one replicate ``(P, n)``, the expected coefficient of its sequence log-probability
-    in the correction's update at group size G (averaged over prompts: the update is ``sum_p,j coef
-    grad log pi(o_pj)``). Sampled groups without replacement (K = max(1, round(DRAWS / G)) per prompt), or,
-    with ``exact``, one group of the whole replicate (the exact expectation for a per-sample correction)."""
-    import estimators
-    from estimators.losses import policy_loss
-
-    P, n, T = logp.shape
-    if G > n:
-        raise ValueError(f"a pool of {n} completions per prompt and replicate is too small for G = {G} (groups are "
-                         f"drawn without replacement; need at least G completions)")
-    if exact:
-        pick = torch.arange(n)[None, None].expand(P, 1, n)
-    else:
-        K = max(1, round(DRAWS / G))
-        keys = torch.from_numpy(rng.random((P, K, n)))
-        pick = keys.argsort(-1)[..., :G]  # (P, K, G): uniform G-subsets
-    K, Gk = pick.shape[1], pick.shape[2]
-    pidx = torch.arange(P)[:, None, None].expand_as(pick)
-    lp = logp[pidx, pick].reshape(P * K, Gk, T).reshape(P * K * Gk, T).detach().double().requires_grad_(True)
-    blp = blogp[pidx, pick].reshape(P * K * Gk, T).double()
-    msk = mask[pidx, pick].reshape(P * K * Gk, T).double()
-    r = rewards[pidx, pick].reshape(P * K, Gk).double()
-    adv = estimators.advantages(r, advantage)
-    out = policy_loss(est, lp, blp, msk, adv.reshape(-1), Gk, eps=eps)
-    (g,) = torch.autograd.grad(out.loss, lp)
-    coef_tok = -g  # (P K G, T): the update is sum coef grad log pi
-    seq = (coef_tok * msk).sum(-1)
-    ntok = msk.sum(-1).clamp_min(1)
-    per_tok = seq / ntok
-    spread = ((coef_tok - per_tok[:, None]) * msk).abs().amax()
-    if float(spread) > 1e-9 * max(1.0, float(coef_tok.abs().max())):
-        # a coefficient that varies along the tokens: the per-sequence form below does not hold
-        raise ValueError(f"{est}: its coefficient varies along a completion's tokens (by {float(spread):.3g}); the "
-                         "frozen-pair measurement needs one coefficient per completion")
-    # per completion (sum over the groups it was drawn into); the loss already averages over P K groups,
-    # so the sum is the average over groups of each prompt's update, divided by P
-    acc = torch.zeros(P, n, dtype=torch.float64)
-    acc.index_put_((pidx.reshape(-1), pick.reshape(-1)), per_tok.detach(), accumulate=True)
-    return acc
-
-
-def loo_target(rewards: torch.Tensor) -> torch.Tensor:
-    """The on-policy coefficient of each completion of one replicate ``(P, n)``: (1 / (P n)) (r - mean of the
-    other n - 1), whose update is an unbiased estimate of grad J averaged over the prompts."""
-    P, n = rewards.shape
-    r = rewards.double()
-    return (r - (r.sum(1, keepdim=True) - r) / (n - 1)) / (P * n)
-
-
-# --------------------------------------------------------------------------- gradients
-
-
-def update_vectors(model, pool: dict, rows: slice, coefs: torch.Tensor, rows_per_call: int = 512) -> torch.Tensor:
-    """``(k, params)``: for each of the k coefficient matrices ``coefs (k, P, n)`` the vector
-    ``sum_p,j coef_pj grad log pi(o_pj)`` over the pool's completions ``rows`` of every prompt: one forward per
-    chunk, then one backward per vector (the graph kept between them)."""
-    from llm_runs.rollout import completion_logprobs
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    k, P, n = coefs.shape
-    ids = pool["ids"][:, rows]
-    mask = pool["mask"][:, rows]
-    out = torch.zeros(k, sum(p.numel() for p in params), dtype=torch.float64)
-    step = max(1, rows_per_call // n)
-    for p0 in range(0, P, step):
-        ps = slice(p0, min(P, p0 + step))
-        n_p = ps.stop - ps.start
-        lp = completion_logprobs(model, pool["prompt_ids"][ps].repeat_interleave(n, 0),
-                                 pool["prompt_mask"][ps].repeat_interleave(n, 0), ids[ps].reshape(n_p * n, -1), 1.0, n)
-        seq = (lp * mask[ps].reshape(n_p * n, -1)).sum(-1)
-        for i in range(k):
-            gs = torch.autograd.grad(seq, params, grad_outputs=coefs[i, ps].reshape(-1).to(seq.dtype),
-                                     retain_graph=i < k - 1)
-            out[i] += torch.cat([g.reshape(-1) for g in gs]).double()
-    return out
-
-
-def per_sample_vectors(model, pool: dict, rows: slice, coefs: torch.Tensor, chunk: int = 128) -> torch.Tensor:
-    """What :func:`update_vectors` computes, from per-completion gradients: for each prompt, the gradient of
-    every completion's sequence log-probability (``torch.func.vmap`` over ``grad`` of the model's own
-    forward on the unpadded prompt and the completion; the tokens after EOS are masked out of the sum and,
-    the attention being causal, change nothing before it), then ``coefs @ gradients``. One backward's
-    work for all k vectors instead of k backwards."""
-    from torch.func import functional_call, grad, vmap
-
-    names = [k for k, p in model.named_parameters() if p.requires_grad]
-    params = {k: p.detach() for k, p in model.named_parameters()}
-    k, P, n = coefs.shape
-    ids, mask = pool["ids"][:, rows], pool["mask"][:, rows]
-    out = torch.zeros(k, sum(params[x].numel() for x in names), dtype=torch.float64)
-
-    for p in range(P):
-        q = pool["prompt_ids"][p][pool["prompt_mask"][p].bool()]
-        L = q.numel()
-
-        def seq_logp(prm, row, msk):
-            logits = functional_call(model, prm, (row[None],), {"use_cache": False}).logits[0, L - 1:-1].float()
-            lp = logits.gather(-1, row[L:, None])[:, 0] - torch.logsumexp(logits, -1)
-            return (lp * msk).sum()
-
-        per_row = vmap(grad(seq_logp), in_dims=(None, 0, 0))
-        full = torch.cat([q[None].expand(n, -1), ids[p]], 1)
-        for a in range(0, n, chunk):
-            g = per_row(params, full[a:a + chunk], mask[p, a:a + chunk].float())
-            flat = torch.cat([g[x].reshape(g[x].shape[0], -1) for x in names], 1).double()
-            out += coefs[:, p, a:a + chunk].double() @ flat
     return out
 
 
@@ -404,7 +224,8 @@ def measure(pair: Pair, cache: Path, quick: bool = False, log=print) -> dict:
                                                           math.log1p(eps)).double().mean()))
         for est in ("tic_trunc", "tic_mask"):
             caps.setdefault((est, 0), []).append(float((lw > math.log1p(eps)).double().mean()))
-        uniq, where = [], []  # a coefficient matrix equal to an earlier one (GMC where no cap binds is IS) is one vector
+        # a coefficient matrix equal to an earlier one (GMC where no cap binds is IS) is one vector
+        uniq, where = [], []
         for m in mats:
             j = next((j for j, u in enumerate(uniq) if torch.equal(u, m)), None)
             if j is None:
@@ -435,39 +256,6 @@ def measure(pair: Pair, cache: Path, quick: bool = False, log=print) -> dict:
             "first_pool": first, "committed_rows": trained["committed_rows"], "gates": gates, "rows": rows_out,
             "quick": quick, "cost_s": {"retrain": trained["retrain_s"], "sample": t_sample, "gradients": t_grad,
                                        "total": time.perf_counter() - t0}}
-
-
-def cross_norm(X: torch.Tensor) -> tuple[float, float]:
-    """``sum_{r != s} <X_r, X_s> / (R (R - 1))`` (unbiased for |E X|^2) and its jackknife s.e."""
-    gram = (X @ X.T).double()
-    R = len(X)
-
-    def est(keep):
-        sub = gram[np.ix_(keep, keep)]
-        return float((sub.sum() - torch.trace(sub)) / (len(keep) * (len(keep) - 1)))
-
-    full = est(list(range(R)))
-    jack = np.array([est([j for j in range(R) if j != i]) for i in range(R)])
-    return full, float(math.sqrt((R - 1) / R * ((jack - jack.mean()) ** 2).sum()))
-
-
-def relative_bias(D: torch.Tensor, T: torch.Tensor, V: torch.Tensor) -> tuple[float, float, float, float]:
-    """``(rel_bias_sq, jackknife s.e., cosine of mean V to mean T, |mean V| / |mean T|)``: the ratio of the
-    cross-product estimates of |E D|^2 and |E T|^2 (D = V - T per replicate, T independent of V)."""
-    R = len(D)
-    gD, gT = (D @ D.T).double(), (T @ T.T).double()
-
-    def est(keep):
-        k = len(keep)
-        a, b = gD[np.ix_(keep, keep)], gT[np.ix_(keep, keep)]
-        return float((a.sum() - torch.trace(a)) / (k * (k - 1))) / float((b.sum() - torch.trace(b)) / (k * (k - 1)))
-
-    full = est(list(range(R)))
-    jack = np.array([est([j for j in range(R) if j != i]) for i in range(R)])
-    se = float(math.sqrt((R - 1) / R * ((jack - jack.mean()) ** 2).sum()))
-    mv, mt = V.mean(0), T.mean(0)
-    cos = float(mv @ mt / (mv.norm() * mt.norm()))
-    return full, se, cos, float(mv.norm() / mt.norm())
 
 
 GATE_B_TOL = 0.35

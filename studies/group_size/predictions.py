@@ -27,69 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .analysis import cross_bias, fit_law, g_half
+
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "predictions.json"
 FORMAT = "gmc-grpo-group-size-predictions/1"
 EPS = 0.2
 PAIR_G = (2, 4, 8, 16, 32, 64, 128, 512)
-HALF = 0.5
-"""G2: the group size at which GMC's squared bias is half of TIC-trunc's."""
-
-
-# --------------------------------------------------------------------------- shared helpers
-
-
-def g_half(Gs, ratio) -> tuple[float | None, str | None]:
-    """The G where ``ratio`` (GMC's squared bias over TIC-trunc's, per G in ``Gs``) first falls to
-    :data:`HALF`, interpolated linearly in (log G, log ratio) between the last G above it and the first
-    at or below it. ``(Gs[0], "left")`` when the first G is already at or below; ``(Gs[-1], "right")``
-    when no G reaches it (censored). Non-positive ratios count as 0 (below)."""
-    Gs, ratio = list(Gs), [float(r) for r in ratio]
-    for i, (G, r) in enumerate(zip(Gs, ratio)):
-        if r <= HALF:
-            if i == 0:
-                return float(G), "left"
-            G0, r0 = Gs[i - 1], ratio[i - 1]
-            if r <= 0:
-                return float(G), None
-            f = (math.log(r0) - math.log(HALF)) / (math.log(r0) - math.log(r))
-            return float(math.exp(math.log(G0) + f * (math.log(G) - math.log(G0)))), None
-    return float(Gs[-1]), "right"
-
-
-def fit_law(chi2, Ghalf) -> dict:
-    """OLS of log G_half on log chi^2 with the slope's 95% t-interval (the law G_half = a chi2^b)."""
-    from scipy import stats
-
-    x, y = np.log(np.asarray(chi2, float)), np.log(np.asarray(Ghalf, float))
-    if len(x) < 3:
-        return {"n": len(x), "b": None, "low": None, "high": None, "a": None}
-    res = stats.linregress(x, y)
-    t = stats.t.ppf(0.975, len(x) - 2)
-    return {"n": len(x), "b": float(res.slope), "low": float(res.slope - t * res.stderr),
-            "high": float(res.slope + t * res.stderr), "a": float(math.exp(res.intercept))}
-
-
-def cross_bias(means: np.ndarray, target: np.ndarray) -> tuple[float, float]:
-    """The squared relative bias ``|m - t|^2 / |t|^2`` of a mean ``m`` estimated by R independent replicate
-    means ``means`` ``(R, P)``: the average over replicate pairs r != s of ``<m_r - t, m_s - t>`` (unbiased:
-    no replicate's own noise enters), divided by ``|t|^2``, with its jackknife (leave one replicate out)
-    standard error."""
-    D = means - target[None]
-    R = len(D)
-    gram = D @ D.T
-    tot, diag = gram.sum(), np.trace(gram)
-
-    def est(keep):
-        sub = gram[np.ix_(keep, keep)]
-        k = len(keep)
-        return (sub.sum() - np.trace(sub)) / (k * (k - 1))
-
-    full = (tot - diag) / (R * (R - 1))
-    jack = np.array([est([j for j in range(R) if j != i]) for i in range(R)])
-    se = math.sqrt((R - 1) / R * ((jack - jack.mean()) ** 2).sum())
-    n2 = float(target @ target)
-    return float(full / n2), float(se / n2)
 
 
 # --------------------------------------------------------------------------- 1. E3
@@ -124,7 +68,8 @@ def lognormal_law(chi2s=(0.05, 0.2, 1.0, 5.0, 20.0, 100.0, 300.0), Gs=tuple(2**k
 ESTIMATORS = ("gmc", "tic_trunc", "tic_mask", "topr", "is", "snis", "vespo")
 
 
-def shared_pairs(deltas=(0.3, 0.6, 1.0, 1.5, 2.2, 3.0, 4.5, 6.0, 8.0), Gs=PAIR_G, samples=2**17, reps=8, seed=0) -> dict:
+def shared_pairs(deltas=(0.3, 0.6, 1.0, 1.5, 2.2, 3.0, 4.5, 6.0, 8.0), Gs=PAIR_G, samples=2**17, reps=8,
+                 seed=0) -> dict:
     """Frozen pairs in E5 (H = 8, V = 4, r = 4; the cell where the LLM's pattern appears): theta the warm
     start, theta_b = theta - delta u (u a fixed random unit direction)."""
     from simulators.shared_softmax import SharedSoftmaxMDP

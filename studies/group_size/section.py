@@ -39,7 +39,8 @@ def verdict_rows(v: dict) -> list[str]:
                    f"{_f(r['slope_gmc_ci'][1])}], GMC - TIC-trunc {_f(r['difference'])} [{_f(r['difference_ci'][0])}, "
                    f"{_f(r['difference_ci'][1])}]")
         if h == "G2" and r.get("law", {}).get("b") is not None:
-            why = (f"G_half = a chi^2^b, b = {_f(r['law']['b'])} [{_f(r['law']['low'])}, {_f(r['law']['high'])}] against "
+            law = r["law"]
+            why = (f"G_half = a chi^2^b, b = {_f(law['b'])} [{_f(law['low'])}, {_f(law['high'])}] against "
                    f"the predicted {_f(r['predicted_b'])}")
         if h == "G6" and "hits" in r:
             why = (f"fired before {r['hits'][0]} of {r['hits'][1]} collapses and in {r['false_alarms'][0]} of "
@@ -49,28 +50,33 @@ def verdict_rows(v: dict) -> list[str]:
 
 
 def pair_lines(doc: dict) -> list[str]:
-    out = ["| pair | run | KL/token | chi^2 | ESS fraction | top-1% mass | M | gates | GMC rel. bias^2 at G = 2 / 8 / 128 "
-           "| TIC-trunc | IS (G = 8) | cost (s) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    head = ("| pair | run | KL/token | chi^2 | ESS fraction | top-1% mass | M | gates "
+            "| GMC rel. bias^2 at G = 2 / 8 / 128 | TIC-trunc | IS (G = 8) | cost (s) |")
+    out = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, p in sorted(doc.get("pairs", {}).items()):
         g = {int(r["G"]): r for r in p["rows"] if r["estimator"] == "gmc"}
         t = {int(r["G"]): r for r in p["rows"] if r["estimator"] == "tic_trunc"}
         i = {int(r["G"]): r for r in p["rows"] if r["estimator"] == "is"}
-        gm = " / ".join(f"{_f(g[G]['rel_bias_sq'])} +- {_f(g[G]['se'], '.2g')}" if G in g else "n/a" for G in (2, 8, 128))
+        gm = " / ".join(f"{_f(g[G]['rel_bias_sq'])} +- {_f(g[G]['se'], '.2g')}" if G in g else "n/a"
+                        for G in (2, 8, 128))
         gates = "passed" if p["gates"]["passed"] else "FAILED (" + ", ".join(
             k for k in ("a_is_unbiased", "b_tic_invariant") if not p["gates"][k]) + ")"
         out.append(f"| {name} | {p['run']} | {_f(p['drift_kl'])} | {_f(p['drift_chi2'])} | {_f(p['drift_ess'])} | "
-                   f"{_f(p['drift_top1_share'])} | {p['M']} | {gates} | {gm} | {_f(t.get(8, {}).get('rel_bias_sq'))} | "
-                   f"{_f(i.get(8, {}).get('rel_bias_sq'))} | {_f(p['cost_s']['total'], '.0f')} |")
+                   f"{_f(p['drift_top1_share'])} | {p['M']} | {gates} | {gm} | "
+                   f"{_f(t.get(8, {}).get('rel_bias_sq'))} | {_f(i.get(8, {}).get('rel_bias_sq'))} | "
+                   f"{_f(p['cost_s']['total'], '.0f')} |")
     return out
 
 
 def cell_lines(cells: list[dict]) -> list[str]:
-    out = ["| level | G x B | correction | runs | stable | mean final pc | early KL (pre-collapse) | early KL (whole "
-           "window) | runs read after collapse |", "|---|---|---|---|---|---|---|---|---|"]
+    head = ("| level | G x B | correction | runs | stable | mean final pc | early KL (pre-collapse) "
+            "| early KL (whole window) | runs read after collapse |")
+    out = [head, "|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         fb = " (the level's)" if c["drift_fallback"] else ""
-        out.append(f"| {c['level']} | {c['G']} x {c['B']} | {c['estimator']} | {c['n']} | {_f(c['stable_share'], '.2f')} "
-                   f"| {_f(c['pc_final'], '.3f')} | {_f(c['kl_early_pre_collapse'])}{fb} | {_f(c['kl_early_all'])} | "
+        out.append(f"| {c['level']} | {c['G']} x {c['B']} | {c['estimator']} | {c['n']} "
+                   f"| {_f(c['stable_share'], '.2f')} | {_f(c['pc_final'], '.3f')} "
+                   f"| {_f(c['kl_early_pre_collapse'])}{fb} | {_f(c['kl_early_all'])} | "
                    f"{c['read_after_collapse']} |")
     return out
 
@@ -78,11 +84,11 @@ def cell_lines(cells: list[dict]) -> list[str]:
 def group_size_section() -> list[str]:
     from schema.results import grid_folder, read_json
 
-    md = ["### The group-size laws on the LLM's policies", "",
-          "Pre-registration: [docs/PREREGISTRATION-GROUP-SIZE.md](../docs/PREREGISTRATION-GROUP-SIZE.md) (committed "
-          "before any run, with the exact models' predictions). `python -m studies.group_size` decides; the frozen "
-          "pairs are measured by `python -m studies.group_size.pairs`, the grid run by "
-          "`python -m studies.run --grid group_size`.", ""]
+    lead = ("Pre-registration: [docs/PREREGISTRATION-GROUP-SIZE.md](../docs/PREREGISTRATION-GROUP-SIZE.md) "
+            "(committed before any run, with the exact models' predictions). `python -m studies.group_size` "
+            "decides; the frozen pairs are measured by `python -m studies.group_size.pairs`, the grid run by "
+            "`python -m studies.run --grid group_size`.")
+    md = ["### The group-size laws on the LLM's policies", "", lead, ""]
     path = verdicts_path()
     if not path.is_file():
         return md + ["Not yet decided: `results/llm/group_size/verdicts.json` does not exist.", ""]
@@ -93,6 +99,7 @@ def group_size_section() -> list[str]:
         doc = read_json(pairs)
         md += [f"Frozen pairs measured: {len(doc['pairs'])} of 8.", ""] + pair_lines(doc) + [""]
     if v.get("cells"):
-        md += [f"The grid's cells at d = 64 ({v['runs']} complete runs so far; the drift read before collapse "
-               "as pre-registered, beside the whole window):", ""] + cell_lines(v["cells"]) + [""]
+        intro = (f"The grid's cells at d = 64 ({v['runs']} complete runs so far; the drift read before collapse "
+                 "as pre-registered, beside the whole window):")
+        md += [intro, ""] + cell_lines(v["cells"]) + [""]
     return md
