@@ -235,3 +235,153 @@ def test_the_step_size_callback_scales_the_step_and_restores_the_rate(tmp_path):
         StepSizeCallback(trainer)
     with pytest.raises(ValueError, match="unknown ess_scaling 'cube'"):
         StepSizeCallback(trainer, ess_scaling="cube")
+
+
+# --------------------------------------------------------------------------- the rollout's ratio, TRL's settings
+
+
+class SamplerTrainer(TrajectoryGRPOTrainer):
+    """A sampler whose log-probs differ from the trainer's recomputed ones by a per-row shift (as vLLM's
+    do): the batch carries ``sampling_per_token_logps``, as trl 1.16 stores them; every loss call is kept."""
+
+    calls: list
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        old = out["old_per_token_logps"]
+        shift = torch.linspace(-0.4, 0.5, old.shape[0], dtype=old.dtype)[:, None]
+        out["sampling_per_token_logps"] = (old + shift) * out["completion_mask"]
+        return out
+
+    def _compute_loss(self, model, inputs):
+        with torch.no_grad():  # sum_t log pi_theta of each completion, independently of the adapter
+            prompt_len = inputs["prompt_ids"].shape[1]
+            ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+            att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+            logits = model(input_ids=ids, attention_mask=att).logits[:, prompt_len - 1:-1]
+            logp = torch.log_softmax(logits.double(), -1).gather(-1, inputs["completion_ids"][..., None])[..., 0]
+            logp = (logp * inputs["completion_mask"]).sum(-1)
+        loss = super()._compute_loss(model, inputs)
+        self.calls.append((dict(inputs), self.last_loss_output, {k: v[-1] for k, v in self._metrics["train"].items()},
+                           logp))
+        return loss
+
+
+@pytest.mark.parametrize("behaviour", ["rollout", "recomputed"])
+def test_the_ratio_is_taken_against_the_samplers_log_probs(tmp_path, behaviour):
+    """behaviour='rollout' (the default): the trajectory ratio, GMC's weights and the logged ESS are those of
+    pi_theta / pi_sampler; 'recomputed' gives TRL's pi_theta / pi_old, and the two differ on this batch."""
+    tok = char_tokenizer()
+    ds = Dataset.from_dict({"prompt": ["ab", "cd", "ef", "gh", "ij", "ba", "dc", "fe"]})
+    trainer = SamplerTrainer(model=tiny_qwen3(len(tok)), reward_funcs=reward, args=make_args(tmp_path, max_steps=1),
+                             train_dataset=ds, processing_class=tok, estimator=ESTIMATOR, eps=EPS, behaviour=behaviour)
+    trainer.calls = []
+    trainer.train()
+    assert trainer.calls
+    for inputs, out, logged, logp in trainer.calls:
+        mask = inputs["completion_mask"]
+        vs_sampler = (logp - (inputs["sampling_per_token_logps"].double() * mask).sum(-1)).reshape(-1, G)
+        vs_old = (logp - (inputs["old_per_token_logps"].double() * mask).sum(-1)).reshape(-1, G)
+        want = vs_sampler if behaviour == "rollout" else vs_old
+        other = vs_old if behaviour == "rollout" else vs_sampler
+        got = out.seq_log_ratio.double()
+        if behaviour == "rollout":
+            assert torch.allclose(got, vs_sampler, atol=1e-5)
+        else:
+            assert torch.allclose(got, vs_old, atol=1e-5)
+        assert (want - other).abs().max() > 0.1  # the two ratios differ on this batch
+        w_want = estimators.weights(ESTIMATOR, want, EPS)
+        w_other = estimators.weights(ESTIMATOR, other, EPS)
+        assert torch.allclose(out.weights.double(), w_want, atol=1e-5)
+        assert (w_want - w_other).abs().max() > 1e-2  # GMC's weights move with the behaviour log-probs
+        ess = estimators.diagnostics(want, EPS)["ess_frac_mean"]
+        assert logged["stale/ess"] == pytest.approx(ess, rel=1e-5)
+        assert abs(estimators.diagnostics(other, EPS)["ess_frac_mean"] - ess) > 1e-3
+
+
+def test_behaviour_falls_back_to_the_recomputed_log_probs_and_takes_them_where_the_sampler_gave_nan():
+    from llm_runs.integrations.trl import behaviour_logps
+
+    logps = torch.zeros(2, 3)
+    old = torch.full((2, 3), -1.0)
+    sampled = torch.tensor([[-2.0, float("nan"), -2.0], [-2.0, -2.0, -2.0]])
+    assert torch.equal(behaviour_logps({"old_per_token_logps": old}, logps), old)
+    assert torch.equal(behaviour_logps({}, logps), logps)
+    got = behaviour_logps({"old_per_token_logps": old, "sampling_per_token_logps": sampled}, logps)
+    assert got.tolist() == [[-2.0, -1.0, -2.0], [-2.0, -2.0, -2.0]]
+    assert torch.equal(behaviour_logps({"old_per_token_logps": old, "sampling_per_token_logps": sampled}, logps,
+                                       "recomputed"), old)
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("loss_type", "grpo", r"GRPOConfig.loss_type = 'grpo'.*estimator"),
+    ("importance_sampling_level", "sequence", r"importance_sampling_level = 'sequence'.*gspo"),
+    ("epsilon", 0.1, r"GRPOConfig.epsilon = 0.1.*lower clip"),
+    ("delta", 2.0, r"GRPOConfig.delta = 2.0"),
+    ("scale_rewards", "none", r"scale_rewards = 'none'.*drgrpo"),
+    ("sapo_temperature_pos", 2.0, r"sapo_temperature_pos = 2.0 belongs to TRL's 'sapo'.*tau_pos"),
+])
+def test_trls_loss_settings_the_adapter_does_not_implement_are_refused(tmp_path, setting, value, message):
+    tok = char_tokenizer()
+    with pytest.raises(ValueError, match=message):
+        TrajectoryGRPOTrainer(model=tiny_qwen3(len(tok)), reward_funcs=reward,
+                              args=make_args(tmp_path, **{setting: value}), processing_class=tok,
+                              train_dataset=Dataset.from_dict({"prompt": ["ab"] * 8}))
+
+
+def test_trls_settings_with_the_same_meaning_are_mapped(tmp_path):
+    tok = char_tokenizer()
+    ds = Dataset.from_dict({"prompt": ["ab"] * 8})
+
+    def build(estimator="gmc", **kw):
+        eps = kw.pop("eps", None)
+        knobs = kw.pop("knobs", None)
+        return TrajectoryGRPOTrainer(model=tiny_qwen3(len(tok)), reward_funcs=reward, args=make_args(tmp_path, **kw),
+                                     processing_class=tok, train_dataset=ds, estimator=estimator, eps=eps, knobs=knobs)
+
+    assert build(epsilon_high=0.35).eps == 0.35  # the cap 1 + eps is TRL's upper clip
+    assert build().eps == 0.28
+    t = build("token_clip", epsilon=0.1, epsilon_high=0.3)
+    assert (t.eps, t.knobs["eps_high"]) == (0.1, 0.3)
+    assert build("sapo", sapo_temperature_neg=2.0).knobs == {"tau_neg": 2.0}
+    assert build("vespo", vespo_k_pos=1.5).knobs == {"k_pos": 1.5}
+    with pytest.raises(ValueError, match="epsilon_high = 0.35 and eps = 0.2 disagree"):
+        build(epsilon_high=0.35, eps=0.2)
+    with pytest.raises(ValueError, match=r"sapo_temperature_neg = 2.0 and knobs\['tau_neg'\] = 1.5 disagree"):
+        build("sapo", sapo_temperature_neg=2.0, knobs={"tau_neg": 1.5})
+
+
+def test_the_step_size_callback_takes_every_accumulated_micro_batch_and_the_estimator(tmp_path):
+    """gradient_accumulation_steps = 2: the factor is step_scale's on the ratios of both loss calls of the step."""
+    from llm_runs.integrations.stepsize_hooks import StepSizeCallback
+    from llm_runs.stepsize import StepControl, step_scale
+
+    tok = char_tokenizer()
+    ds = Dataset.from_dict({"prompt": ["ab", "cd", "ef", "gh", "ij", "ba", "dc", "fe"]})
+    trainer = SamplerTrainer(model=tiny_qwen3(len(tok)), reward_funcs=reward,
+                             args=make_args(tmp_path, max_steps=2, gradient_accumulation_steps=2,
+                                            per_device_train_batch_size=4, steps_per_generation=4),
+                             train_dataset=ds, processing_class=tok, estimator="gmc", eps=EPS)
+    trainer.calls = []
+    cb = StepSizeCallback(trainer, estimator="gmc", ess_scaling="sqrt", gmc_step=True)
+    trainer.add_callback(cb)
+    seen = []
+
+    class Spy(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, **kw):
+            seen.append((len(trainer.calls), dict(cb.last)))
+
+    trainer.add_callback(Spy())
+    trainer.train()
+    assert [n for n, _ in seen] == [2, 4]
+    control = StepControl(estimator="gmc", eps=EPS, ess_scaling="sqrt", gmc_step=True)
+    for k, (n, last) in enumerate(seen):
+        calls = trainer.calls[n - 2:n]
+        lr = torch.cat([c[1].seq_log_ratio.double() for c in calls])
+        w = torch.cat([c[1].weights.double() for c in calls])
+        want = step_scale(control, lr, w)
+        assert last == pytest.approx(want, rel=1e-12)
+        alone = step_scale(control, calls[-1][1].seq_log_ratio.double(), calls[-1][1].weights.double())
+        assert alone["step/lr_scale"] != pytest.approx(want["step/lr_scale"], rel=1e-6)
+    with pytest.raises(ValueError, match="StepSizeCallback\\(estimator='is'\\) but the trainer's estimator is 'gmc'"):
+        StepSizeCallback(trainer, estimator="is", ess_scaling="sqrt")

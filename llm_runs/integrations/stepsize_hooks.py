@@ -6,38 +6,56 @@
     trainer.add_callback(StepSizeCallback(trainer, gmc_step=True))          # GMC's step form
 
 Before each optimiser step (``on_pre_optimizer_step``) it computes the step's factor from the ratios
-of the loss call that produced the gradient (:func:`llm_runs.stepsize.step_scale`, the trainer's own
-definition: VCPO's ``ess_scaling.{scaling_rule, base_ess_ratio, use_clipped}``, GMC's step form),
+of every loss call that contributed to the gradient (all ``gradient_accumulation_steps`` micro-batches
+since the last step, on every process: :func:`llm_runs.integrations.step_sync.synced_step_scale`
+all-gathers the statistics over accelerate's processes, so every replica steps at one rate, as VCPO
+does over its data-parallel group; the factor is :func:`llm_runs.stepsize.step_scale`'s on the union
+batch: VCPO's ``ess_scaling.{scaling_rule, base_ess_ratio, use_clipped}``, GMC's step form),
 multiplies every parameter group's learning rate by it and restores it after the step
 (``on_optimizer_step``), as VCPO's actor does around ``optimizer.step()``; the factor is logged as
 ``step/lr_scale`` (and ``step/ess_ratio``, ``step/gmc_scale``). The learning-rate scheduler is not
-touched. One loss call per optimiser step: ``gradient_accumulation_steps`` must be 1 (a ValueError
-otherwise, since the ESS is a statistic of the update's whole batch).
+touched. ``estimator`` and ``eps`` default to the trainer's; ``eps`` may differ (GMC's step form with
+its own cap), ``estimator`` may not (the weights are the trainer's estimator's).
 """
 from __future__ import annotations
 
 from transformers import TrainerCallback
 
-from ..stepsize import StepControl, is_active, restore_lrs, scale_lrs, step_scale
+from ..stepsize import StepControl, is_active, restore_lrs, scale_lrs
+from .step_sync import synced_step_scale
 
 
 class StepSizeCallback(TrainerCallback):
-    def __init__(self, trainer, **controls):
-        if getattr(trainer.args, "gradient_accumulation_steps", 1) != 1:
-            raise ValueError(f"StepSizeCallback needs gradient_accumulation_steps = 1 (one loss call per optimiser "
-                             f"step), got {trainer.args.gradient_accumulation_steps}")
+    def __init__(self, trainer, estimator: str | None = None, eps: float | None = None, **controls):
+        if estimator is not None and estimator != trainer.estimator:
+            raise ValueError(f"StepSizeCallback(estimator={estimator!r}) but the trainer's estimator is "
+                             f"{trainer.estimator!r}: the step's weights are the trainer's estimator's")
         self.trainer = trainer
-        self.control = StepControl(estimator=trainer.estimator, eps=trainer.eps, **controls)
+        self.control = StepControl(estimator=trainer.estimator, eps=trainer.eps if eps is None else eps, **controls)
         if not is_active(self.control):
             raise ValueError("StepSizeCallback with no control on: give ess_scaling='sqrt'|'linear' or gmc_step=True")
         self._base: list[float] | None = None
         self.last: dict[str, float] = {}
+        trainer.record_step_ratios = True
+        trainer.step_ratios.clear()
+
+    def _take(self):
+        """The ratios (num_groups, G) and weights of every loss call since the last optimiser step."""
+        import torch
+
+        seen = list(self.trainer.step_ratios)
+        self.trainer.step_ratios.clear()
+        if not seen:
+            return None, None
+        lr = torch.cat([s.double().cpu() for s, _ in seen])
+        ws = [w for _, w in seen]
+        return lr, (torch.cat([w.double().cpu() for w in ws]) if all(w is not None for w in ws) else None)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        out = getattr(self.trainer, "last_loss_output", None)
-        if out is None:
+        lr, w = self._take()
+        if lr is None:
             raise ValueError("StepSizeCallback: the trainer computed no loss before the optimiser step")
-        self.last = step_scale(self.control, out.seq_log_ratio, out.weights)
+        self.last = synced_step_scale(self.control, lr, w)
         self._base = scale_lrs(self.trainer.optimizer, self.last["step/lr_scale"])
         for key, value in self.last.items():
             self.trainer._metrics["train"][key].append(float(value))

@@ -7,10 +7,25 @@ How it differs from TRL's ``GRPOTrainer`` (trl 1.16):
    any name of :func:`estimators.losses.loss_names`: ``gmc``, ``tic_mask``, ``tic_trunc``,
    ``tic_ppo``, ``snis``, ``is``, ``stale``, ``topr``, ``seq_tis_bn``, ``seq_mis``, or the
    token-level losses ``token_clip``, ``gspo``, ``cispo``, ``m2po``, ``opsm``; knobs via
-   ``knobs``) on the completion log-probs, the behaviour log-probs ``old_per_token_logps``
-   recorded at generation, the advantages and the group size G = ``num_generations``. TRL's
-   ``loss_type``, ``epsilon``/``epsilon_high`` and ``importance_sampling_level`` are not used;
-   the cap is ``1 + eps`` with this class's ``eps``.
+   ``knobs``) on the completion log-probs, the behaviour log-probs (below), the advantages and
+   the group size G = ``num_generations``. The cap is ``1 + eps`` with this class's ``eps``.
+
+   **Which ratio.** ``behaviour="rollout"`` (the default) corrects pi_theta against the policy that
+   sampled the rollout: the sampler's own log-probs ``sampling_per_token_logps`` when TRL's batch
+   carries them (vLLM generation, a ``rollout_func``; trl 1.16 ``GRPOTrainer._generate_and_score_completions``
+   stores them beside ``old_per_token_logps``), so the ratio holds both the staleness and the
+   sampler-trainer mismatch; tokens whose sampling log-prob is NaN (vLLM's unavailable values) take
+   the recomputed one. Without them (transformers' ``generate`` records none) the behaviour log-probs
+   are ``old_per_token_logps``, which TRL recomputes with the trainer's parameters of the generation
+   step: the same policy, so the same ratio. ``behaviour="recomputed"`` always uses
+   ``old_per_token_logps`` (TRL's decoupled pi_theta / pi_old).
+
+   **TRL's own loss settings** (``loss_type``, ``importance_sampling_level``, ``epsilon``, ``delta``,
+   ``scale_rewards``, ...) are refused at construction when set to anything but TRL's default, with
+   the message naming the toolkit's equivalent (:data:`TRL_SETTINGS`); ``epsilon_high`` is mapped to
+   a trajectory scheme's ``eps`` (its cap), ``epsilon``/``epsilon_high`` to ``token_clip``'s ``eps``/``eps_high``
+   and ``sapo_temperature_*`` / ``vespo_*`` to the knobs of ``estimator="sapo"`` / ``"vespo"``,
+   whose meaning is the same. At their defaults they are not used.
 2. **Advantages.** :func:`estimators.advantages` of kind ``advantage`` (``loo`` by default,
    THEORY §1) on the weighted sum of the reward functions, per group, replacing TRL's
    ``(r - mean) / (std + 1e-4)``. (TRL's completion table still logs its own advantages.)
@@ -85,13 +100,58 @@ def shuffle_groups(batch: dict[str, Any], group_size: int, generator: torch.Gene
     return {key: permute(val) for key, val in batch.items()}
 
 
+DEFAULT_EPS = 0.28
+"""The cap 1 + eps when neither ``eps`` nor ``GRPOConfig.epsilon_high`` is given (TIC's public 1.28)."""
+BEHAVIOURS = ("rollout", "recomputed")
+"""Which behaviour log-probs the ratio uses (see the module docstring)."""
+TRL_SETTINGS = {
+    "loss_type": ("the loss is the trainer's `estimator`: token_clip (TRL's grpo/dapo/bnpo token clip), gspo "
+                  "(importance_sampling_level='sequence'), cispo, sapo, vespo, or a trajectory scheme such as gmc"),
+    "importance_sampling_level": ("the level is the estimator's: estimator='gspo' is TRL's sequence level, the "
+                                  "trajectory schemes (gmc, ...) weight whole trajectories, token_clip weights tokens"),
+    "epsilon": ("the trajectory schemes have no lower clip (their cap 1 + eps is the trainer's `eps` or "
+                "GRPOConfig.epsilon_high); estimator='token_clip' takes it as its lower clip 1 - eps, and gspo and cispo "
+                "as their knob eps_low"),
+    "delta": "no two-sided clipping of negative advantages; choose an estimator (e.g. gmc caps the group's mass)",
+    "scale_rewards": ("the advantages are the trainer's `advantage`: 'grpo' ((r - mean) / std per group), "
+                      "'drgrpo' (r - mean, TRL's scale_rewards='none'), 'loo' (leave-one-out, the default)"),
+    "epsilon_high": ("the cap of a trajectory scheme (mapped to eps) and token_clip's upper clip (mapped to its knob "
+                     "eps_high); gspo and cispo take their knob eps_high"),
+    **{k: "" for k in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos",
+                       "vespo_k_neg", "vespo_lambda_neg")},
+}
+"""GRPOConfig settings of TRL's own loss: refused when not at TRL's default (the message names the
+toolkit's equivalent), or mapped (:data:`TRL_KNOBS`, ``epsilon_high`` -> ``eps``)."""
+TRL_KNOBS = {
+    "sapo_temperature_pos": ("sapo", "tau_pos"), "sapo_temperature_neg": ("sapo", "tau_neg"),
+    "vespo_k_pos": ("vespo", "k_pos"), "vespo_lambda_pos": ("vespo", "lambda_pos"),
+    "vespo_k_neg": ("vespo", "k_neg"), "vespo_lambda_neg": ("vespo", "lambda_neg"),
+}
+"""GRPOConfig settings that are the knobs of one of the toolkit's estimators (:data:`estimators.params.PARAMS`)."""
+
+
+def behaviour_logps(inputs: dict, logps: torch.Tensor, behaviour: str = "rollout") -> torch.Tensor:
+    """The behaviour log-probs of a TRL batch the ratio is taken against: the sampler's
+    ``sampling_per_token_logps`` under ``behaviour="rollout"`` when present (NaN entries, vLLM's
+    unavailable values, take the recomputed value), else ``old_per_token_logps``, else ``logps``
+    detached (TRL skips the recomputation when every slice is used on-policy: ratio 1)."""
+    old = inputs.get("old_per_token_logps")
+    old = logps.detach() if old is None else old
+    sampled = inputs.get("sampling_per_token_logps") if behaviour == "rollout" else None
+    if sampled is None:
+        return old
+    sampled = sampled.to(old.dtype)
+    return torch.where(torch.isnan(sampled), old, sampled)
+
+
 class TrajectoryGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with a trajectory-level loss from :mod:`estimators` (see the module docstring).
 
     Args:
         estimator: the estimator's name, one of :func:`estimators.losses.loss_names` (default ``gmc``;
             deprecated alias ``scheme``).
-        eps: the threshold of the cap ``1 + eps`` (THEORY §2; TIC's public default 1.28 is eps = 0.28).
+        eps: the threshold of the cap ``1 + eps`` (THEORY §2; default ``GRPOConfig.epsilon_high`` when set, else
+            0.28, TIC's public 1.28).
         advantage: kind of :func:`estimators.advantages`: ``loo`` (default), ``grpo`` or ``drgrpo``.
         knobs: the estimator's knobs (:data:`estimators.params.PARAMS`, e.g. ``{"C": 2.0}`` for
             ``seq_tis_bn``, ``{"tau": 0.04}`` for ``m2po``); an unknown knob is refused; defaults
@@ -99,24 +159,81 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
             length (:func:`llm_runs.integrations._common.batch_options`). A batch-coupled
             estimator (``seq_tis_bn``, ``m2po``) takes its statistic over each optimisation batch.
             Deprecated alias ``scheme_options``.
+        behaviour: ``"rollout"`` (default: the sampler's log-probs when the batch carries them) or
+            ``"recomputed"`` (TRL's ``old_per_token_logps``); see the module docstring.
         *args, **kwargs: passed to ``trl.GRPOTrainer``.
     """
 
     @renamed_keywords(scheme="estimator", scheme_options="knobs")
-    def __init__(self, *args, estimator: str = "gmc", eps: float = 0.28, advantage: str = "loo",
-                 knobs: dict | None = None, **kwargs):
+    def __init__(self, *args, estimator: str = "gmc", eps: float | None = None, advantage: str = "loo",
+                 knobs: dict | None = None, behaviour: str = "rollout", **kwargs):
         if estimator not in loss_names():
             raise ValueError(f"unknown estimator {estimator!r}; valid: {', '.join(loss_names())}")
         check_options(estimator, knobs)  # unknown or bad knobs refused here
         self.knobs = dict(knobs or {})  # as given: a completion length not given comes from the batch
         if advantage not in estimators.ADVANTAGE_KINDS:
             raise ValueError(f"unknown advantage kind {advantage!r}; valid: {', '.join(estimators.ADVANTAGE_KINDS)}")
+        if behaviour not in BEHAVIOURS:
+            raise ValueError(f"unknown behaviour {behaviour!r}; valid: {', '.join(BEHAVIOURS)}")
         self.estimator = estimator
-        self.eps = check_eps(eps)
+        self._eps_given = eps
+        self.eps = check_eps(DEFAULT_EPS if eps is None else eps)
         self.advantage = advantage
+        self.behaviour = behaviour
         self._rewards_per_func = None
+        self.record_step_ratios = False  # set by llm_runs.integrations.stepsize_hooks.StepSizeCallback
+        self.step_ratios: list = []
         super().__init__(*args, **kwargs)
         self._check_supported()
+        self._map_trl_settings()
+
+    def _map_trl_settings(self) -> None:
+        """Refuse each of TRL's loss settings this trainer does not implement when it is set to anything
+        but TRL's default, naming the toolkit's equivalent; map the ones whose meaning is the same."""
+        import dataclasses
+
+        from trl import GRPOConfig
+
+        defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+        args = self.args
+        changed = {k for k in TRL_SETTINGS if k in defaults and getattr(args, k, defaults[k]) != defaults[k]}
+        if self.estimator == "token_clip":  # TRL's clip: 1 - epsilon .. 1 + epsilon_high, token_clip's eps .. eps_high
+            clip_map = {"epsilon": None, "epsilon_high": "eps_high"}
+        elif self.estimator in estimators.SCHEMES:  # the cap 1 + eps is TRL's upper clip 1 + epsilon_high
+            clip_map = {"epsilon_high": None}
+        else:
+            clip_map = {}
+        for setting, knob in clip_map.items():
+            if setting not in changed:
+                continue
+            value = float(getattr(args, setting))
+            given = self._eps_given if knob is None else self.knobs.get(knob)
+            if given is not None and float(given) != value:
+                raise ValueError(f"GRPOConfig.{setting} = {value!r} and {'eps' if knob is None else f'knobs[{knob!r}]'} "
+                                 f"= {given!r} disagree: both set the same clip; give one of them")
+            if knob is None:
+                self.eps = check_eps(value)
+            else:
+                self.knobs[knob] = value
+            changed.discard(setting)
+        for setting, (estimator, knob) in TRL_KNOBS.items():
+            if setting not in changed:
+                continue
+            if self.estimator != estimator:
+                raise ValueError(f"GRPOConfig.{setting} = {getattr(args, setting)!r} belongs to TRL's {estimator!r} "
+                                 f"loss, but this trainer's estimator is {self.estimator!r}: drop it, or train "
+                                 f"estimator={estimator!r} with knobs={{{knob!r}: ...}}")
+            value = float(getattr(args, setting))
+            if knob in self.knobs and float(self.knobs[knob]) != value:
+                raise ValueError(f"GRPOConfig.{setting} = {value!r} and knobs[{knob!r}] = {self.knobs[knob]!r} "
+                                 "disagree: give one of them")
+            self.knobs[knob] = value
+            changed.discard(setting)
+        check_options(self.estimator, self.knobs)
+        for setting in sorted(changed):
+            raise ValueError(f"TrajectoryGRPOTrainer does not implement GRPOConfig.{setting} = "
+                             f"{getattr(args, setting)!r} (TRL's default {defaults[setting]!r}): "
+                             f"{TRL_SETTINGS[setting]}")
 
     def _check_supported(self) -> None:
         args, G = self.args, self.num_generations
@@ -206,11 +323,12 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
             "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")}
         logps, entropies, _ = self._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True, **multimodal)
-        old = inputs.get("old_per_token_logps")
-        old = logps.detach() if old is None else old  # TRL skips it when every slice is used on-policy
+        old = behaviour_logps(inputs, logps, self.behaviour)
         options = batch_options(self.estimator, self.knobs, mask)
         out = policy_loss(self.estimator, logps, old, mask, inputs["advantages"], G, self.eps, **options)
         self.last_loss_output = out
+        if self.record_step_ratios and self.model.training:
+            self.step_ratios.append((out.seq_log_ratio.detach(), None if out.weights is None else out.weights.detach()))
 
         mode = "train" if self.model.training else "eval"
         from ..theory import batch_metrics
