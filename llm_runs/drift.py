@@ -3,7 +3,7 @@ its place on the drift map.
 
     python -m llm_runs.drift RUN_DIR                      # a run of this toolkit
     python -m llm_runs.drift metrics.jsonl --stack verl   # a verl metrics export (file logger)
-    python -m llm_runs.drift trainer_state.json --stack trl --delay 4
+    python -m llm_runs.drift trainer_state.json --stack trl --delay 4   # steps_per_generation = 5
 
 The drift of a run (:func:`summary`) is the median over updates t in [d, d + 20) (``early``, the
 map's axis: read before a collapse makes the ratios explode) and over every t >= d (``all``) of:
@@ -43,10 +43,15 @@ COLUMNS = {
                 "abs_log_w_median": ("drift/abs_log_w_median",)},
     "verl": {"kl": ("rollout_corr/k3_kl", "actor/mech/kl"), "chi2": ("rollout_corr/chi2_seq", "actor/stale/chi2"),
              "ess_ratio": ("staleness/ess/minibatch_ess_ratio", "actor/drift/ess_ratio"), "abs_log_w_median": ()},
-    "trl": {"kl": ("mech/kl", "drift/kl"), "chi2": ("stale/chi2",), "ess_ratio": ("drift/ess_ratio",),
+    "trl": {"kl": ("mech/kl", "drift/kl"), "chi2": ("stale/chi2",),
+            "ess_ratio": ("drift/ess_ratio", "step/ess_ratio", "stale/ess"),
             "abs_log_w_median": ("drift/abs_log_w_median",)},
 }
-"""Stack -> axis -> the metric names that carry it, preferred first."""
+"""Stack -> axis -> the metric names that carry it, preferred first. TRL's adapter logs the batch ESS
+ratio as ``step/ess_ratio`` when a step-size control runs, and always the mean per-group ESS/G as
+``stale/ess`` (a per-group quantity: the column read is printed beside the value)."""
+FIRST_STEP = {"trl": 1}
+"""The step number a stack gives its first update (TRL's ``log_history`` counts from 1; the others from 0)."""
 STEP_COLUMNS = ("step", "training/global_step", "global_step")
 
 
@@ -60,12 +65,21 @@ def summary(m: pd.DataFrame, delay: int, stack: str = "toolkit") -> dict:
     step = next((c for c in STEP_COLUMNS if c in m), None)
     if step is None:
         raise ValueError(f"the metrics have no step column (one of {', '.join(STEP_COLUMNS)})")
-    t = pd.to_numeric(m[step], errors="coerce")
+    t = pd.to_numeric(m[step], errors="coerce") - FIRST_STEP.get(stack, 0)  # update index, from 0
     out: dict = {}
+    windows = (("early", (t >= delay) & (t < delay + EARLY_UPDATES)), ("all", t >= delay))
+    if stack == "trl":
+        # TRL's delay cycles: with steps_per_generation = d + 1 (num_iterations = 1, no gradient accumulation)
+        # update u is d_u = u mod (d + 1) steps stale. The map was measured at a fixed delay d, so only the
+        # updates at staleness d are read: the early window is the first EARLY_UPDATES of them.
+        at_d = (t >= delay) & (t % (delay + 1) == delay)
+        first = t[at_d].sort_values().iloc[:EARLY_UPDATES]
+        windows = (("early", at_d & t.isin(first)), ("all", at_d))
+        out["fixed_delay_updates"] = int(at_d.sum())
     for axis in AXES:
         col = next((c for c in COLUMNS[stack][axis] if c in m and m[c].notna().any()), None)
         out[f"{axis}_column"] = col
-        for part, sel in (("early", (t >= delay) & (t < delay + EARLY_UPDATES)), ("all", t >= delay)):
+        for part, sel in windows:
             x = pd.to_numeric(m.loc[sel, col], errors="coerce").dropna() if col else pd.Series(dtype=float)
             out[f"{axis}_{part}"] = float(x.median()) if len(x) else math.nan
     return out
@@ -157,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.stack == "trl":
+        print(f"TRL: steps_per_generation = {delay + 1} cycles the delay through 0..{delay}; read at the "
+              f"{s['fixed_delay_updates']} updates {delay} steps stale (the map's fixed delay d = {delay})")
     for axis in AXES:
         col = s[f"{axis}_column"] or "(not logged)"
         print(f"{axis:17s} early {s[axis + '_early']:.4g}  all {s[axis + '_all']:.4g}   [{col}]")

@@ -66,6 +66,33 @@ def test_a_trl_trainer_state_with_the_toolkit_adapter(tmp_path, capsys):
     assert rc == 0 and "kl" in out and "[mech/kl]" in out
 
 
+def test_a_trl_trainer_state_is_read_at_its_fixed_delay_steps_with_its_ess(tmp_path, capsys):
+    """TRL counts steps from 1 and, with steps_per_generation = d + 1, cycles the delay through 0..d: update
+    u = step - 1 is u mod (d + 1) stale, and only the updates d stale are read; the ESS axis is
+    step/ess_ratio (a step-size control's) before stale/ess (logged always)."""
+    d = 3
+    hist = [{"step": s, "mech/kl": 0.01 * ((s - 1) % (d + 1)) + 1e-4 * s, "stale/ess": 0.9 - 0.001 * s}
+            for s in range(1, 101)]
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"log_history": hist, "global_step": 100}))
+    m, _ = drift.read_export(path, "trl")
+    s = drift.summary(m, d, "trl")
+    at_d = [h for h in hist if (h["step"] - 1) % (d + 1) == d]  # steps 4, 8, ..., 100
+    assert s["fixed_delay_updates"] == len(at_d) == 25
+    early = at_d[:drift.EARLY_UPDATES]
+    assert s["kl_early"] == pytest.approx(np.median([h["mech/kl"] for h in early]))
+    assert s["kl_all"] == pytest.approx(np.median([h["mech/kl"] for h in at_d]))
+    assert s["ess_ratio_column"] == "stale/ess"
+    assert s["ess_ratio_early"] == pytest.approx(np.median([h["stale/ess"] for h in early]))
+    for h in hist:
+        h["step/ess_ratio"] = 0.5
+    path.write_text(json.dumps({"log_history": hist, "global_step": 100}))
+    assert drift.summary(drift.read_export(path, "trl")[0], d, "trl")["ess_ratio_column"] == "step/ess_ratio"
+    assert drift.main([str(path), "--stack", "trl", "--delay", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "read at the 25 updates 3 steps stale" in out and "[step/ess_ratio]" in out
+
+
 def test_bad_exports_are_named(tmp_path):
     bad = tmp_path / "x.jsonl"
     bad.write_text('{"step": 0, "data": {}}\nnot json\n')
