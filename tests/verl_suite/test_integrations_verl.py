@@ -100,7 +100,8 @@ def run_micro_batches(loss_fn, cfg_actor, batch, advantages):
                                            global_batch_size=batch.B, loss_scale_factor=None)
         loss, m = loss_fn(old_log_prob=batch.old[rows], log_prob=logp[rows], advantages=advantages[rows],
                           response_mask=batch.mask[rows], loss_agg_mode=cfg_actor.loss_agg_mode,
-                          config=cfg_actor, rollout_is_weights=None)
+                          config=cfg_actor, rollout_is_weights=None,
+                          **({"rollout_log_probs": batch.old[rows]} if hasattr(loss_fn, "gmc_plugin_estimator") else {}))
         total = total + loss
         metrics.append(m)
     total.backward()
@@ -268,7 +269,8 @@ def test_engine_path_groups_rows_by_uid_in_any_order(snippet_cfg):
     with pytest.raises(ValueError, match="split or not contiguous"):
         check_contiguous_groups(list(batch.index[perm.numpy()]))
     call = {"old_log_prob": batch.old[perm], "log_prob": batch.new[perm], "advantages": adv[perm],
-            "response_mask": batch.mask[perm], "loss_agg_mode": "token-mean", "config": actor}
+            "response_mask": batch.mask[perm], "loss_agg_mode": "token-mean", "config": actor,
+            "rollout_log_probs": batch.old[perm]}
     with verl_integration.group_ids(batch.index[perm.numpy()]):
         loss, metrics = loss_fn(**call)
     want_adv = (adv * batch.mask).sum(-1) / batch.mask.sum(-1)
@@ -298,7 +300,7 @@ def test_split_groups_give_clear_errors(snippet_cfg):
     batch = random_batch(seed=3, num_groups=4, G=G, binary=False)  # continuous: no group sums to 0 by chance
     adv, _ = adv_fn(token_level_rewards=batch.rewards, response_mask=batch.mask.double(), index=batch.index)
     call = {"old_log_prob": batch.old, "log_prob": batch.new, "advantages": adv, "response_mask": batch.mask,
-            "loss_agg_mode": "token-mean", "rollout_is_weights": None}
+            "loss_agg_mode": "token-mean", "rollout_is_weights": None, "rollout_log_probs": batch.old}
     actor.global_batch_info.update(dp_size=1, global_batch_size=batch.B)
 
     # groups of unequal size: the estimator names the uid
@@ -315,7 +317,8 @@ def test_split_groups_give_clear_errors(snippet_cfg):
     # rows shifted by half a group: B is a multiple of G, but the blocks mix two groups
     shift = torch.roll(torch.arange(batch.B), G // 2)
     with pytest.raises(ValueError, match="are not one group"):
-        loss_fn(**{**call, **{k: call[k][shift] for k in ("old_log_prob", "log_prob", "advantages", "response_mask")}},
+        loss_fn(**{**call, **{k: call[k][shift] for k in ("old_log_prob", "log_prob", "advantages", "response_mask",
+                                                           "rollout_log_probs")}},
                 config=actor)
 
     # settings that reorder rows between the estimator and the loss
@@ -367,7 +370,8 @@ def test_old_style_four_tuple_detected_and_returned():
     batch = random_batch(seed=8, num_groups=3, G=G, spread=0.5)
     adv, _ = verl_integration.grouped_advantages("loo", batch.rewards, batch.mask.double(), batch.index)
     old_cfg = OmegaConf.create({"clip_ratio": eps, "clip_ratio_high": None, "shuffle": False,
-                                "ppo_micro_batch_size_per_gpu": batch.B, "policy_loss": {"group_size": G}})
+                                "ppo_micro_batch_size_per_gpu": batch.B,
+                                "policy_loss": {"group_size": G, "behaviour": "recomputed"}})  # verl 0.4: no rollout log-probs
     # the old actor's call: pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = policy_loss_fn(...)
     pg_loss, clipfrac, ppo_kl, capped = fake.POLICY_LOSS_REGISTRY["gmc"](
         old_log_prob=batch.old, log_prob=batch.new, advantages=adv, response_mask=batch.mask,
@@ -380,13 +384,18 @@ def test_old_style_four_tuple_detected_and_returned():
     m = batch.mask.double()
     assert float(ppo_kl) == pytest.approx(float(((batch.old - batch.new) * m).sum() / m.sum()))
 
-    # verl 0.5 passed rollout_log_probs (for its own truncated IS): refused, not silently ignored
+    # verl 0.5 passed rollout_log_probs: under behaviour=rollout they are the ratio's behaviour log-probs
     fn = fake.POLICY_LOSS_REGISTRY["tic_trunc"]
     kw = {"old_log_prob": batch.old, "log_prob": batch.new, "advantages": adv, "response_mask": batch.mask,
           "config": old_cfg}
     assert len(fn(**kw, rollout_log_probs=None)) == 4
-    with pytest.raises(ValueError, match="rollout_log_probs"):
-        fn(**kw, rollout_log_probs=batch.old)
+    rollout_cfg = OmegaConf.merge(old_cfg, {"policy_loss": {"behaviour": "rollout"}})
+    rollout = batch.old - 0.2 * batch.mask
+    got = fn(**{**kw, "config": rollout_cfg}, rollout_log_probs=rollout)[0]
+    want = trajectory_loss("tic_trunc", batch.new, rollout, batch.mask, adv[:, 0], G, eps).loss
+    assert abs(float(got) - float(want)) <= 1e-12
+    with pytest.raises(ValueError, match="carries no rollout_log_probs"):
+        fn(**{**kw, "config": rollout_cfg})
 
     # an installed name that is not ours is never overwritten
     fake.POLICY_LOSS_REGISTRY["gmc"] = lambda *a, **k: None
@@ -407,7 +416,8 @@ def test_return_style_is_read_not_guessed():
 
 
 def test_rollout_is_weights_sequence_level_only(snippet_cfg):
-    actor = actor_config(snippet_cfg)
+    """verl's decoupled form (behaviour=recomputed): rollout_is_weights multiply the advantage."""
+    actor = actor_config(verl_config(snippet_overrides() + ["+actor_rollout_ref.actor.policy_loss.behaviour=recomputed"]))
     G = actor.rollout_n
     batch = random_batch(seed=21, num_groups=2, G=G, binary=False)
     adv, _ = core_algos.get_adv_estimator_fn("gmc_loo")(token_level_rewards=batch.rewards,

@@ -170,6 +170,7 @@ def trained(tmp_path_factory):
     fresh = response_log_probs(reference, tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"])
     # stale behaviour log-probs: the policy that sampled was a few versions older
     tensors["old_log_probs"] = (fresh + 0.25 * torch.randn(fresh.shape, generator=g)) * tensors["response_mask"]
+    tensors["rollout_log_probs"] = tensors["old_log_probs"]  # the rollout's own (the default ratio's behaviour)
     rows = balanced_rows(tensors["attention_mask"], uids)  # trainer.balance_batch=True, one rank: groups scattered
     steps = []
     for _ in range(STEPS):
@@ -278,6 +279,7 @@ def test_a_step_size_control_scales_verl_s_step_and_restores_the_rate(tmp_path):
     g = torch.Generator().manual_seed(2)
     tensors["old_log_probs"] = (torch.log_softmax(torch.randn(B, RESPONSE_LEN, vocab, generator=g), -1)[..., 0]
                                 * tensors["response_mask"])  # far from the policy: ratios far from 1
+    tensors["rollout_log_probs"] = tensors["old_log_probs"]
     rows = balanced_rows(tensors["attention_mask"], uids)
     deltas, scales = [], []
     for control in (False, True):

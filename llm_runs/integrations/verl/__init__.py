@@ -106,6 +106,10 @@ from .compat import INSTALL_HINT, METRICS_STYLE, TUPLE4_STYLE, core_algos_or_non
 from .cpu import CPU_PLATFORM, cpu_platform, init_cpu_process_group, register_cpu_engines
 from .engine import EngineLoss, check_whole_groups_on_rank, patch_engine_path, regroup_by_uid
 from .losses import (
+    BEHAVIOURS,
+    PLUGIN_SETTINGS,
+    behaviour_from,
+    check_rollout_correction,
     eps_from,
     estimator_options_from,
     extend_policy_loss_config,
@@ -121,6 +125,11 @@ from .losses import (
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "BEHAVIOURS",
+    "PLUGIN_SETTINGS",
+    "behaviour_from",
+    "check_rollout_correction",
+    "patch_config_validation",
     "CPU_PLATFORM",
     "INSTALL_HINT",
     "METRICS_STYLE",
@@ -175,11 +184,39 @@ def register(core_algos=None) -> list[str]:
     return names
 
 
+def patch_config_validation() -> bool:
+    """Make verl's ``validate_config`` (verl/utils/config.py) refuse the rollout-correction settings the
+    plugin's losses cannot honour (:func:`~llm_runs.integrations.verl.losses.check_rollout_correction`): it
+    wraps ``_validate_router_replay_config(actor_config, rollout_correction)``, the one check there that sees
+    both the actor's policy-loss config and ``algorithm.rollout_correction``, and that ``validate_config``
+    calls after building the actor config (which, through ``policy_loss._target_``, imports the plugin).
+    Idempotent; False on a verl without it."""
+    try:
+        from verl.utils import config as verl_config
+    except ImportError:
+        return False
+    inner = getattr(verl_config, "_validate_router_replay_config", None)
+    if inner is None:
+        return False
+    if getattr(inner, "gmc_plugin_wrapped", None) is not None:
+        return True
+
+    def _validate_router_replay_config(actor_config, rollout_correction):
+        check_rollout_correction(getattr(actor_config, "policy_loss", None), rollout_correction)
+        return inner(actor_config, rollout_correction)
+
+    _validate_router_replay_config.gmc_plugin_wrapped = inner
+    verl_config._validate_router_replay_config = _validate_router_replay_config
+    return True
+
+
 def install() -> list[str]:
-    """Everything the plugin does to verl: :func:`register`, :func:`patch_engine_path`, and the CPU
-    platform (its engines too under ``VERL_PLATFORM=cpu``). Returns the loss names."""
+    """Everything the plugin does to verl: :func:`register`, :func:`patch_engine_path`, the config
+    checks (:func:`patch_config_validation`), and the CPU platform (its engines too under
+    ``VERL_PLATFORM=cpu``). Returns the loss names."""
     names = register()
     extend_policy_loss_config()
+    patch_config_validation()
     patch_engine_path()
     try:
         cpu_platform()

@@ -16,7 +16,10 @@ def grouped_advantages(kind: str, token_level_rewards, response_mask, index=None
     ``balance_batch`` reorders them before the advantages). Every uid must have the same
     number G of rows (``ValueError`` naming the uid otherwise). Returns
     ``(advantages, returns)``, both (B, T), the advantage repeated on every response token
-    (verl's convention for outcome advantages), row for row as given.
+    (verl's convention for outcome advantages), row for row as given. A response whose
+    ``response_mask`` is empty (rejected by verl's ``rollout_rs``, which verl applies before the
+    advantages) is left out of its group: the group's advantages are those of its k kept responses
+    (THEORY §1 with G = k; 0 when k < 2), the rejected one's is 0.
     """
     import torch
 
@@ -42,8 +45,16 @@ def grouped_advantages(kind: str, token_level_rewards, response_mask, index=None
         )
     order = torch.tensor([i for r in rows.values() for i in r], device=token_level_rewards.device)
     scores = token_level_rewards.detach().sum(-1).to(torch.float64)
+    kept = response_mask.detach().bool().any(-1)[order].reshape(-1, G).cpu()
     with torch.no_grad():
-        grouped = estimators.advantages(scores[order].reshape(-1, G), kind, delta=epsilon).reshape(-1)
+        by_group = scores[order].reshape(-1, G)
+        grouped = estimators.advantages(by_group, kind, delta=epsilon)
+        for g in torch.nonzero(~kept.all(-1))[:, 0].tolist():  # a group with rejected responses (rollout_rs)
+            keep = kept[g]
+            grouped[g] = 0.0
+            if int(keep.sum()) >= 2:  # over its kept responses only; one kept response has no baseline: 0
+                grouped[g, keep] = estimators.advantages(by_group[g, keep][None], kind, delta=epsilon)[0]
+        grouped = grouped.reshape(-1)
     adv = torch.empty_like(grouped)
     adv[order] = grouped
     adv = adv.to(token_level_rewards.dtype)[:, None] * response_mask.to(token_level_rewards.dtype)

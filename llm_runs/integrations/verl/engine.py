@@ -5,7 +5,24 @@ from __future__ import annotations
 from estimators._compat import renamed_keywords
 
 from .compat import _cfg
-from .losses import group_ids, group_size_from, policy_loss_names, rows_by_uid, whole_groups
+from .losses import (
+    eps_from,
+    group_ids,
+    group_size_from,
+    policy_loss_names,
+    rollout_log_probs,
+    rows_by_uid,
+    step_controls_from,
+    whole_groups,
+)
+
+
+def _rollout_log_probs(data):
+    """The micro-batch's ``rollout_log_probs`` padded as verl's ``ppo_loss`` pads ``old_log_probs``
+    (``data.select(...).to_padded_tensor()``, verl/workers/utils/losses.py), None when the data carries none."""
+    if data is None or "rollout_log_probs" not in data.keys():  # noqa: SIM118 (TensorDict wants keys())
+        return None
+    return data.select("rollout_log_probs", "old_log_probs").to_padded_tensor()["rollout_log_probs"]
 
 
 def _uids(data) -> list | None:
@@ -36,7 +53,8 @@ class EngineLoss:
         self.keywords = getattr(inner, "keywords", {})  # still looks like the partial verl built
 
     def __call__(self, model_output, data, dp_group=None):
-        with group_ids(_uids(data)):  # by keyword, as verl's engines call it (config is bound by keyword)
+        # by keyword, as verl's engines call it (config is bound by keyword)
+        with group_ids(_uids(data)), rollout_log_probs(_rollout_log_probs(data)):
             return self.inner(model_output=model_output, data=data, dp_group=dp_group)
 
     def __repr__(self):
@@ -100,7 +118,16 @@ def _wrapping_set_loss_fn(method):
         estimator = _plugin_estimator(loss_fn)
         if estimator is not None and not isinstance(loss_fn, EngineLoss):
             loss_fn = EngineLoss(loss_fn, estimator)
-        return method(self, loss_fn)
+        result = method(self, loss_fn)
+        config = loss_fn.keywords.get("config") if isinstance(loss_fn, EngineLoss) else None
+        controls = step_controls_from(config) if config is not None else None
+        engine = getattr(self, "engine", None)
+        if controls and engine is not None and not getattr(engine, "gmc_step_control", None):
+            from .stepsize import install_step_control
+
+            engine.gmc_step_control = install_step_control(engine, estimator=estimator, eps=eps_from(config),
+                                                           **controls)
+        return result
 
     set_loss_fn.gmc_plugin_wrapped = method
     return set_loss_fn
@@ -117,9 +144,11 @@ def patch_engine_path(engine_workers=None) -> bool:
     methods of ``verl.workers.engine_workers.TrainingWorker`` are wrapped (idempotent):
 
     * ``set_loss_fn``: a loss whose ``config.policy_loss.loss_mode`` is a plugin scheme is
-      wrapped in :class:`EngineLoss`, which hands the micro-batch's uids to the policy loss;
-      the policy loss then forms the groups from them (any row order inside a micro-batch)
-      and refuses a micro-batch holding part of a group;
+      wrapped in :class:`EngineLoss`, which hands the micro-batch's uids and ``rollout_log_probs``
+      to the policy loss; the policy loss then forms the groups from them (any row order inside a
+      micro-batch) and refuses a micro-batch holding part of a group. When ``config.policy_loss``
+      sets a step-size control (``ess_scaling``, ``gmc_step``, ...), it is installed on the worker's
+      engine (:func:`llm_runs.integrations.verl.stepsize.install_step_control`);
     * ``train_mini_batch`` and ``train_batch``: with such a loss, the batch is first
       regrouped by uid (:func:`regroup_by_uid`), so that consecutive rows, and so every
       mini- and micro-batch of a multiple of G rows, hold whole groups.

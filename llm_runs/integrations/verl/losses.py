@@ -53,10 +53,77 @@ def eps_from(config) -> float:
             from None
 
 
+BEHAVIOURS = ("rollout", "recomputed")
+"""``actor.policy_loss.behaviour``: the ratio pi_theta / pi_rollout against the ``rollout_log_probs`` the batch
+carries (``rollout``, the default), or verl's decoupled pi_theta / pi_old against the ``old_log_prob`` the
+actor recomputes at the start of each step (``recomputed``)."""
+PLUGIN_SETTINGS = {"behaviour": "rollout", "ess_scaling": "none", "ess_base_ratio": 1.0, "ess_use_clipped": False,
+                   "gmc_step": False}
+"""The plugin's own settings under ``actor.policy_loss`` (never a knob) and their defaults: which ratio, and
+the step-size controls of :mod:`llm_runs.stepsize` (installed on the actor's engine by the plugin)."""
 VERL_POLICY_LOSS_FIELDS = ("_target_", "loss_mode", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
-                           "ppo_kl_coef", "dro_beta", "rollout_correction", "group_size")
-"""Keys of ``actor.policy_loss`` that are verl's own (verl 0.9.1's ``PolicyLossConfig``) or the plugin's
-``group_size`` (old verl): never a knob."""
+                           "ppo_kl_coef", "dro_beta", "rollout_correction", "group_size", *PLUGIN_SETTINGS)
+"""Keys of ``actor.policy_loss`` that are verl's own (verl 0.9.1's ``PolicyLossConfig``), the plugin's
+settings (:data:`PLUGIN_SETTINGS`) or ``group_size`` (old verl): never a knob."""
+
+
+def behaviour_from(config) -> str:
+    """``actor.policy_loss.behaviour`` (default ``rollout``), checked."""
+    pl = _cfg(config, "policy_loss", None)
+    b = _cfg(pl, "behaviour", None) if pl is not None else None
+    b = PLUGIN_SETTINGS["behaviour"] if b is None else b
+    if b not in BEHAVIOURS:
+        raise ValueError(f"actor.policy_loss.behaviour = {b!r}; valid: {', '.join(BEHAVIOURS)}")
+    return b
+
+
+def step_controls_from(config) -> dict | None:
+    """The step-size controls set under ``actor.policy_loss`` (the names of :class:`llm_runs.stepsize.StepControl`),
+    None when none is on."""
+    from ...stepsize import StepControl, is_active
+
+    pl = _cfg(config, "policy_loss", None)
+    if pl is None:
+        return None
+    given = {k: _cfg(pl, k, None) for k in ("ess_scaling", "ess_base_ratio", "ess_use_clipped", "gmc_step")}
+    given = {k: (PLUGIN_SETTINGS[k] if v is None else v) for k, v in given.items()}
+    control = StepControl(estimator=_cfg(pl, "loss_mode", "gmc"), eps=eps_from(config), **given)
+    return given if is_active(control) else None
+
+
+def check_rollout_correction(policy_loss, rollout_correction) -> None:
+    """Refuse, when verl validates its config, a rollout-correction setting the plugin's loss cannot honour
+    (verl 0.9.1 ``algorithm.rollout_correction``, ``verl/trainer/ppo/rollout_corr_helper.py``):
+
+    * ``bypass_mode=True``: verl then replaces ``loss_mode`` by its own ``bypass_mode`` loss
+      (``apply_bypass_mode``), so the plugin's loss would never run; ``behaviour=rollout`` (the default) is
+      the plugin's form of it (the ratio against ``rollout_log_probs``, no recomputation needed);
+    * ``rollout_is="token"``: one weight per token; a trajectory loss takes one per response;
+    * ``rollout_is="sequence"`` with ``behaviour=rollout``: verl's weight pi_old / pi_rollout would correct a
+      second time what the plugin's ratio pi_theta / pi_rollout already holds (with ``behaviour=recomputed`` it
+      multiplies the advantage, verl's decoupled form).
+
+    ``rollout_rs`` (rejection, Geo-RS, seq-MIS's mask) is supported: a rejected response has an empty
+    ``response_mask`` and weight 0 in its group (:func:`trajectory_policy_loss`)."""
+    mode = _cfg(policy_loss, "loss_mode", None)
+    if mode not in policy_loss_names() or not rollout_correction:
+        return
+    rc = rollout_correction
+    if _cfg(rc, "bypass_mode", False):
+        raise ValueError(
+            f"algorithm.rollout_correction.bypass_mode=True replaces loss_mode {mode!r} by verl's 'bypass_mode' loss, "
+            "so the plugin's loss would never run: leave bypass_mode False; the plugin's behaviour=rollout (its "
+            "default) already takes the ratio against rollout_log_probs")
+    level = _cfg(rc, "rollout_is", None)
+    if level == "token":
+        raise ValueError(f"algorithm.rollout_correction.rollout_is='token' gives one weight per token; loss_mode {mode!r} "
+                         "is a trajectory loss (one weight per response): use rollout_is='sequence' with "
+                         "policy_loss.behaviour=recomputed, or no rollout_is")
+    if level == "sequence" and behaviour_from({"policy_loss": policy_loss}) == "rollout":
+        raise ValueError(
+            "algorithm.rollout_correction.rollout_is='sequence' multiplies the advantage by pi_old / pi_rollout, "
+            f"which loss_mode {mode!r} already corrects (policy_loss.behaviour=rollout takes pi_theta / pi_rollout): "
+            "drop rollout_is, or set +actor_rollout_ref.actor.policy_loss.behaviour=recomputed for verl's decoupled form")
 
 
 def knob_names() -> list[str]:
@@ -64,6 +131,22 @@ def knob_names() -> list[str]:
     from estimators.params import params_of
 
     return sorted({p.name for s in policy_loss_names() for p in params_of(s)})
+
+
+def _check_plugin_settings(cfg) -> None:
+    """``__post_init__`` of the extended ``PolicyLossConfig``: the plugin's settings are checked when verl
+    builds the actor config (in ``validate_config``, before any worker starts)."""
+    parent = getattr(super(type(cfg), cfg), "__post_init__", None)
+    if parent is not None:
+        parent()
+    if _cfg(cfg, "loss_mode", None) not in policy_loss_names():
+        return
+    behaviour_from({"policy_loss": cfg})
+    from ...stepsize import StepControl
+
+    given = {k: (PLUGIN_SETTINGS[k] if _cfg(cfg, k, None) is None else _cfg(cfg, k))
+             for k in ("ess_scaling", "ess_base_ratio", "ess_use_clipped", "gmc_step")}
+    StepControl(estimator=cfg.loss_mode, **given)  # a bad setting is refused naming it
 
 
 def extend_policy_loss_config() -> type | None:
@@ -85,8 +168,11 @@ def extend_policy_loss_config() -> type | None:
         return current
     own = {f.name for f in dataclasses.fields(current)}
     knobs = [k for k in knob_names() if k not in own]
+    settings = [(k, type(v) | None, dataclasses.field(default=None)) for k, v in PLUGIN_SETTINGS.items()
+                if k not in own]
     ext = dataclasses.make_dataclass("PolicyLossConfig", [(k, float | None, dataclasses.field(default=None))
-                                                          for k in knobs], bases=(current,))
+                                                          for k in knobs] + settings, bases=(current,),
+                                     namespace={"__post_init__": _check_plugin_settings})
     ext.__module__ = current.__module__
     ext.gmc_plugin_knobs = tuple(knobs)
     for module in {wc, importlib.import_module(current.__module__)}:
@@ -242,12 +328,18 @@ def group_order(ids, G: int) -> list[int]:
 
 @renamed_keywords(scheme="estimator")
 def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, response_mask, config,
-                           rollout_is_weights=None, group_ids=None):
+                           rollout_is_weights=None, group_ids=None, rollout_log_probs=None):
     """``(loss, LossOutput)`` of the trajectory scheme ``estimator`` on one verl micro-batch (see the
     module docstring).
 
     ``group_ids`` (the prompt uid of every row, as the engine path passes them) takes the groups
     from the data, in any row order; without them the rows must be contiguous groups of G.
+    ``rollout_log_probs`` (the rollout's own log-probs, as the batch carries them) are the behaviour
+    log-probs under ``policy_loss.behaviour=rollout`` (the default); ``recomputed`` takes ``old_log_prob``.
+
+    A response with an empty ``response_mask`` (rejected by verl's ``rollout_rs``) has weight 0 in its
+    group: the weights of a group are those of ``estimator`` on its k kept responses (THEORY §2 with G = k:
+    GMC's mass ``mean_kept w`` is capped at 1+eps), and the group's term is ``(1/k) sum_kept c_i A_i``.
     """
     from estimators.losses import policy_loss
 
@@ -256,6 +348,22 @@ def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, r
     G = group_size_from(config)
     B = log_prob.shape[0]
     dp, gbs = _check_layout_config(config, B, G)
+    behaviour = behaviour_from(config)
+    if behaviour == "rollout":
+        if rollout_log_probs is None:
+            raise ValueError(
+                f"policy loss {estimator!r} takes the ratio pi_theta / pi_rollout (policy_loss.behaviour=rollout, the "
+                "default), but the batch carries no rollout_log_probs: set actor_rollout_ref.rollout.calculate_log_probs"
+                "=True, or +actor_rollout_ref.actor.policy_loss.behaviour=recomputed for verl's decoupled pi_theta / "
+                "pi_old")
+        if tuple(rollout_log_probs.shape) != tuple(log_prob.shape):
+            raise ValueError(f"rollout_log_probs of shape {tuple(rollout_log_probs.shape)} for log-probs of shape "
+                             f"{tuple(log_prob.shape)}")
+        if rollout_is_weights is not None:
+            raise ValueError("rollout_is_weights (pi_old / pi_rollout) with policy_loss.behaviour=rollout would correct "
+                             "the staleness twice: drop algorithm.rollout_correction.rollout_is, or set "
+                             "policy_loss.behaviour=recomputed")
+        old_log_prob = rollout_log_probs.to(log_prob.dtype)
     if group_ids is not None:
         if len(group_ids) != B:
             raise ValueError(f"{len(group_ids)} prompt uids for a micro-batch of {B} responses")
@@ -269,22 +377,19 @@ def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, r
             if rollout_is_weights is not None:
                 rollout_is_weights = rollout_is_weights.index_select(0, idx)
     mask = response_mask.bool()
-    empty = ~mask.any(-1)
-    if bool(empty.any()):
-        import torch
-
-        rows = [int(i) for i in torch.nonzero(empty)[:, 0]]
-        raise ValueError(f"response {rows[0]} of the micro-batch has an empty response_mask (no response token; "
-                         f"{len(rows)} such rows): a trajectory loss needs a log-ratio for every response. Drop "
-                         "empty responses before the update, or give each at least its EOS token")
+    kept = mask.any(-1)
     adv = _per_response(advantages.detach(), mask, "advantage")
-    _check_zero_sum(adv, G)
+    whole = kept.reshape(-1, G).all(-1)
+    _check_zero_sum(adv.reshape(-1, G)[whole].reshape(-1), G)  # a group with a rejected response need not sum to 0
     if rollout_is_weights is not None:
         adv = adv * _per_response(rollout_is_weights.detach().to(adv.dtype), mask, "rollout_is_weights")
     import estimators
 
     eps = eps_from(config)
-    options = batch_options(estimator, estimator_options_from(config, estimator), mask)
+    options = batch_options(estimator, estimator_options_from(config, estimator), mask[kept])
+    if not bool(whole.all()):
+        loss, out = _loss_with_rejected(estimator, log_prob, old_log_prob, mask, adv, G, eps, options, dp, gbs, B)
+        return loss, out
     out = policy_loss(estimator, log_prob, old_log_prob, mask, adv, G, eps, **options)
     from .stepsize import record
 
@@ -298,7 +403,57 @@ def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, r
     return loss, out
 
 
+def _loss_with_rejected(estimator, log_prob, behaviour, mask, adv, G, eps, options, dp, gbs, B):
+    """The loss of a micro-batch holding rejected responses (empty mask): per group, the weights of
+    ``estimator`` on its k kept responses (:func:`estimators.weights` on each set of groups with the same k),
+    0 for the rejected ones, the group's term ``(1/k) sum_kept c_i A_i`` (the group mean over its kept
+    responses), averaged over the micro-batch's groups (a group with none kept contributes 0). The diagnostics
+    and the step control's ratios are those of the groups with no rejected response."""
+    import torch
+
+    import estimators
+    from estimators.losses import LossOutput, is_batch_coupled, trajectory_log_ratio
+
+    spec = estimators.get_scheme(estimator)
+    if is_batch_coupled(estimator) or spec.surrogate == "clamp":
+        raise ValueError(f"loss_mode {estimator!r} with rejected responses (an empty response_mask, from "
+                         "algorithm.rollout_correction.rollout_rs) is not supported: its weights couple the whole batch "
+                         "or its surrogate is not c * ratio; choose another loss or drop rollout_rs")
+    m = mask.to(log_prob.dtype)
+    lr = trajectory_log_ratio(log_prob, behaviour.detach(), m).reshape(-1, G)
+    lr_d = lr.detach().double()
+    a = adv.reshape(-1, G).double()
+    keep = mask.any(-1).reshape(-1, G)
+    k = keep.sum(-1)
+    c = torch.zeros_like(lr_d)
+    for size in sorted(set(int(x) for x in k.tolist()) - {0}):
+        rows = k == size
+        sel = keep[rows]
+        sub = estimators.weights(estimator, lr_d[rows][sel].reshape(-1, size), eps,
+                                 a[rows][sel].reshape(-1, size) if spec.needs_advantages else None, **options)
+        block = torch.zeros_like(lr_d[rows])
+        block[sel] = sub.reshape(-1)
+        c[rows] = block
+    c_used = torch.where((a == 0) | ~keep, torch.zeros((), dtype=c.dtype), c).to(lr.dtype)
+    factor = c_used * torch.exp(lr - lr.detach())
+    per_group = (factor * a.to(lr.dtype)).sum(-1) / k.clamp(min=1).to(lr.dtype)
+    loss = -per_group.mean()
+    whole = keep.all(-1)
+    out = LossOutput(loss, lr_d[whole].to(lr.dtype), c[whole].to(lr.dtype), {})
+    if bool(whole.any()):
+        from .stepsize import record
+
+        record(out.seq_log_ratio, out.weights)
+        out.metrics = {**estimators.diagnostics(out.seq_log_ratio, eps)}
+    out.metrics["rejected_frac"] = float((~keep).double().mean())
+    out.logged = {}
+    return (loss * (B * dp / gbs) if gbs is not None else loss), out
+
+
 _LOSS_FNS: dict[tuple[str, str], Any] = {}
+
+_ROLLOUT_LOG_PROBS: contextvars.ContextVar = contextvars.ContextVar("gmc_plugin_rollout_log_probs", default=None)
+"""The rollout log-probs (B, T) of the micro-batch whose loss is being computed (set by :class:`EngineLoss`)."""
 
 _GROUP_IDS: contextvars.ContextVar = contextvars.ContextVar("gmc_plugin_group_ids", default=None)
 """The prompt uids of the micro-batch whose loss is being computed (set by :class:`EngineLoss`)."""
@@ -318,13 +473,11 @@ def make_policy_loss(estimator: str, style: str = METRICS_STYLE):
 
     def verl_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode: str = "token-mean",
                          config=None, rollout_is_weights=None, rollout_log_probs=None):
-        if rollout_log_probs is not None:
-            raise ValueError(
-                "rollout_log_probs were passed (old verl's truncated-IS correction, tis_imp_ratio_cap > 0): the "
-                f"trajectory scheme {estimator!r} already corrects with the trajectory ratio; disable that correction"
-            )
+        if rollout_log_probs is None:  # verl 0.9's ppo_loss passes none: the engine path hands them over
+            rollout_log_probs = _ROLLOUT_LOG_PROBS.get()
         loss, out = trajectory_policy_loss(estimator, old_log_prob, log_prob, advantages, response_mask, config,
-                                           rollout_is_weights, group_ids=_GROUP_IDS.get())
+                                           rollout_is_weights, group_ids=_GROUP_IDS.get(),
+                                           rollout_log_probs=rollout_log_probs)
         if style == METRICS_STYLE:
             return loss, {**{f"actor/{k}": v for k, v in out.logged.items()},
                           **metric_names(out.metrics, prefix="actor/")}
@@ -344,6 +497,17 @@ def make_policy_loss(estimator: str, style: str = METRICS_STYLE):
     verl_policy_loss.gmc_plugin_estimator = estimator
     _LOSS_FNS[key] = verl_policy_loss
     return verl_policy_loss
+
+
+@contextlib.contextmanager
+def rollout_log_probs(values):
+    """Within this block the plugin's policy losses take ``values`` (B, T) as the rollout's log-probs
+    (:class:`EngineLoss` hands over the micro-batch's ``rollout_log_probs``)."""
+    token = _ROLLOUT_LOG_PROBS.set(values)
+    try:
+        yield
+    finally:
+        _ROLLOUT_LOG_PROBS.reset(token)
 
 
 @contextlib.contextmanager

@@ -3,8 +3,11 @@
 actor's optimiser) so that the step is taken with the learning rate scaled by the toolkit's
 step-size controls (:mod:`llm_runs.stepsize`: VCPO's ESS scaling, GMC's step form), computed from the
 trajectory log-ratios of every micro-batch this plugin's loss saw since the last step (the
-mini-batch, as VCPO computes ``rho_ess`` over it), and restored after it, as VCPO's actor does
-around ``optimizer.step()`` (mit-han-lab/vcpo ``verl/workers/actor/megatron_actor.py``).
+mini-batch, as VCPO computes ``rho_ess`` over it), summed over the engine's data-parallel group
+(``engine.get_data_parallel_group()``; :func:`llm_runs.integrations.step_sync.synced_step_scale`, as VCPO
+all-gathers its sums) so every rank steps at one rate, and restored after it, as VCPO's actor does
+around ``optimizer.step()`` (mit-han-lab/vcpo ``verl/workers/actor/megatron_actor.py``). The plugin
+installs it itself when ``actor.policy_loss`` sets a control (``+actor_rollout_ref.actor.policy_loss.ess_scaling=sqrt``).
 
     from llm_runs.integrations.verl.stepsize import install_step_control
     install_step_control(worker.engine, estimator="gmc", eps=0.2, ess_scaling="sqrt")
@@ -19,7 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from ...stepsize import StepControl, is_active, scaled_lr, step_scale
+from ...stepsize import StepControl, is_active, scaled_lr
+from ..step_sync import synced_step_scale
 
 _SEEN: list[tuple[torch.Tensor, torch.Tensor | None]] = []
 _HOOKS = [0]
@@ -58,10 +62,11 @@ def install_step_control(engine, **controls) -> StepControl:
 
     def optimizer_step(*args, **kwargs):
         lr, w = take()
-        if lr is None:
-            raise ValueError("step-size control: no ratios were recorded since the last optimiser step (the policy "
-                             "loss is not one of this plugin's)")
-        engine.step_control_last = step_scale(control, lr, w)
+        group = engine.get_data_parallel_group() if hasattr(engine, "get_data_parallel_group") else None
+        try:
+            engine.step_control_last = synced_step_scale(control, lr, w, group)  # one rate on every dp rank
+        except ValueError as exc:
+            raise ValueError(f"{exc} (the policy loss is not one of this plugin's?)") from None
         with scaled_lr(engine.optimizer, engine.step_control_last["step/lr_scale"]):
             return original(*args, **kwargs)
 
