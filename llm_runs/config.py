@@ -150,6 +150,8 @@ class TrainConfig:
                               "would keep moving on its momentum)")
     opob_norm_by_std: bool = _f(True, "-", "advantage opob: divide (R_i - b*) by the group's reward std "
                                 "(VCPO's grad_baselining.norm_by_std)")
+    opob_flat_zero: bool = _f(True, "-", "advantage opob: a group whose rewards are all equal gets advantages "
+                              "exactly 0 (VCPO's formula leaves R (1 - sum W / (sum W + 1e-8)) there)")
     drift_diagnostics: bool = _f(False, "-", "log the drift/ columns every update (KL per token, ESS ratio, median "
                                  "|log w|; ratios only, the update is unchanged)")
 

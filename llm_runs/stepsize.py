@@ -58,7 +58,8 @@ ESS_EPS = 1e-8
 class StepControl:
     """The step-size controls outside this toolkit's trainer (the TRL callback, a verl actor, any loop),
     with the names the trainer's config uses: ``scale = step_scale(control, seq_log_ratio, weights)``,
-    then ``with scaled_lr(optimizer, scale["step/lr_scale"]): optimizer.step()``."""
+    then ``optimizer_step(control, optimizer, scale.get("step/lr_scale", 1.0))`` (which honours
+    ``skip_zero_grad``). Every setting is checked here, when the control is built (ValueError)."""
 
     estimator: str = "gmc"
     eps: float = 0.2
@@ -75,14 +76,22 @@ class StepControl:
 
 
 def check_step_control(cfg) -> None:
-    """Refuse a bad step-control setting (ValueError naming it)."""
-    if cfg.ess_scaling not in ESS_RULES:
+    """Refuse a bad step-control setting (ValueError naming it): every setting is checked where the
+    control is built, the estimator and ``eps`` (GMC's step form and the diagnostics read them) included."""
+    from estimators._validate import check_eps
+    from estimators.losses import loss_names
+
+    if not isinstance(cfg.estimator, str) or cfg.estimator not in loss_names():
+        raise ValueError(f"unknown estimator {cfg.estimator!r}; valid: {', '.join(loss_names())}")
+    check_eps(cfg.eps)
+    if not isinstance(cfg.ess_scaling, str) or cfg.ess_scaling not in ESS_RULES:
         raise ValueError(f"unknown ess_scaling {cfg.ess_scaling!r}; valid: {', '.join(ESS_RULES)}")
     base = cfg.ess_base_ratio
     if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or not 0 < base <= 1:
         raise ValueError(f"ess_base_ratio must be in (0, 1], got {base!r}")
-    for name in ("ess_use_clipped", "gmc_step", "skip_zero_grad", "opob_norm_by_std", "drift_diagnostics"):
-        if not isinstance(getattr(cfg, name), bool):
+    for name in ("ess_use_clipped", "gmc_step", "skip_zero_grad", "opob_norm_by_std", "opob_flat_zero",
+                 "drift_diagnostics"):
+        if not isinstance(getattr(cfg, name, False), bool):
             raise ValueError(f"{name} must be true or false, got {getattr(cfg, name)!r}")
     if cfg.ess_use_clipped:
         from estimators import SCHEMES
@@ -92,10 +101,61 @@ def check_step_control(cfg) -> None:
                              f"{cfg.estimator!r} is a token-level loss and has none")
 
 
-def ess_ratio(values: torch.Tensor) -> float:
+HOOK_SETTINGS = ("ess_scaling", "ess_base_ratio", "ess_use_clipped", "gmc_step")
+"""The settings a hook around another trainer's optimiser step (the verl hook, the TRL callback) applies:
+the step's scale. The rest of :class:`StepControl` belongs to this toolkit's trainer: ``skip_zero_grad``
+(skipping needs the whole gradient and the right not to call the optimiser), ``opob_*`` (an advantage
+mode), ``drift_diagnostics`` (its columns)."""
+
+
+def hook_control(where: str, controls: dict, **fixed) -> StepControl:
+    """The :class:`StepControl` of a hook (``where`` names it in messages) from the user's ``controls``
+    and the values the host fixes (``fixed``: the TRL trainer's ``estimator`` and ``eps``). A setting the
+    hook does not know, one it cannot apply (outside :data:`HOOK_SETTINGS`), or one that contradicts
+    ``fixed`` is a ValueError naming it, raised here, when the run is configured."""
+    known = {f for f in StepControl.__dataclass_fields__}
+    for name, value in controls.items():
+        if name not in known:
+            valid = ", ".join(("estimator", "eps", *HOOK_SETTINGS))
+            raise ValueError(f"{where}: unknown setting {name!r}; valid: {valid}")
+        if name in fixed:
+            if value != fixed[name]:
+                raise ValueError(f"{where}: {name} = {value!r} contradicts the trainer's {name} = {fixed[name]!r} "
+                                 f"(the control takes the trainer's; leave {name} out)")
+            continue
+        if name not in HOOK_SETTINGS and name not in ("estimator", "eps") and value != \
+                StepControl.__dataclass_fields__[name].default:
+            raise ValueError(f"{where}: {name} = {value!r} cannot be applied by this hook (it scales the step of an "
+                             f"optimiser it does not own; {name} is a setting of llm_runs.trainer's runs); valid: "
+                             f"{', '.join(HOOK_SETTINGS)}")
+    control = StepControl(**{**controls, **fixed})
+    if not is_active(control):
+        raise ValueError(f"{where} with no control on: give ess_scaling='sqrt'|'linear' or gmc_step=True")
+    return control
+
+
+def optimizer_step(control, optimizer: torch.optim.Optimizer, scale: float = 1.0) -> bool:
+    """One optimiser step of a loop outside the trainer under ``control``: with ``skip_zero_grad`` and a
+    gradient that is exactly zero (every ``.grad`` None or 0) no parameter and no optimiser state changes
+    (the gradients are cleared); otherwise ``optimizer.step()`` with the learning rate scaled by ``scale``.
+    Whether it stepped."""
+    if control.skip_zero_grad:
+        grads = [p.grad for pg in optimizer.param_groups for p in pg["params"] if p.grad is not None]
+        if all(not bool(g.any()) for g in grads):
+            optimizer.zero_grad(set_to_none=True)
+            return False
+    with scaled_lr(optimizer, scale):
+        optimizer.step()
+    return True
+
+
+def ess_ratio(values: torch.Tensor, log_values: torch.Tensor | None = None) -> float:
     """VCPO's ``ess_ratio``: ``(sum w)^2 / ((sum w^2 + 1e-8) N)`` over every sequence of the update, in
     float64 as their code sums Python floats. Where ``sum w^2`` overflows float64 the same quantity is
-    taken in log space (the 1e-8 is then negligible)."""
+    taken in log space (the 1e-8 is then negligible), from ``log_values`` (the log-ratios, when the caller
+    has them: a log-ratio above 709 overflows ``exp`` but not this) or from ``log(values)``. A weight that
+    is infinite or not a number (a ratio that overflowed before it got here) makes the batch as degenerate
+    as a batch can be: the ratio is its limit ``1/N``, never NaN (``min(1, NaN)`` would be a full step)."""
     w = values.detach().double().reshape(-1)
     n = w.numel()
     if n == 0:
@@ -103,8 +163,11 @@ def ess_ratio(values: torch.Tensor) -> float:
     s1, s2 = float(w.sum()), float((w * w).sum())
     if math.isfinite(s1) and math.isfinite(s2):
         return s1 * s1 / (s2 + ESS_EPS) / n
-    lw = torch.log(w)
-    return math.exp(float(2 * torch.logsumexp(lw, 0) - torch.logsumexp(2 * lw, 0))) / n
+    lw = torch.log(w) if log_values is None else log_values.detach().double().reshape(-1)
+    if not bool(torch.isfinite(lw).logical_or(lw == -math.inf).all()):
+        return 1.0 / n
+    r = math.exp(float(2 * torch.logsumexp(lw, 0) - torch.logsumexp(2 * lw, 0))) / n
+    return r if math.isfinite(r) else 1.0 / n
 
 
 def ess_scale(rule: str, ratio: float, base: float = 1.0) -> float:
@@ -113,6 +176,9 @@ def ess_scale(rule: str, ratio: float, base: float = 1.0) -> float:
         raise ValueError(f"unknown ess_scaling {rule!r}; valid: {', '.join(ESS_RULES)}")
     if rule == "none":
         return 1.0
+    if not math.isfinite(float(ratio)) or float(ratio) < 0:
+        raise ValueError(f"ess_scaling {rule!r}: the ESS ratio must be a finite number >= 0, got {ratio!r} "
+                         "(a NaN would take the full step the control exists to shrink)")
     s = min(1.0, float(ratio) / max(float(base), 1e-8))
     return s ** 0.5 if rule == "sqrt" else s
 
@@ -136,7 +202,8 @@ def step_scale(cfg, seq_log_ratio: torch.Tensor, weights: torch.Tensor | None) -
                 raise ValueError(f"ess_use_clipped: estimator {cfg.estimator!r} gave no trajectory weights")
             rho = ess_ratio(weights)
         else:
-            rho = ess_ratio(torch.exp(seq_log_ratio.detach().double()))
+            lw = seq_log_ratio.detach().double()
+            rho = ess_ratio(torch.exp(lw), lw)
         out["step/ess_ratio"] = rho
         scale *= ess_scale(cfg.ess_scaling, rho, cfg.ess_base_ratio)
     if cfg.gmc_step:
@@ -184,20 +251,46 @@ def scaled_lr(optimizer: torch.optim.Optimizer, scale: float):
 
 
 def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_norms: torch.Tensor,
-                    norm_by_std: bool = True) -> torch.Tensor:
+                    norm_by_std: bool = True, flat_zero: bool = True) -> torch.Tensor:
     """VCPO's OPOB advantages, shape (num_groups, G): per group ``b* = sum_i W_i R_i / (sum_i W_i + 1e-8)``
     with ``W_i = w_i^2 ||grad log pi(tau_i)||^2`` (``grad_sq_norms``), then ``R_i - b*``, divided by the
-    group's reward std (Bessel-corrected) where ``norm_by_std`` and that std exceeds 1e-8."""
+    group's reward std (Bessel-corrected) where ``norm_by_std`` and that std exceeds 1e-8.
+
+    A group whose ``W`` overflows float64 (a large log-ratio: ``w^2`` is ``exp(2 log w)``) takes the same
+    weighted mean in log space, ``W_i / max_j W_j``: a finite baseline, never NaN. With ``flat_zero`` a
+    group whose rewards are all equal (no signal) gets advantages exactly 0 (VCPO's formula leaves
+    ``R (1 - sum W / (sum W + 1e-8))`` there; runs made before this setting existed used that).
+    Rewards, log-ratios or gradient norms that are NaN, or negative norms, are refused (ValueError)."""
     r = rewards.double()
     if r.ndim != 2 or seq_log_ratio.shape != r.shape or grad_sq_norms.shape != r.shape:
         raise ValueError(f"rewards, seq_log_ratio and grad_sq_norms must share one (num_groups, G) shape, got "
                          f"{tuple(r.shape)}, {tuple(seq_log_ratio.shape)}, {tuple(grad_sq_norms.shape)}")
-    W = torch.exp(2 * seq_log_ratio.detach().double()) * grad_sq_norms.double()
+    lr, g2 = seq_log_ratio.detach().double(), grad_sq_norms.detach().double()
+    for name, x in (("rewards", r), ("seq_log_ratio", lr), ("grad_sq_norms", g2)):
+        if bool(torch.isnan(x).any()):
+            raise ValueError(f"opob: {name} holds NaN (first at index {tuple(torch.nonzero(torch.isnan(x))[0].tolist())})")
+    if not bool(torch.isfinite(r).all()):
+        raise ValueError("opob: rewards must be finite")
+    if bool((g2 < 0).any()) or not bool(torch.isfinite(g2).all()):
+        raise ValueError("opob: grad_sq_norms must be finite and >= 0")
+    W = torch.exp(2 * lr) * g2
     b = (W * r).sum(-1, keepdim=True) / (W.sum(-1, keepdim=True) + OPOB_EPS)
+    bad = ~torch.isfinite(b)
+    if bool(bad.any()):  # W overflowed (or 0 * inf): the weighted mean in log space
+        logw = torch.where(g2 > 0, 2 * lr + torch.log(torch.where(g2 > 0, g2, 1.0)), -math.inf)
+        top = logw.max(-1, keepdim=True).values
+        shift = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        Wn = torch.where(top == math.inf, (logw == math.inf).double(), torch.exp(logw - shift))
+        tiny = torch.where(top == math.inf, torch.zeros_like(top), OPOB_EPS * torch.exp(-shift))
+        stable = (Wn * r).sum(-1, keepdim=True) / (Wn.sum(-1, keepdim=True) + tiny)
+        b = torch.where(bad, stable, b)
     adv = r - b
     if norm_by_std:
         std = r.std(-1, correction=1, keepdim=True)
         adv = torch.where(std > 1e-8, adv / torch.where(std > 1e-8, std, 1.0), adv)
+    if flat_zero:
+        flat = (r.max(-1, keepdim=True).values == r.min(-1, keepdim=True).values)
+        adv = torch.where(flat, torch.zeros_like(adv), adv)
     return adv
 
 

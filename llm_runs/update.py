@@ -153,7 +153,8 @@ def _opob(model, batch: RolloutBatch, temperature: float, control) -> tuple[torc
     norms = stepsize.trajectory_grad_sq_norms(model, batch, temperature)
     rewards = batch.rewards.view(batch.num_groups, batch.group_size)
     norm_by_std = True if control is None else control.opob_norm_by_std
-    adv = stepsize.opob_advantages(rewards, lr.view_as(rewards), norms, norm_by_std).float()
+    flat_zero = True if control is None else getattr(control, "opob_flat_zero", True)
+    adv = stepsize.opob_advantages(rewards, lr.view_as(rewards), norms, norm_by_std, flat_zero).float()
     return adv, {"perf/opob_s": time.perf_counter() - t0}
 
 

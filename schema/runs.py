@@ -59,6 +59,9 @@ LEGACY_FIELDS: dict[str, tuple] = {
     "gmc_step": (lambda cfg: False, "no step-size control existed"),
     "skip_zero_grad": (lambda cfg: False, "every update stepped the optimiser, a zero gradient included"),
     "opob_norm_by_std": (None, "only the opob advantage reads it, and it did not exist yet"),
+    "opob_flat_zero": (lambda cfg: False if cfg.get("advantage") == "opob" else None,
+                       "opob gave a group of equal rewards R the advantages R (1 - sum W / (sum W + 1e-8)), not 0 "
+                       "(another advantage never read it: today's default)"),
     "drift_diagnostics": (lambda cfg: False, "the drift/ columns did not exist"),
 }
 """Config fields added after runs were made: ``{field: (value, why)}`` where ``value(cfg)`` is

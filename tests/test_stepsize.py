@@ -251,3 +251,134 @@ def test_a_checkpoint_is_never_written_with_a_non_finite_weight(trained):
     finally:
         with torch.no_grad():
             p.copy_(keep)
+
+
+# --- edge cases of the step controls: never a full step from a non-finite ratio, every setting checked
+# where a control is built, a setting accepted only where it is applied ---------------------------------
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan, 1e308])
+def test_a_non_finite_weight_never_gives_a_full_step(bad):
+    for n in (2, 8, 64):
+        w = torch.ones(n, dtype=torch.float64)
+        w[n // 2] = bad
+        rho = stepsize.ess_ratio(w)
+        assert math.isfinite(rho) and rho == pytest.approx(1 / n, rel=1e-6)
+        for rule in ("sqrt", "linear"):
+            assert stepsize.ess_scale(rule, rho) < 1.0
+    for big in (800.0, math.inf):  # a log-ratio whose exp overflows float64
+        lw = torch.zeros(1, 8, dtype=torch.float64)
+        lw[0, 3] = big
+        cols = stepsize.step_scale(stepsize.StepControl(ess_scaling="linear"), lw, None)
+        assert cols["step/ess_ratio"] == pytest.approx(1 / 8) and cols["step/lr_scale"] == pytest.approx(1 / 8)
+    with pytest.raises(ValueError, match="finite"):
+        stepsize.ess_scale("sqrt", math.nan)
+
+
+def test_opob_is_finite_at_large_log_ratios_and_zero_on_flat_groups():
+    r = torch.tensor([[0.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.3, 0.3, 0.3, 0.3], [0.0, 0.0, 1.0, 0.0]])
+    g2 = torch.tensor([[2.0, 1.0, 3.0, 1.0]] * 4)
+    for big in (400.0, 800.0, 1e4, math.inf):
+        lr = torch.zeros(4, 4, dtype=torch.float64)
+        lr[:, 0] = big
+        for norm in (True, False):
+            adv = stepsize.opob_advantages(r, lr, g2, norm_by_std=norm)
+            assert torch.isfinite(adv).all()
+            assert (adv[1:3] == 0).all()  # equal rewards: exactly 0
+            # the heaviest trajectory dominates the baseline: b* -> its reward
+            want = r - r[:, :1]
+            if norm:
+                std = r.std(-1, correction=1, keepdim=True)
+                want = torch.where(std > 1e-8, want / torch.where(std > 1e-8, std, 1.0), want)
+            np.testing.assert_allclose(adv[[0, 3]].numpy(), want[[0, 3]].double().numpy(), atol=1e-6)
+    small = stepsize.opob_advantages(r, torch.zeros(4, 4), g2)  # finite W: VCPO's formula, flat groups 0
+    assert (small[1:3] == 0).all() and (small[0] != 0).all()
+    legacy = stepsize.opob_advantages(r, torch.zeros(4, 4), g2, flat_zero=False)
+    assert (legacy[1] != 0).all() and torch.equal(legacy[[0, 3]], small[[0, 3]])
+    with pytest.raises(ValueError, match="NaN"):
+        stepsize.opob_advantages(r, torch.full((4, 4), math.nan), g2)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(gmc_step=True, eps=math.inf), "eps"),
+    (dict(gmc_step=True, eps=0.0), "eps"),
+    (dict(estimator="gmc2", gmc_step=True), "unknown estimator 'gmc2'"),
+    (dict(ess_scaling="SQRT"), "unknown ess_scaling"),
+    (dict(ess_scaling="sqrt", ess_base_ratio=math.nan), "ess_base_ratio"),
+    (dict(gmc_step=1), "gmc_step must be true or false"),
+    (dict(skip_zero_grad="yes"), "skip_zero_grad must be true or false"),
+])
+def test_every_step_control_setting_is_checked_when_built(kw, match):
+    with pytest.raises(ValueError, match=match):
+        stepsize.StepControl(**kw)
+
+
+def test_a_hook_refuses_settings_it_cannot_apply_or_does_not_know():
+    for kw, match in [(dict(ess_scaling="sqrt", skip_zero_grad=True), "skip_zero_grad = True cannot be applied"),
+                      (dict(ess_scaling="sqrt", drift_diagnostics=True), "drift_diagnostics"),
+                      (dict(ess_scaling="sqrt", opob_norm_by_std=False), "opob_norm_by_std"),
+                      (dict(ess_scaling="sqrt", lr_scale=2), "unknown setting 'lr_scale'"),
+                      (dict(ess_scaling="sqrt", estimator="is"), "contradicts the trainer's estimator"),
+                      ({}, "no control on")]:
+        with pytest.raises(ValueError, match=match):
+            stepsize.hook_control("StepSizeCallback", kw, estimator="gmc", eps=0.2)
+    same = stepsize.hook_control("StepSizeCallback", dict(ess_scaling="sqrt", estimator="gmc"), estimator="gmc",
+                                 eps=0.2)
+    assert same.estimator == "gmc" and same.ess_scaling == "sqrt"
+
+
+def test_the_trl_callback_takes_the_trainer_s_estimator_without_a_type_error():
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from llm_runs.integrations.stepsize_hooks import StepSizeCallback
+
+    trainer = SimpleNamespace(args=SimpleNamespace(gradient_accumulation_steps=1), estimator="gmc", eps=0.2)
+    cb = StepSizeCallback(trainer, estimator="gmc", eps=0.2, gmc_step=True)
+    assert cb.control.gmc_step
+    for kw, match in [(dict(estimator="is", gmc_step=True), "contradicts"),
+                      (dict(gmc_step=True, skip_zero_grad=True), "cannot be applied")]:
+        with pytest.raises(ValueError, match=match):
+            StepSizeCallback(trainer, **kw)
+
+
+def test_the_step_of_any_loop_honours_the_zero_gradient_skip():
+    torch.manual_seed(0)
+    p = torch.nn.Parameter(torch.randn(5))
+    opt = torch.optim.AdamW([p], lr=0.1, weight_decay=0.1)
+    p.grad = torch.randn(5)
+    ctl = stepsize.StepControl(skip_zero_grad=True)
+    assert stepsize.optimizer_step(ctl, opt)
+    before, state = p.detach().clone(), copy.deepcopy(opt.state_dict())
+    p.grad = torch.zeros(5)
+    assert not stepsize.optimizer_step(ctl, opt)
+    assert torch.equal(p.detach(), before) and str(opt.state_dict()) == str(state)
+    p.grad = torch.zeros(5)
+    assert stepsize.optimizer_step(stepsize.StepControl(), opt)  # no skip: weight decay and momentum move it
+    assert not torch.equal(p.detach(), before)
+
+
+def test_installing_the_verl_hook_twice_is_one_install():
+    from llm_runs.integrations.verl import stepsize as hook
+
+    class Engine:
+        def __init__(self):
+            self.optimizer = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1)
+            self.calls = 0
+
+        def optimizer_step(self):
+            self.calls += 1
+            return 1.0
+
+    e = Engine()
+    a = hook.install_step_control(e, ess_scaling="sqrt")
+    try:
+        assert hook.install_step_control(e, ess_scaling="sqrt") is a
+        hook.record(torch.zeros(2, 4), None)
+        assert e.optimizer_step() == 1.0 and e.calls == 1 and e.step_control_last["step/lr_scale"] <= 1
+        with pytest.raises(ValueError, match="already has a step control"):
+            hook.install_step_control(e, ess_scaling="linear")
+        with pytest.raises(ValueError, match="skip_zero_grad"):
+            hook.install_step_control(Engine(), ess_scaling="sqrt", skip_zero_grad=True)
+    finally:
+        hook._HOOKS[0] -= 1
+        hook.take()

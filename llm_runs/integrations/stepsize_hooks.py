@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from transformers import TrainerCallback
 
-from ..stepsize import StepControl, is_active, restore_lrs, scale_lrs
+from ..stepsize import hook_control, restore_lrs, scale_lrs
 from .step_sync import synced_step_scale
 
 
@@ -31,9 +31,8 @@ class StepSizeCallback(TrainerCallback):
             raise ValueError(f"StepSizeCallback(estimator={estimator!r}) but the trainer's estimator is "
                              f"{trainer.estimator!r}: the step's weights are the trainer's estimator's")
         self.trainer = trainer
-        self.control = StepControl(estimator=trainer.estimator, eps=trainer.eps if eps is None else eps, **controls)
-        if not is_active(self.control):
-            raise ValueError("StepSizeCallback with no control on: give ess_scaling='sqrt'|'linear' or gmc_step=True")
+        self.control = hook_control("StepSizeCallback", controls, estimator=trainer.estimator,
+                                    eps=trainer.eps if eps is None else eps)
         self._base: list[float] | None = None
         self.last: dict[str, float] = {}
         trainer.record_step_ratios = True

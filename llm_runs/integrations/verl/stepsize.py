@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ...stepsize import StepControl, is_active, scaled_lr
+from ...stepsize import StepControl, hook_control, scaled_lr
 from ..step_sync import synced_step_scale
 
 _SEEN: list[tuple[torch.Tensor, torch.Tensor | None]] = []
@@ -52,10 +52,16 @@ def take() -> tuple[torch.Tensor | None, torch.Tensor | None]:
 def install_step_control(engine, **controls) -> StepControl:
     """Wrap ``engine.optimizer_step`` with the step-size controls ``controls`` (``estimator``, ``eps``,
     ``ess_scaling``, ``ess_base_ratio``, ``ess_use_clipped``, ``gmc_step``); the last step's factor is
-    ``engine.step_control_last`` (``step/lr_scale``, ``step/ess_ratio``, ``step/gmc_scale``)."""
-    control = StepControl(**controls)
-    if not is_active(control):
-        raise ValueError("install_step_control with no control on: give ess_scaling='sqrt'|'linear' or gmc_step=True")
+    ``engine.step_control_last`` (``step/lr_scale``, ``step/ess_ratio``, ``step/gmc_scale``). Installing the
+    same control twice is a no-op; another control on an engine that has one, a setting the hook cannot
+    apply (``skip_zero_grad``, ...) or a bad value is a ValueError here, before any step."""
+    control = hook_control("install_step_control", controls)
+    installed = getattr(engine, "_step_control", None)
+    if installed is not None:  # a second install: the same control is a no-op, another one is refused
+        if installed == control:
+            return installed
+        raise ValueError(f"install_step_control: this engine already has a step control ({installed}); installing "
+                         f"another ({control}) would apply two: build the engine afresh to change it")
     original = engine.optimizer_step
     take()  # start clean
     _HOOKS[0] += 1
@@ -71,5 +77,6 @@ def install_step_control(engine, **controls) -> StepControl:
             return original(*args, **kwargs)
 
     engine.optimizer_step = optimizer_step
+    engine._step_control = control
     engine.step_control_last = {}
     return control
