@@ -7,7 +7,7 @@ from deep inside numpy or torch.
 from __future__ import annotations
 
 import math
-from numbers import Real
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
@@ -116,3 +116,18 @@ def match_like(ref, x, name: str):
     if is_torch(x):
         x = x.detach().cpu().numpy()
     return np.asarray(x, dtype=ref.dtype)
+
+
+def check_group_size(group_size: Any, name: str = "group_size G", least: int = 1) -> int:
+    """``group_size`` as a Python int: any integral number (``int``, ``numbers.Integral``, numpy integers,
+    a 0-d or one-element integer tensor or array) >= ``least``; a bool, a float or anything else is a
+    ValueError naming the value."""
+    value = group_size
+    if is_torch(value) and value.numel() == 1 and not torch.is_floating_point(value) \
+            and value.dtype != torch.bool and not torch.is_complex(value):
+        value = int(value.item())
+    elif isinstance(value, np.ndarray) and value.size == 1 and np.issubdtype(value.dtype, np.integer):
+        value = int(value.reshape(()))
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, Integral) or int(value) < least:
+        raise ValueError(f"{name} must be an integer >= {least}, got {group_size!r}")
+    return int(value)

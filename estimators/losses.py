@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import torch
 
 from ._compat import renamed_keywords
-from ._validate import check_eps
+from ._validate import check_eps, check_group_size
 from .params import resolve
 from .schemes import SCHEMES, get_scheme, weights
 
@@ -137,7 +137,8 @@ def _check_advantages(advantages, B: int, group_size: int, dtype, device):
     if tuple(adv.shape) not in shapes:
         raise ValueError(f"advantages must have shape {shapes[0]} (one per row) or {shapes[1]} (num_groups, G), "
                          f"got {tuple(adv.shape)}")
-    wide = adv.detach().to(torch.float64)
+    adv = adv.detach()  # the advantages are data, as the old log-probs are: no gradient flows into them
+    wide = adv.to(torch.float64)
     if not bool(torch.isfinite(wide).all()):
         idx = tuple(int(i) for i in torch.nonzero(~torch.isfinite(wide))[0])
         raise ValueError(f"advantages contain a non-finite value ({float(wide[idx])}) at index {idx}")
@@ -161,8 +162,7 @@ def _check_batch(logp, old_logp, mask, advantages, group_size):
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != (B, T):
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"{name} must be a tensor of shape {(B, T)} like logp, got {got}")
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"group_size G must be an integer >= 1, got {group_size!r}")
+    group_size = check_group_size(group_size)
     if B % group_size:
         raise ValueError(
             f"batch of {B} rows does not split into groups of G = {group_size}: a group must stay whole in one batch"
@@ -453,6 +453,20 @@ def _frac(sel, keep, m):
     return float(torch.where(keep, sel.to(m.dtype), _zero(m)).sum() / m.sum())
 
 
+LOGPROB_LOSSES = ("icepop", "dppo_tv")
+"""Token losses that refuse a log-probability above 0 on a completion token (a probability above 1: the
+input is not log-probabilities, and the loss would treat it as one)."""
+
+
+def _refuse_positive_logp(loss: str, logp, old_logp, keep, why: str) -> None:
+    for name, t in (("logp", logp), ("old_logp", old_logp)):
+        above = keep & (t.detach() > 0)
+        if bool(above.any()):
+            idx = tuple(int(i) for i in torch.nonzero(above)[0])
+            raise ValueError(f"{loss}: {name} holds a log-probability above 0 ({float(t[idx])}) at completion "
+                             f"token {idx}: {why.format(name=name)}")
+
+
 def _seq(log_r, B, G):
     return log_r.detach().sum(-1).reshape(B // G, G)
 
@@ -476,6 +490,8 @@ def icepop_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | 
     p = resolve("icepop", {"lo": lo, "hi": hi})
     B, _, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
     keep, log_r = _masked_log_ratio(logp, old_logp, m)
+    _refuse_positive_logp("icepop", logp, old_logp, keep,
+                          "IcePop compares the probabilities pi_theta and pi_b, which are at most 1")
     ld = log_r.detach()
     inside = keep & (ld >= math.log(p["lo"])) & (ld <= math.log(p["hi"]))
     r = torch.exp(torch.where(inside, log_r, _zero(log_r)))  # kept tokens: r_t <= beta
@@ -536,12 +552,7 @@ def dppo_tv_loss(logp, old_logp, mask, advantages, group_size: int, eps: float |
     p = resolve("dppo_tv", {"delta": delta, "C": C})
     B, _, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
     keep, log_r = _masked_log_ratio(logp, old_logp, m)
-    for name, t in (("logp", logp), ("old_logp", old_logp)):
-        above = keep & (t.detach() > 0)
-        if bool(above.any()):
-            idx = tuple(int(i) for i in torch.nonzero(above)[0])
-            raise ValueError(f"dppo_tv: {name} holds a log-probability above 0 ({float(t[idx])}) at completion "
-                             f"token {idx}: dppo_tv reads exp({name}) as a probability")
+    _refuse_positive_logp("dppo_tv", logp, old_logp, keep, "dppo_tv reads exp({name}) as a probability")
     a = adv.reshape(B, 1)
     lp = torch.where(keep, logp.detach(), _zero(log_r))
     lo = torch.where(keep, old_logp.detach(), _zero(log_r))
@@ -577,6 +588,7 @@ def policy_loss(estimator: str, logp, old_logp, mask, advantages, group_size: in
     """Dispatch by estimator name: any trajectory scheme of :data:`estimators.SCHEMES` or token-level loss of
     :data:`TOKEN_LOSSES`; ``options`` are its knobs (unknown ones refused with a ValueError)."""
     opts = check_options(estimator, options)
+    group_size = check_group_size(group_size)
     if estimator in SCHEMES:
         out = trajectory_loss(estimator, logp, old_logp, mask, advantages, group_size, eps, **opts)
     else:

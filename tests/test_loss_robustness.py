@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import estimators
-from estimators.losses import TOKEN_LOSSES, is_bounded, loss_names, policy_loss
+from estimators.losses import LOGPROB_LOSSES, TOKEN_LOSSES, is_bounded, loss_names, policy_loss
 from report_card.robustness import padded_batch as _batch
 
 DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
@@ -102,17 +102,19 @@ def test_every_loss_finite_or_documented(case):
         out.loss.backward()
         return out.loss.detach(), x.grad
 
+    logp = (torch.tensor(old, dtype=torch.float64) + torch.tensor(lr, dtype=torch.float64)).reshape(B, T)
+    above = bool(((logp.to(dtype) > 0) & (mask > 0)).any()) or bool(((torch.tensor(old).reshape(B, T)
+                                                                     .to(dtype) > 0) & (mask > 0)).any())
     try:
         loss, grad = run(pad)
     except ValueError as exc:
-        if name == "dppo_tv":  # it reads exp(logp) as a probability: a log-probability above 0 is refused
-            logp = (torch.tensor(old, dtype=torch.float64) + torch.tensor(lr, dtype=torch.float64)).reshape(B, T)
-            above = bool(((logp.to(dtype) > 0) & (mask > 0)).any()) or bool(((torch.tensor(old).reshape(B, T)
-                                                                             .to(dtype) > 0) & (mask > 0)).any())
+        if name in LOGPROB_LOSSES:  # they read log-probabilities: one above 0 is refused
             assert above and "above 0" in str(exc), (name, str(exc))
             return
         assert name in ("is", "tic_ppo") and "unbounded" in str(exc), (name, str(exc))
         return
+    # the refusal is pinned both ways: a log-probability above 0 accepted by such a loss fails here
+    assert not (name in LOGPROB_LOSSES and above), (name, "accepted a log-probability above 0")
     loss0, grad0 = run(0.0)
     assert torch.equal(loss, loss0)
     assert torch.equal(grad, grad0)
@@ -385,3 +387,33 @@ def test_verl_plugin_reads_every_knob_from_policy_loss_and_refuses_an_unknown_on
     with pytest.raises(ValueError, match="seq_geo_mask: its knob length"):
         trajectory_policy_loss("seq_geo_mask", old, new, adv, ragged, base)
     assert {"kappa", "length", "k_pos", "lambda_neg", "C", "lo", "hi"} <= set(knob_names())
+
+
+@pytest.mark.parametrize("name", LOGPROB_LOSSES)
+@pytest.mark.parametrize("where", ["logp", "old_logp"])
+def test_a_log_probability_above_0_is_refused(name, where):
+    logp, old = torch.full((4, 3), -0.5), torch.full((4, 3), -0.4)
+    {"logp": logp, "old_logp": old}[where][2, 1] = 0.25
+    with pytest.raises(ValueError, match=f"{name}: {where} holds a log-probability above 0"):
+        policy_loss(name, logp, old, torch.ones(4, 3), torch.tensor([1.0, -1.0, 0.5, -0.5]), 2, 0.2)
+
+
+@pytest.mark.parametrize("G", [np.int32(2), np.int64(2), torch.tensor(2), np.array(2)])
+def test_any_integral_group_size_is_accepted(G):
+    logp, old = torch.full((4, 3), -0.5, requires_grad=True), torch.full((4, 3), -0.4)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    for name in ("gmc", "icepop", "token_clip"):
+        want = policy_loss(name, logp, old, torch.ones(4, 3), adv, 2, 0.2).loss
+        assert torch.equal(policy_loss(name, logp, old, torch.ones(4, 3), adv, G, 0.2).loss, want)
+    for bad in (2.0, True, torch.tensor(2.0), np.float64(2)):
+        with pytest.raises(ValueError, match="group_size G must be an integer"):
+            policy_loss("gmc", logp, old, torch.ones(4, 3), adv, bad, 0.2)
+
+
+@pytest.mark.parametrize("name", loss_names())
+def test_no_gradient_flows_into_the_advantages(name):
+    logp = (torch.full((4, 3), -0.5) + 0.05 * torch.arange(12.0).reshape(4, 3) / 12).requires_grad_()
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5], requires_grad=True)
+    out = policy_loss(name, logp, torch.full((4, 3), -0.5), torch.ones(4, 3), adv, 2, 0.2)
+    out.loss.backward()
+    assert adv.grad is None and logp.grad is not None

@@ -125,7 +125,8 @@ def test_vespo_extreme_log_ratios_give_exact_zeros():
 def test_icepop_keeps_the_closed_interval_hand_values():
     # one group G = 2, T = 2; row 0 sits on the boundaries r = 0.5, 5 (kept), row 1 just outside (masked)
     a, b = math.log(0.5), math.log(5.0)
-    logp, old, m, A = _tokens([[a, b], [_below(a), _above(b)]], [1.0, -1.0])
+    # old log-probs that keep every log-probability <= 0, with logp - old exact: old = -log r where r > 1
+    logp, old, m, A = _tokens([[a, b], [_below(a), _above(b)]], [1.0, -1.0], old=[[0.0, -b], [0.0, -_above(b)]])
     out = policy_loss("icepop", logp, old, m, A, 2, 0.2)
     # J = (1/B) sum_i (1/|o_i|) sum_t 1{kept} r_t A_i: row 0 only: (0.5 + 5) / 2 / 2
     assert float(out.loss) == pytest.approx(-(0.5 + 5.0) / 4, rel=1e-15)
@@ -208,8 +209,8 @@ def test_all_masked_batch_gives_zero_loss_and_gradient(name, opts, log_r):
     if name == "dppo_tv":  # A > 0 rows gained probability, A < 0 rows lost it
         old = [[math.log(0.2), math.log(0.2)], [math.log(0.6), math.log(0.6)]]
         log_r = [[math.log(0.5 / 0.2)] * 2, [math.log(0.3 / 0.6)] * 2]
-    else:
-        old = None
+    else:  # log-probabilities <= 0: old = -log r where r > 1
+        old = [[-max(x, 0.0) for x in row] for row in log_r]
     logp, old_t, m, A = _tokens(log_r, [1.0, -1.0], old=old)
     out = policy_loss(name, logp, old_t, m, A, 2, 0.2, **opts)
     (g,) = torch.autograd.grad(out.loss, logp)
