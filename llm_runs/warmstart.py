@@ -211,6 +211,36 @@ def _weight_parts(src: Path) -> dict[str, list[Path]]:
     return parts
 
 
+def committed_digest(config) -> str:
+    """sha256 of the committed warm start's weights as the files hold them (the parts reassembled in
+    name order, as :func:`weights_digest` hashes the materialised ``*.safetensors``): what its record's
+    ``weights_sha256`` must equal."""
+    h = hashlib.sha256()
+    for _name, parts in sorted(_weight_parts(committed_path(config)).items()):
+        for part in parts:
+            h.update(part.read_bytes())
+    return h.hexdigest()
+
+
+def check_committed_files(config) -> dict:
+    """The committed record of ``config`` after checking it against its weight files as read: a file
+    that does not hash to the record (a flipped byte, or an edited record) is a ValueError saying the
+    committed warm start is corrupt, which no machine's rounding explains."""
+    rec = committed_record(config)
+    if rec is None:
+        raise ValueError(f"no committed warm start for these settings (key {warm_start_key(config)})")
+    src = committed_path(config)
+    if not _weight_parts(src):
+        raise ValueError(f"the committed warm start {src} has no weight files (*.safetensors.part-*)")
+    digest = committed_digest(config)
+    if digest != rec["weights_sha256"]:
+        raise ValueError(f"the committed warm start {src.name} is corrupt: its weight files hash to {digest[:16]} "
+                         f"but its record says {rec['weights_sha256'][:16]} (a damaged weight file or an edited "
+                         f"record, not a rounding difference of this machine); restore it with "
+                         f"`git checkout -- {src}`")
+    return rec
+
+
 def _materialise(config, path: Path, rec: dict, log) -> dict:
     """Write the committed warm start for ``config`` into the cache folder ``path`` (through a
     temporary folder), its weights reassembled and checked against the record's sha256: weights that
@@ -458,13 +488,13 @@ def rounds_fingerprint_here(config, task) -> str:
 
 def check(config, task, log=print) -> dict:
     """Recompute the committed warm start of ``config`` here (the recipe, into a temporary cache) and
-    compare: ``{"committed": sha, "here": sha, "reproduces": bool, "heldout_pc": (committed, here)}``."""
+    compare: ``{"committed": sha, "here": sha, "reproduces": bool, "heldout_pc": (committed, here)}``.
+    ``committed`` is the hash of the committed weight files as read, checked against their record first
+    (:func:`check_committed_files`: a mismatch is a corrupt warm start, a ValueError, never a verdict)."""
     import dataclasses
     import tempfile
 
-    rec = committed_record(config)
-    if rec is None:
-        raise ValueError(f"no committed warm start for these settings (key {warm_start_key(config)})")
+    rec = check_committed_files(config)  # the files as read, before any recomputation
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "warmstart" / committed_path(config).name
         path.parent.mkdir(parents=True)
@@ -518,6 +548,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.only or []:
             if name not in configs:
                 raise ValueError(f"no committed warm start {name!r}; committed: {', '.join(configs)}")
+        for name, cfg in configs.items():
+            if not args.only or name in args.only:
+                check_committed_files(cfg)  # every file checked before any recipe is recomputed
         for name, cfg in configs.items():
             if args.only and name not in args.only:
                 continue

@@ -258,3 +258,36 @@ def test_commit_of_a_warm_start_already_committed_changes_nothing(capsys):
     assert warmstart.main(["--commit", "long"]) == 0
     assert "already committed" in capsys.readouterr().out
     assert sorted((p.name, p.stat().st_mtime_ns) for p in warmstart.committed_root().rglob("*")) == before
+
+
+def _committed_copy(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "warmstarts"
+    shutil.copytree(warmstart.committed_root(), root)
+    monkeypatch.setenv(warmstart.COMMITTED_ENV, str(root))
+    return root
+
+
+def test_check_hashes_the_committed_files_as_read(tmp_path, monkeypatch, capsys):
+    """A flipped byte in the weights, or an edited record over intact weights, is a corrupt warm start:
+    ``--check`` says so and exits 2 before recomputing anything; it never vouches for the bits and never
+    blames the CPU."""
+    root = _committed_copy(tmp_path, monkeypatch)
+    folder = sorted(p for p in root.iterdir() if p.is_dir())[0]
+    cfg = warmstart.committed_configs()[folder.name]
+    assert warmstart.committed_digest(cfg) == warmstart.committed_record(cfg)["weights_sha256"]  # intact
+    part = sorted(folder.glob("*.safetensors.part-*"))[0]
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    part.write_bytes(bytes(data))
+    assert warmstart.main(["--check", "--only", folder.name]) == 2
+    err = capsys.readouterr()
+    assert "is corrupt" in err.err and "not a rounding difference" in err.err and "reproduces" not in err.out
+    data[len(data) // 2] ^= 0x01  # intact weights, an edited record
+    part.write_bytes(bytes(data))
+    rec = json.loads((folder / "warmstart.json").read_text())
+    rec["weights_sha256"] = "0" * 64
+    (folder / "warmstart.json").write_text(json.dumps(rec))
+    assert warmstart.main(["--check", "--only", folder.name]) == 2
+    err = capsys.readouterr()
+    assert "is corrupt" in err.err and "does NOT reproduce" not in err.out + err.err
+    assert len(err.err.strip().splitlines()) == 1
