@@ -53,6 +53,11 @@ ratio as ``step/ess_ratio`` when a step-size control runs, and always the mean p
 FIRST_STEP = {"trl": 1}
 """The step number a stack gives its first update (TRL's ``log_history`` counts from 1; the others from 0)."""
 STEP_COLUMNS = ("step", "training/global_step", "global_step")
+MIN_EARLY_VALUES = 5
+MIN_EARLY_SHARE = 0.5
+"""A run is placed on the map only when its early window holds at least :data:`MIN_EARLY_VALUES` KL
+values and at most ``1 - MIN_EARLY_SHARE`` of the window's rows lack one (missing: empty, ``n/a``,
+``NaN``, anything not a number); the missing ones are counted and reported either way."""
 
 
 def summary(m: pd.DataFrame, delay: int, stack: str = "toolkit") -> dict:
@@ -67,22 +72,45 @@ def summary(m: pd.DataFrame, delay: int, stack: str = "toolkit") -> dict:
         raise ValueError(f"the metrics have no step column (one of {', '.join(STEP_COLUMNS)})")
     t = pd.to_numeric(m[step], errors="coerce") - FIRST_STEP.get(stack, 0)  # update index, from 0
     out: dict = {}
-    windows = (("early", (t >= delay) & (t < delay + EARLY_UPDATES)), ("all", t >= delay))
+    windows = {"early": (t >= delay) & (t < delay + EARLY_UPDATES), "all": t >= delay}
     if stack == "trl":
         # TRL's delay cycles: with steps_per_generation = d + 1 (num_iterations = 1, no gradient accumulation)
         # update u is d_u = u mod (d + 1) steps stale. The map was measured at a fixed delay d, so only the
         # updates at staleness d are read: the early window is the first EARLY_UPDATES of them.
         at_d = (t >= delay) & (t % (delay + 1) == delay)
         first = t[at_d].sort_values().iloc[:EARLY_UPDATES]
-        windows = (("early", at_d & t.isin(first)), ("all", at_d))
+        windows = {"early": at_d & t.isin(first), "all": at_d}
         out["fixed_delay_updates"] = int(at_d.sum())
+    early = windows["early"]
     for axis in AXES:
-        col = next((c for c in COLUMNS[stack][axis] if c in m and m[c].notna().any()), None)
+        col = next((c for c in COLUMNS[stack][axis]
+                    if c in m and pd.to_numeric(m[c], errors="coerce").notna().any()), None)
         out[f"{axis}_column"] = col
-        for part, sel in windows:
-            x = pd.to_numeric(m.loc[sel, col], errors="coerce").dropna() if col else pd.Series(dtype=float)
+        values = pd.to_numeric(m[col], errors="coerce") if col else pd.Series(math.nan, index=m.index)
+        for part, sel in windows.items():
+            x = values[sel].dropna()
             out[f"{axis}_{part}"] = float(x.median()) if len(x) else math.nan
+        out[f"{axis}_early_rows"] = int(early.sum())
+        out[f"{axis}_early_missing"] = int(values[early].isna().sum()) if col else int(early.sum())
+        logged = t[values.notna()].dropna()
+        out[f"{axis}_steps"] = (int(logged.min()), int(logged.max())) if len(logged) else None
     return out
+
+
+def placement_problem(s: dict, delay: int, axis: str = "kl") -> str | None:
+    """Why the run summarised by ``s`` (:func:`summary`) cannot be placed on the map (None: it can): the
+    axis not logged, logged only outside the early window, or too many missing values in it."""
+    rows, missing, steps = s[f"{axis}_early_rows"], s[f"{axis}_early_missing"], s[f"{axis}_steps"]
+    if s[f"{axis}_column"] is None:
+        return f"this run logs no {axis.upper() if axis == 'kl' else axis} per token"
+    if rows == 0 or rows == missing:
+        return (f"{axis.upper() if axis == 'kl' else axis} logged at steps {steps[0]}\u2013{steps[1]}; the window "
+                f"starts at {delay} (steps {delay}\u2013{delay + EARLY_UPDATES - 1}): no value in it")
+    present = rows - missing
+    if present < MIN_EARLY_VALUES or present < MIN_EARLY_SHARE * rows:
+        return (f"{missing} of the early window's {rows} {axis} values are missing (empty, n/a, NaN); at least "
+                f"{MIN_EARLY_VALUES} and {MIN_EARLY_SHARE:.0%} of them are needed to place the run")
+    return None
 
 
 def read_export(path: str | Path, stack: str = "toolkit") -> tuple[pd.DataFrame, int | None]:
@@ -99,11 +127,21 @@ def read_export(path: str | Path, stack: str = "toolkit") -> tuple[pd.DataFrame,
     if p.is_dir() or packed:
         from schema.results import read_run, read_run_config
 
-        _, m = read_run(p)
-        return m, int(read_run_config(p)["delay"])
+        try:
+            _, m = read_run(p)
+            return m, int(read_run_config(p)["delay"])
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{p}: not a run folder this reader can read (a run holds config.json and its "
+                             f"metrics; {type(exc).__name__}: {str(exc)[:120]})") from None
     if p.suffix == ".csv":
-        return pd.read_csv(p), None
-    text = p.read_text()
+        try:
+            return pd.read_csv(p), None
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{p}: not a readable CSV ({str(exc).splitlines()[0][:120]})") from None
+    try:
+        text = p.read_text()
+    except UnicodeDecodeError:
+        raise ValueError(f"{p}: not text (a binary file?)") from None
     if p.suffix in (".jsonl", ".ndjson"):
         rows = []
         for n, line in enumerate(text.splitlines(), 1):
@@ -113,7 +151,16 @@ def read_export(path: str | Path, stack: str = "toolkit") -> tuple[pd.DataFrame,
                 rec = json.loads(line)
             except ValueError as exc:
                 raise ValueError(f"{p}: line {n} is not JSON ({exc})") from None
-            rows.append({"step": rec["step"], **rec["data"]} if isinstance(rec.get("data"), dict) else rec)
+            if not isinstance(rec, dict):
+                raise ValueError(f"{p}: line {n} is a JSON {type(rec).__name__}, not an object of metrics "
+                                 f"({line.strip()[:60]})")
+            if isinstance(rec.get("data"), dict):
+                if "step" not in rec:
+                    raise ValueError(f"{p}: line {n} has metrics under 'data' but no 'step'")
+                rec = {"step": rec["step"], **rec["data"]}
+            rows.append(rec)
+        if not rows:
+            raise ValueError(f"{p}: no metrics (the file holds no JSON lines)")
         return pd.DataFrame(rows), None
     try:
         j = json.loads(text)
@@ -130,9 +177,18 @@ def map_path() -> Path:
     return grid_folder("drift") / "map.json"
 
 
+def measured_range(table: dict) -> tuple[float, float] | None:
+    """The smallest and largest drift any row of the map was measured at (None: no level)."""
+    levels = [lv["drift"] for row in table.get("boundaries", []) for lv in row.get("levels", [])
+              if lv.get("drift") is not None and math.isfinite(lv["drift"]) and lv["drift"] > 0]
+    return (min(levels), max(levels)) if levels else None
+
+
 def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dict]:
     """Per (estimator, optimiser) of the drift map, what it did at drift ``drift`` on ``axis``: the
-    nearest measured level's stable share and whether ``drift`` lies below its fitted boundary."""
+    nearest measured level's stable share and whether ``drift`` lies below its fitted boundary. A drift
+    outside the map's measured range (:func:`measured_range`) is a ValueError saying so: no correction
+    was measured there, and the nearest level's share says nothing about it."""
     if table is None:
         path = map_path()
         if not path.is_file():
@@ -142,6 +198,14 @@ def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dic
         table = read_json(path)
     if table.get("axis") != axis:
         raise ValueError(f"the map's axis is {table.get('axis')!r}, not {axis!r}")
+    span = measured_range(table)
+    if span is not None and math.isfinite(drift) and drift > 0:
+        if drift > span[1]:
+            raise ValueError(f"an early KL per token of {drift:.4g} is beyond the largest drift measured "
+                             f"({span[1]:.4g}): no correction was measured there")
+        if drift < span[0]:
+            raise ValueError(f"an early KL per token of {drift:.4g} is below the smallest drift measured "
+                             f"({span[0]:.4g}): no correction was measured there")
     out = []
     for row in table["boundaries"]:
         levels = [lv for lv in row["levels"] if lv["drift"] is not None and math.isfinite(lv["drift"])]
@@ -150,9 +214,12 @@ def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dic
         near = min(levels, key=lambda lv: abs(math.log(lv["drift"]) - math.log(drift)))
         b = row["boundary"]
         below = None if b is None else drift < b
+        lo, hi = min(lv["drift"] for lv in levels), max(lv["drift"] for lv in levels)
+        outside = ("beyond" if drift > hi else "below" if drift < lo else None)
         out.append({"estimator": row["estimator"], "optimizer": row["optimizer"], "nearest_drift": near["drift"],
                     "stable_share": near["stable_share"], "n": near["n"], "boundary": b,
-                    "censored": row.get("censored"), "below_boundary": below})
+                    "censored": row.get("censored"), "below_boundary": below, "outside": outside,
+                    "measured_range": (lo, hi)})
     return out
 
 
@@ -176,20 +243,38 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['fixed_delay_updates']} updates {delay} steps stale (the map's fixed delay d = {delay})")
     for axis in AXES:
         col = s[f"{axis}_column"] or "(not logged)"
-        print(f"{axis:17s} early {s[axis + '_early']:.4g}  all {s[axis + '_all']:.4g}   [{col}]")
+        gone = s[f"{axis}_early_missing"] if s[f"{axis}_column"] else 0
+        note = f"; {gone} of {s[axis + '_early_rows']} early values missing" if gone else ""
+        print(f"{axis:17s} early {s[axis + '_early']:.4g}  all {s[axis + '_all']:.4g}   [{col}{note}]")
     kl = s["kl_early"]
+    why = placement_problem(s, delay)
+    if why is not None:
+        print(f"map: {why}; its place on the map (whose axis is the early KL) is unknown")
+        return 0
     try:
         rows = place(kl)
     except ValueError as exc:
         print(f"map: {exc}")
         return 0
     if not rows:
-        print("map: this run logs no KL per token; its place on the map (whose axis is the early KL) is unknown")
+        print(f"map: an early KL per token of {kl:.4g} cannot be placed (the map holds no level to compare)")
         return 0
-    held = sorted({f"{r['estimator']} ({r['optimizer']})" for r in rows if r["stable_share"] >= 0.8})
+    held = sorted({f"{r['estimator']} ({r['optimizer']})" for r in rows
+                   if r["outside"] is None and r["stable_share"] >= 0.8})
     print(f"map: at early KL per token {kl:.4g}, the drift study's nearest levels held (stable share >= 0.8) for: "
           f"{', '.join(held) or 'none'}")
+    for side, edge, at in (("beyond", "largest", 1), ("below", "smallest", 0)):
+        out = [r for r in rows if r["outside"] == side]
+        if out:
+            far = (max if at else min)(r["measured_range"][at] for r in out)
+            print(f"map: for {len(out)} of {len(rows)} corrections {kl:.4g} is {side} the {edge} drift measured "
+                  f"({far:.4g}): no correction was measured there")
     for r in rows:
+        if r["outside"] is not None:
+            edge = "largest" if r["outside"] == "beyond" else "smallest"
+            print(f"  {r['estimator']:10s} {r['optimizer']:9s} {r['outside']} the {edge} drift measured for it "
+                  f"({r['measured_range'][1 if edge == 'largest' else 0]:.4g}): not measured there")
+            continue
         print(f"  {r['estimator']:10s} {r['optimizer']:9s} nearest level KL {r['nearest_drift']:.4g}: stable "
               f"{r['stable_share']:.0%} of {r['n']}; boundary "
               f"{r['boundary'] if r['boundary'] is None else round(r['boundary'], 4)}"

@@ -339,7 +339,11 @@ def drift(runs: list) -> dict:
                       f"({len(seeds) if isinstance(seeds, list) else seeds} whole seeds); "
                       "the card places a run on it once it is not")
     else:
-        rows = place(kl, table=table)
+        try:
+            rows = [r for r in place(kl, table=table) if r.get("outside") is None]  # measured there only
+        except ValueError as exc:  # outside every measured range
+            out["map"] = f"not placed: {exc}"
+            return out
         out["map"] = "placed"
         out["held_at_nearest_level"] = sorted({f"{r['estimator']} ({r['optimizer']})" for r in rows
                                                if r["stable_share"] >= 0.8})

@@ -484,3 +484,78 @@ def test_d5_s_rule_reads_the_counts_as_the_verdicts_file_saves_them():
     assert analysis.d5_rule({"a": sig([87, 202], [112, 468], 7.7e-7), "b": sig([0, 0], [1, 468], "NaN")}) == "CONFIRMED"
     assert analysis.d5_rule({"a": sig([0, 202], [1, 468], 1.0), "b": sig([1, 202], [4, 468], 0.83)}) == "REFUTED"
     assert analysis.d5_rule({"a": sig([10, 202], [20, 468], 0.1)}) == "INCONCLUSIVE"
+
+
+# --- the reader's edge cases: outside the measured range, missing values, things that are not runs ----------
+
+_TABLE = {"axis": "kl", "boundaries": [
+    {"estimator": "gmc", "optimizer": "sgd", "boundary": 0.02, "censored": None,
+     "levels": [{"drift": 0.01, "stable_share": 1.0, "n": 5}, {"drift": 0.6, "stable_share": 0.2, "n": 5}]},
+    {"estimator": "is", "optimizer": "sgd", "boundary": 0.02, "censored": None,
+     "levels": [{"drift": 0.01, "stable_share": 1.0, "n": 5}, {"drift": 0.05, "stable_share": 0.9, "n": 5}]}]}
+
+
+def _verl_export(path, kl_of_step, steps=range(40)):
+    path.write_text("".join(json.dumps({"step": t, "data": {"rollout_corr/k3_kl": kl_of_step(t)}}) + "\n"
+                            for t in steps))
+    return path
+
+
+def test_outside_the_measured_range_no_correction_is_said_to_hold(tmp_path, monkeypatch, capsys):
+    for far in (2.0, 0.61, 1e-4):
+        with pytest.raises(ValueError, match="(beyond the largest|below the smallest) drift measured .*: no "
+                                             "correction was measured there"):
+            drift.place(far, "kl", _TABLE)
+    rows = {r["estimator"]: r for r in drift.place(0.3, "kl", _TABLE)}
+    assert rows["is"]["outside"] == "beyond" and rows["gmc"]["outside"] is None
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps(_TABLE))
+    monkeypatch.setattr(drift, "map_path", lambda: path)
+    assert drift.main([str(_verl_export(tmp_path / "m.jsonl", lambda t: 2.0)), "--stack", "verl", "--delay", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "beyond the largest drift measured (0.6): no correction was measured there" in out
+    assert "held" not in out
+    assert drift.main([str(_verl_export(tmp_path / "m.jsonl", lambda t: 0.3)), "--stack", "verl", "--delay", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "held (stable share >= 0.8) for: none" in out and "is         sgd       beyond" in out
+
+
+@pytest.mark.parametrize("blank", ["n/a", "", None, "NaN"])
+def test_missing_values_are_counted_and_too_many_refuse_the_place(tmp_path, monkeypatch, capsys, blank):
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps(_TABLE))
+    monkeypatch.setattr(drift, "map_path", lambda: path)
+    half = _verl_export(tmp_path / "h.jsonl", lambda t: 0.02 if t % 2 else blank)
+    s = drift.summary(*drift.read_export(half, "verl")[:1], 4, "verl")
+    assert (s["kl_early_rows"], s["kl_early_missing"]) == (20, 10) and s["kl_early"] == 0.02
+    assert drift.main([str(half), "--stack", "verl", "--delay", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "10 of 20 early values missing" in out
+    most = _verl_export(tmp_path / "m.jsonl", lambda t: 0.02 if t % 4 == 0 else blank)
+    assert drift.main([str(most), "--stack", "verl", "--delay", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "15 of the early window's 20 kl values are missing" in out and "held" not in out
+
+
+def test_kl_logged_only_before_the_window_is_said_so(tmp_path, capsys):
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({"step": t, "data": {"rollout_corr/k3_kl": 0.02}}) + "\n" for t in range(1, 11))
+                    + "".join(json.dumps({"step": t, "data": {"other": 1.0}}) + "\n" for t in range(11, 60)))
+    assert drift.main([str(path), "--stack", "verl", "--delay", "25"]) == 0
+    out = capsys.readouterr().out
+    assert "KL logged at steps 1\u201310; the window starts at 25" in out and "logs no KL" not in out
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: (d / "run").mkdir() or (d / "run" / "summary.json").write_text("{}") or d / "run",
+    lambda d: (d / "s.jsonl").write_text('"a"\n"b"\n') or d / "s.jsonl",
+    lambda d: (d / "n.jsonl").write_text("1\n2\n") or d / "n.jsonl",
+    lambda d: (d / "d.jsonl").write_text('{"data": {"x": 1}}\n') or d / "d.jsonl",
+    lambda d: (d / "e.jsonl").write_text("\n") or d / "e.jsonl",
+    lambda d: (d / "b.csv").write_bytes(b"\xff\xfe\x00garbage") or d / "b.csv",
+    lambda d: (d / "b.json").write_bytes(b"\xff\xfe\x00") or d / "b.json",
+])
+def test_things_that_are_not_runs_are_one_line_and_exit_2(tmp_path, capsys, make):
+    rc = drift.main([str(make(tmp_path)), "--delay", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: ")
