@@ -91,6 +91,11 @@ def register_token_loss(name: str, *, options: tuple = (), batch_coupled: bool =
     """Register a token-level loss. ``bounded=False`` declares a loss whose value is unbounded for
     some finite input (PPO's one-sided clip with A < 0): it must give ``+inf`` there, never NaN."""
     def deco(fn):
+        from .schemes import check_registration
+
+        check_registration(name, batch_coupled=batch_coupled, bounded=bounded)
+        if isinstance(options, str) or not all(isinstance(o, str) for o in tuple(options)):
+            raise ValueError(f"token loss {name!r}: options must be a tuple of knob names, got {options!r}")
         if name in TOKEN_LOSSES or name in SCHEMES:
             raise ValueError(f"a loss named {name!r} is already registered")
         TOKEN_LOSSES[name] = TokenLoss(name, fn, tuple(options), batch_coupled, (fn.__doc__ or "").strip(), bounded)

@@ -88,6 +88,26 @@ FAMILIES = ("theory", "peer", "variant")
 (:mod:`estimators.variants`)."""
 
 
+NAME_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
+"""A correction's name: letters, digits, ``_``, ``.``, ``-`` (no path separator; a report card's folder
+is named after it)."""
+
+
+def check_registration(name, **flags) -> None:
+    """Refuse a registration whose name is not a plain name (:data:`NAME_PATTERN`, not ``.``/``..``) or
+    whose declared flags are not booleans (``in_class="no"`` is a string, which is true): a ValueError
+    naming the field and the value."""
+    import re
+
+    if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name) or name in (".", ".."):
+        raise ValueError(f"a correction's name must be letters, digits, '_', '.' or '-' (no path parts), got "
+                         f"{name!r}")
+    for field_name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"correction {name!r}: {field_name} must be True or False, got {value!r} "
+                             f"({type(value).__name__})")
+
+
 def register_scheme(name: str, *, family: str, in_class: bool, sup_mass: Callable, needs_advantages: bool = False,
                     bounded: bool = True, weights_fn: Callable | None = None, surrogate: str = "detached",
                     batch_coupled: bool = False):
@@ -98,14 +118,19 @@ def register_scheme(name: str, *, family: str, in_class: bool, sup_mass: Callabl
     entry for ``name``."""
 
     def deco(fn):
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"scheme name must be a non-empty string, got {name!r}")
         if name in SCHEMES:
             raise ValueError(f"a scheme named {name!r} is already registered "
                              f"({SCHEMES[name].log_weights.__qualname__})")
-        if surrogate not in SURROGATES:
+        check_registration(name, in_class=in_class, needs_advantages=needs_advantages, bounded=bounded,
+                           batch_coupled=batch_coupled)
+        if not callable(sup_mass):
+            raise ValueError(f"scheme {name!r}: sup_mass must be a function sup_mass(eps, num_groups, **knobs), got "
+                             f"{sup_mass!r}")
+        if weights_fn is not None and not callable(weights_fn):
+            raise ValueError(f"scheme {name!r}: weights_fn must be a function or None, got {weights_fn!r}")
+        if not isinstance(surrogate, str) or surrogate not in SURROGATES:
             raise ValueError(f"unknown surrogate {surrogate!r}; valid: {', '.join(SURROGATES)}")
-        if family not in FAMILIES:
+        if not isinstance(family, str) or family not in FAMILIES:
             raise ValueError(f"unknown scheme family {family!r}; valid: {', '.join(FAMILIES)}")
         SCHEMES[name] = Scheme(name, fn, in_class, needs_advantages, bounded, (fn.__doc__ or "").strip(), weights_fn,
                                surrogate, batch_coupled, sup_mass, family)

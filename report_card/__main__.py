@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .load import CorrectionError, load_correction, registered_correction, validate
+from .load import CorrectionError, card_folder, load_correction, registered_correction, validate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,33 +35,48 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give --module FILE or --estimator NAME")
     from schema.results import results_root
 
+    if args.jobs < 1:
+        p.error(f"--jobs must be >= 1, got {args.jobs}")
     cards = Path(args.out) if args.out else results_root() / "cards"
     try:
         corr = load_correction(args.module, args.estimator) if args.module else registered_correction(args.estimator)
+        card_dir = card_folder(cards, corr.name)
     except CorrectionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    card_dir = cards / corr.name
+    from .card import write_refusal
+
+    def refuse(error: str, when: str) -> int:
+        path, replaced = write_refusal(corr.name, corr.source, error, card_dir, when=when)
+        gone = f"; the earlier card's {', '.join(replaced)} replaced by the refusal" if replaced else ""
+        print(f"error: {error}\n(the card says so: {path}{gone})", file=sys.stderr)
+        return 2
+
     try:
         validate(corr)
     except CorrectionError as exc:
-        from .card import write_refusal
+        return refuse(str(exc), "before any work started")
+    from schema.sources import MissingResults
 
-        path = write_refusal(corr.name, corr.source, str(exc), card_dir)
-        print(f"error: {exc}\n(the card says so: {path})", file=sys.stderr)
+    try:
+        if args.dry_run:
+            from .plan import describe
+
+            print(describe(corr, card_dir, quick=args.quick, jobs=args.jobs, new_runs=not args.no_new_runs))
+            return 0
+        from .card import compute, write
+
+        t0 = time.perf_counter()
+        what = f"--module {args.module}" if args.module else f"--estimator {corr.name}"
+        flags = " --quick" * args.quick + " --no-new-runs" * args.no_new_runs
+        card = compute(corr, card_dir, quick=args.quick, jobs=args.jobs, new_runs=not args.no_new_runs,
+                       command=f"python -m report_card {what}{flags}")
+    except MissingResults as exc:  # the toolkit's own results are not there: nothing about the correction
+        print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.dry_run:
-        from .plan import describe
-
-        print(describe(corr, card_dir, quick=args.quick, jobs=args.jobs, new_runs=not args.no_new_runs))
-        return 0
-    from .card import compute, write
-
-    t0 = time.perf_counter()
-    what = f"--module {args.module}" if args.module else f"--estimator {corr.name}"
-    flags = " --quick" * args.quick + " --no-new-runs" * args.no_new_runs
-    card = compute(corr, card_dir, quick=args.quick, jobs=args.jobs, new_runs=not args.no_new_runs,
-                   command=f"python -m report_card {what}{flags}")
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 (the correction's code runs here: any failure is named)
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return refuse(f"computing the card of {corr.name} failed: {reason}", "while the card was computed")
     paths = write(card, card_dir)
     print(f"card of {corr.name}: {paths[0]} ({time.perf_counter() - t0:.0f} s)")
     for h, t in card["verdict"]:

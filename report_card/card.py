@@ -345,25 +345,66 @@ def write(card: dict, card_dir: Path) -> list[Path]:
     paths = [card_dir / "CARD.md", card_dir / "CARD.html", card_dir / "card.json"]
     paths[0].write_text(md)
     paths[1].write_text(to_html(md, f"Report card: {card['name']}"))
-    paths[2].write_text(json.dumps(card, indent=1, sort_keys=True, default=_json_default) + "\n")
+    paths[2].write_text(card_json(card))
     return paths
 
 
-def _json_default(x):
-    if isinstance(x, float) and math.isnan(x):
+def strict(x, path: str = "", missing: dict | None = None):
+    """``x`` with every value JSON can hold strictly: a NaN or infinite float becomes ``null`` and its
+    path (``a.b[2]``) is recorded in ``missing`` with why; numpy scalars become Python numbers."""
+    if hasattr(x, "item") and not isinstance(x, (dict, list, tuple, str)) and getattr(x, "ndim", 0) == 0:
+        x = x.item()
+    if isinstance(x, bool) or x is None or isinstance(x, (int, str)):
+        return x
+    if isinstance(x, float):
+        if math.isfinite(x):
+            return x
+        if missing is not None:
+            missing[path or "."] = "not a number (no value: nothing measured)" if math.isnan(x) else \
+                f"{'+' if x > 0 else '-'}infinity"
         return None
-    if hasattr(x, "item"):
-        return x.item()
+    if isinstance(x, dict):
+        return {str(k): strict(v, f"{path}.{k}" if path else str(k), missing) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [strict(v, f"{path}[{i}]", missing) for i, v in enumerate(x)]
+    if hasattr(x, "tolist"):
+        return strict(x.tolist(), path, missing)
     return str(x)
 
 
-def write_refusal(name: str, source: str, error: str, card_dir: Path) -> Path:
-    """The card of a correction the validation battery refused: what is wrong, nothing else computed."""
+def card_json(card: dict) -> str:
+    """``card.json``'s text: strict JSON (no bare NaN or Infinity; :func:`strict`); the values written as
+    ``null`` for want of a number are listed under ``null_values`` with the reason."""
+    missing: dict = {}
+    doc = strict(card, "", missing)
+    doc.pop("null_values", None)
+    if missing:
+        doc["null_values"] = missing
+    return json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
+def write_refusal(name: str, source: str, error: str, card_dir: Path,
+                  when: str = "before any work started") -> tuple[Path, list[str]]:
+    """The card of a correction that was refused (the validation battery) or whose card failed to compute:
+    what is wrong, nothing else. It replaces every file of an earlier card in ``card_dir`` (``CARD.md``,
+    ``CARD.html``, ``card.json``, the figures), so no earlier pass stays beside a refusal. The path of
+    ``CARD.md`` and the names of the earlier card's files it replaced or removed."""
+    from figures.mdhtml import to_html
+
     card_dir.mkdir(parents=True, exist_ok=True)
-    md = (f"# Report card: `{name}`\n\n**Refused before any work started.** The validation battery "
+    earlier = sorted(f.name for f in card_dir.iterdir()
+                     if f.is_file() and (f.name in ("CARD.md", "CARD.html", "card.json")
+                                         or f.suffix in (".png", ".svg", ".pdf")))
+    for f in card_dir.iterdir():
+        if f.is_file() and f.suffix in (".png", ".svg", ".pdf"):
+            f.unlink()
+    md = (f"# Report card: `{name}`\n\n**Refused {when}.** The validation battery "
           f"(`report_card.load.validate`: the correction evaluated on a small battery of ratio vectors or batches) "
-          f"found:\n\n> {error}\n\nSource: {source}. No other section is computed for a correction that fails the "
-          f"battery: fix it and run the same command again.\n")
+          f"and the card's computation found:\n\n> {error}\n\nSource: {source}. No other section is computed for a "
+          f"correction that fails: fix it and run the same command again.\n")
     p = card_dir / "CARD.md"
     p.write_text(md)
-    return p
+    (card_dir / "CARD.html").write_text(to_html(md, f"Report card: {name} (refused)"))
+    doc = {"name": name, "source": source, "refused": True, "passed": False, "error": error, "when": when}
+    (card_dir / "card.json").write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    return p, earlier

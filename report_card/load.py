@@ -74,8 +74,10 @@ def load_correction(path: str | Path, estimator: str | None = None) -> Correctio
     registers nothing, registers a name the toolkit already has, or registers several without
     ``name``."""
     p = Path(path).expanduser().resolve()
+    if not p.is_file() and p.suffix != ".py" and p.with_name(p.name + ".py").is_file():
+        p = p.with_name(p.name + ".py")  # a module path given without its .py
     if not p.is_file():
-        raise CorrectionError(f"correction file {path} does not exist")
+        raise CorrectionError(f"correction file {path} does not exist" + (" (it is a folder)" if p.is_dir() else ""))
     digest = hashlib.sha256(p.read_bytes()).hexdigest()
     key = str(p)
     if key in _LOADED:
@@ -83,7 +85,10 @@ def load_correction(path: str | Path, estimator: str | None = None) -> Correctio
     else:
         before = _registered()
         mod_name = "report_card_correction_" + hashlib.sha1(key.encode()).hexdigest()[:12]
-        spec = importlib.util.spec_from_file_location(mod_name, p)
+        from importlib.machinery import SourceFileLoader
+
+        # a Python source file whatever its suffix (spec_from_file_location knows .py only)
+        spec = importlib.util.spec_from_file_location(mod_name, p, loader=SourceFileLoader(mod_name, str(p)))
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
         try:
@@ -93,7 +98,7 @@ def load_correction(path: str | Path, estimator: str | None = None) -> Correctio
             sys.modules.pop(mod_name, None)
             what = "a name clash" if "already registered" in str(exc) else "a refused registration"
             raise CorrectionError(f"{p.name}: {what}: {exc}") from None
-        except Exception as exc:  # noqa: BLE001 (the user's file: any failure to import is its error, named)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 (the user's file: any failure or exit is its error)
             _roll_back(before)
             sys.modules.pop(mod_name, None)
             raise CorrectionError(f"{p.name} failed to import: {type(exc).__name__}: {exc}") from None
@@ -133,6 +138,20 @@ def unload(path: str | Path) -> None:
         PARAMS.pop(n, None)
 
 
+def card_folder(cards: Path, name: str) -> Path:
+    """The folder of ``name``'s card under ``cards`` (``--out``): a name with path parts (``/``, ``..``,
+    an absolute path) is a :class:`CorrectionError`, so nothing is written outside ``cards``."""
+    from estimators.schemes import NAME_PATTERN
+    import re
+
+    folder = Path(cards) / str(name)
+    inside = Path(cards).resolve() in folder.resolve().parents
+    if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name) or name in (".", "..") or not inside:
+        raise CorrectionError(f"correction name {name!r} is not a plain name (letters, digits, '_', '.', '-'): its "
+                              f"card would be written outside {cards}")
+    return folder
+
+
 @renamed_keywords(name="estimator")
 def registered_correction(estimator: str) -> Correction:
     """A correction the toolkit ships (``--estimator``); :class:`CorrectionError` for an unknown name."""
@@ -170,6 +189,29 @@ def _scheme_cases(G: int = 4):
     for lr in arrays:
         for s in signs:
             yield lr, np.broadcast_to(s, lr.shape).copy()
+    for k, src in itertools.product(range(len(vals)), arrays[:2]):  # small batches: one group, one group of 2
+        for s in signs[:3]:
+            one = src[k:k + 1]
+            yield one.copy(), np.broadcast_to(s, one.shape).copy()
+            yield one[:, :2].copy(), np.broadcast_to(s[:2], (1, 2)).copy()
+
+
+def _first_changed(before: np.ndarray, after: np.ndarray) -> str:
+    g = int(np.argwhere(~((before == after) | (np.isnan(before) & np.isnan(after))))[0][0])
+    return f"{np.round(before[g], 6).tolist()} became {np.round(np.asarray(after)[g], 6).tolist()}"
+
+
+def _failing_group(estimator: str, lr: np.ndarray, adv, eps: float) -> str:
+    """The battery batch a scheme raised on, named by its first group that raises alone (or the batch)."""
+    what = f"a batch of {lr.shape[0]} group(s) of G = {lr.shape[1]}"
+    if lr.shape[0] == 1:
+        return f"{what}: group log-ratios {np.round(lr[0], 6).tolist()}"
+    for g in range(lr.shape[0]):
+        try:
+            estimators.weights(estimator, lr[g:g + 1].copy(), eps, None if adv is None else adv[g:g + 1].copy())
+        except (Exception, SystemExit):  # noqa: BLE001
+            return f"group log-ratios {np.round(lr[g], 6).tolist()} (alone, as a batch of one group)"
+    return f"{what} (no group raises alone; first group {np.round(lr[0], 6).tolist()})"
 
 
 def _first_bad(mask: np.ndarray, lr: np.ndarray, adv) -> str:
@@ -192,11 +234,16 @@ def _validate_scheme(estimator: str, eps: float) -> list[dict]:
     n = 0
     for lr, adv in _scheme_cases():
         a = adv if spec.needs_advantages else None
+        lr_in, a_in = lr.copy(), None if a is None else a.copy()
         try:
             c = estimators.weights(estimator, lr, eps, a)
-        except Exception as exc:  # noqa: BLE001 (the correction's own failure, named)
-            raise CorrectionError(f"scheme {estimator!r} raises {type(exc).__name__} on group log-ratios "
-                                  f"{np.round(lr[0], 6).tolist()}: {exc}") from None
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 (the correction's own failure, named)
+            raise CorrectionError(f"scheme {estimator!r} raises {type(exc).__name__} on "
+                                  f"{_failing_group(estimator, lr_in, a_in, eps)}: {exc}") from None
+        for what, before, after in (("log-ratios", lr_in, lr), ("advantages", a_in, a)):
+            if before is not None and not np.array_equal(before, after, equal_nan=True):
+                raise CorrectionError(f"scheme {estimator!r} writes into the {what} it is given (group "
+                                      f"{_first_changed(before, after)}): a correction must not change its inputs")
         c = np.asarray(c)
         if c.shape != lr.shape:
             raise CorrectionError(f"scheme {estimator!r} returns weights of shape {c.shape} for log-ratios of shape "
@@ -212,7 +259,7 @@ def _validate_scheme(estimator: str, eps: float) -> list[dict]:
         n += lr.size
     try:  # the declared supremum must be a number
         sup = spec.group_mass_sup(eps, 1)
-    except Exception as exc:  # noqa: BLE001 (the correction's own failure, named)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 (the correction's own failure, named)
         raise CorrectionError(f"scheme {estimator!r}: its sup_mass(eps, num_groups, **knobs) fails: "
                               f"{type(exc).__name__}: {exc}") from None
     if math.isnan(sup):
@@ -247,10 +294,16 @@ def _validate_token(estimator: str, eps: float) -> list[dict]:
     for logp, old, mask, adv in _token_batches(G):
         x = logp.clone().requires_grad_()
         what = f"per-token log-ratio {float((logp - old)[0, 1]):g}, advantages {adv[:2].tolist()}..."
+        given = {"logp": (x, logp.clone()), "old_logp": (old, old.clone()), "mask": (mask, mask.clone()),
+                 "advantages": (adv, adv.clone())}
         try:  # the registered function itself, as policy_loss dispatches to it (float64: nothing to widen)
             out = TOKEN_LOSSES[estimator].fn(x, old, mask, adv, G, eps, **check_options(estimator, {}))
-        except Exception as exc:  # noqa: BLE001 (the correction's own failure, named)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 (the correction's own failure, named)
             raise CorrectionError(f"token loss {estimator!r} raises {type(exc).__name__} at {what}: {exc}") from None
+        for name, (now, before) in given.items():
+            if not torch.equal(now.detach(), before):
+                raise CorrectionError(f"token loss {estimator!r} writes into the {name} it is given (at {what}): a "
+                                      f"correction must not change its inputs")
         if not isinstance(out, LossOutput):
             raise CorrectionError(f"token loss {estimator!r} returns {type(out).__name__}, not "
                                   f"estimators.losses.LossOutput")

@@ -90,7 +90,8 @@ def test_a_broken_correction_gets_a_card_that_says_so(tmp_path, capsys):
     card = (tmp_path / "broken_nan" / "CARD.md").read_text()
     assert "Refused before any work started" in card and "NaN weight" in card and "[5.0, 5.0, 5.0, 5.0]" in card
     assert "Traceback" not in capsys.readouterr().err
-    assert sorted(p.name for p in (tmp_path / "broken_nan").iterdir()) == ["CARD.md"]
+    assert sorted(p.name for p in (tmp_path / "broken_nan").iterdir()) == ["CARD.html", "CARD.md", "card.json"]
+    assert json.loads((tmp_path / "broken_nan" / "card.json").read_text())["refused"] is True
 
 
 def test_a_wrong_declaration_is_reported_not_trusted(loaded):
@@ -340,3 +341,125 @@ def test_the_readme_s_add_a_correction_snippet_loads_and_validates(tmp_path):
         assert corr.name == "seq_is_trunc" and rows[0]["evaluated"] > 0 and rows[1]["result"] == "2"
     finally:
         unload(path)
+
+
+# --------------------------------------------------------------------------- edge cases of the command
+
+
+def _strict_json(text: str):
+    def refuse(c):
+        raise ValueError(f"not strict JSON: {c}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_every_committed_card_is_strict_json():
+    cards = sorted((ROOT / "results/cards").glob("*/card.json"))
+    assert cards
+    for path in cards:
+        doc = _strict_json(path.read_text())
+        for where, why in doc.get("null_values", {}).items():
+            assert why, (path, where)
+
+
+def test_a_card_s_json_writes_null_with_a_reason_for_a_non_number(tmp_path):
+    from report_card.card import card_json
+
+    doc = _strict_json(card_json({"a": {"b": [1.0, math.nan]}, "c": np.float64(math.inf), "d": np.int64(3)}))
+    assert doc["a"]["b"] == [1.0, None] and doc["c"] is None and doc["d"] == 3
+    assert set(doc["null_values"]) == {"a.b[1]", "c"}
+
+
+def test_a_refusal_replaces_an_earlier_passing_card(tmp_path, capsys):
+    from report_card.__main__ import main
+
+    folder = tmp_path / "broken_nan"
+    folder.mkdir()
+    for name, text in (("card.json", '{"passed": true}'), ("CARD.html", "<p>pass</p>"), ("CARD.md", "pass"),
+                       ("f1.png", "png")):
+        (folder / name).write_text(text)
+    try:
+        assert main(["--module", str(FIX / "broken_nan.py"), "--out", str(tmp_path)]) == 2
+    finally:
+        unload(FIX / "broken_nan.py")
+    err = capsys.readouterr().err
+    assert "replaced by the refusal" in err and "card.json" in err
+    assert sorted(p.name for p in folder.iterdir()) == ["CARD.html", "CARD.md", "card.json"]
+    assert _strict_json((folder / "card.json").read_text())["refused"] is True
+    assert "Refused" in (folder / "CARD.html").read_text() and "pass</p>" not in (folder / "CARD.html").read_text()
+
+
+@pytest.mark.parametrize(("fixture", "message"), [
+    ("exits_on_import", "exits_on_import.py failed to import: SystemExit"),
+    ("bad_metadata", "in_class must be True or False, got 'no'"),
+    ("path_name", "a correction's name must be letters"),
+])
+def test_a_file_that_exits_or_declares_badly_is_one_line(tmp_path, capsys, fixture, message):
+    from report_card.__main__ import main
+
+    try:
+        rc = main(["--module", str(FIX / f"{fixture}.py"), "--out", str(tmp_path / "out")])
+    finally:
+        unload(FIX / f"{fixture}.py")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and message in err[0]
+    assert not any(p for p in tmp_path.rglob("*") if p.is_file() and tmp_path / "out" not in p.parents)
+
+
+def test_nothing_is_written_outside_out(tmp_path):
+    from report_card.load import card_folder
+
+    for name in ("../x", "a/b", "/abs", "..", ".", "x/../../y"):
+        with pytest.raises(CorrectionError, match="outside"):
+            card_folder(tmp_path / "cards", name)
+    assert card_folder(tmp_path / "cards", "ok-name_1.2") == tmp_path / "cards" / "ok-name_1.2"
+
+
+@pytest.mark.parametrize(("fixture", "message"), [
+    ("mutates_input", r"writes into the log-ratios it is given"),
+    ("exits_in_battery", r"raises SystemExit"),
+    ("nan_alone", r"gives a NaN weight for group log-ratios \[5.0, 5.0"),
+    ("raises_alone", r"raises ZeroDivisionError on group log-ratios \[-5.0, -5.0, -5.0, -5.0\] \(alone"),
+])
+def test_the_battery_catches_what_a_run_would_hit(loaded, fixture, message):
+    corr = loaded(fixture)
+    with pytest.raises(CorrectionError, match=message):
+        validate(corr)
+
+
+def test_a_module_path_without_py(tmp_path, capsys):
+    from report_card.__main__ import main
+
+    stem = FIX / "broken_nan"
+    plain = tmp_path / "broken_copy"
+    plain.write_text((FIX / "broken_nan.py").read_text().replace('"broken_nan"', '"broken_copy"'))
+    for path in (stem, plain):
+        try:
+            rc = main(["--module", str(path), "--out", str(tmp_path / "out")])
+        finally:
+            unload(path.with_name(path.name + ".py") if path == stem else path)
+        err = capsys.readouterr().err
+        assert rc == 2 and "NaN weight" in err and "Traceback" not in err
+
+
+def test_the_plan_scales_with_the_correction_s_own_cost(loaded):
+    from report_card.plan import ROBUST_S, _seconds, cost_factor, local_parts
+
+    corr = loaded("slow_trunc")
+    k, own, ref = cost_factor(corr)
+    assert own >= 0.25 and k == pytest.approx(own / ref) and k > 100
+    text = "\n".join(local_parts(corr, (k, own, ref)))
+    assert f"scaled by {k:.3g}" in text and f"robustness sweep: computed, about {_seconds(ROBUST_S * k)}" in text
+    assert "about 1 s" not in text
+    gmc = registered_correction("gmc")
+    assert "the times below are the measured ones" in "\n".join(local_parts(gmc, (1.0, 1e-4, 1e-4)))
+
+
+def test_missing_simulator_results_are_one_line(tmp_path, monkeypatch, capsys):
+    from report_card.__main__ import main
+
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path / "fresh"))
+    (tmp_path / "fresh").mkdir()
+    rc = main(["--estimator", "topr", "--no-new-runs", "--out", str(tmp_path / "cards")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "python -m simulators.sweep peers" in err[0]
