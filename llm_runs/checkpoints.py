@@ -67,18 +67,25 @@ def load_checkpoint(ckpt: Path, dtype: str = "float32", device: str = "cpu"):
     return state, loaded
 
 
-def intact_checkpoint(out: Path, dtype: str, device: str, log: Callable[[str], None]):
+def intact_checkpoint(out: Path, dtype: str, device: str, log: Callable[[str], None], at_most: int | None = None):
     """``(folder, trainer state, (policy, tokenizer))`` of the newest checkpoint of ``out`` that loads,
     or ``(None, None, None)`` if the run has none. A checkpoint that does not load (a truncated
     ``model.safetensors`` or ``trainer_state.pt``) is moved aside to ``<name>.corrupt-<time>`` (never
     deleted), saying so, and the next older one is tried; if none loads, ValueError naming the files.
-    A ``step-N.tmp`` left by a write cut short was never a checkpoint and is removed."""
+    A ``step-N.tmp`` left by a write cut short was never a checkpoint and is removed. ``at_most``: only a
+    checkpoint of update ``<= at_most`` is used (a metrics row after it must be rewritten); the newer ones
+    are moved aside to ``<name>.superseded-<time>`` (never deleted), saying so."""
     bad = []
     root = Path(out) / "checkpoints"
     for unfinished in sorted(root.glob("step-*.tmp")) if root.is_dir() else []:
         shutil.rmtree(unfinished, ignore_errors=True)
         log(f"removed {unfinished.name}, a checkpoint whose writing was cut short (it was never complete)")
     for ckpt in reversed(checkpoint_dirs(out)):
+        if at_most is not None and int(ckpt.name[5:]) > at_most:
+            aside = ckpt.with_name(f"{ckpt.name}.superseded-{time.strftime('%Y%m%d-%H%M%S')}")
+            os.replace(ckpt, aside)
+            log(f"moved {ckpt.name} aside to {aside.name}: the metrics rows before it must be rewritten")
+            continue
         try:
             state, loaded = load_checkpoint(ckpt, dtype, device)
         except CheckpointError as exc:

@@ -113,6 +113,25 @@ def _fmt(v) -> str:
     return "" if math.isnan(v) else repr(v)
 
 
+def first_torn_row(path: str | os.PathLike, n_columns: int | None = None) -> int | None:
+    """The position (0 = the first row after the header; the rows are updates 0, 1, ... in order, so it is
+    the update's step) of the first row of a metrics CSV that is not whole: cut short by a crash mid-write
+    (too few fields, or the file's last line without its newline), or whose step is not the next one.
+    None when every row is whole."""
+    lines = Path(path).read_text().splitlines(keepends=True)
+    if not lines:
+        return None
+    n = n_columns if n_columns is not None else len(next(csv.reader([lines[0]])))
+    for i, line in enumerate(lines[1:]):
+        try:
+            fields = next(csv.reader([line]))
+        except (csv.Error, StopIteration):
+            return i
+        if not line.endswith("\n") or len(fields) != n or fields[0] != str(i):
+            return i
+    return None
+
+
 class MetricsWriter:
     """Append-only CSV with the fixed :data:`COLUMNS`; ``truncate_before(step)`` for resume."""
 
@@ -127,9 +146,12 @@ class MetricsWriter:
         self._fh = None
 
     def truncate_before(self, step: int) -> int:
-        """Keep only rows with ``step < step``; returns how many rows were kept."""
+        """Keep only rows with ``step < step`` that come before the first torn row (:func:`first_torn_row`);
+        returns how many rows were kept."""
         lines = self.path.read_text().splitlines(keepends=True)
-        kept = [ln for ln in lines[1:] if ln.strip() and int(ln.split(",", 1)[0]) < step]
+        torn = first_torn_row(self.path, len(self.columns))
+        rows = lines[1:] if torn is None else lines[1:1 + torn]
+        kept = [ln for ln in rows if ln.strip() and int(ln.split(",", 1)[0]) < step]
         write_text(self.path, lines[0] + "".join(kept))
         return len(kept)
 

@@ -54,8 +54,17 @@ def metric_rows(path: str | Path) -> tuple[list[str], dict[int, list[str]]]:
     if not header or header[0] != "step":
         raise ValueError(f"{path}: the first column is {header[:1]}, not 'step'")
     out: dict[int, list[str]] = {}
-    for fields in body:
-        step = int(fields[0])
+    for n, fields in enumerate(body, 2):
+        if not fields:
+            continue
+        try:
+            step = int(fields[0])
+        except ValueError:
+            raise ValueError(f"{path}: line {n} has step {fields[0][:40]!r}, not an integer (a torn or edited "
+                             f"row)") from None
+        if len(fields) != len(header):
+            raise ValueError(f"{path}: line {n} (step {step}) has {len(fields)} fields, the header {len(header)} "
+                             f"(a row cut short by a crash, or edited)")
         if step in out:
             raise ValueError(f"{path}: step {step} has two rows")
         out[step] = fields
@@ -124,6 +133,7 @@ def replay(run: str | Path, steps: int, cache_dir: str | Path | None = None, out
     run = Path(run)
     reference = _reference(run)
     cfg = _stored_config(run, steps)
+    metric_rows(reference)  # a torn or short stored row is refused before any work
     changes = {"steps": steps, **overrides}
     if cache_dir is not None:
         changes["cache_dir"] = str(cache_dir)
@@ -267,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also write the outcome here: the run, the updates compared, this machine, the differing "
                         "columns and fields (a file the toolkit did not write is never replaced)")
     args = p.parse_args(argv)
+    if args.steps < 1:
+        p.error(f"--steps must be >= 1, got {args.steps}")
     dirty = None
     try:
         if args.json:

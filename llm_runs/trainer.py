@@ -62,9 +62,10 @@ from schema.io import write_json
 from schema.provenance import git_commit, package_versions
 from schema.results import METRICS_FILE, read_json, read_run
 
-from .checkpoints import CHECKPOINT_FORMAT, check_checkpoint_config, intact_checkpoint, write_checkpoint
+from .checkpoints import (CHECKPOINT_FORMAT, check_checkpoint_config, intact_checkpoint, latest_checkpoint,
+                          write_checkpoint)
 from .config import TrainConfig, config_fields
-from .metrics import MetricsWriter, run_columns
+from .metrics import MetricsWriter, first_torn_row, run_columns
 from .optim import make_optimizer
 from .presets import load_pretrained, save_pretrained
 from .rollout import evaluate, warn_truncation
@@ -133,7 +134,16 @@ class Trainer:
         self.max_new_tokens = default_max_new_tokens(cfg, self.task)
         ckpt, state = None, None
         if self.resume:
-            ckpt, state, loaded = intact_checkpoint(self.out, cfg.dtype, cfg.device, self.log)
+            torn = (first_torn_row(self.out / METRICS_FILE, len(run_columns(cfg)))
+                    if (self.out / METRICS_FILE).is_file() else None)
+            newest = latest_checkpoint(self.out)
+            if torn is not None and newest is not None and int(newest.name[5:]) > torn:
+                self.log(f"{METRICS_FILE}: the row of update {torn} is torn (a write cut short) and lies before the "
+                         f"last checkpoint ({newest.name}): resuming from the newest checkpoint at or before update "
+                         f"{torn} (or the start) and rewriting the rows from there")
+            else:
+                torn = None
+            ckpt, state, loaded = intact_checkpoint(self.out, cfg.dtype, cfg.device, self.log, at_most=torn)
             if ckpt is not None:
                 check_checkpoint_config(self.out, ckpt, state, cfg.to_dict())
         if ckpt is None:

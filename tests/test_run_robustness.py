@@ -507,3 +507,33 @@ def test_a_lock_held_only_by_orphans_of_a_dead_holder_does_not_block(tmp_path):
                 RunLock(tmp_path).acquire()  # the new lock is a real one
     finally:
         os.kill(orphan, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("torn_step, resumed_from", [(5, "step-000004"), (2, None)])
+def test_a_torn_metrics_row_before_the_last_checkpoint_is_rewritten(cache, tmp_path, monkeypatch, torn_step,
+                                                                    resumed_from):
+    """A row cut in half (a crash mid-write, the row flushed but not on disk) that lies before the last
+    checkpoint: resume takes the newest checkpoint at or before it (or the start), moves the newer ones
+    aside, rewrites the rows from there, says so, and the finished run equals one never interrupted."""
+    out = tmp_path / "run"
+    _interrupted_run(cache, out, keep=2, monkeypatch=monkeypatch)
+    path = out / "metrics.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    whole = lines[1 + torn_step]
+    lines[1 + torn_step] = whole[: len(whole) // 2] + "\n"
+    path.write_text("".join(lines))
+    said = []
+    cfg = resolve_config({**SMALL, "cache_dir": str(cache), "steps": 12, "checkpoint_every": 4, "keep_checkpoints": 2})
+    result = Trainer(cfg, out, resume=True, progress=False, log=said.append).run()
+    assert result.status == "complete"
+    text = "\n".join(said)
+    assert f"the row of update {torn_step} is torn" in text and "rewriting the rows" in text
+    assert "step-000008.superseded-" in text
+    if resumed_from:
+        assert f"resuming {out} from {resumed_from}" in text
+    _steps_once(out, 13)
+    clean = tmp_path / "clean"
+    Trainer(cfg, clean, progress=False, log=lambda m: None).run()
+    a, b = pd.read_csv(path), pd.read_csv(clean / "metrics.csv")
+    cols = [c for c in a.columns if not c.startswith("perf/")]
+    pd.testing.assert_frame_equal(a[cols], b[cols])

@@ -291,3 +291,21 @@ def test_check_hashes_the_committed_files_as_read(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr()
     assert "is corrupt" in err.err and "does NOT reproduce" not in err.out + err.err
     assert len(err.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("cut", ["short", "step"])
+def test_a_short_or_torn_stored_row_is_one_line_before_any_replay(tmp_path, capsys, cut):
+    from llm_runs.replay import main as replay_main
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests/reference_runs/short-token_clip-d16-s0", run)
+    path = run / "metrics.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[2] = (lines[2][: len(lines[2]) // 3] if cut == "short" else "x" + lines[2][1:]).rstrip("\n") + "\n"
+    path.write_text("".join(lines))
+    assert replay_main([str(run), "--steps", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "line 3" in err[0] and "Traceback" not in err[0]
+    with pytest.raises(SystemExit) as stop:
+        replay_main([str(run), "--steps", "0"])
+    assert stop.value.code == 2
