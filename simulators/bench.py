@@ -33,7 +33,10 @@ def _best(fn, repeat: int = 5) -> float:
     return min(times)
 
 
-def main():
+def main(argv: list[str] | None = None):
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m simulators.bench", description=__doc__.split("\n\n")[0]).parse_args(argv)
     inst = INSTANCES["mild"]
     th, tb, r = (np.array(inst[k]) for k in ("theta", "theta_b", "rewards"))
     estimator_names = [s for s, spec in estimators.SCHEMES.items() if not spec.batch_coupled]
