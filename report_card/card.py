@@ -349,38 +349,24 @@ def write(card: dict, card_dir: Path) -> list[Path]:
     return paths
 
 
-def strict(x, path: str = "", missing: dict | None = None):
-    """``x`` with every value JSON can hold strictly: a NaN or infinite float becomes ``null`` and its
-    path (``a.b[2]``) is recorded in ``missing`` with why; numpy scalars become Python numbers."""
-    if hasattr(x, "item") and not isinstance(x, (dict, list, tuple, str)) and getattr(x, "ndim", 0) == 0:
-        x = x.item()
-    if isinstance(x, bool) or x is None or isinstance(x, (int, str)):
-        return x
-    if isinstance(x, float):
-        if math.isfinite(x):
-            return x
-        if missing is not None:
-            missing[path or "."] = "not a number (no value: nothing measured)" if math.isnan(x) else \
-                f"{'+' if x > 0 else '-'}infinity"
-        return None
+def plain(x):
+    """``x`` with numpy scalars and arrays as Python numbers and lists, tuples as lists (JSON's values)."""
     if isinstance(x, dict):
-        return {str(k): strict(v, f"{path}.{k}" if path else str(k), missing) for k, v in x.items()}
+        return {str(k): plain(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [strict(v, f"{path}[{i}]", missing) for i, v in enumerate(x)]
-    if hasattr(x, "tolist"):
-        return strict(x.tolist(), path, missing)
-    return str(x)
+        return [plain(v) for v in x]
+    if hasattr(x, "tolist") and not isinstance(x, (str, bytes)):
+        return plain(x.tolist())
+    return x
 
 
 def card_json(card: dict) -> str:
-    """``card.json``'s text: strict JSON (no bare NaN or Infinity; :func:`strict`); the values written as
-    ``null`` for want of a number are listed under ``null_values`` with the reason."""
-    missing: dict = {}
-    doc = strict(card, "", missing)
-    doc.pop("null_values", None)
-    if missing:
-        doc["null_values"] = missing
-    return json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n"
+    """``card.json``'s text: strict JSON in the toolkit's one format (:func:`schema.io.dumps_json`: a
+    non-finite number is the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``, never a bare token a strict
+    parser refuses; :func:`schema.io.loads_json` reads it back as the float)."""
+    from schema.io import dumps_json
+
+    return dumps_json(plain(card), indent=1, sort_keys=True) + "\n"
 
 
 def write_refusal(name: str, source: str, error: str, card_dir: Path,
@@ -406,5 +392,5 @@ def write_refusal(name: str, source: str, error: str, card_dir: Path,
     p.write_text(md)
     (card_dir / "CARD.html").write_text(to_html(md, f"Report card: {name} (refused)"))
     doc = {"name": name, "source": source, "refused": True, "passed": False, "error": error, "when": when}
-    (card_dir / "card.json").write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    (card_dir / "card.json").write_text(card_json(doc))
     return p, earlier
