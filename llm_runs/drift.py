@@ -238,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (TypeError, KeyError, AttributeError, IndexError, OSError) as exc:  # a file of another shape
+        print(f"error: {args.path}: not a metrics export this reader knows ({type(exc).__name__}: "
+              f"{str(exc).splitlines()[0][:120] if str(exc) else ''})", file=sys.stderr)
+        return 2
     if args.stack == "trl":
         print(f"TRL: steps_per_generation = {delay + 1} cycles the delay through 0..{delay}; read at the "
               f"{s['fixed_delay_updates']} updates {delay} steps stale (the map's fixed delay d = {delay})")

@@ -513,8 +513,14 @@ def committed_configs() -> dict[str, object]:
     out = {}
     root = committed_root()
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and ".tmp-" not in p.name) if root.is_dir() else []:
-        rec = loads_json((folder / "warmstart.json").read_text())
-        cfg = resolve_config(dict(rec["settings"]))
+        try:
+            rec = loads_json((folder / "warmstart.json").read_text())
+            settings = dict(rec["settings"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{folder}: its warmstart.json is missing, unreadable or holds no settings "
+                             f"({type(exc).__name__}: {exc}): a corrupt committed warm start; restore it with "
+                             f"`git checkout -- {folder}`") from None
+        cfg = resolve_config(settings)
         if committed_path(cfg).name != folder.name:
             raise ValueError(f"{folder}: its recorded settings give the key {warm_start_key(cfg)}, not its name's "
                              "(another torch or transformers version than the one that made it?)")

@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
     cards = Path(args.out) if args.out else results_root() / "cards"
+    if cards.exists() and not cards.is_dir():
+        print(f"error: --out {cards} is a file, not a folder", file=sys.stderr)
+        return 2
     try:
         corr = load_correction(args.module, args.estimator) if args.module else registered_correction(args.estimator)
         card_dir = card_folder(cards, corr.name)
@@ -47,7 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     from .card import write_refusal
 
     def refuse(error: str, when: str) -> int:
-        path, replaced = write_refusal(corr.name, corr.source, error, card_dir, when=when)
+        try:
+            path, replaced = write_refusal(corr.name, corr.source, error, card_dir, when=when)
+        except OSError as exc:
+            print(f"error: {error}\n(the card could not be written to {card_dir}: {exc})", file=sys.stderr)
+            return 2
         gone = f"; the earlier card's {', '.join(replaced)} replaced by the refusal" if replaced else ""
         print(f"error: {error}\n(the card says so: {path}{gone})", file=sys.stderr)
         return 2
@@ -77,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     except (Exception, SystemExit) as exc:  # noqa: BLE001 (the correction's code runs here: any failure is named)
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         return refuse(f"computing the card of {corr.name} failed: {reason}", "while the card was computed")
-    paths = write(card, card_dir)
+    try:
+        paths = write(card, card_dir)
+    except OSError as exc:
+        print(f"error: the card of {corr.name} could not be written to {card_dir}: {exc}", file=sys.stderr)
+        return 2
     print(f"card of {corr.name}: {paths[0]} ({time.perf_counter() - t0:.0f} s)")
     for h, t in card["verdict"]:
         print(f"  {h}: {t}")

@@ -554,6 +554,8 @@ def test_kl_logged_only_before_the_window_is_said_so(tmp_path, capsys):
     lambda d: (d / "e.jsonl").write_text("\n") or d / "e.jsonl",
     lambda d: (d / "b.csv").write_bytes(b"\xff\xfe\x00garbage") or d / "b.csv",
     lambda d: (d / "b.json").write_bytes(b"\xff\xfe\x00") or d / "b.json",
+    lambda d: (d / "t.json").write_text('{"log_history": [1, 2, {"step": 1}]}') or d / "t.json",
+    lambda d: (d / "m").mkdir() or (d / "m" / "metrics.csv").write_text("step,x\n0,1\n") or d / "m",
 ])
 def test_things_that_are_not_runs_are_one_line_and_exit_2(tmp_path, capsys, make):
     rc = drift.main([str(make(tmp_path)), "--delay", "0"])

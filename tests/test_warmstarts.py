@@ -309,3 +309,19 @@ def test_a_short_or_torn_stored_row_is_one_line_before_any_replay(tmp_path, caps
     with pytest.raises(SystemExit) as stop:
         replay_main([str(run), "--steps", "0"])
     assert stop.value.code == 2
+
+
+@pytest.mark.parametrize("damage", ["garbage", "no settings", "gone"])
+def test_check_names_a_damaged_record_in_one_line(tmp_path, monkeypatch, capsys, damage):
+    root = _committed_copy(tmp_path, monkeypatch)
+    folder = sorted(p for p in root.iterdir() if p.is_dir())[0]
+    record = folder / "warmstart.json"
+    if damage == "garbage":
+        record.write_text("{not json")
+    elif damage == "no settings":
+        record.write_text(json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "settings"}))
+    else:
+        record.unlink()
+    assert warmstart.main(["--check", "--only", folder.name]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and folder.name in err[0]
