@@ -332,10 +332,12 @@ def test_the_trl_callback_takes_the_trainer_s_estimator_without_a_type_error():
 
     from llm_runs.integrations.stepsize_hooks import StepSizeCallback
 
-    trainer = SimpleNamespace(args=SimpleNamespace(gradient_accumulation_steps=1), estimator="gmc", eps=0.2)
+    trainer = SimpleNamespace(args=SimpleNamespace(gradient_accumulation_steps=1), estimator="gmc", eps=0.2,
+                              step_ratios=[], record_step_ratios=False)
     cb = StepSizeCallback(trainer, estimator="gmc", eps=0.2, gmc_step=True)
     assert cb.control.gmc_step
-    for kw, match in [(dict(estimator="is", gmc_step=True), "contradicts"),
+    for kw, match in [(dict(estimator="is", gmc_step=True), "trainer's estimator is 'gmc'"),
+                      (dict(gmc_step=True, no_such_setting=1), "unknown setting 'no_such_setting'"),
                       (dict(gmc_step=True, skip_zero_grad=True), "cannot be applied")]:
         with pytest.raises(ValueError, match=match):
             StepSizeCallback(trainer, **kw)
