@@ -202,3 +202,19 @@ def test_g3_needs_every_seed_and_reads_the_outcomes():
             for G in (4, 8, 16, 32) for s in range(10)]
     assert g3(recs)["verdict"] == "CONFIRMED"
     assert "not yet run" in g3(recs[1:])["why"]
+
+
+def test_gate_b_passes_a_correct_sampler_and_fails_a_biased_one():
+    from studies.group_size.pool import coefficients, mc_agreement
+
+    logp, blogp, mask, rewards = _replicate(P=4, n=32)
+    sampled, exact, biased = [], [], []
+    for s in range(4):
+        rng = np.random.default_rng(s)
+        e = coefficients("tic_trunc", 32, logp, blogp, mask, rewards, 0.2, rng, exact=True)
+        c = coefficients("tic_trunc", 4, logp, blogp, mask, rewards, 0.2, rng, halves=True)
+        sampled.append(c)
+        exact.append(e)
+        biased.append(tuple(x * 1.1 for x in c))  # a sampler whose average is 10% off
+    assert abs(mc_agreement(sampled, exact)["z"]) < 4
+    assert abs(mc_agreement(biased, exact)["z"]) > 4

@@ -97,11 +97,13 @@ def drift_stats(logw: torch.Tensor, tok_lr: torch.Tensor, mask: torch.Tensor) ->
 
 
 def coefficients(est: str, G: int, logp: torch.Tensor, blogp: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor,
-                 eps: float, rng: np.random.Generator, exact: bool = False, advantage: str = "loo") -> torch.Tensor:
+                 eps: float, rng: np.random.Generator, exact: bool = False, advantage: str = "loo",
+                 halves: bool = False):
     """Per completion of one replicate ``(P, n)``, the expected coefficient of its sequence log-probability
     in the correction's update at group size G (averaged over prompts: the update is ``sum_p,j coef
     grad log pi(o_pj)``). Sampled groups without replacement (K = max(1, round(DRAWS / G)) per prompt), or,
-    with ``exact``, one group of the whole replicate (the exact expectation for a per-sample correction)."""
+    with ``exact``, one group of the whole replicate (the exact expectation for a per-sample correction).
+    With ``halves``: ``(average, average over the first half of the groups, over the second half)``."""
     import estimators
     from estimators.losses import policy_loss
 
@@ -137,7 +139,14 @@ def coefficients(est: str, G: int, logp: torch.Tensor, blogp: torch.Tensor, mask
     # so the sum is the average over groups of each prompt's update, divided by P
     acc = torch.zeros(P, n, dtype=torch.float64)
     acc.index_put_((pidx.reshape(-1), pick.reshape(-1)), per_tok.detach(), accumulate=True)
-    return acc
+    if not halves:
+        return acc
+    # the same average from each half of the groups (each scaled to a whole average): their difference
+    # measures the Monte Carlo spread of ``acc`` (gate b's reference)
+    first = (torch.arange(K) < K // 2)[None, :, None].expand_as(pick).reshape(-1)
+    a = torch.zeros(P, n, dtype=torch.float64)
+    a.index_put_((pidx.reshape(-1)[first], pick.reshape(-1)[first]), per_tok.detach()[first], accumulate=True)
+    return acc, a * (K / max(K // 2, 1)), (acc - a) * (K / max(K - K // 2, 1))
 
 
 def loo_target(rewards: torch.Tensor) -> torch.Tensor:
@@ -239,3 +248,20 @@ def relative_bias(D: torch.Tensor, T: torch.Tensor, V: torch.Tensor) -> tuple[fl
     mv, mt = V.mean(0), T.mean(0)
     cos = float(mv @ mt / (mv.norm() * mt.norm()))
     return full, se, cos, float(mv.norm() / mt.norm())
+
+
+def mc_agreement(sampled: list, exact: list) -> dict:
+    """Gate (b): whether sampled-group averages agree with the exact expectation within their own Monte Carlo
+    error. Per completion, ``x = (c - c_exact)^2 - (c_A - c_B)^2 / 4`` has mean 0 when the sampled average
+    ``c = (c_A + c_B) / 2`` (halves of independent groups) is unbiased for ``c_exact``; the z-statistic of the
+    mean of x over every completion and replicate, with its computed standard error. ``sampled``: the
+    ``(c, c_A, c_B)`` of each replicate; ``exact``: each replicate's exact coefficients."""
+    x = torch.cat([((c - e) ** 2 - (a - b) ** 2 / 4).reshape(-1) for (c, a, b), e in zip(sampled, exact)])
+    scale = torch.cat([e.reshape(-1) for e in exact]).abs().max().clamp_min(1e-300) ** 2
+    x = x / scale
+    se = float(x.std() / math.sqrt(len(x))) if len(x) > 1 else 0.0
+    m = float(x.mean())
+    z = m / se if se > 0 else (0.0 if abs(m) < 1e-24 else math.inf)
+    dist = float(torch.cat([(c - e).reshape(-1) for (c, _, _), e in zip(sampled, exact)]).norm()
+                 / torch.cat([e.reshape(-1) for e in exact]).norm().clamp_min(1e-300))
+    return {"z": z, "relative_distance": dist}
