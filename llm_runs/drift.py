@@ -171,6 +171,20 @@ def read_export(path: str | Path, stack: str = "toolkit") -> tuple[pd.DataFrame,
     raise ValueError(f"{p}: not a run folder, a .jsonl/.csv export or a TRL trainer_state.json")
 
 
+def run_group_size(path: str | Path) -> int | None:
+    """A toolkit run's group size from its stored config (None for an export that does not record it)."""
+    from schema.results import is_packed_run, read_run_config
+
+    p = Path(path)
+    if not (p.is_dir() or (not p.exists() and is_packed_run(p))):
+        return None
+    try:
+        G = read_run_config(p).get("group_size")
+    except (ValueError, OSError, KeyError):
+        return None
+    return int(G) if G is not None else None
+
+
 def map_path() -> Path:
     from schema.results import grid_folder
 
@@ -223,12 +237,52 @@ def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dic
     return out
 
 
+MAP_GROUP_SIZE = 8
+"""The group size of every run of the drift map (the study's settings, ``llm_runs.grids.STUDY_BASE``)."""
+
+
+def group_size_cells() -> list[dict]:
+    """The group-size grid's cells at d = 64 (``results/llm/group_size/verdicts.json``, written by
+    ``python -m studies.group_size``; none before it exists): per level, G and correction, the stable share."""
+    from schema.results import grid_folder, read_json
+
+    path = grid_folder("group_size") / "verdicts.json"
+    if not path.is_file():
+        return []
+    return [c for c in read_json(path).get("cells", []) if c.get("B", 0) * c.get("G", 0) == 128]
+
+
+def group_size_lines(G: int | None, cells: list[dict] | None = None) -> list[str]:
+    """What the maps measured say about a run of group size ``G``: the drift map's G, the group sizes the
+    group-size grid measured, the nearest one to ``G`` and its cells, and when ``G`` lies outside them."""
+    cells = group_size_cells() if cells is None else cells
+    measured = sorted({MAP_GROUP_SIZE} | {int(c["G"]) for c in cells})
+    if G is None:
+        return [f"group size: unknown (give --group-size); the drift map was measured at G = {MAP_GROUP_SIZE}"]
+    near = min(measured, key=lambda g: (abs(math.log(g) - math.log(G)), g))
+    out = [f"group size: G = {G}; the drift map was measured at G = {MAP_GROUP_SIZE}"
+           + (f", the group-size grid at G = {', '.join(map(str, measured))}" if cells else "")
+           + f"; nearest measured G = {near}"]
+    if G < measured[0] or G > measured[-1]:
+        out.append(f"group size: G = {G} lies outside the measured range ({measured[0]}-{measured[-1]}): no run was "
+                   f"made at it, and the map's boundaries may not transfer")
+    for c in sorted((c for c in cells if int(c["G"]) == near), key=lambda c: (c["level"], c["estimator"])):
+        out.append(f"  G = {near} {c['level']:16s} {c['estimator']:10s} stable {c['stable_share']:.0%} of {c['n']}, "
+                   f"early KL {c['kl_early_pre_collapse']:.4g}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m llm_runs.drift", description=__doc__.split("\n\n")[0])
     p.add_argument("path", help="a run folder, a verl .jsonl export or a TRL trainer_state.json")
     p.add_argument("--stack", default="toolkit", choices=sorted(COLUMNS))
     p.add_argument("--delay", type=int, default=None, help="the run's delay d (read from a toolkit run's config)")
+    p.add_argument("--group-size", type=int, default=None,
+                   help="the run's group size G (read from a toolkit run's config)")
     args = p.parse_args(argv)
+    if args.group_size is not None and args.group_size < 2:
+        print(f"error: --group-size must be an integer >= 2, got {args.group_size}", file=sys.stderr)
+        return 2
     try:
         m, delay = read_export(args.path, args.stack)
         delay = args.delay if args.delay is not None else delay
@@ -242,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.path}: not a metrics export this reader knows ({type(exc).__name__}: "
               f"{str(exc).splitlines()[0][:120] if str(exc) else ''})", file=sys.stderr)
         return 2
+    G = args.group_size if args.group_size is not None else run_group_size(args.path)
+    for line in group_size_lines(G):
+        print(line)
     if args.stack == "trl":
         print(f"TRL: steps_per_generation = {delay + 1} cycles the delay through 0..{delay}; read at the "
               f"{s['fixed_delay_updates']} updates {delay} steps stale (the map's fixed delay d = {delay})")

@@ -561,3 +561,25 @@ def test_things_that_are_not_runs_are_one_line_and_exit_2(tmp_path, capsys, make
     rc = drift.main([str(make(tmp_path)), "--delay", "0"])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+
+
+def test_the_reader_names_the_run_s_group_size_and_the_nearest_measured_one():
+    from llm_runs.drift import group_size_lines
+
+    assert "measured at G = 8" in group_size_lines(8, [])[0] and len(group_size_lines(8, [])) == 1
+    out = group_size_lines(64, [])
+    assert "G = 64 lies outside the measured range (8-8)" in out[1]
+    cells = [{"G": G, "B": 128 // G, "level": "adamclip0.0001", "estimator": "gmc", "stable_share": s, "n": 5,
+              "kl_early_pre_collapse": 0.05} for G, s in ((4, 0.2), (16, 0.6), (32, 1.0))]
+    out = group_size_lines(24, cells)
+    assert "nearest measured G = 32" in out[0] and "G = 4, 8, 16, 32" in out[0]
+    assert not any("outside" in line for line in out)
+    assert any("stable 100% of 5" in line for line in out)
+    assert "unknown (give --group-size)" in group_size_lines(None, cells)[0]
+
+
+def test_a_group_size_below_two_is_refused(tmp_path, capsys):
+    from llm_runs.drift import main
+
+    assert main([str(tmp_path), "--group-size", "1"]) == 2
+    assert "--group-size must be an integer >= 2, got 1" in capsys.readouterr().err
