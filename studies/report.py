@@ -250,6 +250,9 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
     missing += study_missing
     md += gpu_study_section(report_dir, figures_out, draw_missing)
     md += [] if lead else drift_md
+    from studies.group_size.section import group_size_section
+
+    md += group_size_section()
 
     md += ["## Verdicts on the abstract's claims", ""]
     disagreements = []

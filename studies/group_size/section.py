@@ -88,11 +88,14 @@ def group_size_section() -> list[str]:
             "(committed before any run, with the exact models' predictions). `python -m studies.group_size` "
             "decides; the frozen pairs are measured by `python -m studies.group_size.pairs`, the grid run by "
             "`python -m studies.run --grid group_size`.")
-    md = ["### The group-size laws on the LLM's policies", "", lead, ""]
+    head = "## The group-size laws on the LLM's policies"
     path = verdicts_path()
     if not path.is_file():
-        return md + ["Not yet decided: `results/llm/group_size/verdicts.json` does not exist.", ""]
+        return [f"{head} (in progress)", "", lead, "",
+                "Not yet decided: `results/llm/group_size/verdicts.json` does not exist.", ""]
     v = read_json(path)
+    pending = [h for h in HYPOTHESES if str(v.get(h, {}).get("why", "")).startswith("not yet run")]
+    md = [f"{head} (in progress: {', '.join(pending)} not yet run)" if pending else head, "", lead, ""]
     md += verdict_rows(v) + [""]
     pairs = grid_folder("group_size") / "pairs.json"
     if pairs.is_file():
