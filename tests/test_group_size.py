@@ -218,3 +218,14 @@ def test_gate_b_passes_a_correct_sampler_and_fails_a_biased_one():
         biased.append(tuple(x * 1.1 for x in c))  # a sampler whose average is 10% off
     assert abs(mc_agreement(sampled, exact)["z"]) < 4
     assert abs(mc_agreement(biased, exact)["z"]) > 4
+
+
+def test_gate_b_at_the_whole_replicate_compares_up_to_rounding():
+    from studies.group_size.pool import coefficients, mc_agreement
+
+    logp, blogp, mask, rewards = _replicate(P=2, n=8)
+    e = coefficients("is", 8, logp, blogp, mask, rewards, 0.2, np.random.default_rng(0), exact=True)
+    c = coefficients("is", 8, logp, blogp, mask, rewards, 0.2, np.random.default_rng(0), halves=True)
+    assert float((c[1] - c[2]).norm()) <= 1e-9 * float(c[1].norm())
+    assert mc_agreement([c], [e])["z"] == 0.0
+    assert mc_agreement([tuple(x * 1.001 for x in c)], [e])["z"] == math.inf

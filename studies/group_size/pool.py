@@ -256,12 +256,16 @@ def mc_agreement(sampled: list, exact: list) -> dict:
     ``c = (c_A + c_B) / 2`` (halves of independent groups) is unbiased for ``c_exact``; the z-statistic of the
     mean of x over every completion and replicate, with its computed standard error. ``sampled``: the
     ``(c, c_A, c_B)`` of each replicate; ``exact``: each replicate's exact coefficients."""
+    dist = float(torch.cat([(c - e).reshape(-1) for (c, _, _), e in zip(sampled, exact)]).norm()
+                 / torch.cat([e.reshape(-1) for e in exact]).norm().clamp_min(1e-300))
+    if all(float((a - b).norm()) <= 1e-9 * float(a.norm()) for (_, a, b) in sampled):
+        # no Monte Carlo spread beyond rounding (G is the whole replicate: every group holds the same completions,
+        # in another order): the average must equal the exact expectation up to rounding
+        return {"z": 0.0 if dist < 1e-9 else math.inf, "relative_distance": dist}
     x = torch.cat([((c - e) ** 2 - (a - b) ** 2 / 4).reshape(-1) for (c, a, b), e in zip(sampled, exact)])
     scale = torch.cat([e.reshape(-1) for e in exact]).abs().max().clamp_min(1e-300) ** 2
     x = x / scale
     se = float(x.std() / math.sqrt(len(x))) if len(x) > 1 else 0.0
     m = float(x.mean())
     z = m / se if se > 0 else (0.0 if abs(m) < 1e-24 else math.inf)
-    dist = float(torch.cat([(c - e).reshape(-1) for (c, _, _), e in zip(sampled, exact)]).norm()
-                 / torch.cat([e.reshape(-1) for e in exact]).norm().clamp_min(1e-300))
     return {"z": z, "relative_distance": dist}
