@@ -252,7 +252,9 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
     md += [] if lead else drift_md
     from studies.group_size.section import group_size_section
 
-    md += group_size_section()
+    gs_md, gs_missing = group_size_section(report_dir, figures_out, draw_missing, figure_sections)
+    md += gs_md
+    missing += gs_missing
 
     md += ["## Verdicts on the abstract's claims", ""]
     disagreements = []

@@ -81,8 +81,11 @@ def cell_lines(cells: list[dict]) -> list[str]:
     return out
 
 
-def group_size_section() -> list[str]:
+def group_size_section(report_dir: Path | None = None, figures_out: Path | None = None, draw_missing: bool = False,
+                       figure_sections=None) -> tuple[list[str], list[str]]:
+    """The section's lines (with its figure where ``figure_sections`` places figures) and the figures not drawn."""
     from schema.results import grid_folder, read_json
+    from studies.group_size.figures import FIGURES
 
     lead = ("Pre-registration: [docs/PREREGISTRATION-GROUP-SIZE.md](../docs/PREREGISTRATION-GROUP-SIZE.md) "
             "(committed before any run, with the exact models' predictions). `python -m studies.group_size` "
@@ -92,11 +95,15 @@ def group_size_section() -> list[str]:
     path = verdicts_path()
     if not path.is_file():
         return [f"{head} (in progress)", "", lead, "",
-                "Not yet decided: `results/llm/group_size/verdicts.json` does not exist.", ""]
+                "Not yet decided: `results/llm/group_size/verdicts.json` does not exist.", ""], []
     v = read_json(path)
     pending = [h for h in HYPOTHESES if str(v.get(h, {}).get("why", "")).startswith("not yet run")]
     md = [f"{head} (in progress: {', '.join(pending)} not yet run)" if pending else head, "", lead, ""]
     md += verdict_rows(v) + [""]
+    missing: list[str] = []
+    if figure_sections is not None:
+        lines, missing = figure_sections(FIGURES, report_dir, figures_out, draw_missing)
+        md += lines
     pairs = grid_folder("group_size") / "pairs.json"
     if pairs.is_file():
         doc = read_json(pairs)
@@ -105,4 +112,4 @@ def group_size_section() -> list[str]:
         intro = (f"The grid's cells at d = 64 ({v['runs']} complete runs so far; the drift read before collapse "
                  "as pre-registered, beside the whole window):")
         md += [intro, ""] + cell_lines(v["cells"]) + [""]
-    return md
+    return md, missing
