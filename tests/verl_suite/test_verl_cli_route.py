@@ -19,21 +19,24 @@ REPO = Path(__file__).resolve().parents[2]
 TARGET = "actor_rollout_ref.actor.policy_loss._target_=llm_runs.integrations.verl_plugin.PolicyLossConfig"
 
 VALIDATE = r'''
+import json
 import sys
 from hydra import compose, initialize_config_module
-sys.modules.pop("llm_runs.integrations.verl_plugin", None)
-with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-    cfg = compose(config_name="ppo_trainer", overrides=sys.argv[1:])
-assert "llm_runs.integrations.verl_plugin" not in sys.modules
 from verl.trainer.ppo.utils import need_critic, need_reference_policy  # as verl/trainer/main_ppo.py calls it
 from verl.utils.config import omega_conf_to_dataclass, validate_config
-try:
-    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-except (ValueError, TypeError) as exc:
-    print("REFUSED", exc)
-    raise SystemExit(3)
-pl = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor).policy_loss
-print("OK", type(pl).__name__, pl.kappa, pl.ess_scaling, pl.behaviour)
+sys.modules.pop("llm_runs.integrations.verl_plugin", None)
+for overrides in json.loads(sys.argv[1]):  # the cases without _target_ first: the plugin is not imported yet
+    print("CASE", len(overrides))
+    try:
+        with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+            cfg = compose(config_name="ppo_trainer", overrides=overrides)
+        if not any("_target_" in o for o in overrides):
+            assert "llm_runs.integrations.verl_plugin" not in sys.modules
+        validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+        pl = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor).policy_loss
+        print("OK", type(pl).__name__, pl.kappa, pl.ess_scaling, pl.behaviour)
+    except Exception as exc:  # the refusal's text, whatever raised it
+        print("REFUSED", type(exc).__name__, " ".join(str(exc).split()))
 '''
 
 BASE = ["actor_rollout_ref.actor.policy_loss.loss_mode=gmc_cap", "algorithm.adv_estimator=gmc_loo",
@@ -44,25 +47,31 @@ BASE = ["actor_rollout_ref.actor.policy_loss.loss_mode=gmc_cap", "algorithm.adv_
         "+actor_rollout_ref.actor.policy_loss.kappa=2", "+actor_rollout_ref.actor.policy_loss.ess_scaling=sqrt"]
 
 
-def validate(overrides):
-    return subprocess.run([sys.executable, "-c", VALIDATE, *overrides], capture_output=True, text=True, cwd=REPO,
-                          timeout=300)
+def validate(cases: list[list[str]]) -> list[str]:
+    """Each case's outcome (``OK ...`` or ``REFUSED ...``) from one fresh process that has not imported the
+    plugin before its first case."""
+    import json
+
+    run = subprocess.run([sys.executable, "-c", VALIDATE, json.dumps(cases)], capture_output=True, text=True,
+                         cwd=REPO, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = [line for line in run.stdout.splitlines() if line.startswith(("OK", "REFUSED"))]
+    assert len(out) == len(cases), run.stdout + run.stderr
+    return out
 
 
 def test_a_knob_and_a_step_control_reach_the_plugin_from_verls_command_line_through_target():
     """In a fresh process that has not imported the plugin, verl's own config and validate_config, with the
     documented _target_ override: the knob and the step control are there; without it verl refuses kappa."""
-    ok = validate([TARGET, *BASE])
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "OK PolicyLossConfig 2 sqrt None" in ok.stdout  # behaviour unset: the default, rollout
-    bare = validate(BASE)
-    assert bare.returncode != 0 and "kappa" in bare.stdout + bare.stderr
-    token = validate([TARGET, *BASE, "algorithm.rollout_correction.rollout_is=token"])
-    assert token.returncode == 3 and "rollout_is='token'" in token.stdout
-    bypass = validate([TARGET, *BASE, "algorithm.rollout_correction.bypass_mode=True"])
-    assert bypass.returncode == 3 and "bypass_mode=True replaces loss_mode 'gmc_cap'" in bypass.stdout
-    bad = validate([TARGET, *BASE, "+actor_rollout_ref.actor.policy_loss.behaviour=stale"])
-    assert bad.returncode != 0 and "behaviour = 'stale'" in bad.stdout + bad.stderr
+    bare, ok, token, bypass, bad = validate([
+        BASE, [TARGET, *BASE], [TARGET, *BASE, "algorithm.rollout_correction.rollout_is=token"],
+        [TARGET, *BASE, "algorithm.rollout_correction.bypass_mode=True"],
+        [TARGET, *BASE, "+actor_rollout_ref.actor.policy_loss.behaviour=stale"]])
+    assert bare.startswith("REFUSED") and "kappa" in bare
+    assert ok == "OK PolicyLossConfig 2 sqrt None", ok  # behaviour unset: the default, rollout
+    assert token.startswith("REFUSED") and "rollout_is='token'" in token
+    assert bypass.startswith("REFUSED") and "bypass_mode=True replaces loss_mode 'gmc_cap'" in bypass
+    assert bad.startswith("REFUSED") and "behaviour = 'stale'" in bad
 
 
 def _call(actor, batch, adv, **kw):
@@ -87,7 +96,8 @@ def test_the_rollouts_log_probs_move_gmcs_weights_and_ess():
     assert float(loss) == pytest.approx(float(want.loss), abs=1e-12)
     ess = estimators.diagnostics(want.seq_log_ratio, eps)["ess_frac_mean"]
     assert metrics["actor/stale/ess"] == pytest.approx(ess) and ess < 0.95
-    decoupled = actor_config(verl_config(snippet_overrides() + ["+actor_rollout_ref.actor.policy_loss.behaviour=recomputed"]))
+    recomputed_route = snippet_overrides() + ["+actor_rollout_ref.actor.policy_loss.behaviour=recomputed"]
+    decoupled = actor_config(verl_config(recomputed_route))
     decoupled.global_batch_info.update(dp_size=1, global_batch_size=batch.B)
     loss_d, metrics_d = fn(**{**_call(decoupled, batch, adv), "old_log_prob": recomputed}, rollout_log_probs=batch.old)
     assert metrics_d["actor/stale/ess"] == pytest.approx(1.0)  # the recomputed ratio is 1: no staleness seen
