@@ -268,7 +268,8 @@ def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_
     lr, g2 = seq_log_ratio.detach().double(), grad_sq_norms.detach().double()
     for name, x in (("rewards", r), ("seq_log_ratio", lr), ("grad_sq_norms", g2)):
         if bool(torch.isnan(x).any()):
-            raise ValueError(f"opob: {name} holds NaN (first at index {tuple(torch.nonzero(torch.isnan(x))[0].tolist())})")
+            raise ValueError(f"opob: {name} holds NaN "
+                             f"(first at index {tuple(torch.nonzero(torch.isnan(x))[0].tolist())})")
     if not bool(torch.isfinite(r).all()):
         raise ValueError("opob: rewards must be finite")
     if bool((g2 < 0).any()) or not bool(torch.isfinite(g2).all()):

@@ -62,8 +62,13 @@ from schema.io import write_json
 from schema.provenance import git_commit, package_versions
 from schema.results import METRICS_FILE, read_json, read_run
 
-from .checkpoints import (CHECKPOINT_FORMAT, check_checkpoint_config, intact_checkpoint, latest_checkpoint,
-                          write_checkpoint)
+from .checkpoints import (
+    CHECKPOINT_FORMAT,
+    check_checkpoint_config,
+    intact_checkpoint,
+    latest_checkpoint,
+    write_checkpoint,
+)
 from .config import TrainConfig, config_fields
 from .metrics import MetricsWriter, first_torn_row, run_columns
 from .optim import make_optimizer

@@ -141,8 +141,9 @@ def unload(path: str | Path) -> None:
 def card_folder(cards: Path, name: str) -> Path:
     """The folder of ``name``'s card under ``cards`` (``--out``): a name with path parts (``/``, ``..``,
     an absolute path) is a :class:`CorrectionError`, so nothing is written outside ``cards``."""
-    from estimators.schemes import NAME_PATTERN
     import re
+
+    from estimators.schemes import NAME_PATTERN
 
     folder = Path(cards) / str(name)
     inside = Path(cards).resolve() in folder.resolve().parents

@@ -62,7 +62,7 @@ def test_every_documented_command_answers_help():
     out = subprocess.run([sys.executable, "-c", code, *mods], check=False, cwd=REPO, capture_output=True, text=True,
                          timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = [eval(line) for line in out.stdout.splitlines() if line.startswith("(")]  # noqa: S307 (our own repr)
+    rows = [eval(line) for line in out.stdout.splitlines() if line.startswith("(")]
     assert [r[0] for r in rows] == mods
     bad = [r for r in rows if r[1] != 0 or not r[2]]
     assert not bad, bad

@@ -110,7 +110,8 @@ TRL_SETTINGS = {
     "importance_sampling_level": ("the level is the estimator's: estimator='gspo' is TRL's sequence level, the "
                                   "trajectory schemes (gmc, ...) weight whole trajectories, token_clip weights tokens"),
     "epsilon": ("the trajectory schemes have no lower clip (their cap 1 + eps is the trainer's `eps` or "
-                "GRPOConfig.epsilon_high); estimator='token_clip' takes it as its lower clip 1 - eps, and gspo and cispo "
+                "GRPOConfig.epsilon_high); estimator='token_clip' takes it as its lower clip 1 - eps, "
+                "and gspo and cispo "
                 "as their knob eps_low"),
     "delta": "no two-sided clipping of negative advantages; choose an estimator (e.g. gmc caps the group's mass)",
     "scale_rewards": ("the advantages are the trainer's `advantage`: 'grpo' ((r - mean) / std per group), "
@@ -209,7 +210,8 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
             value = float(getattr(args, setting))
             given = self._eps_given if knob is None else self.knobs.get(knob)
             if given is not None and float(given) != value:
-                raise ValueError(f"GRPOConfig.{setting} = {value!r} and {'eps' if knob is None else f'knobs[{knob!r}]'} "
+                raise ValueError(f"GRPOConfig.{setting} = {value!r} and "
+                                 f"{'eps' if knob is None else f'knobs[{knob!r}]'} "
                                  f"= {given!r} disagree: both set the same clip; give one of them")
             if knob is None:
                 self.eps = check_eps(value)

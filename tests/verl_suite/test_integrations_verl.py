@@ -101,7 +101,8 @@ def run_micro_batches(loss_fn, cfg_actor, batch, advantages):
         loss, m = loss_fn(old_log_prob=batch.old[rows], log_prob=logp[rows], advantages=advantages[rows],
                           response_mask=batch.mask[rows], loss_agg_mode=cfg_actor.loss_agg_mode,
                           config=cfg_actor, rollout_is_weights=None,
-                          **({"rollout_log_probs": batch.old[rows]} if hasattr(loss_fn, "gmc_plugin_estimator") else {}))
+                          **({"rollout_log_probs": batch.old[rows]}
+                             if hasattr(loss_fn, "gmc_plugin_estimator") else {}))
         total = total + loss
         metrics.append(m)
     total.backward()
@@ -371,7 +372,8 @@ def test_old_style_four_tuple_detected_and_returned():
     adv, _ = verl_integration.grouped_advantages("loo", batch.rewards, batch.mask.double(), batch.index)
     old_cfg = OmegaConf.create({"clip_ratio": eps, "clip_ratio_high": None, "shuffle": False,
                                 "ppo_micro_batch_size_per_gpu": batch.B,
-                                "policy_loss": {"group_size": G, "behaviour": "recomputed"}})  # verl 0.4: no rollout log-probs
+                                # verl 0.4: no rollout log-probs
+                                "policy_loss": {"group_size": G, "behaviour": "recomputed"}})
     # the old actor's call: pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = policy_loss_fn(...)
     pg_loss, clipfrac, ppo_kl, capped = fake.POLICY_LOSS_REGISTRY["gmc"](
         old_log_prob=batch.old, log_prob=batch.new, advantages=adv, response_mask=batch.mask,
@@ -417,7 +419,8 @@ def test_return_style_is_read_not_guessed():
 
 def test_rollout_is_weights_sequence_level_only(snippet_cfg):
     """verl's decoupled form (behaviour=recomputed): rollout_is_weights multiply the advantage."""
-    actor = actor_config(verl_config(snippet_overrides() + ["+actor_rollout_ref.actor.policy_loss.behaviour=recomputed"]))
+    recomputed = ["+actor_rollout_ref.actor.policy_loss.behaviour=recomputed"]
+    actor = actor_config(verl_config(snippet_overrides() + recomputed))
     G = actor.rollout_n
     batch = random_batch(seed=21, num_groups=2, G=G, binary=False)
     adv, _ = core_algos.get_adv_estimator_fn("gmc_loo")(token_level_rewards=batch.rewards,

@@ -116,14 +116,16 @@ def check_rollout_correction(policy_loss, rollout_correction) -> None:
             "default) already takes the ratio against rollout_log_probs")
     level = _cfg(rc, "rollout_is", None)
     if level == "token":
-        raise ValueError(f"algorithm.rollout_correction.rollout_is='token' gives one weight per token; loss_mode {mode!r} "
+        raise ValueError(f"algorithm.rollout_correction.rollout_is='token' gives one weight per token; "
+                         f"loss_mode {mode!r} "
                          "is a trajectory loss (one weight per response): use rollout_is='sequence' with "
                          "policy_loss.behaviour=recomputed, or no rollout_is")
     if level == "sequence" and behaviour_from({"policy_loss": policy_loss}) == "rollout":
         raise ValueError(
             "algorithm.rollout_correction.rollout_is='sequence' multiplies the advantage by pi_old / pi_rollout, "
             f"which loss_mode {mode!r} already corrects (policy_loss.behaviour=rollout takes pi_theta / pi_rollout): "
-            "drop rollout_is, or set +actor_rollout_ref.actor.policy_loss.behaviour=recomputed for verl's decoupled form")
+            "drop rollout_is, or set +actor_rollout_ref.actor.policy_loss.behaviour=recomputed "
+            "for verl's decoupled form")
 
 
 def knob_names() -> list[str]:
@@ -353,14 +355,16 @@ def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, r
         if rollout_log_probs is None:
             raise ValueError(
                 f"policy loss {estimator!r} takes the ratio pi_theta / pi_rollout (policy_loss.behaviour=rollout, the "
-                "default), but the batch carries no rollout_log_probs: set actor_rollout_ref.rollout.calculate_log_probs"
+                "default), but the batch carries no rollout_log_probs: "
+                "set actor_rollout_ref.rollout.calculate_log_probs"
                 "=True, or +actor_rollout_ref.actor.policy_loss.behaviour=recomputed for verl's decoupled pi_theta / "
                 "pi_old")
         if tuple(rollout_log_probs.shape) != tuple(log_prob.shape):
             raise ValueError(f"rollout_log_probs of shape {tuple(rollout_log_probs.shape)} for log-probs of shape "
                              f"{tuple(log_prob.shape)}")
         if rollout_is_weights is not None:
-            raise ValueError("rollout_is_weights (pi_old / pi_rollout) with policy_loss.behaviour=rollout would correct "
+            raise ValueError("rollout_is_weights (pi_old / pi_rollout) with policy_loss.behaviour=rollout "
+                             "would correct "
                              "the staleness twice: drop algorithm.rollout_correction.rollout_is, or set "
                              "policy_loss.behaviour=recomputed")
         old_log_prob = rollout_log_probs.to(log_prob.dtype)
@@ -417,7 +421,8 @@ def _loss_with_rejected(estimator, log_prob, behaviour, mask, adv, G, eps, optio
     spec = estimators.get_scheme(estimator)
     if is_batch_coupled(estimator) or spec.surrogate == "clamp":
         raise ValueError(f"loss_mode {estimator!r} with rejected responses (an empty response_mask, from "
-                         "algorithm.rollout_correction.rollout_rs) is not supported: its weights couple the whole batch "
+                         "algorithm.rollout_correction.rollout_rs) is not supported: "
+                         "its weights couple the whole batch "
                          "or its surrogate is not c * ratio; choose another loss or drop rollout_rs")
     m = mask.to(log_prob.dtype)
     lr = trajectory_log_ratio(log_prob, behaviour.detach(), m).reshape(-1, G)

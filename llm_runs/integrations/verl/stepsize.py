@@ -7,7 +7,8 @@ mini-batch, as VCPO computes ``rho_ess`` over it), summed over the engine's data
 (``engine.get_data_parallel_group()``; :func:`llm_runs.integrations.step_sync.synced_step_scale`, as VCPO
 all-gathers its sums) so every rank steps at one rate, and restored after it, as VCPO's actor does
 around ``optimizer.step()`` (mit-han-lab/vcpo ``verl/workers/actor/megatron_actor.py``). The plugin
-installs it itself when ``actor.policy_loss`` sets a control (``+actor_rollout_ref.actor.policy_loss.ess_scaling=sqrt``).
+installs it itself when ``actor.policy_loss`` sets a control
+(``+actor_rollout_ref.actor.policy_loss.ess_scaling=sqrt``).
 
     from llm_runs.integrations.verl.stepsize import install_step_control
     install_step_control(worker.engine, estimator="gmc", eps=0.2, ess_scaling="sqrt")
