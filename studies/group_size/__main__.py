@@ -43,7 +43,9 @@ def decide() -> dict:
     doc = read_json(pairs_path) if pairs_path.is_file() else None
     pred = read_json(PRED)
     recs = V.read_grid([grid_folder("group_size"), grid_folder("group_size_decisive")])
-    return {"format": A.VERDICTS_FORMAT, "runs": len(recs),
+    machines = sorted({r["machine"] for r in recs})
+    return {"format": A.VERDICTS_FORMAT, "runs": len(recs), "machines": machines,
+            "runs_resumed_on_another_machine": sorted(r["run"] for r in recs if r["resumed_elsewhere"]),
             "pairs_measured": sorted(doc["pairs"]) if doc else [],
             "G1": A.g1(doc), "G2": A.g2(doc, pred["lognormal"]["law"]["b"]), "G3": V.g3(recs), "G4": V.g4(recs),
             "G5": V.g5(recs), "G6": V.g6(recs), "G7": V.g7(recs), "cells": cells(recs)}

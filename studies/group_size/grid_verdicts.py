@@ -25,7 +25,7 @@ def run_record(run) -> dict | None:
     collapse, and its D5 record (the ESS signal's trace from the first update)."""
     from llm_runs.drift import EARLY_UPDATES
     from llm_runs.run_table import run_row
-    from schema.results import read_run, read_run_config
+    from schema.results import read_run, read_run_config, read_run_doc
     from studies.drift.analysis import d5_run
 
     row = run_row(run)
@@ -48,7 +48,11 @@ def run_record(run) -> dict | None:
         early["pre_updates"] = len(y)
         early["kl_pre"] = float(y.median()) if len(y) >= PRE_COLLAPSE_MIN else math.nan
     fixed = cfg["group_size"] == 32 and cfg["prompts_per_step"] == 16
-    return {"run": run.name, "estimator": cfg["estimator"], "seed": int(cfg["seed"]), "delay": d,
+    doc = read_run_doc(run)
+    machine = doc.get("resumed_machine") or doc.get("machine") or {}
+    return {"run": run.name, "machine": str(machine.get("cpu_flags", "unknown")),
+            "resumed_elsewhere": "resumed_machine" in doc, "estimator": cfg["estimator"], "seed": int(cfg["seed"]),
+            "delay": d,
             "G": int(cfg["group_size"]), "B": int(cfg["prompts_per_step"]), "fixed_prompts": fixed,
             "level": _level_of(cfg), "stable": bool(row["stable"]), "pc_final": float(row["pc_final"]),
             "pc0": float(row["pc0"]), "t_collapse": tc, "collapsed": bool(rec["collapsed"]) if rec else None,

@@ -109,7 +109,10 @@ def group_size_section(report_dir: Path | None = None, figures_out: Path | None 
         doc = read_json(pairs)
         md += [f"Frozen pairs measured: {len(doc['pairs'])} of 8.", ""] + pair_lines(doc) + [""]
     if v.get("cells"):
-        intro = (f"The grid's cells at d = 64 ({v['runs']} complete runs so far; the drift read before collapse "
-                 "as pre-registered, beside the whole window):")
+        ms = v.get("machines", [])
+        one = ("one machine's rounding" if len(ms) == 1 else
+               f"{len(ms)} machines' roundings (the pre-registration asks for one: a departure)")
+        intro = (f"The grid's cells at d = 64 ({v['runs']} complete runs so far, made with {one}; the drift read "
+                 "before collapse as pre-registered, beside the whole window):")
         md += [intro, ""] + cell_lines(v["cells"]) + [""]
     return md, missing
