@@ -1,12 +1,16 @@
-"""``python -m claims [--only 3,7] [--quick] [--json PATH] [--md PATH]``: every claim of THEORY.md §5, one table.
+"""``python -m claims [--only 3,7] [--quick] [--json PATH] [--md PATH] [--ledger PATH]``: every claim of THEORY.md §5, one table.
 
 Prints one aligned row per claim (id, claim, expected, measured, status, seconds) as it
-completes. A full run (all 22 claims, not ``--quick``) writes ``results/verify/claims.json``,
+completes, then checks each outcome against THEORY's ledger (the table's *stated as* and
+*recorded* columns, :mod:`claims.ledger`) and prints "N claims: K hold, R refuted as recorded". A full run (all 22 claims, not ``--quick``) writes ``results/verify/claims.json``,
 ``claims.md`` and ``abstract.json`` (the verdicts on the abstract, :mod:`claims.abstract`)
 unless ``--json``/``--md`` name other files. A partial run (``--only`` or ``--quick``) writes
 only the files it is given, and never replaces a full table. A file that the toolkit did
 not write is never replaced. Every output is checked to be writable before any claim runs.
-Exit code 0 only if every selected claim is PASS (2: bad arguments or outputs).
+Exit code 0 exactly when every selected claim's outcome matches the ledger: every claim recorded
+``holds`` PASSes and every claim recorded ``refuted`` FAILs again at its recorded counterexample,
+within the recorded tolerance. 1 on any mismatch (a claim that fails, a refutation that no
+longer reproduces, a counterexample that has moved); 2: bad arguments, outputs or ledger.
 
 The bounds checked are THEORY.md's reconstruction ([R]), not the paper's text.
 """
@@ -22,6 +26,7 @@ from schema.io import check_writable, write_json, write_text
 from schema.provenance import provenance
 from schema.results import results_root
 
+from .ledger import THEORY, LedgerError, annotate, ledger_summary, read_ledger
 from .registry import BY_ID, KEYS, run_claims
 from .table import (
     ABSTRACT_FORMAT,
@@ -106,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                     "results/verify/claims.json)")
     ap.add_argument("--md", type=Path, default=None, help="write the Markdown table here (full run default: "
                     "results/verify/claims.md)")
+    ap.add_argument("--ledger", type=Path, default=THEORY, help="the THEORY.md whose §5 table holds the recorded "
+                    "verdicts (default: docs/THEORY.md)")
     args = ap.parse_args(argv)
     full = args.only is None and not args.quick
     json_path, md_path, abstract_path = args.json, args.md, None
@@ -113,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         json_path, md_path, abstract_path = default_paths()
     outputs = [p for p in (json_path, md_path, abstract_path) if p is not None]
     try:
+        ledger = read_ledger(args.ledger)
+        unknown = sorted(set(ledger) - set(BY_ID))
+        if unknown:
+            raise LedgerError(f"the ledger {args.ledger} records claim(s) {unknown} that are not registered")
         check_outputs(outputs, full)
     except (ValueError, OSError) as exc:
         print(f"python -m claims: {exc}", file=sys.stderr)
@@ -124,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     rows = run_claims(args.only, quick=args.quick, on_row=lambda r: print(format_row(r), flush=True))
     seconds = time.perf_counter() - t0
+    rows = annotate(rows, ledger)
     print(summary(rows, seconds))
+    print(ledger_summary(rows))
 
     complete = [r["id"] for r in rows] == sorted(BY_ID)
     doc = {"format": FORMAT, "complete": complete, "quick": args.quick, "ids": [r["id"] for r in rows],
@@ -144,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {abstract_path}")
     if not outputs:
         print("partial run (--only/--quick): nothing written; name --json/--md to keep the table")
-    return 0 if all(r["status"] == "PASS" for r in rows) else 1
+    return 0 if all(r["matches"] for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from .common import EPS
 from .result import Result
 
 PROB_TOL = 1e-12  # probabilities are sums of <= ~5e4 pmf terms
+SCHEME_NAMES = {"topr": "TOPR", "tic_trunc": "TIC-trunc"}  # as THEORY's ledger names them
 G_E1, G_E2, G_LONG = 8, 4, 4
 LONG_POINTS = ((8, -0.5), (8, 0.5), (8, 1.0), (16, -0.3), (16, 0.3), (16, 0.8))  # (H, delta), p_b = 0.8
 E2_DELTAS = (1.0, 2.0)
@@ -63,7 +64,7 @@ def points(quick: bool = False) -> list[dict]:
         lr, lpb, rew, S = (a[0] for a in env.arrays(th, tb))
         out.append({"name": f"E2 threshold Delta={D:g}", "lr": lr, "lpb": lpb, "rew": rew, "S": S,
                     "grad": np.asarray(env.grad_J(th)).ravel(), "G": G_E2})
-    for H, delta in (LONG_POINTS[1::3] if quick else LONG_POINTS):
+    for H, delta in (LONG_POINTS[1::4] if quick else LONG_POINTS):  # quick keeps claim 22's counterexample
         ty = long_e2_types(H, 0.8, delta)
         out.append({"name": f"long E2 H={H} delta={delta:+g}", "lr": ty["log_ratio"], "lpb": ty["log_p_b"],
                     "rew": ty["rewards"], "S": ty["scores"], "grad": ty["grad"], "G": G_LONG, "M": ty["M"]})
@@ -215,7 +216,7 @@ def check_21(quick: bool = False) -> Result:
 def check_22(quick: bool = False) -> Result:
     """GMC's sign law = IS's (theorem); TOPR, TIC-trunc sign efficiency >= IS's where sigma^2 >= 1 (expected)."""
     worst_eq, n_eq = 0.0, 0
-    rows, against, n_ord = [], [], 0
+    rows, against, n_ord, refuted_at = [], [], 0, {}
     for p, law in laws(quick):
         for k in ("p_le0", "p_zero", "p_wrong"):
             worst_eq = max(worst_eq, float(np.abs(law["gmc"][k] - law["is"][k]).max()))
@@ -228,7 +229,11 @@ def check_22(quick: bool = False) -> Result:
             for s in ("topr", "tic_trunc"):
                 if e[s] < e["is"] - PROB_TOL:
                     against.append(f"{s} at {p['name']} ({e[s]:.4f} < {e['is']:.4f})")
+                    refuted_at.setdefault(p["name"], {"IS": float(e["is"])})[SCHEME_NAMES[s]] = float(e[s])
     eq_ok = worst_eq <= PROB_TOL
+    found = [{"point": k, "values": v} for k, v in refuted_at.items()]
+    if not eq_ok:  # the theorem part: a failure here is never the recorded refutation
+        found.append({"point": "GMC's sign law = IS's", "values": {"max |P_GMC - P_IS|": worst_eq}})
     return Result.of(
         eq_ok and not against,
         "GMC's sign law = IS's (|diff| <= tol); sign efficiency TOPR, TIC-trunc >= IS where sigma^2 >= 1",
@@ -237,7 +242,7 @@ def check_22(quick: bool = False) -> Result:
         f"{PROB_TOL:g}",
         "[the equality is a theorem; the ordering is expected behaviour, not a theorem] "
         + ("; ".join(against) + ". " if against else "") + "Sign efficiency E<grad J, sign g>/||grad J||_1: "
-        + "; ".join(rows))
+        + "; ".join(rows), found)
 
 
 __all__ = ["INVARIANCE_CASES", "check_20", "check_21", "check_22", "laws", "points"]

@@ -28,7 +28,8 @@ from . import optimizers as op
 from .result import Result, jsonable
 
 KINDS = ("symbolic", "exact", "monte-carlo", "numeric")  # a claim's kind joins one or more with "+"
-KEYS = ("id", "title", "theory_ref", "kind", "expected", "measured", "tolerance", "status", "seconds", "evidence")
+KEYS = ("id", "title", "theory_ref", "kind", "expected", "measured", "tolerance", "status", "seconds", "evidence",
+        "refuted_at")
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ class Claim:
         seconds = time.perf_counter() - t0
         row = {"id": self.id, "title": self.title, "theory_ref": self.theory_ref, "kind": self.kind,
                "expected": out.expected, "measured": out.measured, "tolerance": out.tolerance,
-               "status": out.status, "seconds": round(seconds, 3), "evidence": out.evidence}
+               "status": out.status, "seconds": round(seconds, 3), "evidence": out.evidence,
+               "refuted_at": list(out.refuted_at)}
         return jsonable(row)
 
 

@@ -14,21 +14,24 @@ STATUSES = ("PASS", "FAIL", "ERROR")
 @dataclass(frozen=True)
 class Result:
     """What a check found: THEORY's ``expected`` value, the ``measured`` one, the ``tolerance``
-    the comparison used, PASS/FAIL (ERROR: the check raised), and one line of ``evidence``."""
+    the comparison used, PASS/FAIL (ERROR: the check raised), and one line of ``evidence``.
+    ``refuted_at`` names the points where a FAIL was found, each ``{"point": str, "values":
+    {name: float}}``: what THEORY's ledger (:mod:`claims.ledger`) compares a recorded refutation with."""
 
     expected: object
     measured: object
     tolerance: object
     status: str
     evidence: str
+    refuted_at: tuple = ()
 
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
 
     @classmethod
-    def of(cls, ok: bool, expected, measured, tolerance, evidence: str) -> Result:
-        return cls(expected, measured, tolerance, "PASS" if ok else "FAIL", str(evidence))
+    def of(cls, ok: bool, expected, measured, tolerance, evidence: str, refuted_at=()) -> Result:
+        return cls(expected, measured, tolerance, "PASS" if ok else "FAIL", str(evidence), tuple(refuted_at))
 
     @classmethod
     def error(cls, exc: BaseException) -> Result:

@@ -101,6 +101,13 @@ def theory(claims: dict) -> str:
         f" (the committed table covers {len(rows)} of the {len(CLAIMS)} registered claims: rerun it)")
     text = (f"**Theory.** `make verify-bounds` checks the {len(rows)} claims of [THEORY](docs/THEORY.md) §5 against "
             f"exact computation, simulation and sympy: {len(passed)} PASS{covered}")
+    if all("matches" in r for r in rows):  # checked against THEORY's ledger (claims.ledger)
+        from claims.ledger import ledger_summary
+
+        ok = all(r["matches"] for r in rows)
+        return (text + f"; against THEORY's ledger, {ledger_summary(rows)}, so `python -m claims` exits "
+                + ("0 (every outcome as recorded)" if ok else "1 (an outcome the ledger does not record)")
+                + " ([`results/verify/claims.md`](results/verify/claims.md) has the evidence).")
     if not failed:
         return text + "."
     fails = "; ".join(f"claim {r['id']} {r['status']}s (*{r['title']}*: {r['measured']})" for r in failed)
