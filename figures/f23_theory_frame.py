@@ -26,6 +26,7 @@ import pandas as pd
 
 from claims.theory_frame import COLLAPSES, HOLDS, LLM_STABLE, disagreeing_cells
 from schema.results import MissingResults, Sim, read_sim
+from schema.sources import shown_path
 
 from . import style
 
@@ -83,7 +84,7 @@ def load() -> pd.DataFrame:
                      llm_drift=float(dr["stale/log_ratio_abs_mean"].iloc[0]) if len(dr) else np.nan)
             rows.append(r)
     out = pd.DataFrame(rows)
-    out.attrs["sources"] = [str(E2.find()), str(SHARED.find())]
+    out.attrs["sources"] = [shown_path(E2.find()), shown_path(SHARED.find())]
     return out
 
 

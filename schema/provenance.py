@@ -38,4 +38,14 @@ def package_versions(packages=PACKAGES) -> dict:
 
 def provenance(packages=PACKAGES) -> dict:
     """Commit, versions and command line: the block every results file records."""
-    return {**git_commit(), "versions": package_versions(packages), "command": list(sys.argv)}
+    return {**git_commit(), "versions": package_versions(packages), "command": command()}
+
+
+def command(argv: list[str] | None = None, root: Path = ROOT) -> list[str]:
+    """The command line, each argument that is an absolute path inside the repository made relative to it
+    (a results file names no machine's folders)."""
+    out = []
+    for a in (sys.argv if argv is None else argv):
+        p = Path(a)
+        out.append(str(p.relative_to(root)) if p.is_absolute() and p.is_relative_to(root) else a)
+    return out

@@ -144,15 +144,26 @@ def read_abstract() -> dict:
     return doc
 
 
+def shown_path(p: str | Path) -> str:
+    """A path as a generated file names it: relative to the results root's parent (``results/...``) or
+    to the repository, never absolute; a path outside both is named from the results root's folder
+    name or, failing that, by its last three parts."""
+    p = Path(p)
+    if not p.is_absolute():
+        return str(p)
+    root = results_root()
+    for base in (root.parent, Path(__file__).resolve().parent.parent):
+        try:
+            return str(p.relative_to(base))
+        except ValueError:
+            pass
+    return str(Path(*p.parts[-3:]))
+
+
 def source_note(df: pd.DataFrame) -> str:
     """'Source: `file`' (several files: ``attrs["source"]`` may be a list) and '(quick sweep)', for captions."""
     src = df.attrs.get("source")
     if not src:
         return ""
-    rels = []
-    for p in ([src] if isinstance(src, str) else list(src)):
-        try:
-            rels.append(str(Path(p).relative_to(results_root().parent)))
-        except ValueError:
-            rels.append(str(p))
+    rels = [shown_path(p) for p in ([src] if isinstance(src, str) else list(src))]
     return "Source: " + ", ".join(f"`{r}`" for r in rels) + (" (quick sweep)." if df.attrs.get("quick") else ".")

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from schema.io import loads_json, write_text
-from studies.drift.section import d1_sentence, d5_sentence, step_control_sentence, step_size_lead
+from studies.drift.section import d1_sentence, d5_sentence, step_control_sentence, step_size_lead, verdict_cell
 from studies.grids import STUDIES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -189,7 +189,7 @@ def in_progress(drift: dict, replicate: dict) -> str:
     same_sign = sum(bool(s["agree_in_sign"]) for s in signs)
     lead = step_size_lead(drift, name=lambda e: NAMES.get(e, e))
     undecided = [k for k in hyps if drift[k].get("why", "").startswith("not yet run")]
-    decided = [f"{k} {drift[k]['verdict']}" for k in hyps if k not in undecided]
+    decided = [f"{k} {verdict_cell(drift, k)}" for k in hyps if k not in undecided]
     if lead:
         control = step_control_sentence(drift)
         head = (lead.replace("Lower the step first", "**Lower the step first**", 1) + (f" {control}" if control else "")

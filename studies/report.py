@@ -50,16 +50,29 @@ from studies.staleness.section import (  # noqa: F401  (the staleness study's se
 # ----------------------------------------------------------------------------------- sections
 
 
+def _ledger_line(rows: list[dict]) -> str:
+    """" Against THEORY's ledger: ..." once the rows carry it (:mod:`claims.ledger`); "" before."""
+    if not rows or not all("matches" in r for r in rows):
+        return ""
+    from claims.ledger import ledger_summary
+
+    return (f" Against THEORY's ledger (§5's *stated as* and *recorded* columns): {ledger_summary(rows)}; "
+            "`make verify-bounds` exits 0 exactly when every outcome matches it.")
+
+
 def claims_table(rows: list[dict]) -> list[str]:
     from claims.table import brief
 
     esc = lambda s: " ".join(str(s).split()).replace("|", "\\|").replace("*", "\\*")
-    out = ["| id | claim | THEORY | expected | measured | status | s |", "|---:|---|---|---|---|---|---:|"]
+    out = ["| id | claim | THEORY | stated as | expected | measured | status | recorded | s |",
+           "|---:|---|---|---|---|---|---|---|---:|"]
     for r in sorted(rows, key=lambda r: r["id"]):
         status = r["status"] if r["status"] == "PASS" else f"**{r['status']}**"
+        recorded = ("-" if "matches" not in r else
+                    f"{r['recorded']}" + ("" if r["matches"] else " (**does not match**)"))
         out.append(f"| {r['id']} | {esc(r.get('title', ''))} | {esc(r.get('theory_ref', ''))} | "
-                   f"{esc(brief(r.get('expected')))} | {esc(brief(r.get('measured')))} | {status} | "
-                   f"{float(r.get('seconds', float('nan'))):.2f} |")
+                   f"{esc(r.get('stated_as') or '-')} | {esc(brief(r.get('expected')))} | {esc(brief(r.get('measured')))} "
+                   f"| {status} | {recorded} | {float(r.get('seconds', float('nan'))):.2f} |")
     return out
 
 
@@ -277,12 +290,14 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
         counts = {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}
         md += ["From `results/verify/claims.json`" + (" (made with `--quick`)" if quick_verify else "") + ": "
                + ", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(rows)} claims. Evidence for each "
-               "claim is in `results/verify/claims.md`.", ""]
+               "claim is in `results/verify/claims.md`." + _ledger_line(rows), ""]
         md += claims_table(rows) + [""]
         linked = {i for v in verdicts for i in v["claim_ids"]}
         for r in sorted(rows, key=lambda r: r["id"]):
             if r["status"] != "PASS":
                 where = "" if r["id"] in linked else " (a supporting claim, not one of the abstract's)"
+                if r.get("matches") and r.get("recorded") == "refuted":
+                    where += ", refuted as THEORY's ledger records it"
                 disagreements.append(f"- Claim {r['id']} {r['status']}{where}: {r['title']}. "
                                      f"Evidence: {evidence_excerpt(r)}")
 

@@ -382,7 +382,8 @@ def test_the_guide_says_below_which_drift_each_correction_held():
     text = drift_guide(v)
     assert "Under SGD: is failed already at the smallest drift measured (0.0133); gmc held below 0.016" in text
     assert "held at every level measured: topr (up to 0.62)" in text and "Under Adam + clip 1.0: held" in text
-    assert text.endswith("at the Adam study's drift, early KL 0.106.")
+    assert text.endswith("at the Adam study's drift, early KL 0.106 (GMC's).")
+    assert "measured under that correction's own updates" in text and "use one that held" not in text
     assert drift_guide({**v, "provisional": True}) == "" and drift_guide(None) == ""
 
 
@@ -583,3 +584,189 @@ def test_a_group_size_below_two_is_refused(tmp_path, capsys):
 
     assert main([str(tmp_path), "--group-size", "1"]) == 2
     assert "--group-size must be an integer >= 2, got 1" in capsys.readouterr().err
+
+
+# --- shown beside the verdicts -----------------------------------------------------------------
+
+
+def test_the_pre_collapse_window_ends_at_the_collapse():
+    m = _table(n=120, d=10)
+    assert analysis.precollapse_kl(m, 10, None) == pytest.approx(drift.summary(m, 10)["kl_early"])
+    assert analysis.precollapse_kl(m, 10, 200) == pytest.approx(drift.summary(m, 10)["kl_early"])  # after the window
+    # collapsed at update 15: the 20 updates before it (0..14), not the window d..d+19 that follows it
+    assert analysis.precollapse_kl(m, 10, 15) == pytest.approx(np.median(m["drift/kl"].iloc[:15]))
+    assert math.isnan(analysis.precollapse_kl(m, 10, 0))
+
+
+def test_the_stability_rule_s_collapse_update(monkeypatch):
+    import schema.stability
+
+    monkeypatch.setattr(schema.stability, "drop_threshold", lambda acc0, n: 0.1)
+    steps = np.arange(0, 101)
+    m = pd.DataFrame({"step": steps, "train/loss": 1.0, "train/grad_norm": 1.0,
+                      "eval/heldout_acc": np.where(steps % 20 == 0, np.where(steps >= 60, 0.2, 0.5), np.nan)})
+    assert analysis.rule_collapse(m, {"steps": 100}) == 60
+    m.loc[m["step"] == 33, "train/loss"] = np.nan  # a non-finite loss before
+    assert analysis.rule_collapse(m, {"steps": 100}) == 33
+    assert analysis.rule_collapse(m.assign(**{"eval/heldout_acc": 0.5, "train/loss": 1.0}), {"steps": 100}) is None
+
+
+def _level_runs():
+    """Two levels of two corrections under SGD, 4 seeds: 'a' stable and learning, 'b' stable but learning
+    nothing at the first level, collapsing before its window at the second."""
+    rows = []
+    for level, drift_a, drift_b in (("sgd0.0001", 0.01, 0.001), ("sgd0.0002", 0.02, 0.5)):
+        for s in range(4):
+            rows.append({"level": level, "family": "sgd", "estimator": "a", "delay": 64, "seed": s, "complete": True,
+                         "stable": True, "kl_early": drift_a, "pc0": 0.5, "pc_final": 0.6 + 0.01 * s,
+                         "t_collapse_rule": None})
+            bad = level == "sgd0.0002"
+            rows.append({"level": level, "family": "sgd", "estimator": "b", "delay": 64, "seed": s, "complete": True,
+                         "stable": not bad, "kl_early": drift_b, "pc0": 0.5, "pc_final": 0.0 if bad else 0.51,
+                         "t_collapse_rule": 40 if bad and s < 3 else 80 if bad else None})
+    return pd.DataFrame(rows)
+
+
+def test_gains_say_held_and_learned_apart():
+    g = {(x["level"], x["estimator"]): x for x in analysis.gains(_level_runs(), list(range(4)))}
+    a, b = g[("sgd0.0001", "a")], g[("sgd0.0001", "b")]
+    assert a["gain"] == pytest.approx(0.115) and a["held"] and a["learned"] and a["low"] > analysis.MARGIN
+    assert b["held"] and not b["learned"] and b["gain"] == pytest.approx(0.01)  # held, learned nothing
+    assert not g[("sgd0.0002", "b")]["held"] and g[("sgd0.0002", "b")]["gain"] == pytest.approx(-0.5)
+
+
+def test_points_read_after_their_run_s_collapse_are_counted():
+    ac = analysis.after_collapse(_level_runs(), list(range(4)))["sgd"]
+    # b at sgd0.0002: 4 unstable, 3 collapsed at update 40 (before the window 64..83), 1 at 80 (inside it)
+    assert ac == {"points": 16, "unstable": 4, "after_collapse": 4, "whole_window_after": 3, "collapse_unknown": 0}
+
+
+def test_the_axis_s_dependence_on_the_correction():
+    dep = analysis.axis_dependence(analysis.cell_table(_level_runs(), list(range(4))))
+    first = next(x for x in dep if x["level"] == "sgd0.0001")
+    assert first["min"] == ["b", 0.001] and first["max"] == ["a", 0.01] and first["ratio"] == pytest.approx(10)
+
+
+def test_an_interpolated_boundary_names_the_tested_levels_around_it():
+    assert analysis.bracket([(0.0148, 1.0), (0.0107, 1.0), (0.0845, 0.2)]) == [0.0148, 0.0845]
+    assert analysis.bracket([(0.01, 0.5), (0.02, 0.0)]) is None  # left-censored
+    assert analysis.bracket([(0.01, 1.0), (0.02, 0.9)]) is None  # right-censored
+    b = analysis.boundaries(_runs([1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.01, 0.03, 0.06], [0.01, 0.03, 0.08]),
+                            list(range(5)), n_boot=50)
+    assert {x["optimizer"]: x["bracket"] for x in b} == {"sgd": [0.03, 0.06], "adamclip": [0.01, 0.03]}
+
+
+def test_d2_s_whole_seed_interval_resamples_seeds_for_every_correction_together():
+    rng = np.random.default_rng(0)
+    rows = []
+    for est in ("gmc", "is", "tic_mask", "tic_trunc", "topr", "gspo", "vespo"):
+        for fam in ("sgd", "adamclip"):
+            for i, d in enumerate((0.01, 0.03, 0.09)):
+                for s in range(10):
+                    rows.append({"level": f"{fam}{i}", "family": fam, "estimator": est, "delay": 64, "seed": s,
+                                 "complete": True, "stable": bool(rng.random() < 1 - 0.4 * i),
+                                 "kl_early": d * (1 + 0.1 * rng.random())})
+    runs = pd.DataFrame(rows)
+    w = analysis.d2_whole_seeds(runs, list(range(10)), n_boot=200)
+    assert w["resampling"] == "whole seeds" and w["draws"] > 150 and -1 <= w["low"] <= w["high"] <= 1
+    assert analysis.d2_whole_seeds(runs, list(range(10)), n_boot=200) == w  # fixed seed: the same interval
+
+
+def test_the_resampled_boundary_is_the_boundary_of_the_drawn_seeds_runs():
+    runs = _runs([1.0, 0.4, 0.0], [1.0, 1.0, 0.0], [0.01, 0.03, 0.06], [0.01, 0.03, 0.08])
+    sub = runs[runs["family"] == "sgd"]
+    by_level = {lv: {s: (x["kl_early"].to_numpy(float), x["stable"].to_numpy(float)) for s, x in g.groupby("seed")}
+                for lv, g in sub.groupby("level")}
+    pick = [0, 0, 3, 4, 4]
+    rows = pd.concat([sub[sub["seed"] == s] for s in pick])
+    expect = analysis.boundary([(float(x["kl_early"].median()), float(x["stable"].mean()))
+                                for _, x in rows.groupby("level")])[0]
+    assert analysis._resampled_boundary(by_level, pick) == expect
+
+
+def _beside():
+    return {"d2_whole_seeds": {"resampling": "whole seeds", "n_boot": 2000, "draws": 1996, "low": 0.07, "high": 0.75},
+            "after_collapse": {"sgd": {"points": 195, "unstable": 43, "after_collapse": 32, "whole_window_after": 30,
+                                       "collapse_unknown": 0},
+                               "adamclip": {"points": 175, "unstable": 16, "after_collapse": 12,
+                                            "whole_window_after": 11, "collapse_unknown": 0}},
+            "precollapse_boundaries": [
+                {"estimator": "gmc", "optimizer": "adamclip", "boundary": 0.0221, "early_boundary": 0.0229,
+                 "censored": None, "low": 0.0187, "high": 0.0352, "moved": True, "outside_early_interval": False},
+                {"estimator": "topr", "optimizer": "sgd", "boundary": 0.194, "early_boundary": 0.194,
+                 "censored": None, "low": 0.05, "high": 0.85, "moved": False, "outside_early_interval": False}],
+            "gains": [
+                {"optimizer": "sgd", "level": "sgd0.0001", "estimator": "gspo", "n": 5, "stable": 5, "held": True,
+                 "learned": False, "pc0": 0.514, "pc_final": 0.526, "gain": 0.012, "low": 0.012, "high": 0.013,
+                 "drift": 9e-6},
+                {"optimizer": "sgd", "level": "sgd0.0001", "estimator": "gmc", "n": 10, "stable": 10, "held": True,
+                 "learned": True, "pc0": 0.514, "pc_final": 0.675, "gain": 0.161, "low": 0.156, "high": 0.164,
+                 "drift": 0.0076},
+                {"optimizer": "adamclip", "level": "adamclip0.0001", "estimator": "gmc", "n": 10, "stable": 2,
+                 "held": False, "learned": False, "pc0": 0.514, "pc_final": 0.3, "gain": -0.215, "low": -0.311,
+                 "high": -0.11, "drift": 0.0845}],
+            "axis_dependence": [{"optimizer": "sgd", "level": "sgd0.0001", "min": ["gspo", 9e-6],
+                                 "max": ["tic_mask", 0.0187], "ratio": 2088.4}]}
+
+
+def test_the_section_shows_what_is_beside_the_verdicts(tmp_path):
+    from schema.io import write_json
+    from studies.drift.section import drift_guide, drift_lines
+
+    v = _decided()
+    v["boundaries"][0].update({"bracket": [0.0148, 0.0845], "censored": None})
+    v["beside"] = _beside()
+    write_json(tmp_path / "v.json", v)
+    text = "\n".join(drift_lines(tmp_path / "v.json"))
+    assert "interpolated between the tested KL 0.0148 and 0.0845, 5.7x apart, no level run between" in text
+    assert "read after the outcome in 44 of the 59 unstable runs on the map (of 370 points)" in text
+    assert "41 of them at or before its first update" in text
+    assert "| gmc | adamclip | 0.0229 | 0.0221 [0.0187, 0.0352] | yes, within the early interval |" in text
+    assert "1 of 2 boundaries move on the pre-collapse window, none beyond" in text
+    assert "| SGD lr 0.0001 | gspo | 9e-06 | 5 of 5 | 0.514 | +0.012 [+0.012, +0.013] | held, learned nothing |" in text
+    assert "SGD lr 0.0001: 9e-06 (gspo) to 0.0187 (tic_mask), 2,088x" in text
+    guide = drift_guide(v)
+    assert "under SGD: at lr 0.0001, gmc" in guide and "gspo" not in guide.split("Which correction")[1]
+    assert "under Adam + clip 1.0: at lr 0.0001, none" in guide
+
+
+def test_d2_says_which_resampling_and_shows_whole_seeds():
+    from studies.drift.section import d2_sentence
+
+    bounds = {e: 0.05 for e in ("gmc", "topr", "vespo")}
+    d2 = {"verdict": "INCONCLUSIVE", "spearman": 0.43, "low": -0.14, "high": 0.79, "below_gmc": [],
+          "boundaries_sgd": {**bounds, "vespo": 0.014}, "boundaries_adamclip": bounds}
+    text = d2_sentence({"D2": d2, "beside": _beside()})
+    assert "resamples corrections, not seeds" in text and "gives [0.07, 0.75], above 0" in text
+    assert "the verdict stays INCONCLUSIVE because the ordering part does not hold" in text
+    assert "whole seeds" not in d2_sentence({"D2": d2})
+
+
+def test_d5_s_cell_names_both_readings_when_they_disagree():
+    from studies.drift.section import verdict_cell
+
+    def sig(h, f, p):
+        return {"hits": h, "false_alarms": f, "p_fisher": p}
+
+    d5 = {"verdict": "REFUTED", "train_runs": 230,
+          "signals": {"stale/ess": sig([0, 202], [1, 468], 1.0), "train/grad_norm": sig([1, 202], [4, 468], 0.83)},
+          "deviation": {"train_runs": 220, "signals": {"stale/ess": sig([87, 202], [112, 468], 7.7e-7),
+                                                       "train/grad_norm": sig([1, 202], [2, 468], 0.66)}}}
+    cell = verdict_cell({"D5": d5}, "D5")
+    assert cell.startswith("REFUTED on the 230 training runs the rule selects (ESS fraction hits 0/202")
+    assert "CONFIRMED on the 220 its text counts (ESS fraction hits 87/202, Fisher p = 7.7e-07)" in cell
+    same = {**d5, "deviation": {**d5["deviation"], "signals": d5["signals"]}}
+    assert verdict_cell({"D5": same}, "D5") == "REFUTED"
+    assert verdict_cell({"D2": {"verdict": "INCONCLUSIVE", "why": "not yet run"}}, "D2") == "INCONCLUSIVE (not yet run)"
+
+
+def test_f24_s_caption_gives_the_runs_per_cell_and_the_widest_gap():
+    from studies.drift.figures.f24_drift_map import caption
+
+    m = {"seeds": list(range(10)), "share": 0.8, "boundaries": [
+        {"estimator": "gmc", "optimizer": "adamclip", "bracket": [0.0148, 0.0845],
+         "levels": [{"n": 10}, {"n": 10}, {"n": 10}]},
+        {"estimator": "is", "optimizer": "sgd", "bracket": None, "levels": [{"n": 10}, {"n": 5}]}]}
+    text = caption(m)
+    assert "hold different numbers of runs: 10 in 4 cells, 5 in 1 cell" in text
+    assert "gmc under adamclip between KL 0.0148 and 0.0845 (5.7x)" in text

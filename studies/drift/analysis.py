@@ -28,6 +28,9 @@ SHARE = 0.80
 """A cell is stable when at least this share of its runs is (the pre-registration's 80%)."""
 N_BOOT = 2000
 AXIS = "kl_early"
+PRE_AXIS = "kl_precollapse"
+"""The early KL read before the run's collapse (:func:`precollapse_kl`): the map's axis for runs that
+collapse after the early window, the 20 updates before the collapse for the others."""
 STEP_ARMS = ("vcpo", "ess", "gmcstep", "skip0")
 D7_GAIN_MARGIN = 0.02
 VERDICTS_FORMAT = "gmc-grpo-drift-verdicts/1"
@@ -78,6 +81,8 @@ def read(folders: dict[str, Path] | None = None) -> pd.DataFrame:
             cfg = read_run_config(run)
             row.update({k: cfg.get(k) for k in SETTINGS})
             row.update(summary(m, int(row["delay"])))
+            row["t_collapse_rule"] = None if row["stable"] else rule_collapse(m, cfg)
+            row[PRE_AXIS] = precollapse_kl(m, int(row["delay"]), row["t_collapse_rule"])
             scale = m.loc[m["step"] >= row["delay"], "step/lr_scale"].dropna() if "step/lr_scale" in m else ()
             row["lr_scale"] = float(scale.median()) if len(scale) else math.nan  # the step-size control's factor
             row["grid"] = name
@@ -159,6 +164,32 @@ def boundary(levels: list[tuple[float, float]]) -> tuple[float | None, str | Non
     return lv[-1][0], "right"
 
 
+def bracket(levels: list[tuple[float, float]]) -> list[float] | None:
+    """The two tested drifts an interpolated boundary (:func:`boundary`) lies between, ``[below, above]``;
+    None for a censored boundary. No level was run between them: the boundary's place inside is the
+    log-linear interpolation's, not a measurement."""
+    lv = sorted((d, s) for d, s in levels if d is not None and math.isfinite(d) and d > 0)
+    for i, (d, s) in enumerate(lv):
+        if s < SHARE:
+            return None if i == 0 else [float(lv[i - 1][0]), float(d)]
+    return None
+
+
+def _resampled_boundary(by_level: dict, pick) -> float | None:
+    """:func:`boundary` on the seeds ``pick`` (drawn with replacement; every run of a drawn seed counts once per
+    draw): ``by_level`` maps each level to ``{seed: (drifts, stable flags)}`` of its runs. A level without a
+    drawn seed is left out."""
+    lv = []
+    for per_seed in by_level.values():
+        have = [per_seed[s] for s in pick if s in per_seed]
+        if have:
+            drift = np.concatenate([h[0] for h in have])
+            stable = np.concatenate([h[1] for h in have])
+            finite = drift[~np.isnan(drift)]  # as pandas' median, which skips NaN
+            lv.append((float(np.median(finite)) if len(finite) else math.nan, float(stable.mean())))
+    return boundary(lv)[0]
+
+
 def boundaries(runs: pd.DataFrame, seeds: list[int], n_boot: int = N_BOOT, axis: str = AXIS) -> list[dict]:
     """Per (estimator, family): its levels, the boundary and a 95% seed-bootstrap percentile interval, on
     the drift column ``axis`` (the map's early KL; ``chi2_early`` for the chi^2 view)."""
@@ -179,15 +210,15 @@ def boundaries(runs: pd.DataFrame, seeds: list[int], n_boot: int = N_BOOT, axis:
     for (est, fam), g in cells.groupby(["estimator", "family"]):
         b, cens = boundary(list(zip(g["drift"], g["stable_share"])))
         sub = r[(r["estimator"] == est) & (r["family"] == fam)]
-        boot = []
-        for pick in resamples(tuple(s for s in seeds if s in set(sub["seed"]))):
-            rows = pd.concat([sub[sub["seed"] == s] for s in pick])
-            lv = [(float(x[axis].median()), float(x["stable"].mean())) for _, x in rows.groupby("level")]
-            boot.append(boundary(lv)[0])
+        by_level = {lv: {s: (x[axis].to_numpy(float), x["stable"].to_numpy(float)) for s, x in g2.groupby("seed")}
+                    for lv, g2 in sub.groupby("level")}
+        boot = [_resampled_boundary(by_level, pick)
+                for pick in resamples(tuple(s for s in seeds if s in set(sub["seed"])))]
         boot = [x for x in boot if x is not None]
         lo, hi = ((float(np.quantile(boot, ALPHA / 2)), float(np.quantile(boot, 1 - ALPHA / 2))) if boot
                   else (None, None))
         out.append({"estimator": est, "optimizer": fam, "boundary": b, "censored": cens, "low": lo, "high": hi,
+                    "bracket": bracket(list(zip(g["drift"], g["stable_share"]))),
                     "levels": [{"level": x["level"], "drift": x["drift"], "stable_share": x["stable_share"],
                                 "n": int(x["n"]), "pc_final": x["pc_final"],
                                 "delay0_stable_share": x["delay0_stable_share"], "delay0_n": int(x["delay0_n"])}
@@ -430,7 +461,115 @@ def analyse(runs: pd.DataFrame) -> dict:
             out[h] = _not_run(f"{len(all10)} of the 10 seeds of the step-size arms whole")
     out["D5"] = d5(d5_records(D5_TRAIN), d5_records(D5_HELD_OUT), decided=len(all10) >= 10)
     out["D7"] = d7(runs, all10, study_gain())
+    out["beside"] = beside(runs, all10, bounds)
     return out
+
+
+# --------------------------------------------------------------------------- shown beside the verdicts
+
+
+def d2_whole_seeds(runs: pd.DataFrame, seeds: list[int], n_boot: int = N_BOOT) -> dict:
+    """D2's Spearman interval with whole seeds resampled: each draw picks the seeds with replacement once,
+    for every correction and both optimisers together, and recomputes every boundary from those seeds'
+    runs (a level run on fewer seeds keeps the drawn seeds it has). The pre-registration defines one
+    bootstrap, over whole seeds (every run of a seed together); :func:`d2`'s interval jitters each
+    boundary independently within its own interval instead."""
+    from studies.drift.grids import DRIFT_ESTIMATORS
+
+    r = level_runs(runs, seeds)
+    cells = {key: {lv: {s: (x[AXIS].to_numpy(float), x["stable"].to_numpy(float)) for s, x in g2.groupby("seed")}
+                   for lv, g2 in g.groupby("level")}
+             for key, g in r.groupby(["estimator", "family"])}
+    rng = np.random.default_rng(BOOT_SEED)
+    rhos = []
+    for _ in range(n_boot):
+        pick = rng.choice(seeds, size=len(seeds), replace=True)
+        b = {key: _resampled_boundary(by_level, pick) for key, by_level in cells.items()}
+        x = [b.get((e, "sgd")) for e in DRIFT_ESTIMATORS]
+        y = [b.get((e, "adamclip")) for e in DRIFT_ESTIMATORS]
+        if None not in x and None not in y:
+            rhos.append(float(stats.spearmanr(x, y).statistic))
+    rhos = [x for x in rhos if math.isfinite(x)]
+    return {"resampling": "whole seeds", "n_boot": n_boot, "draws": len(rhos),
+            "low": float(np.quantile(rhos, ALPHA / 2)) if rhos else math.nan,
+            "high": float(np.quantile(rhos, 1 - ALPHA / 2)) if rhos else math.nan}
+
+
+def after_collapse(runs: pd.DataFrame, seeds: list[int]) -> dict:
+    """How many of the map's points (level runs at d > 0) had their early KL window read at or after their
+    run's collapse (the stability rule's collapse update before the window's end, d + 20), per optimiser;
+    how many of those collapsed at or before the window's start (the whole window after the collapse)."""
+    from llm_runs.drift import EARLY_UPDATES
+
+    r = level_runs(runs, seeds)
+    out = {}
+    for fam, g in r.groupby("family"):
+        tc = pd.to_numeric(g["t_collapse_rule"], errors="coerce")
+        unstable = ~g["stable"].astype(bool)
+        after = unstable & (tc < g["delay"] + EARLY_UPDATES)
+        out[fam] = {"points": len(g), "unstable": int(unstable.sum()), "after_collapse": int(after.sum()),
+                    "whole_window_after": int((unstable & (tc <= g["delay"])).sum()),
+                    "collapse_unknown": int((unstable & tc.isna()).sum())}
+    return out
+
+
+def precollapse_boundaries(runs: pd.DataFrame, seeds: list[int], early: list[dict]) -> list[dict]:
+    """The map on the pre-collapse window (:data:`PRE_AXIS`): each boundary beside the early-window one,
+    with ``moved`` when its point estimate differs by more than 1% or its censoring differs, and
+    ``outside`` when it lies outside the early boundary's 95% seed-bootstrap interval."""
+    out = []
+    for b in boundaries(runs, seeds, axis=PRE_AXIS):
+        e = _find(early, b["estimator"], b["optimizer"])
+        moved = (e is None or b["censored"] != e["censored"] or b["boundary"] is None or e["boundary"] is None
+                 or abs(math.log(b["boundary"] / e["boundary"])) > 0.01)
+        outside = (e is not None and None not in (e["low"], e["high"], b["boundary"])
+                   and not e["low"] <= b["boundary"] <= e["high"])
+        out.append({**b, "early_boundary": None if e is None else e["boundary"], "moved": bool(moved),
+                    "outside_early_interval": bool(outside)})
+    return out
+
+
+def gains(runs: pd.DataFrame, seeds: list[int]) -> list[dict]:
+    """Per (optimiser, level, correction) at d = 64: the runs' gain over their warm start (final held-out pc
+    minus the run's first evaluation, paired within the run), its mean and 95% bootstrap interval over the
+    runs (one per seed), the stable count, ``held`` (stable share >= :data:`SHARE`) and ``learned``: the
+    interval above :data:`llm_runs.run_table.MARGIN`, the smallest difference in final held-out pc the
+    studies count (a gain inside it, such as GSPO's +0.01 to +0.03 under SGD, is not learning)."""
+    r = level_runs(runs, seeds)
+    out = []
+    for (fam, level, est), g in r.groupby(["family", "level", "estimator"]):
+        diff = (g["pc_final"] - g["pc0"]).to_numpy(float)
+        b = bootstrap(diff)
+        out.append({"optimizer": fam, "level": level, "estimator": est, "n": len(g), "stable": int(g["stable"].sum()),
+                    "held": bool(g["stable"].mean() >= SHARE), "pc0": float(g["pc0"].mean()),
+                    "pc_final": float(g["pc_final"].mean()), "gain": b["mean"], "low": b["low"], "high": b["high"],
+                    "learned": bool(b["low"] > MARGIN), "drift": float(g[AXIS].median())})
+    return out
+
+
+def axis_dependence(cells: pd.DataFrame) -> list[dict]:
+    """Per level (optimiser and step, set before any correction acts): the early KL each correction's own
+    updates give there, the smallest and largest, and their ratio. The map's axis is measured under each
+    correction's updates, so one level sits at different drifts for different corrections."""
+    out = []
+    for (fam, level), g in cells.groupby(["family", "level"]):
+        g = g[np.isfinite(g["drift"]) & (g["drift"] > 0)]
+        if g.empty:
+            continue
+        lo, hi = g.loc[g["drift"].idxmin()], g.loc[g["drift"].idxmax()]
+        out.append({"optimizer": fam, "level": level, "by_estimator": dict(zip(g["estimator"], g["drift"])),
+                    "min": [lo["estimator"], float(lo["drift"])], "max": [hi["estimator"], float(hi["drift"])],
+                    "ratio": float(hi["drift"] / lo["drift"])})
+    return out
+
+
+def beside(runs: pd.DataFrame, seeds: list[int], bounds: list[dict]) -> dict:
+    """What the report shows beside the pre-registered verdicts (none of it changes one): D2's interval
+    over whole seeds, the points read after their run's collapse and the map on the pre-collapse window,
+    each level's gain over the warm start, and how far the axis depends on the correction."""
+    return {"d2_whole_seeds": d2_whole_seeds(runs, seeds), "after_collapse": after_collapse(runs, seeds),
+            "precollapse_boundaries": precollapse_boundaries(runs, seeds, bounds), "gains": gains(runs, seeds),
+            "axis_dependence": axis_dependence(cell_table(runs, seeds))}
 
 
 def m6_disclosure() -> dict:
@@ -464,6 +603,40 @@ held out, except the copies of runs already counted (the mechanism grid's ``adam
 byte copies of study runs; ``scale_mech``, copies of the scale grid's runs, is not read)."""
 
 
+def rule_collapse(m: pd.DataFrame, cfg: dict) -> int | None:
+    """A run's collapse update under the stability rule: the first evaluation whose held-out accuracy is
+    below the rule's threshold, or the first update with a non-finite loss or gradient norm, whichever is
+    first (None: neither happens)."""
+    from schema.stability import drop_threshold
+
+    ev = m.dropna(subset=["eval/heldout_acc"]).sort_values("step")
+    if ev.empty:
+        return None
+    acc0 = float(ev["eval/heldout_acc"].iloc[0])
+    thr = acc0 - drop_threshold(acc0, cfg.get("heldout_size"))
+    upd = m[m["step"] < int(cfg["steps"])].sort_values("step")
+    bad = upd[~np.isfinite(pd.to_numeric(upd["train/loss"], errors="coerce"))
+              | ~np.isfinite(pd.to_numeric(upd["train/grad_norm"], errors="coerce"))]
+    below = ev[ev["eval/heldout_acc"] < thr]
+    return min([int(x) for x in (below["step"].iloc[0] if len(below) else None,
+                                 bad["step"].iloc[0] if len(bad) else None) if x is not None], default=None)
+
+
+def precollapse_kl(m: pd.DataFrame, delay: int, t_collapse: int | None) -> float:
+    """The early KL per token read before the collapse: the median of the KL over the
+    :data:`llm_runs.drift.EARLY_UPDATES` updates ending at min(d + 20, t_collapse) (clipped at update 0).
+    Equal to the map's early KL for a run that does not collapse, or collapses after its early window."""
+    from llm_runs.drift import COLUMNS, EARLY_UPDATES
+
+    end = delay + EARLY_UPDATES if t_collapse is None else min(delay + EARLY_UPDATES, int(t_collapse))
+    col = next((c for c in COLUMNS["toolkit"]["kl"] if c in m and m[c].notna().any()), None)
+    if col is None or end <= 0:
+        return math.nan
+    t = pd.to_numeric(m["step"], errors="coerce")
+    x = pd.to_numeric(m.loc[(t >= max(0, end - EARLY_UPDATES)) & (t < end), col], errors="coerce").dropna()
+    return float(x.median()) if len(x) else math.nan
+
+
 def d5_run(run: Path) -> dict | None:
     """One run's D5 record: collapsed (the stability rule), its collapse update (the first evaluation whose
     accuracy is below the rule's threshold, or the first non-finite update), and per signal the extreme of
@@ -483,12 +656,9 @@ def d5_run(run: Path) -> dict | None:
     upd = m[m["step"] < int(cfg["steps"])].sort_values("step")
     bad = upd[~np.isfinite(pd.to_numeric(upd["train/loss"], errors="coerce"))
               | ~np.isfinite(pd.to_numeric(upd["train/grad_norm"], errors="coerce"))]
-    below = ev[ev["eval/heldout_acc"] < thr]
     collapsed = bool(len(bad) or float(ev["eval/heldout_acc"].iloc[-1]) < thr
                      or float(pd.to_numeric(upd.get("train/update_skipped", 0), errors="coerce").sum()) > 0)
-    t_col = min([int(x) for x in (below["step"].iloc[0] if len(below) else None,
-                                  bad["step"].iloc[0] if len(bad) else None)
-                 if x is not None], default=None)
+    t_col = rule_collapse(m, cfg)
     rec = {"run": run.name, "grid": run.parent.name, "collapsed": collapsed, "t_collapse": t_col}
     for col in D5_SIGNALS:
         for key, start in ((col, d), (f"{col}@0", 0)):  # as pre-registered (t >= d), and from the first update

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from llm_runs.run_table import MARGIN
 from schema.results import read_json
 from studies.fmt import num as _num
 
@@ -104,7 +105,23 @@ def d2_sentence(v: dict | None) -> str:
             f"optimisers (censored boundaries at their bound) is {_num(d2['spearman'], '{:.2f}')}, 95% bootstrap "
             f"interval [{_num(d2['low'], '{:.2f}')}, {_num(d2['high'], '{:.2f}')}]; " + _ordering(d2)
             + (f"; TOPR's or VESPO's boundary interval below GMC's: {', '.join(d2['below_gmc'])}"
-               if d2.get("below_gmc") else "") + ".")
+               if d2.get("below_gmc") else "") + "." + _d2_whole_seeds(v))
+
+
+def _d2_whole_seeds(v: dict) -> str:
+    """Which resampling D2's interval used, and the interval over whole seeds beside it."""
+    w = (v.get("beside") or {}).get("d2_whole_seeds")
+    if not w:
+        return ""
+    return (" That interval draws each correction's boundary independently within its own seed-bootstrap "
+            "interval (a normal on the log scale), so it resamples corrections, not seeds. The pre-registration "
+            "defines one bootstrap, over whole seeds (every run of a seed together, docs/PREREGISTRATION-DRIFT.md, "
+            "failure boundary); D2 names no other. Resampling whole seeds (one draw of seeds for every correction "
+            f"and both optimisers, {w['n_boot']:,} draws) gives [{_num(w['low'], '{:.2f}')}, "
+            f"{_num(w['high'], '{:.2f}')}]" + (
+                ", above 0; the verdict stays INCONCLUSIVE because the ordering part does not hold, whichever "
+                "interval is read." if w["low"] > 0 and v["D2"]["verdict"] == "INCONCLUSIVE"
+                and _ordering(v["D2"]).startswith("short") else "."))
 
 
 def _ordering(d2: dict) -> str:
@@ -189,8 +206,9 @@ def d5_sentence(v: dict | None) -> str:
 
 
 def drift_guide(v: dict | None, name=lambda e: e) -> str:
-    """"At your drift, use ...": per optimiser, the drift below which each correction held (its boundary) and
-    the corrections that held at every level measured, from the decided map; "" while it is provisional."""
+    """Where each correction held on its own drift (its boundary on the early KL its own updates give), and
+    the advice: per setting (optimiser and step, which do not depend on the correction), the corrections
+    that held and learned there (gain over the warm start above 0); "" while the map is provisional."""
     if not v or v.get("provisional", False) or not v.get("boundaries"):
         return ""
     parts = []
@@ -211,11 +229,28 @@ def drift_guide(v: dict | None, name=lambda e: e) -> str:
         parts.append(f"Under {label}: " + "; ".join(text) + ".")
     study = (v.get("D1") or {}).get("adam_study_drift")
     where = (f" The staleness study's ranking was measured at the Adam study's drift, early KL "
-             f"{_num(study)}." if study is not None else "")
-    return ("At your drift (the early KL per token: the median over the 20 updates after the delay fills of the KL "
-            "between the policy and the one that sampled its batch; `drift/kl` in this toolkit's runs, "
-            "`python -m llm_runs.drift` reads verl's and TRL's logs), use a correction that held beyond it. "
-            + " ".join(parts) + where)
+             f"{_num(study)} (GMC's)." if study is not None else "")
+    text = ("Where each correction held, on its own drift (the early KL per token: the median over the 20 updates "
+            "after the delay fills of the KL between the policy and the one that sampled its batch, measured under "
+            "that correction's own updates; `drift/kl` in this toolkit's runs, `python -m llm_runs.drift` reads "
+            "verl's and TRL's logs). A drift logged under one correction places a run on that correction's scale "
+            "only. " + " ".join(parts) + where)
+    gains = (v.get("beside") or {}).get("gains")
+    if gains:
+        advice = []
+        for opt, label in OPTIMIZER_NAMES.items():
+            levels = sorted({g["level"] for g in gains if g["optimizer"] == opt},
+                            key=lambda lv: float(_rate(lv).split()[-1]))
+            per = []
+            for lv in levels:
+                ok = [name(g["estimator"]) for g in gains if g["optimizer"] == opt and g["level"] == lv
+                      and g["held"] and g["learned"]]
+                per.append(f"at {_rate(lv)}, " + (", ".join(ok) if ok else "none"))
+            advice.append(f"under {label}: " + "; ".join(per))
+        text += (" Which correction, at your setting (optimiser and step, at d = 64): use one that held (at least "
+                 f"80% of seeds stable) and learned (its gain over the warm start's held-out pc above {MARGIN}, 95% "
+                 "interval) there: " + "; ".join(advice) + ".")
+    return text
 
 
 def step_size_lead(v: dict | None, name=lambda e: e) -> str:
@@ -235,6 +270,26 @@ def step_size_lead(v: dict | None, name=lambda e: e) -> str:
             f"{held} at d = 64. The staleness study's ranking of the corrections is a ranking at its larger step.")
 
 
+def verdict_cell(v: dict, h: str) -> str:
+    """A hypothesis's verdict as the table and the README's drift line show it: the verdict, the reason it is
+    not yet run, and for D5, when the pre-registration's two readings of its training runs disagree, both."""
+    r = v.get(h, {})
+    text = r.get("verdict", "n/a") + (f" ({r['why']})" if "why" in r else "")
+    dev = r.get("deviation") if h == "D5" else None
+    if dev and "signals" in r:
+        from studies.drift.analysis import d5_rule
+
+        other = d5_rule(dev["signals"])
+        if other != r["verdict"]:
+            def hits(sig):
+                x = sig["stale/ess"]
+                return f"ESS fraction hits {x['hits'][0]}/{x['hits'][1]}, Fisher p = {_num(x['p_fisher'])}"
+
+            text += (f" on the {r['train_runs']} training runs the rule selects ({hits(r['signals'])}); {other} on "
+                     f"the {dev['train_runs']} its text counts ({hits(dev['signals'])})")
+    return text
+
+
 def drift_lines(path: Path) -> list[str]:
     if not path.is_file():
         return [(f"*No drift verdicts yet ({path}): `python -m studies.drift` after `python -m studies.run --grid "
@@ -245,8 +300,7 @@ def drift_lines(path: Path) -> list[str]:
           f"({', '.join(map(str, seeds)) or 'none'}); of the decisive seeds 5-9: {len(v.get('seeds_decisive', []))}."),
           "", "| hypothesis | verdict |", "|---|---|"]
     for h in ("D1", "D2", "D3", "D4", "D5", "D6", "D7"):
-        r = v.get(h, {})
-        md.append(f"| {h} | {r.get('verdict', 'n/a')}{' (' + r['why'] + ')' if 'why' in r else ''} |")
+        md.append(f"| {h} | {verdict_cell(v, h)} |")
     md.append("")
     md += [x for text in (d1_sentence(v), d2_sentence(v), step_control_sentence(v), d5_sentence(v), step_size_lead(v),
                           drift_guide(v)) if text for x in (text, "")]
@@ -261,8 +315,10 @@ def drift_lines(path: Path) -> list[str]:
             lv = "; ".join(f"{x['level']}: {_num(x['drift'])}, {x['stable_share']:.0%} ({x['n']})"
                            + (f", d0: {_delay0_of(x)}" if _fails_at_delay0(x) else "") for x in b["levels"])
             cens = {"right": " (none failed: beyond)", "left": " (failed at the smallest)"}.get(b.get("censored"), "")
-            md.append(f"| {b['estimator']} | {b['optimizer']} | {lv} | {_num(b['boundary'])}{cens} |")
+            md.append(f"| {b['estimator']} | {b['optimizer']} | {lv} | {_num(b['boundary'])}{cens}"
+                      f"{_bracket_note(b)} |")
         md.append("")
+        md += beside_lines(v)
     d5 = v.get("D5", {})
     for key, label in (("signals", "as pre-registered (rolling median from t = d)"),
                        ("exploratory_from_0", "exploratory, not pre-registered (from the first update)")):
@@ -285,6 +341,82 @@ def drift_lines(path: Path) -> list[str]:
                + "; ".join(f"on {k} runs {r['verdict']} (hits {r['hits'][0]}/{r['hits'][1]}, false alarms "
                            f"{r['false_alarms'][0]}/{r['false_alarms'][1]}, Fisher p = {r['p_fisher']:.3f})"
                            for k, r in m6.items()) + ".", ""]
+    return md
+
+
+def _bracket_note(b: dict) -> str:
+    """Where an interpolated boundary lies between two tested levels: their drifts and how far apart."""
+    br = b.get("bracket")
+    if not br:
+        return ""
+    return (f"; interpolated between the tested KL {_num(br[0])} and {_num(br[1])}, {_factor(br[1] / br[0])} apart, "
+            "no level run between")
+
+
+def _factor(r: float) -> str:
+    """A ratio as "5.7x" or "2,088x"."""
+    return f"{r:.1f}x" if r < 10 else f"{r:,.0f}x"
+
+
+def _level_name(opt: str, level: str) -> str:
+    return f"{OPTIMIZER_NAMES[opt]} {_rate(level)}"
+
+
+def beside_lines(v: dict) -> list[str]:
+    """What the report shows beside the verdicts (``beside`` in the verdicts, :func:`studies.drift.analysis.beside`):
+    the points read after their run's collapse and the map on the pre-collapse window, each level's gain over
+    the warm start, and the axis's dependence on the correction. [] for verdicts written without it."""
+    bes = v.get("beside")
+    if not bes:
+        return []
+    md = []
+    ac = bes["after_collapse"]
+    total = sum(x["unstable"] for x in ac.values())
+    after = sum(x["after_collapse"] for x in ac.values())
+    whole = sum(x["whole_window_after"] for x in ac.values())
+    md += [(f"**Drift read after the collapse.** The early window (updates d..d+19) is read after the outcome in "
+            f"{after} of the {total} unstable runs on the map (of {sum(x['points'] for x in ac.values())} points): "
+            f"their collapse update under the stability rule comes before the window ends ({whole} of them at or "
+            "before its first update, so the whole window follows the collapse). "
+            + "; ".join(f"{OPTIMIZER_NAMES[o]}: {x['after_collapse']} of {x['unstable']} unstable runs"
+                        for o, x in ac.items())
+            + ". A drift read there is the collapse's symptom, not its cause. On the pre-collapse window (the 20 "
+            "updates ending at the collapse, or at d + 20 when that comes first; the early window for every "
+            "other run) the boundaries are:"), "",
+           "| correction | optimiser | boundary, early window | boundary, pre-collapse window [95%] | moved |",
+           "|---|---|---|---|---|"]
+    for b in bes["precollapse_boundaries"]:
+        cens = {"right": "beyond ", "left": "below "}.get(b.get("censored"), "")
+        moved = ("no" if not b["moved"] else "yes, outside the early interval" if b["outside_early_interval"]
+                 else "yes, within the early interval")
+        md.append(f"| {b['estimator']} | {b['optimizer']} | {_num(b['early_boundary'])} | {cens}{_num(b['boundary'])} "
+                  f"[{_num(b.get('low'))}, {_num(b.get('high'))}] | {moved} |")
+    moved = [b for b in bes["precollapse_boundaries"] if b["moved"]]
+    out = [b for b in moved if b["outside_early_interval"]]
+    md += ["", (f"{len(moved)} of {len(bes['precollapse_boundaries'])} boundaries move on the pre-collapse window"
+                + (f"; {len(out)} beyond the early boundary's 95% interval ("
+                   + ", ".join(f"{b['estimator']} under {OPTIMIZER_NAMES[b['optimizer']]}" for b in out) + ")"
+                   if out else ", none beyond the early boundary's 95% interval") + "."), ""]
+    md += [("**Held is not learned.** Each level's gain over the warm start: final held-out pc minus the run's own "
+            "first evaluation (the warm start), paired within the run, mean over its seeds with a 95% bootstrap "
+            f"interval. *Held*: at least 80% of the seeds stable; *learned*: the gain's interval above {MARGIN} (the "
+            "smallest difference in final held-out pc the studies count). The advice below names only corrections "
+            "that held and learned."), "",
+           "| optimiser, step | correction | early KL | stable | pc at warm start | gain over warm start [95%] "
+           "| held and learned |", "|---|---|---|---|---|---|---|"]
+    for g in bes["gains"]:
+        md.append(f"| {_level_name(g['optimizer'], g['level'])} | {g['estimator']} | {_num(g['drift'])} "
+                  f"| {g['stable']} of {g['n']} | {g['pc0']:.3f} | {g['gain']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}] "
+                  f"| {'yes' if g['held'] and g['learned'] else 'held, learned nothing' if g['held'] else 'no'} |")
+    dep = bes["axis_dependence"]
+    md += ["", ("**The axis depends on the correction.** The early KL is measured under each correction's own "
+                "updates, so one setting (optimiser and step, chosen before any correction acts) sits at different "
+                "drifts for different corrections: "
+                + "; ".join(f"{_level_name(x['optimizer'], x['level'])}: {_num(x['min'][1])} ({x['min'][0]}) to "
+                            f"{_num(x['max'][1])} ({x['max'][0]}), {_factor(x['ratio'])}" for x in dep)
+                + ". 'Your drift' is therefore a correction's drift: a run placed by the KL it logged under one "
+                "correction is placed on that correction's scale only. The setting itself (optimiser, step, delay) "
+                "does not depend on the correction, and the advice is given per setting."), ""]
     return md
 
 

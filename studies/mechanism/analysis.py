@@ -440,13 +440,14 @@ def main(argv: list[str] | None = None) -> int:
             check_output(args.json, legacy=is_mechanism_verdicts_text)
         if args.select_warning:
             from schema.io import write_json
+            from schema.sources import shown_path
 
             target = root / WARNING_FILE
             if target.exists():
                 raise ValueError(f"{target} exists: the signal is chosen once, before the held-out runs are read; "
                                  f"it is never replaced")
             rec = select_warning(study)
-            write_json(target, {**rec, "training_set": str(study)})
+            write_json(target, {**rec, "training_set": shown_path(study)})
             print(f"M6 signal: {rec['signal']} ({rec['direction']}, threshold {rec['threshold']:.4g}); training AUC "
                   f"{rec['auc']:.3f} [{rec['auc_ci'][0]:.3f}, {rec['auc_ci'][1]:.3f}] -> {target}")
             return 0

@@ -116,13 +116,29 @@ def plot(m: dict, ax=None):
                  r"Adam; >: none failed)")
     seeds = m.get("seeds", [])
     state = "provisional" if m.get("provisional") else "decided"
-    fig.suptitle(f"{len(seeds)} whole seed{'s' * (len(seeds) != 1)} ({state})", fontsize=9)
+    fig.suptitle(f"{len(seeds)} whole seed{'s' * (len(seeds) != 1)}; runs per cell: {_cell_sizes(m)} ({state})",
+                 fontsize=9)
     style.legend(fig, axes[:n_top], ncol=7)
     return fig
+
+
+def _cell_sizes(m: dict) -> str:
+    """How many runs the map's cells (correction, optimiser, level) hold: "10 in 28 cells, 5 in 21"."""
+    from collections import Counter
+
+    sizes = Counter(int(x["n"]) for b in m.get("boundaries", []) for x in b.get("levels", []))
+    return ", ".join(f"{n} in {k} cell{'s' * (k != 1)}" for n, k in sorted(sizes.items(), reverse=True)) or "none"
 
 
 def caption(m: dict) -> str:
     seeds = m.get("seeds", [])
     state = "provisional, on the seeds finished so far" if m.get("provisional") else "decided"
-    return (f"Each run at d = 64 on {len(seeds)} whole seed(s) ({state}); boundary = drift at which the stable "
-            f"share falls below {m.get('share', 0.8):.0%}, with its seed-bootstrap interval.")
+    gaps = sorted(((b["bracket"][1] / b["bracket"][0], b) for b in m.get("boundaries", []) if b.get("bracket")),
+                  key=lambda x: -x[0])
+    gap = ("" if not gaps else
+           " An interpolated boundary lies between two tested levels with no level run between; the widest gaps: "
+           + ", ".join(f"{b['estimator']} under {b['optimizer']} between KL {b['bracket'][0]:.3g} and "
+                       f"{b['bracket'][1]:.3g} ({r:.1f}x)" for r, b in gaps[:3]) + ".")
+    return (f"Each run at d = 64 of the seeds {', '.join(map(str, seeds)) or 'none'} ({state}); the cells "
+            f"(correction, optimiser, level) hold different numbers of runs: {_cell_sizes(m)}. Boundary = drift at "
+            f"which the stable share falls below {m.get('share', 0.8):.0%}, with its seed-bootstrap interval." + gap)
