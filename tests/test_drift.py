@@ -641,6 +641,14 @@ def test_points_read_after_their_run_s_collapse_are_counted():
     assert ac == {"points": 16, "unstable": 4, "after_collapse": 4, "whole_window_after": 3, "collapse_unknown": 0}
 
 
+def test_levels_are_ordered_by_their_step():
+    runs = _level_runs()
+    runs = pd.concat([runs, runs[runs["level"] == "sgd0.0001"].assign(level="sgd1e-05")], ignore_index=True)
+    assert [g["level"] for g in analysis.gains(runs, list(range(4)))][::2] == ["sgd1e-05", "sgd0.0001", "sgd0.0002"]
+    dep = analysis.axis_dependence(analysis.cell_table(runs, list(range(4))))
+    assert [x["level"] for x in dep] == ["sgd1e-05", "sgd0.0001", "sgd0.0002"]
+
+
 def test_the_axis_s_dependence_on_the_correction():
     dep = analysis.axis_dependence(analysis.cell_table(_level_runs(), list(range(4))))
     first = next(x for x in dep if x["level"] == "sgd0.0001")
@@ -723,7 +731,7 @@ def test_the_section_shows_what_is_beside_the_verdicts(tmp_path):
     assert "41 of them at or before its first update" in text
     assert "| gmc | adamclip | 0.0229 | 0.0221 [0.0187, 0.0352] | yes, within the early interval |" in text
     assert "1 of 2 boundaries move on the pre-collapse window, none beyond" in text
-    assert "| SGD lr 0.0001 | gspo | 9e-06 | 5 of 5 | 0.514 | +0.012 [+0.012, +0.013] | held, learned nothing |" in text
+    assert "| SGD lr 0.0001 | gspo | 9e-06 | 5 of 5 | 0.514 | +0.012 [+0.012, +0.013] | held, no gain beyond 0.03 |" in text
     assert "SGD lr 0.0001: 9e-06 (gspo) to 0.0187 (tic_mask), 2,088x" in text
     guide = drift_guide(v)
     assert "under SGD: at lr 0.0001, gmc" in guide and "gspo" not in guide.split("Which correction")[1]

@@ -544,7 +544,12 @@ def gains(runs: pd.DataFrame, seeds: list[int]) -> list[dict]:
                     "held": bool(g["stable"].mean() >= SHARE), "pc0": float(g["pc0"].mean()),
                     "pc_final": float(g["pc_final"].mean()), "gain": b["mean"], "low": b["low"], "high": b["high"],
                     "learned": bool(b["low"] > MARGIN), "drift": float(g[AXIS].median())})
-    return out
+    return sorted(out, key=lambda x: (x["optimizer"], _rate_of(x["level"]), x["estimator"]))
+
+
+def _rate_of(level: str) -> float:
+    """``adamclip3e-05`` -> 3e-05: a level's step, to order levels by it."""
+    return float(level[len("adamclip"):] if level.startswith("adamclip") else level[len("sgd"):])
 
 
 def axis_dependence(cells: pd.DataFrame) -> list[dict]:
@@ -560,7 +565,7 @@ def axis_dependence(cells: pd.DataFrame) -> list[dict]:
         out.append({"optimizer": fam, "level": level, "by_estimator": dict(zip(g["estimator"], g["drift"])),
                     "min": [lo["estimator"], float(lo["drift"])], "max": [hi["estimator"], float(hi["drift"])],
                     "ratio": float(hi["drift"] / lo["drift"])})
-    return out
+    return sorted(out, key=lambda x: (x["optimizer"], _rate_of(x["level"])))
 
 
 def beside(runs: pd.DataFrame, seeds: list[int], bounds: list[dict]) -> dict:

@@ -407,7 +407,7 @@ def beside_lines(v: dict) -> list[str]:
     for g in bes["gains"]:
         md.append(f"| {_level_name(g['optimizer'], g['level'])} | {g['estimator']} | {_num(g['drift'])} "
                   f"| {g['stable']} of {g['n']} | {g['pc0']:.3f} | {g['gain']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}] "
-                  f"| {'yes' if g['held'] and g['learned'] else 'held, learned nothing' if g['held'] else 'no'} |")
+                  f"| {'yes' if g['held'] and g['learned'] else 'held, no gain beyond ' + str(MARGIN) if g['held'] else 'no'} |")
     dep = bes["axis_dependence"]
     md += ["", ("**The axis depends on the correction.** The early KL is measured under each correction's own "
                 "updates, so one setting (optimiser and step, chosen before any correction acts) sits at different "
