@@ -1,10 +1,11 @@
-"""``python -m claims [--only 3,7] [--quick] [--json PATH] [--md PATH] [--ledger PATH]``: every claim of THEORY.md §5, one table.
+"""``python -m claims [--only 3,7] [--quick] [--json PATH] [--md PATH] [--ledger PATH]``: THEORY.md §5's claims.
 
 Prints one aligned row per claim (id, claim, expected, measured, status, seconds) as it
 completes, then checks each outcome against THEORY's ledger (the table's *stated as* and
-*recorded* columns, :mod:`claims.ledger`) and prints "N claims: K hold, R refuted as recorded". A full run (all 22 claims, not ``--quick``) writes ``results/verify/claims.json``,
-``claims.md`` and ``abstract.json`` (the verdicts on the abstract, :mod:`claims.abstract`)
-unless ``--json``/``--md`` name other files. A partial run (``--only`` or ``--quick``) writes
+*recorded* columns, :mod:`claims.ledger`) and prints "N claims: K hold, R refuted as
+recorded". A full run (all 22 claims, not ``--quick``) writes ``results/verify/claims.json``,
+``claims.md`` and ``abstract.json`` (the verdicts on the abstract, :mod:`claims.abstract`) unless
+``--json``/``--md`` name other files. A partial run (``--only`` or ``--quick``) writes
 only the files it is given, and never replaces a full table. A file that the toolkit did
 not write is never replaced. Every output is checked to be writable before any claim runs.
 Exit code 0 exactly when every selected claim's outcome matches the ledger: every claim recorded

@@ -96,7 +96,8 @@ def match(row: dict, entry: Entry) -> tuple[bool, str]:
         return (True, "holds") if status == "PASS" else (False, f"recorded holds, but the check gave {status}")
     ce = entry.counterexample
     if status != "FAIL":
-        return False, f"recorded refuted at {ce['point']}, but the check gave {status}: the refutation no longer reproduces"
+        return False, (f"recorded refuted at {ce['point']}, but the check gave {status}: "
+                       "the refutation no longer reproduces")
     found = {f["point"]: f["values"] for f in row.get("refuted_at") or []}
     if set(found) != {ce["point"]}:
         return False, (f"recorded refuted at {ce['point']} only, but the check fails at "
@@ -141,4 +142,4 @@ def ledger_summary(rows: list[dict]) -> str:
     return text
 
 
-__all__ = ["Entry", "LedgerError", "THEORY", "annotate", "ledger_summary", "match", "parse_recorded", "read_ledger"]
+__all__ = ["THEORY", "Entry", "LedgerError", "annotate", "ledger_summary", "match", "parse_recorded", "read_ledger"]

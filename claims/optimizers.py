@@ -113,7 +113,8 @@ def check_19(quick: bool = False) -> Result:
         f"GMC worse in {len(worse)} of {len(tab)} cells ({', '.join(map(cell, worse.itertuples())) or 'none'}); "
         f"better in {len(better)} ({', '.join(map(cell, better.itertuples())) or 'none'})",
         f"paired t-interval, {LEVEL:.0%}, {n} seeds",
-        f"[expected behaviour, not a theorem] {shown_path(SOURCE.find())}{' (QUICK grid)' if SOURCE.is_quick() else ''}; "
+        f"[expected behaviour, not a theorem] {shown_path(SOURCE.find())}"
+        f"{' (QUICK grid)' if SOURCE.is_quick() else ''}; "
         f"GMC - TIC-mask in avg ||grad J||^2 at d = {d}: {per}. LLM ordering (final J of GMC below TOPR and "
         f"TIC-trunc, both intervals below 0) reproduced in: {', '.join(llm_reproduced) or 'no cell'}; {llm}. "
         f"Collapse (final J < {df['collapse_frac'].iloc[0]:g} J0) at d = {d}: {collapse}")

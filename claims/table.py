@@ -62,8 +62,8 @@ def markdown(rows: list[dict], seconds: float, quick: bool, full: bool = False) 
     if all("matches" in r for r in rows):
         from .ledger import ledger_summary
 
-        lines += [f"**{esc(ledger_summary(rows))}.** `python -m claims` exits 0 exactly when every outcome matches "
-                  "the ledger (THEORY.md §5's *stated as* and *recorded* columns).", ""]
+        lines += [(f"**{esc(ledger_summary(rows))}.** `python -m claims` exits 0 exactly when every outcome matches "
+                   "the ledger (THEORY.md §5's *stated as* and *recorded* columns)."), ""]
     lines += ["| id | claim | stated as | expected | measured | status | recorded | matches | seconds |",
               "|---:|---|---|---|---|---|---|---|---:|"]
     for r in rows:
@@ -76,6 +76,6 @@ def markdown(rows: list[dict], seconds: float, quick: bool, full: bool = False) 
                   f"*{r['theory_ref']}; kind {r['kind']}; tolerance `{json.dumps(r['tolerance'])}`*", "",
                   r["evidence"], ""]
         if "ledger_note" in r:
-            lines += [f"Ledger: {r['recorded']} ({r['stated_as']}); {'matches' if r['matches'] else 'DOES NOT MATCH'}: "
-                      f"{esc(r['ledger_note'])}.", ""]
+            lines += [(f"Ledger: {r['recorded']} ({r['stated_as']}); "
+                       f"{'matches' if r['matches'] else 'DOES NOT MATCH'}: {esc(r['ledger_note'])}."), ""]
     return "\n".join(lines)

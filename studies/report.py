@@ -71,7 +71,8 @@ def claims_table(rows: list[dict]) -> list[str]:
         recorded = ("-" if "matches" not in r else
                     f"{r['recorded']}" + ("" if r["matches"] else " (**does not match**)"))
         out.append(f"| {r['id']} | {esc(r.get('title', ''))} | {esc(r.get('theory_ref', ''))} | "
-                   f"{esc(r.get('stated_as') or '-')} | {esc(brief(r.get('expected')))} | {esc(brief(r.get('measured')))} "
+                   f"{esc(r.get('stated_as') or '-')} | {esc(brief(r.get('expected')))} "
+                   f"| {esc(brief(r.get('measured')))} "
                    f"| {status} | {recorded} | {float(r.get('seconds', float('nan'))):.2f} |")
     return out
 

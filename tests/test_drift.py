@@ -731,7 +731,8 @@ def test_the_section_shows_what_is_beside_the_verdicts(tmp_path):
     assert "41 of them at or before its first update" in text
     assert "| gmc | adamclip | 0.0229 | 0.0221 [0.0187, 0.0352] | yes, within the early interval |" in text
     assert "1 of 2 boundaries move on the pre-collapse window, none beyond" in text
-    assert "| SGD lr 0.0001 | gspo | 9e-06 | 5 of 5 | 0.514 | +0.012 [+0.012, +0.013] | held, no gain beyond 0.03 |" in text
+    assert ("| SGD lr 0.0001 | gspo | 9e-06 | 5 of 5 | 0.514 | +0.012 [+0.012, +0.013] | held, no gain beyond 0.03 |"
+            in text)
     assert "SGD lr 0.0001: 9e-06 (gspo) to 0.0187 (tic_mask), 2,088x" in text
     guide = drift_guide(v)
     assert "under SGD: at lr 0.0001, gmc" in guide and "gspo" not in guide.split("Which correction")[1]

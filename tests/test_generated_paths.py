@@ -15,7 +15,7 @@ GENERATED_DIRS = ["results/cards", "results/verify"]
 # an absolute path: a slash after a space, quote, backtick, bracket, '=' or '>' (or at a line's start), then a top-level
 # folder of this machine, then at least one more part
 TOP = sorted(d for d in os.listdir("/") if os.path.isdir("/" + d))
-ABSOLUTE = re.compile(r"(?:^|[\s`'\"(\[=>])(/(?:" + "|".join(map(re.escape, TOP)) + r")/[^\s`'\")\]]+)", re.M)
+ABSOLUTE = re.compile(r"(?:^|[\s`'\"(\[=>])(/(?:" + "|".join(map(re.escape, TOP)) + r")/[^\s`'\")\]]+)", re.MULTILINE)
 
 
 def generated_files() -> list[Path]:

@@ -30,7 +30,7 @@ def test_theory_ledger_covers_every_claim():
 def _ledger_copy(tmp_path, cid: int, recorded: str):
     """A copy of THEORY.md whose claim ``cid`` records ``recorded`` instead."""
     text = THEORY.read_text()
-    row = re.compile(rf"^(\| {cid} \|.*\| )([^|]+)( \|)$", re.M)
+    row = re.compile(rf"^(\| {cid} \|.*\| )([^|]+)( \|)$", re.MULTILINE)
     new, n = row.subn(lambda m: m.group(1) + recorded + m.group(3), text)
     assert n == 1
     path = tmp_path / "THEORY.md"

@@ -353,6 +353,11 @@ def _bracket_note(b: dict) -> str:
             "no level run between")
 
 
+def _held_learned(g: dict) -> str:
+    """A level's last column: held and learned, held without a gain beyond the margin, or did not hold."""
+    return "yes" if g["held"] and g["learned"] else f"held, no gain beyond {MARGIN}" if g["held"] else "no"
+
+
 def _factor(r: float) -> str:
     """A ratio as "5.7x" or "2,088x"."""
     return f"{r:.1f}x" if r < 10 else f"{r:,.0f}x"
@@ -402,12 +407,12 @@ def beside_lines(v: dict) -> list[str]:
             f"interval. *Held*: at least 80% of the seeds stable; *learned*: the gain's interval above {MARGIN} (the "
             "smallest difference in final held-out pc the studies count). The advice below names only corrections "
             "that held and learned."), "",
-           "| optimiser, step | correction | early KL | stable | pc at warm start | gain over warm start [95%] "
-           "| held and learned |", "|---|---|---|---|---|---|---|"]
+           ("| optimiser, step | correction | early KL | stable | pc at warm start | gain over warm start [95%] "
+            "| held and learned |"), "|---|---|---|---|---|---|---|"]
     for g in bes["gains"]:
         md.append(f"| {_level_name(g['optimizer'], g['level'])} | {g['estimator']} | {_num(g['drift'])} "
-                  f"| {g['stable']} of {g['n']} | {g['pc0']:.3f} | {g['gain']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}] "
-                  f"| {'yes' if g['held'] and g['learned'] else 'held, no gain beyond ' + str(MARGIN) if g['held'] else 'no'} |")
+                  f"| {g['stable']} of {g['n']} | {g['pc0']:.3f} | {g['gain']:+.3f} [{g['low']:+.3f}, "
+                  f"{g['high']:+.3f}] | {_held_learned(g)} |")
     dep = bes["axis_dependence"]
     md += ["", ("**The axis depends on the correction.** The early KL is measured under each correction's own "
                 "updates, so one setting (optimiser and step, chosen before any correction acts) sits at different "
