@@ -36,6 +36,7 @@ SOURCES = {
     "mechanism": ("mechanism", "verdicts.json"),
     "drift": ("drift", "verdicts.json"),
     "replicate": ("replicate_avx2", "comparison.json"),
+    "group_size": ("group_size", "verdicts.json"),
 }
 """Each source: (grid of :data:`studies.grids.STUDIES`, whose folder the grid table names; file in it),
 or (None, path under the results root)."""
@@ -222,12 +223,37 @@ def machines_sentence(replicate: dict) -> str:
             "section names them and what replays of its runs across them found.")
 
 
+def group_size(v: dict) -> str:
+    """The group-size study's line: its verdicts so far, the pairs measured (GMC's bias at the smallest and the
+    largest G against TIC-trunc's) and the grid's runs."""
+    from studies.grids import STUDIES as GRIDS
+
+    hyps = [f"G{i}" for i in range(1, 8)]
+    pending = [h for h in hyps if str(v[h].get("why", "")).startswith("not yet run")]
+    done = [f"{h} {v[h]['verdict']}" for h in hyps if h not in pending and h != "G7"]
+    planned = sum(len(GRIDS[g].cells()) for g in ("group_size", "group_size_decisive"))
+    head = ("**The group-size laws** ([pre-registration](docs/PREREGISTRATION-GROUP-SIZE.md), in progress: "
+            f"{', '.join(done) + '; ' if done else ''}not yet run: {', '.join(pending) or 'none'}).")
+    pairs = v.get("pairs_summary", [])
+    ok = [p for p in pairs if p["gates_passed"]]
+    text = f" Frozen pairs measured: {len(pairs)} of 8"
+    if pairs:
+        text += f" ({len(ok)} passed their gates)"
+    if ok:
+        p = ok[0]
+        text += (f"; at {p['pair']} (early KL {p['kl']:.3g}, ESS fraction {p['ess']:.2g}) GMC's squared relative bias "
+                 f"falls from {p['gmc_low']:.2g} at G = {p['G_low']} to {p['gmc_high']:.2g} "
+                 f"(s.e. {p['gmc_high_se']:.2g}) at G = {p['G_high']}, while TIC-trunc's stays "
+                 f"{p['tic_trunc']:.2g} at every G")
+    return head + text + f". The iso-samples G grid: {v['runs']} of its {planned} runs complete."
+
+
 def render(root: Path = RESULTS) -> str:
     """The README block, markers included."""
     s = load(root)
     bullets = (theory(s["claims"]), staleness(s["study"], s["study_runs"], s["peers_2025_runs"], s["mechanism"]),
                optimiser(s["mechanism"], s["drift"]), mechanism_rest(s["mechanism"], s["drift"]),
-               in_progress(s["drift"], s["replicate"]))
+               in_progress(s["drift"], s["replicate"]), group_size(s["group_size"]))
     return "\n".join((START, *(f"* {b}" for b in bullets), END))
 
 

@@ -33,6 +33,21 @@ def cells(recs) -> list[dict]:
     return out
 
 
+def pairs_summary(doc: dict | None) -> list[dict]:
+    """Per measured pair: its drift, whether its gates passed, and GMC's and TIC-trunc's squared relative bias
+    at the smallest and the largest G measured (what the README's line quotes)."""
+    out = []
+    for name, p in sorted((doc or {}).get("pairs", {}).items()):
+        g = {int(r["G"]): r for r in p["rows"] if r["estimator"] == "gmc"}
+        t = {int(r["G"]): r for r in p["rows"] if r["estimator"] == "tic_trunc"}
+        lo, hi = min(g), max(g)
+        out.append({"pair": name, "kl": p["drift_kl"], "chi2": p["drift_chi2"], "ess": p["drift_ess"],
+                    "gates_passed": p["gates"]["passed"], "G_low": lo, "G_high": hi,
+                    "gmc_low": g[lo]["rel_bias_sq"], "gmc_high": g[hi]["rel_bias_sq"], "gmc_high_se": g[hi]["se"],
+                    "tic_trunc": t[lo]["rel_bias_sq"], "cost_s": p["cost_s"]["total"]})
+    return out
+
+
 def decide() -> dict:
     from schema.results import grid_folder, read_json
     from studies.group_size import analysis as A
@@ -46,7 +61,7 @@ def decide() -> dict:
     machines = sorted({r["machine"] for r in recs})
     return {"format": A.VERDICTS_FORMAT, "runs": len(recs), "machines": machines,
             "runs_resumed_on_another_machine": sorted(r["run"] for r in recs if r["resumed_elsewhere"]),
-            "pairs_measured": sorted(doc["pairs"]) if doc else [],
+            "pairs_measured": sorted(doc["pairs"]) if doc else [], "pairs_summary": pairs_summary(doc),
             "G1": A.g1(doc), "G2": A.g2(doc, pred["lognormal"]["law"]["b"]), "G3": V.g3(recs), "G4": V.g4(recs),
             "G5": V.g5(recs), "G6": V.g6(recs), "G7": V.g7(recs), "cells": cells(recs)}
 

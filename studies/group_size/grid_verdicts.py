@@ -190,10 +190,13 @@ def g5(recs) -> dict:
 def g6(recs) -> dict:
     from stats import fisher_greater
     from studies.drift.analysis import _counts
+    from studies.grids import STUDIES
 
+    planned = {c.name for c in STUDIES["group_size"].cells() if c.delay > 0}
+    have = {r["run"] for r in recs if r["delay"] > 0}
+    if not planned <= have:
+        return _not_run(f"G6 reads every d = 64 run of seeds 0-4 ({len(planned & have)} of {len(planned)} complete)")
     pos = [r["d5"] for r in recs if r["delay"] > 0 and r["d5"] is not None]
-    if not pos:
-        return _not_run("no complete d = 64 run")
     c = _counts(pos, "stale/ess@0", G6_THRESHOLD)
     (h, nh), (f, nf) = c["hits"], c["false_alarms"]
     p = fisher_greater([[h, nh - h], [f, nf - f]]) if nh and nf else math.nan
