@@ -162,5 +162,5 @@ def test_the_claims_count_is_the_committed_table_s():
     passed = sum(r["status"] == "PASS" for r in rows)
     failed = [r["id"] for r in rows if r["status"] != "PASS"]
     section = _section("## What the toolkit found")
-    expected = f"{passed} of {len(rows)} claims PASS" + "".join(f", claim {i} FAILS" for i in failed)
+    expected = f"{passed} of {len(rows)} claims PASS" + "".join(f" and claim {i} FAILS" for i in failed)
     assert f"**{expected}" in section, expected

@@ -82,7 +82,7 @@ def test_the_findings_block_is_the_rendered_one():
 
 def test_the_findings_say_what_the_files_say():
     block = findings.render()
-    assert block.count("\n* ") == 5
+    assert block.count("\n* ") == 6  # theory, staleness, optimiser, mechanism, drift map and replicate, group size
     drift = findings.load()["drift"]
     if all(drift[k]["verdict"] == "INCONCLUSIVE" for k in drift if re.fullmatch(r"D\d+", k)):
         assert "In progress, no verdict yet" in block and "INCONCLUSIVE" in block
