@@ -3,7 +3,7 @@
 Prints one aligned row per claim (id, claim, expected, measured, status, seconds) as it
 completes, then checks each outcome against THEORY's ledger (the table's *stated as* and
 *recorded* columns, :mod:`claims.ledger`) and prints "N claims: K hold, R refuted as
-recorded". A full run (all 22 claims, not ``--quick``) writes ``results/verify/claims.json``,
+recorded". A full run (all 23 claims, not ``--quick``) writes ``results/verify/claims.json``,
 ``claims.md`` and ``abstract.json`` (the verdicts on the abstract, :mod:`claims.abstract`) unless
 ``--json``/``--md`` name other files. A partial run (``--only`` or ``--quick``) writes
 only the files it is given, and never replaces a full table. A file that the toolkit did

@@ -1,4 +1,5 @@
-"""Registry of the 22 machine-checkable claims of THEORY.md §5 (19: an addition, stated in §7; 20-22: §8).
+"""Registry of the 23 machine-checkable claims of THEORY.md §5 (19: an addition, stated in §7; 20-22: §8;
+23: a published claim, CTPO's, checked).
 
 Each :class:`Claim` names its check, a function of ``quick`` returning a
 :class:`~claims.result.Result`; the checks live by family:
@@ -9,6 +10,7 @@ Each :class:`Claim` names its check, a function of ``quick`` returning a
 * :mod:`claims.enumeration`       claims checked by exact enumeration (7, 8, 9, 14, 16, 18)
 * :mod:`claims.optimizers`        claim 17's ordering under Adam, AdamW, clipping and long horizons (19)
 * :mod:`claims.normalised`        normalising optimisers: scale invariance, sign-error bounds, ordering (20-22)
+* :mod:`claims.prefix`            CTPO's prefix-ratio claim: unbiased, lower variance than the sequence ratio (23)
 
 Each check keeps its tolerances beside it. An exception inside a check becomes an ERROR
 row, never a crash of the whole table.
@@ -25,6 +27,7 @@ from . import delay_terms as dt
 from . import enumeration as en
 from . import normalised as nm
 from . import optimizers as op
+from . import prefix as px
 from .result import Result, jsonable
 
 KINDS = ("symbolic", "exact", "monte-carlo", "numeric")  # a claim's kind joins one or more with "+"
@@ -95,6 +98,7 @@ CLAIMS: tuple[Claim, ...] = (
           "exact", nm),
     Claim(22, "Sign law of GMC = IS's; TOPR, TIC-trunc sign efficiency >= IS's at chi^2 >= 1", "§8.3; §5 #22",
           "exact", nm),
+    Claim(23, "CTPO's claim: prefix ratio unbiased, variance < full-sequence ratio's", "§5 #23", "exact", px),
 )
 
 BY_ID: dict[int, Claim] = {c.id: c for c in CLAIMS}

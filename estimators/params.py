@@ -42,6 +42,11 @@ vespo          k_pos, ...  2, 3,      TRL ``vespo_k_pos`` 2, ``vespo_lambda_pos`
 dppo_tv        delta       0.15       verl ``examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh``
                                       (dppo_tv: clip_ratio_low = high = 0.15; prime-rl: 0.2)
 dppo_tv        C           1e4        same script, ``clip_ratio_c=10000.0`` (the truncation of the ratio)
+ctpo           delta       0.2        this toolkit's choice (CTPO's code was not available to read)
+trm_k2/k3      delta       0.05       this toolkit's choice (verl's seq_max_k2/k3 take a threshold, no default)
+dispo          pos_low..   0.2, 0.28, this toolkit's reading: DAPO's clip-higher (0.2 / 0.28) for correct
+                           0.2, 0.2   responses, symmetric 0.2 for incorrect ones (DISPO's code not read)
+oapl           beta        1.0        this toolkit's choice (OAPL's release was not available to read)
 =============  ==========  =========  ===============================================================
 
 (verl: verl-project/verl at 1dda039b9c6311889a9c9a26040677e1254814f9; TRL: huggingface/trl at
@@ -127,6 +132,19 @@ PARAMS: dict[str, tuple[Param, ...]] = {
     "dppo_tv": (Param("delta", 0.15, "delta_TV", "dppo_tv: drop a token when pi - mu > delta (A > 0) or "
                       "pi - mu < -delta (A <= 0)"),
                 Param("C", 1e4, "C_DPPO", "dppo_tv: truncation of the detached token ratio, min(r, C)")),
+    "ctpo": (Param("delta", 0.2, "delta_CTPO", "ctpo: the prefix log-ratio L_t is clipped to [-delta sqrt(t), "
+                   "delta sqrt(t)] (this toolkit's default; the paper's code was not read)"),),
+    "trm_k2": (Param("delta", 0.05, "delta_TRM", "trm_k2: mask a sequence whose largest token (log r)^2 / 2 "
+                     "exceeds delta (verl seq_max_k2; no default there)"),),
+    "trm_k3": (Param("delta", 0.05, "delta_TRM3", "trm_k3: mask a sequence whose largest token r - 1 - log r "
+                     "exceeds delta (verl seq_max_k3; no default there)"),),
+    "dispo": (Param("pos_low", 0.2, "eps_low^+", "dispo: lower clip 1 - pos_low of the detached token ratio of a "
+                    "correct response (A > 0; >= 1: no lower bound)"),
+              Param("pos_high", 0.28, "eps_high^+", "dispo: upper clip 1 + pos_high, correct responses"),
+              Param("neg_low", 0.2, "eps_low^-", "dispo: lower clip 1 - neg_low, incorrect responses (A <= 0)"),
+              Param("neg_high", 0.2, "eps_high^-", "dispo: upper clip 1 + neg_high, incorrect responses")),
+    "oapl": (Param("beta", 1.0, "beta_OAPL", "oapl: KL-regularisation strength of the optimal-advantage "
+                   "regression, V* = beta log mean exp(a / beta)"),),
 }
 """Knobs per estimator name (trajectory schemes and token-level losses alike)."""
 

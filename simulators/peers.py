@@ -35,7 +35,7 @@ from scipy.special import softmax
 import estimators
 from estimators import scheme_names
 from estimators._compat import renamed_keywords
-from estimators.losses import TOKEN_LOSSES, is_batch_coupled, policy_loss
+from estimators.losses import CORRECTIONS_2026, SEQUENCE_SUM_LOSSES, TOKEN_LOSSES, is_batch_coupled, policy_loss
 
 from . import theory
 from .core import bound_M, configurations
@@ -47,6 +47,9 @@ TRAJECTORY = [*DELAY_SCHEMES, *scheme_names(family="peer"), *scheme_names(family
 """Every trajectory scheme: THEORY §2's members of C_eps and IS, the peers, and the mechanism
 study's GMC variants (at their default knobs)."""
 TOKEN = ["token_clip", "gspo", "cispo", "opsm", "m2po", "icepop", "sapo", "dppo_tv"]
+TOKEN_2026 = list(CORRECTIONS_2026)
+"""The 2026 corrections, measured by their own sweep (``peers_2026``) so that the committed peers
+table is left as it was."""
 
 LENGTH_KNOB = {"seq_geo_mask": "length"}
 """Schemes whose knob is the completion length (a trajectory scheme does not see it): set to the
@@ -115,7 +118,7 @@ def group_estimates(view: dict, tuples: np.ndarray, eps: float, estimator: str, 
     if n % B:
         raise ValueError(f"{n} groups do not split into batches of {B}")
     H = view["lp"].shape[1]
-    scale = H if estimator in TOKEN_LOSSES else 1
+    scale = H if estimator in TOKEN_LOSSES and estimator not in SEQUENCE_SUM_LOSSES else 1
     rows = tuples.reshape(-1)
     adv_all = estimators.advantages(view["rewards"][tuples], advantage)  # (n, G)
     out = np.empty((n, view["tok_scores"].shape[-1]))
@@ -237,11 +240,22 @@ CASES = {
 
 def run_peers(setting: dict, seeds: list[int]) -> pd.DataFrame:
     case = CASES[setting["case"]]
+    return _measure(setting, seeds, list(TRAJECTORY) + (list(TOKEN) if case["env"] == "token_mdp" else []))
+
+
+def run_peers_2026(setting: dict, seeds: list[int]) -> pd.DataFrame:
+    """The 2026 corrections (:data:`estimators.losses.CORRECTIONS_2026`) on E1 and E2, measured as
+    :func:`run_peers` measures the others (on E1 a completion is one token, so the prefix and
+    sequence rules act on that token)."""
+    return _measure(setting, seeds, list(TOKEN_2026))
+
+
+def _measure(setting: dict, seeds: list[int], names: list[str]) -> pd.DataFrame:
+    case = CASES[setting["case"]]
     env, theta, _, u = make_instance(case["env"], case["instance"])
     theta_b = static_behaviour(theta, setting["Delta"], u)
     view = token_view(env, theta, theta_b)
     G, eps, Bmc = case["G"], setting["eps"], setting["batch_groups"]
-    names = list(TRAJECTORY) + (list(TOKEN) if case["env"] == "token_mdp" else [])
     H = view["lp"].shape[1]
     rows = []
     for name in names:
@@ -299,7 +313,12 @@ SETTINGS = {
     },
 }
 
+SETTINGS["peers_2026"] = SETTINGS["peers"]
+
 SWEEPS = [
+    Sweep("peers_2026", "E1/E2: the 2026 corrections (p3o, ctpo, minpro, trm_k2, trm_k3, dispo, oapl) measured as "
+          "the peers sweep measures the others: exact bias and second moment, Monte Carlo for p3o's batch ESS",
+          SETTINGS["peers_2026"], run_peers_2026, COLUMNS),
     Sweep("peers", "E1/E2: every registered estimator (published peers beside GMC/TIC) under a static delay: "
           "exact bias and second moment, Monte Carlo where a batch statistic couples groups",
           SETTINGS["peers"], run_peers, COLUMNS),
