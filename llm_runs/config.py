@@ -87,10 +87,10 @@ class TrainConfig:
     estimator: str = _f("gmc", "c_i", "estimator (THEORY §2): a trajectory scheme, is, stale, tic_mask, "
                         "tic_trunc, tic_ppo, gmc, snis, topr, seq_tis, seq_tis_bn, seq_mis, seq_geo_mask, vespo, "
                         "gmc_cap, gmc_topr, topr_gmc; or a token-level loss: token_clip (f), gspo, cispo, m2po, opsm, "
-                        "icepop, sapo, dppo_tv")
+                        "icepop, sapo, dppo_tv, p3o, ctpo, minpro, trm_k2, trm_k3, dispo, oapl")
     eps: float = _f(0.2, "epsilon", "ratio threshold 1+epsilon (GMC mass cap, TIC clip; token_clip/opsm: lower clip)")
-    eps_high: float | None = _f(None, "epsilon_high", "token_clip/opsm upper clip (None: = eps); ignored by the others",
-                                knob_for=("token_clip", "opsm"))
+    eps_high: float | None = _f(None, "epsilon_high", "token_clip/opsm/minpro/trm upper clip (None: = eps); ignored "
+                                "by the others", knob_for=("token_clip", "opsm", "minpro", "trm_k2", "trm_k3"))
     gspo_eps_low: float = _knob("gspo", "eps_low")
     gspo_eps_high: float = _knob("gspo", "eps_high")
     cispo_eps_low: float = _knob("cispo", "eps_low")
@@ -116,6 +116,14 @@ class TrainConfig:
     vespo_lambda_neg: float = _knob("vespo", "lambda_neg")
     dppo_delta: float = _knob("dppo_tv", "delta")
     dppo_cap: float = _knob("dppo_tv", "C")
+    ctpo_delta: float = _knob("ctpo", "delta")
+    trm_k2_delta: float = _knob("trm_k2", "delta")
+    trm_k3_delta: float = _knob("trm_k3", "delta")
+    dispo_pos_low: float = _knob("dispo", "pos_low")
+    dispo_pos_high: float = _knob("dispo", "pos_high")
+    dispo_neg_low: float = _knob("dispo", "neg_low")
+    dispo_neg_high: float = _knob("dispo", "neg_high")
+    oapl_beta: float = _knob("oapl", "beta")
     advantage: str = _f("loo", "A_i", "advantage (THEORY §1): loo (canonical), grpo, drgrpo")
     group_size: int = _f(8, "G", "completions per prompt (one group)")
     prompts_per_step: int = _f(32, "B", "groups (prompts) per update, num_groups; batch = B * G completions",

@@ -213,7 +213,9 @@ def test_paper_defaults_and_config_fields():
                  "seq_geo_mask": {"lo": 0.999, "hi": 1.001, "length": 1.0, "C": 0.0},
                  "sapo": {"tau_pos": 1.0, "tau_neg": 1.05},
                  "vespo": {"k_pos": 2.0, "lambda_pos": 3.0, "k_neg": 3.0, "lambda_neg": 2.0},
-                 "dppo_tv": {"delta": 0.15, "C": 1e4}, "gmc_cap": {"kappa": 1.0}}
+                 "dppo_tv": {"delta": 0.15, "C": 1e4}, "gmc_cap": {"kappa": 1.0},
+                 "ctpo": {"delta": 0.2}, "trm_k2": {"delta": 0.05}, "trm_k3": {"delta": 0.05},
+                 "dispo": {"pos_low": 0.2, "pos_high": 0.28, "neg_low": 0.2, "neg_high": 0.2}, "oapl": {"beta": 1.0}}
     knobs = {f.metadata["knob"]: f for f in config_fields() if "knob" in f.metadata}
     assert set(knobs) == {(n, p.name) for n, ps in PARAMS.items() for p in ps}  # every knob has a field
     cfg = TrainConfig()
