@@ -36,7 +36,7 @@ UNCLIPPED = 1e6
 """CTPO's log-space bound coefficient at which no prefix log-ratio of E1 / E2 is clipped (|L_t| < 1e6)."""
 BIAS_TOL = 1e-10  # exact enumeration: an unbiased estimator's bias is rounding only (pmf sums of ~4e3 terms)
 DELTAS = (0.5, 1.0, 2.0, 3.0, 4.0)
-QUICK_DELTAS = (1.0, 4.0)
+QUICK_DELTAS = (0.5, 4.0)  # the smallest delay kept: the ledger's counterexample lies there
 
 
 def _variance(r: dict, grad_J: np.ndarray) -> float:
@@ -86,7 +86,26 @@ def check_23(quick: bool = False) -> Result:
         f"(H = 1: prefix = sequence); strictly lower variance where: {', '.join(holds_var) or 'nowhere'} "
         f"(E1's prefix is the whole sequence, so the two are equal there, not lower). Counterexamples: "
         + ("; ".join(f"{p['case']} Delta {p['Delta']:g} (bias {p['prefix_bias']:.4g})" for p in biased[:3]) or "none")
-        + ". " + rows)
+        + ". " + rows, refuted_at=counterexample(not_lower, biased))
+
+
+def counterexample(not_lower: list[dict], biased: list[dict]) -> tuple:
+    """The one point the ledger records for a refutation (:mod:`claims.ledger`): the first point, in the
+    check's fixed order (E1 before E2, Delta ascending), where each part fails (the variance not strictly
+    lower; the bias above rounding), named together, with the values found there."""
+    if not not_lower and not biased:
+        return ()
+    name, values = [], {}
+    if not_lower:
+        p = not_lower[0]
+        name.append(f"{p['case']} Delta={p['Delta']:g} (variance)")
+        values.update({f"{p['case']} prefix variance": round(p["prefix_var"], 6),
+                       f"{p['case']} IS variance": round(p["is_var"], 6)})
+    if biased:
+        p = biased[0]
+        name.append(f"{p['case']} Delta={p['Delta']:g} (bias)")
+        values[f"{p['case']} prefix bias"] = round(p["prefix_bias"], 6)
+    return ({"point": "; ".join(name), "values": values},)
 
 
 __all__ = ["BIAS_TOL", "UNCLIPPED", "check_23", "prefix_points"]

@@ -28,7 +28,7 @@ def test_registry_shape():
         assert callable(c.check)
     assert claims.STATUSES == ("PASS", "FAIL", "ERROR")
     with pytest.raises(ValueError, match="unknown claim id"):
-        claims.get_claim(23)
+        claims.get_claim(24)
 
 
 @pytest.mark.parametrize("cid", QUICK_CHEAP)
@@ -270,7 +270,7 @@ def test_writability_check_makes_the_folders_and_leaves_no_probe(tmp_path):
     assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == []
 
 
-@pytest.mark.parametrize("bad", ["0", "3,x", "23", ""])
+@pytest.mark.parametrize("bad", ["0", "3,x", "24", ""])
 def test_cli_rejects_bad_only(bad, tmp_path):
     with pytest.raises(SystemExit) as exc:
         cli.main(["--only", bad, "--json", str(tmp_path / "c.json")])
