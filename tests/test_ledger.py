@@ -19,11 +19,13 @@ def test_theory_ledger_covers_every_claim():
     assert sorted(ledger) == sorted(claims.BY_ID)
     assert {e.recorded for e in ledger.values()} == {"holds", "refuted"}
     refuted = {i: e for i, e in ledger.items() if e.recorded == "refuted"}
-    assert list(refuted) == [22]
+    assert list(refuted) == [22, 23]
+    assert refuted[23].counterexample["point"] == "E1 Delta=0.5 (variance); E2 Delta=0.5 (bias)"
     ce = refuted[22].counterexample
     assert ce == {"point": "long E2 H=16 delta=+0.8", "values": {"IS": 0.1079, "TOPR": 0.1047, "TIC-trunc": 0.1047},
                   "tolerance": 1e-4}
     assert ledger[19].stated_as == "conjecture" and ledger[22].stated_as == "theorem + conjecture"
+    assert ledger[23].stated_as == "conjecture"
     assert all(e.counterexample is None for e in ledger.values() if e.recorded == "holds")
 
 
