@@ -229,3 +229,13 @@ def test_gate_b_at_the_whole_replicate_compares_up_to_rounding():
     assert float((c[1] - c[2]).norm()) <= 1e-9 * float(c[1].norm())
     assert mc_agreement([c], [e])["z"] == 0.0
     assert mc_agreement([tuple(x * 1.001 for x in c)], [e])["z"] == math.inf
+
+
+def test_a_g8_cell_finds_the_committed_drift_map_run_with_its_settings():
+    from studies.group_size.grid_verdicts import committed_counterpart
+
+    assert committed_counterpart("long-adamclip0.0001_G8-gmc-d64-s3").parts[-2:] == ("mechanism",
+                                                                                      "long-adamclip-gmc-d64-s3")
+    assert committed_counterpart("long-adamclip3e-05_G8-topr-d64-s1").name == "long-adamclip3e-05-topr-d64-s1"
+    assert committed_counterpart("long-adamclip3e-05_G4-topr-d64-s1") is None
+    assert committed_counterpart("long-adamclip5.5e-05_G8-gmc-d64-s0") is None  # a level the map did not run

@@ -233,3 +233,53 @@ def g7(recs) -> dict:
             slope = float(np.polyfit(x, y, 1)[0])
         out[est] = {"per_G": {str(G): v for G, v in per.items()}, "slope": slope}
     return {"verdict": "EXPLORATORY", "abstract_exponent": -0.4, "corrections": out}
+
+
+# --------------------------------------------------------------------------- the G = 8 cells against the drift map
+
+PERF = "perf/"
+SETTINGS_IGNORED = ("out", "cache_dir")
+
+
+def committed_counterpart(name: str):
+    """The committed drift-map run (folder or packed) with a G = 8 cell's settings: the drift grid's levels, the
+    mechanism grid's Adam + clip 1e-4 arm; None for a cell the map did not run."""
+    from schema.results import grid_folder
+
+    head, rest = name.split("_G8-", 1) if "_G8-" in name else (None, None)
+    if head is None:
+        return None
+    level = head.removeprefix("long-")
+    if level == "adamclip0.0001":
+        return grid_folder("mechanism") / f"long-adamclip-{rest}"
+    for grid in ("drift", "drift_decisive"):
+        path = grid_folder(grid) / f"long-{level}-{rest}"
+        from schema.results import is_packed_run
+
+        if path.exists() or is_packed_run(path):
+            return path
+    return None
+
+
+def g8_against_committed(folder) -> list[dict]:
+    """Each finished G = 8 cell of the grid beside its committed drift-map run: the settings that differ and
+    whether every metric but the timings is identical (on a machine that rounds as the committed runs did,
+    the pre-registration's rerun of G = 8 must reproduce them)."""
+    from schema.results import is_packed_run, read_run, read_run_config, run_folders
+
+    out = []
+    for run in run_folders(folder):
+        if "_G8-" not in run.name or not (run / "summary.json").is_file():
+            continue
+        other = committed_counterpart(run.name)
+        if other is None or not (other.exists() or is_packed_run(other)):
+            continue
+        ca, cb = read_run_config(run), read_run_config(other)
+        diff = sorted(k for k in set(ca) | set(cb) if k not in SETTINGS_IGNORED and ca.get(k) != cb.get(k))
+        _, ma = read_run(run)
+        _, mb = read_run(other)
+        cols = [c for c in ma.columns if not c.startswith(PERF) and c in mb.columns]
+        same = ma[cols].reset_index(drop=True).equals(mb[cols].reset_index(drop=True))
+        out.append({"run": run.name, "committed": f"{other.parent.name}/{other.name}", "settings_differ": diff,
+                    "identical": bool(same)})
+    return out

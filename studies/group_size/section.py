@@ -108,6 +108,14 @@ def group_size_section(report_dir: Path | None = None, figures_out: Path | None 
     if pairs.is_file():
         doc = read_json(pairs)
         md += [f"Frozen pairs measured: {len(doc['pairs'])} of 8.", ""] + pair_lines(doc) + [""]
+    g8 = v.get("g8_against_committed", [])
+    if g8:
+        same = sum(r["identical"] for r in g8)
+        line = (f"The rerun G = 8 cells against the committed drift-map runs with their settings: {same} of "
+                f"{len(g8)} identical in every metric but the timings (the pre-registration reran them on the premise "
+                "that the committed runs round otherwise; on a machine that replays them they must agree, and this "
+                "checks it).")
+        md += [line, ""]
     if v.get("cells"):
         ms = v.get("machines", [])
         one = ("one machine's rounding" if len(ms) == 1 else
