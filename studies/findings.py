@@ -239,12 +239,12 @@ def group_size(v: dict) -> str:
     text = f" Frozen pairs measured: {len(pairs)} of 8"
     if pairs:
         text += f" ({len(ok)} passed their gates)"
-    if ok:
-        p = ok[0]
-        text += (f"; at {p['pair']} (early KL {p['kl']:.3g}, ESS fraction {p['ess']:.2g}) GMC's squared relative bias "
-                 f"falls from {p['gmc_low']:.2g} at G = {p['G_low']} to {p['gmc_high']:.2g} "
-                 f"(s.e. {p['gmc_high_se']:.2g}) at G = {p['G_high']}, while TIC-trunc's stays "
-                 f"{p['tic_trunc']:.2g} at every G")
+    shown = sorted({min(ok, key=lambda p: p["chi2"])["pair"], max(ok, key=lambda p: p["chi2"])["pair"]}) if ok else []
+    for i, p in enumerate(q for q in ok if q["pair"] in shown):
+        text += (f"; at {p['pair']} (KL {p['kl']:.3g} per token, chi^2 {p['chi2']:.3g}, ESS "
+                 f"fraction {p['ess']:.2g}) GMC's squared relative bias falls from {p['gmc_low']:.2g} at "
+                 f"G = {p['G_low']} to {p['gmc_high']:.2g} (s.e. {p['gmc_high_se']:.2g}) at G = {p['G_high']}, while "
+                 f"TIC-trunc's stays {p['tic_trunc']:.2g} at every G")
     return head + text + f". The iso-samples G grid: {v['runs']} of its {planned} runs complete."
 
 
