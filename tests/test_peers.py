@@ -297,7 +297,7 @@ def test_verl_plugin_registers_every_trajectory_scheme():
     cfg = SimpleNamespace(rollout_n=G, clip_ratio_high=0.2, shuffle=False, use_dynamic_bsz=False,
                           ppo_micro_batch_size_per_gpu=B, global_batch_info={"dp_size": 1, "global_batch_size": B})
     for name in PEERS_TRAJ:
-        loss, metrics = registry[name](old, new, adv, mask, "token-mean", cfg)
+        loss, metrics = registry[name](old, new, adv, mask, "token-mean", cfg, rollout_log_probs=old)
         ref = policy_loss(name, new, old, mask, adv[:, 0], G, 0.2)
         assert float(loss) == pytest.approx(float(ref.loss), rel=1e-12)
         assert "actor/stale/mass_cap_frac" in metrics  # schema.metrics names
