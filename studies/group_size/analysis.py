@@ -47,26 +47,32 @@ def fit_law(chi2, Ghalf) -> dict:
             "high": float(res.slope + t * res.stderr), "a": float(math.exp(res.intercept))}
 
 
+def offdiagonal_mean(gram, keep) -> float:
+    """The mean of ``gram[r, s]`` over the pairs r != s of the replicates ``keep`` (numpy or torch): the
+    cross-product estimate of ``|E X|^2`` from the Gram matrix of independent replicates X_r, in which no
+    replicate's own noise enters."""
+    sub = gram[np.ix_(keep, keep)]
+    k = len(keep)
+    return float((sub.sum() - sub.diagonal().sum()) / (k * (k - 1)))
+
+
+def jackknife(stat, R: int) -> tuple[float, float]:
+    """``stat`` (a function of the kept replicates' indices) on all R replicates, and its leave-one-replicate-out
+    jackknife standard error."""
+    full = stat(list(range(R)))
+    jack = np.array([stat([j for j in range(R) if j != i]) for i in range(R)])
+    return full, float(math.sqrt((R - 1) / R * ((jack - jack.mean()) ** 2).sum()))
+
+
 def cross_bias(means: np.ndarray, target: np.ndarray) -> tuple[float, float]:
     """The squared relative bias ``|m - t|^2 / |t|^2`` of a mean ``m`` estimated by R independent replicate
-    means ``means`` ``(R, P)``: the average over replicate pairs r != s of ``<m_r - t, m_s - t>`` (unbiased:
-    no replicate's own noise enters), divided by ``|t|^2``, with its jackknife (leave one replicate out)
-    standard error."""
+    means ``means`` ``(R, P)`` against an exact target ``t``: :func:`offdiagonal_mean` of the replicates'
+    ``m_r - t``, divided by ``|t|^2``, with its jackknife standard error."""
     D = means - target[None]
-    R = len(D)
     gram = D @ D.T
-    tot, diag = gram.sum(), np.trace(gram)
-
-    def est(keep):
-        sub = gram[np.ix_(keep, keep)]
-        k = len(keep)
-        return (sub.sum() - np.trace(sub)) / (k * (k - 1))
-
-    full = (tot - diag) / (R * (R - 1))
-    jack = np.array([est([j for j in range(R) if j != i]) for i in range(R)])
-    se = math.sqrt((R - 1) / R * ((jack - jack.mean()) ** 2).sum())
+    full, se = jackknife(lambda keep: offdiagonal_mean(gram, keep), len(D))
     n2 = float(target @ target)
-    return float(full / n2), float(se / n2)
+    return full / n2, se / n2
 
 
 def slope_test(gmc: np.ndarray, trunc: np.ndarray, Gs, n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict:

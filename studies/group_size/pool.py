@@ -9,6 +9,8 @@ import math
 import numpy as np
 import torch
 
+from .analysis import jackknife, offdiagonal_mean
+
 PROMPTS = 32
 DRAWS = 2048
 """K x G completions drawn per prompt and replicate (K = max(1, round(DRAWS / G)) groups)."""
@@ -218,33 +220,17 @@ def per_sample_vectors(model, pool: dict, rows: slice, coefs: torch.Tensor, chun
 
 
 def cross_norm(X: torch.Tensor) -> tuple[float, float]:
-    """``sum_{r != s} <X_r, X_s> / (R (R - 1))`` (unbiased for |E X|^2) and its jackknife s.e."""
+    """:func:`studies.group_size.analysis.offdiagonal_mean` of the replicates ``X`` (unbiased for |E X|^2) and
+    its jackknife s.e."""
     gram = (X @ X.T).double()
-    R = len(X)
-
-    def est(keep):
-        sub = gram[np.ix_(keep, keep)]
-        return float((sub.sum() - torch.trace(sub)) / (len(keep) * (len(keep) - 1)))
-
-    full = est(list(range(R)))
-    jack = np.array([est([j for j in range(R) if j != i]) for i in range(R)])
-    return full, float(math.sqrt((R - 1) / R * ((jack - jack.mean()) ** 2).sum()))
+    return jackknife(lambda keep: offdiagonal_mean(gram, keep), len(X))
 
 
 def relative_bias(D: torch.Tensor, T: torch.Tensor, V: torch.Tensor) -> tuple[float, float, float, float]:
     """``(rel_bias_sq, jackknife s.e., cosine of mean V to mean T, |mean V| / |mean T|)``: the ratio of the
     cross-product estimates of |E D|^2 and |E T|^2 (D = V - T per replicate, T independent of V)."""
-    R = len(D)
     gD, gT = (D @ D.T).double(), (T @ T.T).double()
-
-    def est(keep):
-        k = len(keep)
-        a, b = gD[np.ix_(keep, keep)], gT[np.ix_(keep, keep)]
-        return float((a.sum() - torch.trace(a)) / (k * (k - 1))) / float((b.sum() - torch.trace(b)) / (k * (k - 1)))
-
-    full = est(list(range(R)))
-    jack = np.array([est([j for j in range(R) if j != i]) for i in range(R)])
-    se = float(math.sqrt((R - 1) / R * ((jack - jack.mean()) ** 2).sum()))
+    full, se = jackknife(lambda keep: offdiagonal_mean(gD, keep) / offdiagonal_mean(gT, keep), len(D))
     mv, mt = V.mean(0), T.mean(0)
     cos = float(mv @ mt / (mv.norm() * mt.norm()))
     return full, se, cos, float(mv.norm() / mt.norm())
