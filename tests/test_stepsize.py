@@ -327,7 +327,6 @@ def test_a_hook_refuses_settings_it_cannot_apply_or_does_not_know():
 
 
 def test_the_trl_callback_takes_the_trainer_s_estimator_without_a_type_error():
-    pytest.importorskip("transformers")
     from types import SimpleNamespace
 
     from llm_runs.integrations.stepsize_hooks import StepSizeCallback
