@@ -237,8 +237,12 @@ def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dic
     return out
 
 
-MAP_GROUP_SIZE = 8
-"""The group size of every run of the drift map (the study's settings, ``llm_runs.grids.STUDY_BASE``)."""
+def map_group_size() -> int:
+    """The group size of every run of the drift map: the study's setting (``llm_runs.grids.STUDY_BASE``), which
+    the drift grids run under."""
+    from .grids import STUDY_BASE
+
+    return int(STUDY_BASE["group_size"])
 
 
 def group_size_cells() -> list[dict]:
@@ -256,11 +260,12 @@ def group_size_lines(G: int | None, cells: list[dict] | None = None) -> list[str
     """What the maps measured say about a run of group size ``G``: the drift map's G, the group sizes the
     group-size grid measured, the nearest one to ``G`` and its cells, and when ``G`` lies outside them."""
     cells = group_size_cells() if cells is None else cells
-    measured = sorted({MAP_GROUP_SIZE} | {int(c["G"]) for c in cells})
+    map_G = map_group_size()
+    measured = sorted({map_G} | {int(c["G"]) for c in cells})
     if G is None:
-        return [f"group size: unknown (give --group-size); the drift map was measured at G = {MAP_GROUP_SIZE}"]
+        return [f"group size: unknown (give --group-size); the drift map was measured at G = {map_G}"]
     near = min(measured, key=lambda g: (abs(math.log(g) - math.log(G)), g))
-    out = [f"group size: G = {G}; the drift map was measured at G = {MAP_GROUP_SIZE}"
+    out = [f"group size: G = {G}; the drift map was measured at G = {map_G}"
            + (f", the group-size grid at G = {', '.join(map(str, measured))}" if cells else "")
            + f"; nearest measured G = {near}"]
     if G < measured[0] or G > measured[-1]:
