@@ -65,6 +65,15 @@ def holm(pvalues: dict[str, float], alpha: float) -> dict[str, bool]:
     return out
 
 
+def one_sided_drop(b_small: float, se_small: float, b_large: float, se_large: float) -> dict:
+    """One-sided z-test that an estimate ``b_small`` exceeds ``b_large``, their standard errors added in
+    quadrature (independence is not assumed: for positively correlated estimates this is conservative).
+    Returns z, its p-value, the drop and its standard error."""
+    se = math.hypot(se_small, se_large)
+    z = (b_small - b_large) / se if se > 0 else (math.inf if b_small > b_large else -math.inf)
+    return {"z": float(z), "p": float(_st.norm.sf(z)), "drop": float(b_small - b_large), "se": float(se)}
+
+
 def seeds_for_power(sd_diff: float, delta: float, alpha: float, power: float = 0.8, n_max: int = 10_000) -> int:
     """Smallest number of paired samples n whose two-sided paired t-test at level ``alpha`` detects a
     mean difference ``delta`` with probability >= ``power`` (noncentral t), for differences of

@@ -239,3 +239,36 @@ def test_a_g8_cell_finds_the_committed_drift_map_run_with_its_settings():
     assert committed_counterpart("long-adamclip3e-05_G8-topr-d64-s1").name == "long-adamclip3e-05-topr-d64-s1"
     assert committed_counterpart("long-adamclip3e-05_G4-topr-d64-s1") is None
     assert committed_counterpart("long-adamclip5.5e-05_G8-gmc-d64-s0") is None  # a level the map did not run
+
+
+def test_claim_24_reads_the_pairs_file_through_g1_and_names_the_failing_pair(tmp_path):
+    import json
+
+    from claims.llm_pairs import check_24
+    from claims.registry import Claim
+
+    falling = [lambda G: 1.0 / G**2] * 8
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps(_pairs_doc(falling)))
+    assert check_24(path=path).status == "PASS"
+    # p6's GMC bias rises with G: the claim fails there, and the ledger's point names p6
+    rising = list(falling)
+    rising[5] = lambda G: 0.001 * G
+    path.write_text(json.dumps(_pairs_doc(rising)))
+    res = check_24(path=path)
+    assert res.status == "FAIL" and res.refuted_at[0]["point"].startswith("p6 (gmc no drop")
+    assert res.refuted_at[0]["values"]["gmc rel_bias_sq G=128"] == 0.128
+    # clipping's bias vanishing at some G fails the second part, with GMC's law intact
+    doc = _pairs_doc(falling)
+    for r in doc["pairs"]["p3"]["rows"]:
+        if r["estimator"] == "tic_trunc":
+            r["rel_bias_sq"] = 0.015
+    path.write_text(json.dumps(doc))
+    res = check_24(path=path)
+    assert res.status == "FAIL" and res.refuted_at[0]["point"] == "p3 (tic_trunc 0)"
+    # fewer than the eight pre-registered pairs: an ERROR through the registry, never a PASS
+    doc["pairs"].pop("p8")
+    path.write_text(json.dumps(doc))
+    claim = Claim(24, "t", "t", "numeric", type("M", (), {"check_24": staticmethod(lambda q: check_24(q, path))}))
+    out = claim.result()
+    assert out.status == "ERROR" and "p8 not measured" in out.evidence

@@ -6,7 +6,10 @@ import math
 
 import numpy as np
 
-ALPHA = 0.05
+from claims.llm_pairs import (  # noqa: F401 - G1 is decided where THEORY's claim 24 reads it
+    ALPHA, CAP_BINDS, LOW_DRIFT_ESS, PAIR_NAMES, g1, not_run as _not_run, pair_rows)
+from stats import one_sided_drop  # noqa: F401 - the pre-registration names it here
+
 N_BOOT = 10_000
 BOOT_SEED = 20261206
 HALF = 0.5
@@ -108,82 +111,13 @@ def slope_test(gmc: np.ndarray, trunc: np.ndarray, Gs, n_boot: int = N_BOOT, see
             "shares_gmc": [float(v) for v in gmc.mean(0)], "shares_tic_trunc": [float(v) for v in trunc.mean(0)]}
 
 
-def one_sided_drop(b_small: float, se_small: float, b_large: float, se_large: float, alpha: float = ALPHA) -> dict:
-    """G1's per-pair test: the squared relative bias at the small G exceeds the one at the large G, one-sided
-    z-test on the difference with the two jackknife errors (independent pools per G are not assumed: the
-    errors add in quadrature, which is conservative for positively correlated estimates)."""
-    from scipy import stats
-
-    se = math.hypot(se_small, se_large)
-    z = (b_small - b_large) / se if se > 0 else (math.inf if b_small > b_large else -math.inf)
-    return {"z": float(z), "p": float(stats.norm.sf(z)), "drop": float(b_small - b_large), "se": float(se)}
-
-
 # --------------------------------------------------------------------------- part 1: the frozen pairs
 
-CAP_BINDS = 0.01
-"""G1: GMC's cap binds at G = 2 when more than this share of its groups has lambda < 1."""
-LOW_DRIFT_ESS = 0.5
-PAIR_NAMES = tuple(f"p{i}" for i in range(1, 9))
 VERDICTS_FORMAT = "gmc-grpo-group-size-verdicts/1"
 G6_THRESHOLD = 0.57798249991828
 """The drift study's exploratory ESS-fraction threshold (from the first update), frozen by the
 pre-registration."""
 G5_MARGIN = 0.03
-
-
-def _not_run(why: str) -> dict:
-    return {"verdict": "INCONCLUSIVE", "why": f"not yet run: {why}"}
-
-
-def pair_rows(doc: dict, pair: str, est: str) -> dict[int, dict]:
-    return {int(r["G"]): r for r in doc["pairs"][pair]["rows"] if r["estimator"] == est}
-
-
-def g1(doc: dict | None) -> dict:
-    """G1 as pre-registered: GMC's squared relative bias falls from G = 2 to G = 128 at every qualifying pair
-    (Holm), and reaches 0 (within 2 s.e.) by G = 32 at the low-drift pairs."""
-    from stats import holm
-
-    have = sorted(doc["pairs"]) if doc else []
-    missing = [p for p in PAIR_NAMES if p not in have or doc["pairs"][p].get("quick")]
-    if missing:
-        return _not_run(f"pairs {', '.join(missing)} not measured")
-    failed = [p for p in have if not doc["pairs"][p]["gates"]["passed"]]
-    per, qual = {}, []
-    for p in have:
-        if p in failed:
-            continue
-        g = pair_rows(doc, p, "gmc")
-        if g[2]["cap_share"] > CAP_BINDS:
-            qual.append(p)
-            per[p] = {"drop": one_sided_drop(g[2]["rel_bias_sq"], g[2]["se"], g[128]["rel_bias_sq"], g[128]["se"]),
-                      "rise": one_sided_drop(g[128]["rel_bias_sq"], g[128]["se"], g[2]["rel_bias_sq"], g[2]["se"])}
-    low = {}
-    for p in have:
-        if p in failed or doc["pairs"][p]["drift_ess"] < LOW_DRIFT_ESS:
-            continue
-        g = pair_rows(doc, p, "gmc")
-        Gs = sorted(g)
-        zero_from = next((G for G in Gs if all(abs(g[H]["rel_bias_sq"]) <= 2 * g[H]["se"] for H in Gs if H >= G)), None)
-        above = all(g[H]["rel_bias_sq"] > 2 * g[H]["se"] for H in (32, 64, 128) if H in g)
-        low[p] = {"zero_from_G": zero_from, "above_at_32_64_128": above}
-    if len(qual) < 3:
-        return {"verdict": "INCONCLUSIVE", "why": f"{len(qual)} pairs qualify (cap binds at G = 2, gates passed); "
-                f"3 needed", "pairs": per, "low_drift": low, "failed_gates": failed}
-    drop = holm({p: per[p]["drop"]["p"] for p in qual}, ALPHA)
-    rise = holm({p: per[p]["rise"]["p"] for p in qual}, ALPHA)
-    for p in qual:
-        per[p]["drop_rejected_holm"], per[p]["rise_rejected_holm"] = bool(drop[p]), bool(rise[p])
-    drops = all(drop[p] for p in qual)
-    zero = all(v["zero_from_G"] is not None and v["zero_from_G"] <= 32 for v in low.values())
-    if drops and zero:
-        verdict = "CONFIRMED"
-    elif any(rise[p] for p in qual) or any(v["above_at_32_64_128"] for v in low.values()):
-        verdict = "REFUTED"
-    else:
-        verdict = "INCONCLUSIVE"
-    return {"verdict": verdict, "qualifying": qual, "pairs": per, "low_drift": low, "failed_gates": failed}
 
 
 def g2(doc: dict | None, predicted_b: float) -> dict:

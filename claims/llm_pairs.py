@@ -1,0 +1,150 @@
+"""Claim 24 (an addition, the LLM measurement): the abstract's group-size law on the LLM's own frozen pairs.
+
+The paper states that "for fixed behaviour and current policies, the bias introduced by group rescaling
+vanishes as G grows, whereas the bias from trajectory-wise clipping can persist". THEORY proves it for
+the mass bias (claims 7, 8) and the simulators check it exactly on E1-E3. This claim checks it where no
+theorem reaches: on (pi_b, pi) pairs of the toolkit's own GRPO runs on a Qwen3-architecture model,
+measured by ``python -m studies.group_size.pairs`` into ``results/llm/group_size/pairs.json`` (the
+expected update of each correction at each G over pools of completions, the bias by cross-products of
+independent replicates against an independent on-policy target; docs/PREREGISTRATION-GROUP-SIZE.md).
+
+Stated as two parts, read off the committed measurement:
+
+* **GMC's bias vanishes**: the pre-registered test G1, as the study decides
+  it (at every pair passing its gates where GMC's cap binds at G = 2, the squared relative bias at
+  G = 128 is below the one at G = 2, one-sided, Holm; at the low-drift pairs it is within two standard
+  errors of 0 from some G <= 32 on), CONFIRMED;
+* **clipping's persists**: at every such pair TIC-trunc's squared relative bias exceeds two standard
+  errors at every measured G (it is the same vector at every G: the gates check that).
+
+The check does no measurement of its own (it costs milliseconds) and needs all eight pre-registered pairs:
+with fewer it is an ERROR, never a PASS. A rerun of the measurement that moves a verdict shows here as a
+mismatch with THEORY's ledger.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from stats import holm, one_sided_drop
+
+from .result import Result
+
+ALPHA = 0.05
+CAP_BINDS = 0.01
+"""G1: GMC's cap binds at G = 2 when more than this share of its groups has lambda < 1."""
+LOW_DRIFT_ESS = 0.5
+PAIR_NAMES = tuple(f"p{i}" for i in range(1, 9))
+
+
+def not_run(why: str) -> dict:
+    return {"verdict": "INCONCLUSIVE", "why": f"not yet run: {why}"}
+
+
+def pair_rows(doc: dict, pair: str, est: str) -> dict[int, dict]:
+    return {int(r["G"]): r for r in doc["pairs"][pair]["rows"] if r["estimator"] == est}
+
+
+def g1(doc: dict | None) -> dict:
+    """G1 as pre-registered: GMC's squared relative bias falls from G = 2 to G = 128 at every qualifying pair
+    (Holm), and reaches 0 (within 2 s.e.) by G = 32 at the low-drift pairs."""
+    have = sorted(doc["pairs"]) if doc else []
+    missing = [p for p in PAIR_NAMES if p not in have or doc["pairs"][p].get("quick")]
+    if missing:
+        return not_run(f"pairs {', '.join(missing)} not measured")
+    failed = [p for p in have if not doc["pairs"][p]["gates"]["passed"]]
+    per, qual = {}, []
+    for p in have:
+        if p in failed:
+            continue
+        g = pair_rows(doc, p, "gmc")
+        if g[2]["cap_share"] > CAP_BINDS:
+            qual.append(p)
+            per[p] = {"drop": one_sided_drop(g[2]["rel_bias_sq"], g[2]["se"], g[128]["rel_bias_sq"], g[128]["se"]),
+                      "rise": one_sided_drop(g[128]["rel_bias_sq"], g[128]["se"], g[2]["rel_bias_sq"], g[2]["se"])}
+    low = {}
+    for p in have:
+        if p in failed or doc["pairs"][p]["drift_ess"] < LOW_DRIFT_ESS:
+            continue
+        g = pair_rows(doc, p, "gmc")
+        Gs = sorted(g)
+        zero_from = next((G for G in Gs if all(abs(g[H]["rel_bias_sq"]) <= 2 * g[H]["se"] for H in Gs if H >= G)), None)
+        above = all(g[H]["rel_bias_sq"] > 2 * g[H]["se"] for H in (32, 64, 128) if H in g)
+        low[p] = {"zero_from_G": zero_from, "above_at_32_64_128": above}
+    if len(qual) < 3:
+        return {"verdict": "INCONCLUSIVE", "why": f"{len(qual)} pairs qualify (cap binds at G = 2, gates passed); "
+                f"3 needed", "pairs": per, "low_drift": low, "failed_gates": failed}
+    drop = holm({p: per[p]["drop"]["p"] for p in qual}, ALPHA)
+    rise = holm({p: per[p]["rise"]["p"] for p in qual}, ALPHA)
+    for p in qual:
+        per[p]["drop_rejected_holm"], per[p]["rise_rejected_holm"] = bool(drop[p]), bool(rise[p])
+    drops = all(drop[p] for p in qual)
+    zero = all(v["zero_from_G"] is not None and v["zero_from_G"] <= 32 for v in low.values())
+    if drops and zero:
+        verdict = "CONFIRMED"
+    elif any(rise[p] for p in qual) or any(v["above_at_32_64_128"] for v in low.values()):
+        verdict = "REFUTED"
+    else:
+        verdict = "INCONCLUSIVE"
+    return {"verdict": verdict, "qualifying": qual, "pairs": per, "low_drift": low, "failed_gates": failed}
+
+
+PAIRS = Path(__file__).resolve().parents[1] / "results" / "llm" / "group_size" / "pairs.json"
+
+
+def _failures(doc: dict, dec: dict) -> list[dict]:
+    """The pairs where a part fails, in pair order: GMC's bias rose or did not fall (Holm), a low-drift pair
+    never reached 0 by G = 32, TIC-trunc's bias within two s.e. of 0 at some G."""
+    out = []
+    low = dec.get("low_drift", {})
+    for p in sorted(set(dec.get("qualifying", [])) | set(low)):
+        g, t = pair_rows(doc, p, "gmc"), pair_rows(doc, p, "tic_trunc")
+        why = []
+        if p in dec["pairs"] and not dec["pairs"][p].get("drop_rejected_holm"):
+            why.append("gmc no drop")
+        zero_from = low[p]["zero_from_G"] if p in low else None
+        if p in low and (zero_from is None or zero_from > 32):
+            why.append("gmc not 0 by G=32")
+        if p in dec["pairs"] and any(t[G]["rel_bias_sq"] <= 2 * t[G]["se"] for G in t):
+            why.append("tic_trunc 0")
+        if why:
+            out.append({"pair": p, "why": why, "gmc_2": g[2]["rel_bias_sq"], "gmc_128": g[128]["rel_bias_sq"],
+                        "trunc_min": min(t[G]["rel_bias_sq"] for G in t)})
+    return out
+
+
+def check_24(quick: bool = False, path: Path | str = PAIRS) -> Result:
+    """The group-size law on the LLM's frozen pairs (``quick`` changes nothing: the check reads a file)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no frozen-pair measurement (python -m studies.group_size.pairs)")
+    doc = json.loads(path.read_text())
+    dec = g1(doc)
+    if "not yet run" in dec.get("why", ""):
+        raise ValueError(f"{path}: {dec['why']}; the claim is decided on all eight pre-registered pairs")
+    failed = _failures(doc, dec)
+    ok = dec["verdict"] == "CONFIRMED" and not failed
+    qual = dec.get("qualifying", [])
+    rows = "; ".join(
+        f"{p} (chi2 {doc['pairs'][p]['drift_chi2']:.3g}): GMC {_g(doc, p, 'gmc', 2):.3f} at G=2 -> "
+        f"{_g(doc, p, 'gmc', 128):.3f} at G=128, TIC-trunc {_g(doc, p, 'tic_trunc', 2):.3f}" for p in qual)
+    refuted = ()
+    if failed:
+        f = failed[0]
+        refuted = ({"point": f"{f['pair']} ({', '.join(f['why'])})",
+                    "values": {"gmc rel_bias_sq G=2": round(f["gmc_2"], 3),
+                               "gmc rel_bias_sq G=128": round(f["gmc_128"], 3),
+                               "tic_trunc min rel_bias_sq": round(f["trunc_min"], 3)}},)
+    return Result.of(
+        ok, "G1 CONFIRMED; TIC-trunc's squared relative bias > 2 s.e. at every G, at every qualifying pair",
+        f"G1 {dec['verdict']}; {len(qual)} qualifying pairs, {len(failed)} failing a part",
+        "one-sided alpha 0.05 (Holm); 2 jackknife s.e.",
+        f"{path.name}: gates failed at {', '.join(dec.get('failed_gates', [])) or 'no pair'}; " + rows,
+        refuted_at=refuted)
+
+
+def _g(doc: dict, pair: str, est: str, G: int) -> float:
+    return float(pair_rows(doc, pair, est)[G]["rel_bias_sq"])
+
+
+__all__ = ["PAIRS", "check_24"]
