@@ -272,3 +272,25 @@ def test_claim_24_reads_the_pairs_file_through_g1_and_names_the_failing_pair(tmp
     claim = Claim(24, "t", "t", "numeric", type("M", (), {"check_24": staticmethod(lambda q: check_24(q, path))}))
     out = claim.result()
     assert out.status == "ERROR" and "p8 not measured" in out.evidence
+
+
+def test_f26_draws_the_boundaries_and_the_g3_cell_as_the_verdicts_file_holds_them():
+    import matplotlib.pyplot as plt
+
+    from figures import style
+    from studies.group_size.figures import f26_boundary_vs_g as f26
+
+    v = {"runs": 40, "G3": {"why": "not yet run: G3"}, "G4": {"verdict": "INCONCLUSIVE"},
+         "boundaries": [{"estimator": e, "G": G, "seeds": [0, 1], "boundary": b * G, "censored": None if e == "gmc"
+                         else "right"} for e, b in (("gmc", 0.001), ("tic_trunc", 0.002)) for G in (4, 8, 16, 32)],
+         "cells": [{"level": f26.G3_LEVEL, "G": G, "B": 128 // G, "estimator": "gmc", "n": 5,
+                    "stable_share": s} for G, s in ((4, 0.0), (8, 0.2), (16, 0.6), (32, 1.0))]
+         + [{"level": "adamclip3e-05", "G": 4, "B": 32, "estimator": "gmc", "n": 5, "stable_share": 0.4}]}
+    fig = f26.plot(v)
+    lines = {ln.get_gid(): ln for ln in style.series_lines(fig)}
+    assert set(lines) == {"series:boundary:gmc", "series:boundary:tic_trunc", "series:stable-share:gmc"}
+    np.testing.assert_allclose(lines["series:boundary:gmc"].get_ydata(), [0.004, 0.008, 0.016, 0.032])
+    np.testing.assert_allclose(lines["series:stable-share:gmc"].get_ydata(), [0.0, 0.2, 0.6, 1.0])  # G3's level only
+    assert "2 at 8 boundaries" in fig._suptitle.get_text()
+    assert "provisional: G3 not yet decided" in f26.caption(v)
+    plt.close(fig)

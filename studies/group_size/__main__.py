@@ -64,7 +64,8 @@ def decide() -> dict:
             "pairs_measured": sorted(doc["pairs"]) if doc else [], "pairs_summary": pairs_summary(doc),
             "g8_against_committed": V.g8_against_committed(grid_folder("group_size")),
             "G1": A.g1(doc), "G2": A.g2(doc, pred["lognormal"]["law"]["b"]), "G3": V.g3(recs), "G4": V.g4(recs),
-            "G5": V.g5(recs), "G6": V.g6(recs), "G7": V.g7(recs), "cells": cells(recs)}
+            "G5": V.g5(recs), "G6": V.g6(recs), "G7": V.g7(recs), "cells": cells(recs),
+            "boundaries": V.boundaries(recs)}
 
 
 def main(argv=None) -> int:

@@ -120,6 +120,29 @@ def family_boundary(recs, est, G, seeds, key="kl_pre") -> tuple[float | None, st
     return b, cens, notes
 
 
+BOUNDARY_ESTIMATORS = ("gmc", "tic_trunc", "tic_mask", "topr", "is")
+GRID_GS = (4, 8, 16, 32)
+
+
+def boundaries(recs) -> list[dict]:
+    """Descriptive, for F26: each correction's boundary on the pre-collapse early-KL axis at each G over the
+    Adam + clip family (:data:`FAMILY_LEVELS`), from the seeds present at every level the correction ran at
+    that G (none: no boundary), censored as :func:`studies.drift.analysis.boundary` says. G4 tests G = 4
+    against 32 for GMC and TIC-trunc; these rows carry no test."""
+    out = []
+    for est in BOUNDARY_ESTIMATORS:
+        for G in GRID_GS:
+            per = [{r["seed"] for r in _cells(recs, estimator=est, level=lv, G=G, delay=64)} for lv in FAMILY_LEVELS]
+            per = [s for s in per if s]
+            seeds = sorted(set.intersection(*per)) if per else []
+            if not seeds:
+                continue
+            b, cens, notes = family_boundary(recs, est, G, seeds)
+            out.append({"estimator": est, "G": G, "seeds": seeds, "boundary": b, "censored": cens,
+                        "levels": notes})
+    return out
+
+
 def g4(recs, n_boot: int = 2000) -> dict:
     from llm_runs.run_table import BOOT_SEED as DRIFT_BOOT_SEED
 
