@@ -269,12 +269,17 @@ def test_every_update_was_a_real_gmc_step(trained):
 def test_a_step_size_control_scales_verl_s_step_and_restores_the_rate(tmp_path):
     """VCPO's ESS scaling (linear rule) installed on verl's engine: the first step of an actor with it
     equals the first step of one without, times the factor it logged (AdamW's step is linear in lr,
-    clipping acts before), and the rate is the configured one again after the step."""
+    clipping acts before), and the rate is the configured one again after the step. Installed by hand
+    (``install_step_control``) and from verl's command line (``+...policy_loss.ess_scaling=linear``, which the
+    plugin's ``set_loss_fn`` wrapper installs), the factor and the step are the same."""
     from llm_runs.integrations.verl.stepsize import install_step_control
 
     vocab = tiny_qwen3(tmp_path)
-    cfg = verl_config(snippet_overrides() + [f"actor_rollout_ref.model.path={tmp_path}"] + CPU_OVERRIDES)
+    base = snippet_overrides() + [f"actor_rollout_ref.model.path={tmp_path}"] + CPU_OVERRIDES
+    cfg = verl_config(base)
     OmegaConf.resolve(cfg)
+    from_cli = verl_config(base + ["+actor_rollout_ref.actor.policy_loss.ess_scaling=linear"])
+    OmegaConf.resolve(from_cli)
     tensors, uids, _ = rollout_batch(vocab, seed=1)
     g = torch.Generator().manual_seed(2)
     tensors["old_log_probs"] = (torch.log_softmax(torch.randn(B, RESPONSE_LEN, vocab, generator=g), -1)[..., 0]
@@ -282,17 +287,20 @@ def test_a_step_size_control_scales_verl_s_step_and_restores_the_rate(tmp_path):
     tensors["rollout_log_probs"] = tensors["old_log_probs"]
     rows = balanced_rows(tensors["attention_mask"], uids)
     deltas, scales = [], []
-    for control in (False, True):
-        worker, actor_config = build_actor(cfg)
+    for control in ("none", "by hand", "from the command line"):
+        worker, actor_config = build_actor(from_cli if control == "from the command line" else cfg)
+        installed = getattr(worker.engine, "gmc_step_control", None)
+        assert (installed is not None) == (control == "from the command line"), control
         before = engine_weights(worker)
-        if control:
+        if control == "by hand":
             install_step_control(worker.engine, estimator="gmc", eps=actor_config.clip_ratio_high, ess_scaling="linear")
         worker.train_mini_batch(to_verl(tensors, uids, rows))
         after = engine_weights(worker)
         deltas.append(torch.cat([(after[k] - before[k]).flatten() for k in sorted(before)]))
-        if control:
+        if control != "none":
             scales.append(worker.engine.step_control_last["step/lr_scale"])
             assert worker.engine.optimizer.param_groups[0]["lr"] == pytest.approx(actor_config.optim.lr)
     s = scales[0]
-    assert 0 < s < 0.99
+    assert 0 < s < 0.99 and scales[1] == s
     torch.testing.assert_close(deltas[1], s * deltas[0], rtol=1e-3, atol=1e-7)
+    torch.testing.assert_close(deltas[2], deltas[1], rtol=0, atol=0)
