@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 DELAY_MODES = ("fixed", "uniform")
+TRAJ_AGGS = ("sum", "token-mean")
 
 
 def _f(default, symbol: str, help: str, **kw):
@@ -160,6 +161,15 @@ class TrainConfig:
                                 "(VCPO's grad_baselining.norm_by_std)")
     opob_flat_zero: bool = _f(True, "-", "advantage opob: a group whose rewards are all equal gets advantages "
                               "exactly 0 (VCPO's formula leaves R (1 - sum W / (sum W + 1e-8)) there)")
+    opob_weight: str = _f("is", "W_i", "advantage opob: the baseline's weight: is = w_i^2 ||grad log pi(o_i)||^2 "
+                          "(VCPO's paper) | vcpo = c_i^2 w_i^2 ||grad log pi(o_i)||^2, c_i the estimator's trajectory "
+                          "weight (VCPO's code: the norm of the trajectory's loss gradient, which carries its "
+                          "truncated IS weight, times use_is_weights' w^2)")
+    opob_std: str = _f("sample", "-", "advantage opob with opob_norm_by_std: the group's reward std, sample "
+                       "(Bessel-corrected, like the group's GRPO std) | population (VCPO's torch.std(unbiased=False))")
+    traj_agg: str = _f("sum", "-", "trajectory estimators: sum = THEORY's term c_i A_i grad log pi(o_i) | token-mean "
+                       "= that term over |o_i|, each trajectory's gradient averaged over its tokens (VCPO's "
+                       "loss_agg_mode seq-mean-token-mean)")
     drift_diagnostics: bool = _f(False, "-", "log the drift/ columns every update (KL per token, ESS ratio, median "
                                  "|log w|; ratios only, the update is unchanged)")
 
@@ -196,7 +206,7 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         """Refuse a bad configuration (ValueError naming the value). Touches no file except
         the existence check of ``model_path``; never downloads."""
-        from estimators import ADVANTAGE_KINDS
+        from estimators import ADVANTAGE_KINDS, SCHEMES
         from estimators.losses import is_batch_coupled, loss_names
 
         from .presets import check_device, get_preset
@@ -246,6 +256,10 @@ class TrainConfig:
         kinds = (*ADVANTAGE_KINDS, *TRAINER_ADVANTAGES)
         need(self.advantage in kinds, f"unknown advantage {self.advantage!r}; valid: {', '.join(kinds)}")
         check_step_control(self)
+        need(self.traj_agg in TRAJ_AGGS, f"unknown traj_agg {self.traj_agg!r}; valid: {', '.join(TRAJ_AGGS)}")
+        need(self.traj_agg == "sum" or self.estimator in SCHEMES,
+             f"traj_agg {self.traj_agg!r} divides a trajectory estimator's term by its length; estimator "
+             f"{self.estimator!r} is a token-level loss with its own aggregation")
         ROLLOUT_SOURCES.lookup(self.mode)  # unknown mode -> ValueError listing the valid ones
         need(self.dtype in ("float32", "bfloat16", "float16"),
              f"unknown dtype {self.dtype!r}; valid: float32, bfloat16, float16")

@@ -38,16 +38,27 @@ from dataclasses import dataclass
 import torch
 
 ESS_RULES = ("none", "sqrt", "linear")
+OPOB_WEIGHTS = ("is", "vcpo")
+OPOB_STDS = ("sample", "population")
 RECIPES = {
     "vcpo": {"estimator": "seq_tis", "seq_tis_cap": 8.0, "ess_scaling": "sqrt", "ess_base_ratio": 1.0,
              "ess_use_clipped": False, "advantage": "opob", "opob_norm_by_std": True, "max_grad_norm": 1.0},
+    "vcpo_exact": {"estimator": "seq_tis", "seq_tis_cap": 8.0, "ess_scaling": "sqrt", "ess_base_ratio": 1.0,
+                   "ess_use_clipped": False, "advantage": "opob", "opob_norm_by_std": True, "max_grad_norm": 1.0,
+                   "opob_weight": "vcpo", "opob_std": "population", "opob_flat_zero": False,
+                   "traj_agg": "token-mean"},
 }
 """Named recipes: settings that together make a published method. ``vcpo``: VCPO's scripts
 (mit-han-lab/vcpo ``recipe/fully_async_policy/shell/vcpo/math/vcpo_k=10.sh``): sequence-level
 truncated IS at 8 (``rollout_is="sequence"``, ``rollout_is_threshold=8.0``; PPO clipping off,
 ``clip_ratio_low=1.0, clip_ratio_high=1e9``), ESS sqrt scaling on the raw ratios with base 1.0,
 OPOB per group on the IS weights with ``norm_by_std``, gradient clipping 1.0. Their optimiser
-(AdamW, weight decay 0.1, lr 1e-6 with warm-up) is the run's own choice here."""
+(AdamW, weight decay 0.1, lr 1e-6 with warm-up) is the run's own choice here. ``vcpo`` is the toolkit's
+reading (the paper's OPOB weight, the sample std, THEORY's unnormalised trajectory term); ``vcpo_exact``
+is VCPO's code line for line in the three places it differs: OPOB's weight ``min(w, 8)^2 w^2
+||grad log pi||^2`` (``opob_weight = "vcpo"``), the population std (``opob_std``), each trajectory's
+gradient averaged over its tokens (``traj_agg = "token-mean"``, their ``seq-mean-token-mean``), and a
+group with equal rewards left at VCPO's ``R (1 - sum W / (sum W + 1e-8))`` (``opob_flat_zero = False``)."""
 TRAINER_ADVANTAGES = ("opob",)
 """Advantage modes the trainer computes itself (they need the model, not only the rewards)."""
 OPOB_EPS = 1e-8
@@ -89,6 +100,18 @@ def check_step_control(cfg) -> None:
     base = cfg.ess_base_ratio
     if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or not 0 < base <= 1:
         raise ValueError(f"ess_base_ratio must be in (0, 1], got {base!r}")
+    opob_weight, opob_std = getattr(cfg, "opob_weight", "is"), getattr(cfg, "opob_std", "sample")
+    if opob_weight not in OPOB_WEIGHTS:
+        raise ValueError(f"unknown opob_weight {opob_weight!r}; valid: {', '.join(OPOB_WEIGHTS)}")
+    if opob_std not in OPOB_STDS:
+        raise ValueError(f"unknown opob_std {opob_std!r}; valid: {', '.join(OPOB_STDS)}")
+    if opob_weight == "vcpo":
+        from estimators import SCHEMES, get_scheme
+
+        if cfg.estimator not in SCHEMES or get_scheme(cfg.estimator).needs_advantages:
+            raise ValueError(f"opob_weight 'vcpo' multiplies OPOB's weight by the estimator's trajectory weight "
+                             f"squared, taken before the advantages exist; estimator {cfg.estimator!r} has none "
+                             "that does not need them")
     for name in ("ess_use_clipped", "gmc_step", "skip_zero_grad", "opob_norm_by_std", "opob_flat_zero",
                  "drift_diagnostics"):
         if not isinstance(getattr(cfg, name, False), bool):
@@ -251,10 +274,11 @@ def scaled_lr(optimizer: torch.optim.Optimizer, scale: float):
 
 
 def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_norms: torch.Tensor,
-                    norm_by_std: bool = True, flat_zero: bool = True) -> torch.Tensor:
+                    norm_by_std: bool = True, flat_zero: bool = True, std: str = "sample") -> torch.Tensor:
     """VCPO's OPOB advantages, shape (num_groups, G): per group ``b* = sum_i W_i R_i / (sum_i W_i + 1e-8)``
     with ``W_i = w_i^2 ||grad log pi(tau_i)||^2`` (``grad_sq_norms``), then ``R_i - b*``, divided by the
-    group's reward std (Bessel-corrected) where ``norm_by_std`` and that std exceeds 1e-8.
+    group's reward std where ``norm_by_std`` and that std exceeds 1e-8 (``std``: ``sample``, Bessel-corrected,
+    or ``population``, VCPO's ``torch.std(unbiased=False)``).
 
     A group whose ``W`` overflows float64 (a large log-ratio: ``w^2`` is ``exp(2 log w)``) takes the same
     weighted mean in log space, ``W_i / max_j W_j``: a finite baseline, never NaN. With ``flat_zero`` a
@@ -287,7 +311,9 @@ def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_
         b = torch.where(bad, stable, b)
     adv = r - b
     if norm_by_std:
-        std = r.std(-1, correction=1, keepdim=True)
+        if std not in OPOB_STDS:
+            raise ValueError(f"unknown opob std {std!r}; valid: {', '.join(OPOB_STDS)}")
+        std = r.std(-1, correction=1 if std == "sample" else 0, keepdim=True)
         adv = torch.where(std > 1e-8, adv / torch.where(std > 1e-8, std, 1.0), adv)
     if flat_zero:
         flat = (r.max(-1, keepdim=True).values == r.min(-1, keepdim=True).values)

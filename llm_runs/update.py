@@ -50,6 +50,8 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
         adv, step_cols = _opob(model, batch, temperature, control)
     else:
         adv = group_advantages(batch, advantage)
+    if getattr(control, "traj_agg", "sum") == "token-mean":  # VCPO's seq-mean-token-mean: c_i A_i / |o_i|
+        adv = adv / batch.completion_mask.sum(-1).clamp(min=1).view(n_groups, G).to(adv.dtype)
     kw = dict(loss_options or {})
     chunk = micro_batch_groups or n_groups
     if chunk < n_groups and is_batch_coupled(estimator):
@@ -154,7 +156,11 @@ def _opob(model, batch: RolloutBatch, temperature: float, control) -> tuple[torc
     rewards = batch.rewards.view(batch.num_groups, batch.group_size)
     norm_by_std = True if control is None else control.opob_norm_by_std
     flat_zero = True if control is None else getattr(control, "opob_flat_zero", True)
-    adv = stepsize.opob_advantages(rewards, lr.view_as(rewards), norms, norm_by_std, flat_zero).float()
+    if getattr(control, "opob_weight", "is") == "vcpo":  # VCPO's norm is that of c_i grad log pi(o_i)
+        c = estimators.weights(control.estimator, lr.view_as(rewards).double(), control.eps, **control.loss_options())
+        norms = norms * torch.as_tensor(c, dtype=norms.dtype) ** 2
+    adv = stepsize.opob_advantages(rewards, lr.view_as(rewards), norms, norm_by_std, flat_zero,
+                                   getattr(control, "opob_std", "sample")).float()
     return adv, {"perf/opob_s": time.perf_counter() - t0}
 
 

@@ -193,6 +193,9 @@ def test_opob_runs_in_the_trainer_and_logs_its_cost(tmp_path):
     ("ess_base_ratio", 0.0, "ess_base_ratio must be in"),
     ("gmc_step", "yes", "gmc_step must be true or false"),
     ("advantage", "opob2", "unknown advantage 'opob2'"),
+    ("opob_weight", "w4", "unknown opob_weight 'w4'"),
+    ("opob_std", "bessel", "unknown opob_std 'bessel'"),
+    ("traj_agg", "mean", "unknown traj_agg 'mean'"),
 ])
 def test_bad_step_controls_are_refused_by_name(tmp_path, field, value, match):
     with pytest.raises(ValueError, match=match):
@@ -308,6 +311,7 @@ def test_opob_is_finite_at_large_log_ratios_and_zero_on_flat_groups():
     (dict(skip_zero_grad="yes"), "skip_zero_grad must be true or false"),
 ])
 def test_every_step_control_setting_is_checked_when_built(kw, match):
+    """(The trainer-only OPOB and aggregation settings are checked with the run's config: below.)"""
     with pytest.raises(ValueError, match=match):
         stepsize.StepControl(**kw)
 
@@ -383,3 +387,102 @@ def test_installing_the_verl_hook_twice_is_one_install():
     finally:
         hook._HOOKS[0] -= 1
         hook.take()
+
+
+def _vcpo_update_direction(model, batch, cap: float = 8.0, base: float = 1.0):
+    """VCPO's update of one mini-batch, transcribed from mit-han-lab/vcpo with its recipe's settings
+    (``shell/vcpo/math/vcpo_k=10.sh``: seq-mean-token-mean, rollout_is sequence at 8, PPO clipping off, OPOB
+    per group on the unclipped IS weights with norm_by_std, ESS sqrt scaling on the unclipped ratios, base 1.0):
+    ``megatron_actor.py`` (one trajectory per micro-batch with advantage 1; ``_compute_grad_norms``;
+    ``_update_grad_buffers``), ``staleness_utils.py`` (``compute_is_info``'s seq_is, ``compute_grad_info``'s
+    population std, ``compute_opob_baseline``, ``get_weighted_mean``, ``compute_ess_info``). Returns the
+    accumulated gradient (a flat float64 vector) and the step's lr factor sqrt(min(1, ess_ratio / base))."""
+    from llm_runs.rollout import completion_logprobs
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    N, G = batch.rewards.numel(), batch.group_size
+    rewards = [float(r) for r in batch.rewards.view(-1)]
+    accum = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
+    score = torch.zeros_like(accum)
+    records, seq_is_all = [], []
+    for i in range(N):
+        sl = slice(i, i + 1)
+        logp = completion_logprobs(model, batch.prompt_ids[sl], batch.prompt_mask[sl], batch.completion_ids[sl], 1.0, 1)
+        mask = batch.completion_mask[sl].to(logp.dtype)
+        log_ratio = (logp.detach() - batch.behaviour_logp[sl].to(logp.dtype)) * mask  # old (= pi_theta) - rollout
+        seq_is = float(torch.exp(log_ratio.sum()))
+        is_weight = min(seq_is, cap)
+        ratio = torch.exp(logp - logp.detach())  # clip_ratio_low=1, high=1e9: never clipped
+        per_tok = -1.0 * ratio * is_weight  # advantages set to ones
+        L = int(mask.sum())
+        loss = (per_tok * mask).sum() / mask.sum() * (1.0 / N)  # seq-mean-token-mean of one sequence, loss_multiplier
+        grads = torch.autograd.grad(loss, params)
+        g = torch.cat([x.double().flatten() for x in grads])
+        unscaled = float(g.norm()) * L / (1.0 / N)
+        grp = i // G
+        r = rewards[grp * G:(grp + 1) * G]
+        std = float(torch.std(torch.tensor(r, dtype=torch.float32), unbiased=False))
+        scale_reward, scale_baseline = rewards[i], 1.0
+        if std > 1e-8:
+            scale_reward, scale_baseline = rewards[i] / std, 1.0 / std
+        accum += scale_reward * g
+        score += scale_baseline * g
+        records.append((grp, rewards[i], unscaled ** 2 * seq_is ** 2))
+        seq_is_all.append(seq_is)
+        if i % G == G - 1:  # last trajectory of its group: compute_opob_baseline, move_grad_buffers
+            num = den = 0.0
+            for rg, rw, w in records:
+                if rg == grp:
+                    num += float(rw) * float(w)
+                    den += float(w)
+            accum -= num / (den + 1e-8) * score
+            score.zero_()
+    s1, s2 = sum(seq_is_all), sum(v ** 2 for v in seq_is_all)
+    ess_ratio = s1 ** 2 / (s2 + 1e-8) / N
+    return accum, math.sqrt(min(1.0, ess_ratio / base))
+
+
+def test_the_vcpo_exact_recipe_steps_as_vcpo_s_code_does(trained, tmp_path):
+    """``RECIPES["vcpo_exact"]`` through the trainer's update (SGD at lr 1, no gradient clip: the step is
+    -scale * gradient) against the transcription of VCPO's code on the same batch, in float64, to 1e-6;
+    the toolkit's ``vcpo`` recipe differs from it (the three differences are real)."""
+    from llm_runs.config import resolve_config
+
+    model = copy.deepcopy(trained.policy).double()
+    batch = copy.deepcopy(trained.last_batch)
+    batch.behaviour_logp = batch.behaviour_logp.double()
+    # rewards with unequal groups and one flat group (where VCPO leaves R (1 - sum W / (sum W + 1e-8)), about 1e-10
+    # here: opob_flat_zero is VCPO's, but this batch cannot tell it from 0)
+    g = torch.Generator().manual_seed(3)
+    batch.rewards = (torch.rand(batch.rewards.shape, generator=g) < 0.5).to(batch.rewards.dtype)
+    batch.rewards.view(batch.num_groups, -1)[0] = 1.0
+    want, want_s = _vcpo_update_direction(model, batch)
+    assert 0.05 < want_s < 0.999 and float(want.norm()) > 0  # the ESS step and the gradient both act
+
+    def step(recipe):
+        settings = {k: v for k, v in stepsize.RECIPES[recipe].items() if k != "max_grad_norm"}
+        cfg = resolve_config({**trained.config.__dict__, **settings, "max_grad_norm": None})
+        m = copy.deepcopy(model)
+        before = torch.cat([p.detach().double().flatten() for p in m.parameters()])
+        opt = torch.optim.SGD(m.parameters(), lr=1.0)
+        row = policy_update(m, opt, batch, estimator=cfg.estimator, eps=cfg.eps, advantage=cfg.advantage,
+                            loss_options=cfg.loss_options(), control=cfg)
+        after = torch.cat([p.detach().double().flatten() for p in m.parameters()])
+        return before - after, row
+
+    got, row = step("vcpo_exact")
+    assert row["step/lr_scale"] == pytest.approx(want_s, rel=1e-9)
+    torch.testing.assert_close(got, want_s * want, rtol=1e-6, atol=1e-6 * float(want.norm()) / want.numel() ** 0.5)
+    ours, _ = step("vcpo")
+    assert float((ours - got).norm()) > 1e-3 * float(got.norm())
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(estimator="topr", advantage="opob", opob_weight="vcpo"), "estimator 'topr' has none"),
+    (dict(estimator="token_clip", advantage="opob", opob_weight="vcpo"), "estimator 'token_clip' has none"),
+    (dict(estimator="token_clip", traj_agg="token-mean"), "token-level loss with its own aggregation"),
+])
+def test_vcpo_s_settings_are_refused_where_they_have_no_meaning(tmp_path, kw, match):
+    with pytest.raises(ValueError, match=match):
+        tiny(tmp_path, **kw).validate()
+    assert tiny(tmp_path, estimator="gmc", advantage="opob", opob_weight="vcpo", traj_agg="token-mean").validate()
