@@ -93,6 +93,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import math
 import os
 import sys
@@ -136,6 +137,8 @@ from .gpu_runs import (  # noqa: F401 (the device steps, quoted by the tests)
     warm_start,
 )
 from .grids import STUDY_BASE, Study, StudyCell
+
+_log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- the study as data
 
@@ -316,7 +319,7 @@ def _run(plan: GpuPlan, args) -> int:
             except OSError as exc:
                 if not failing:
                     raise
-                print(f"error: the export failed too: {exc}", file=sys.stderr)  # the study's own error follows
+                _log.error("error: the export failed too: %s", exc)  # the study's own error follows
 
 
 def _study(plan: GpuPlan, args, tokenizer, out: Path, record: dict, t_start: float, log) -> int:

@@ -15,8 +15,8 @@ verdicts are :mod:`studies.staleness.analysis`.
 """
 from __future__ import annotations
 
+import logging
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,8 @@ import pandas as pd
 
 import stats as _stats
 from schema.results import grid_folder
+
+_log = logging.getLogger(__name__)
 
 ALPHA = 0.05  # two-sided level of every interval (95%)
 MARGIN = 0.03  # the smallest difference in final held-out pc that matters (H2's non-inferiority margin)
@@ -173,8 +175,8 @@ def _study_folders(root: str | Path, grid: str | tuple[str, ...] | None = None) 
     found = audit(root)
     found.raise_if_foreign(root)
     if found.no_metrics:
-        print(f"warning: {len(found.no_metrics)} run folder(s) under {root} have a config.json but no metrics table "
-              f"and are not analysed: {', '.join(found.no_metrics)}", file=sys.stderr)
+        _log.warning("warning: %d run folder(s) under %s have a config.json but no metrics table and are not "
+                     "analysed: %s", len(found.no_metrics), root, ", ".join(found.no_metrics))
     return found.runs
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import os
-import sys
 from pathlib import Path
+
+_log = logging.getLogger(__name__)
 
 
 def _tmp(path: Path) -> Path:
@@ -234,7 +236,7 @@ def same_settings_or_move_aside(out, cfg: dict, keys, force: bool = False) -> bo
                          "to move it aside, or choose another --out")
     aside = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
     out.rename(aside)
-    print(f"moved the old results to {aside}", file=sys.stderr)
+    _log.warning("moved the old results to %s", aside)
     return False
 
 

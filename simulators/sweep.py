@@ -25,6 +25,7 @@ Deterministic per seed: a setting's Monte Carlo stream is seeded by (seed, setti
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
@@ -40,12 +41,15 @@ from schema.io import (
     write_parquet,
     write_parquet_parts,
 )
+from schema.log import cli_logging
 from schema.provenance import git_commit, package_versions
 from schema.results import results_root
 from schema.runlock import LOCK_NAME, RunLock
 
 # the spec every sweep module defines its sweeps with
 from .sweep_spec import Sweep, derive_seed, setting_key  # noqa: F401
+
+_log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,7 +138,7 @@ def _run_locked(sweep: Sweep, name: str, quick: bool, out: Path, cfg: dict, cfg_
     seeds = sweep.seeds(quick)
     todo = [(c.settings, c.name) for c in cells if not _intact_part(parts, c.name)]
     if len(todo) < len(table):
-        print(f"{name}: {len(table) - len(todo)} of {len(table)} settings already done, resuming", file=sys.stderr)
+        _log.info("%s: %d of %d settings already done, resuming", name, len(table) - len(todo), len(table))
     own = executor is None
     executor = LocalExecutor(1) if own else executor
     queue, running = list(todo), {}
@@ -184,9 +188,8 @@ def _intact_part(parts: Path, key: str) -> bool:
         except Exception as exc:  # noqa: BLE001 (ArrowInvalid, OSError ... from a truncated or foreign file)
             aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
             os.replace(path, aside)
-            print(f"warning: part file {path} is unreadable "
-                  f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
-                  f"moved it to {aside.name}, computing that setting again", file=sys.stderr)
+            _log.warning("warning: part file %s is unreadable (%s: %s); moved it to %s, computing that setting again",
+                         path, type(exc).__name__, " ".join(str(exc).split())[:200], aside.name)
             if path == main:
                 return False
             main.rename(main.with_name(f"{main.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}"))
@@ -210,6 +213,7 @@ def main(argv=None):
                                                         "process)")
     execution.add_arguments(p)
     a = p.parse_args(argv)
+    cli_logging()
     names = sweeps_names if a.name == "all" else [a.name]
     if a.out is not None and len(names) > 1:
         p.error("--out needs a single sweep name")

@@ -25,6 +25,7 @@ import pandas as pd
 
 from bounds.tuning import CONSTANTS, LOG_ETA_BOUNDS, XATOL
 from schema.io import same_settings_or_move_aside, write_json, write_parquet
+from schema.log import cli_logging
 from schema.results import results_root
 
 
@@ -87,6 +88,7 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true", help="move aside a result made with other settings")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
+    cli_logging()
     out = a.out if a.out is not None else default_out()
     cfg = {"sweep": "tuned_delay", "description": __doc__.split("\n\n")[1], "settings": SETTINGS, "columns": COLUMNS}
     cfg_path, res_path = out / "config.json", out / "results.parquet"

@@ -528,14 +528,18 @@ def test_analysis_refuses_a_foreign_run_placed_under_a_grid_name(tmp_path, capsy
         read_runs(root)
 
 
-def test_a_run_folder_without_metrics_is_named_not_dropped(tmp_path, capsys):
+def test_a_run_folder_without_metrics_is_named_not_dropped(tmp_path, caplog):
+    import logging
+
     from schema.results import metrics_path
     from studies.staleness.analysis import read_runs
 
     root = _copy_committed(tmp_path, ["long-gmc-d0-s0", "long-gmc-d64-s0"])
     metrics_path(root / "long-gmc-d64-s0").unlink()
-    assert len(read_runs(root)) == 1
-    assert "no metrics table and are not analysed: long-gmc-d64-s0" in capsys.readouterr().err
+    with caplog.at_level(logging.WARNING, logger="llm_runs"):
+        assert len(read_runs(root)) == 1
+    warned = [r for r in caplog.records if r.name == "llm_runs.run_table" and r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "no metrics table and are not analysed: long-gmc-d64-s0" in warned[0].getMessage()
 
 
 def test_a_hand_assembled_folder_must_agree_on_shared_settings_and_hold_each_cell_once(tmp_path):

@@ -1,0 +1,100 @@
+"""The toolkit's messages go through logging: a host program routes and filters them, the commands show
+them, and no library function writes to stderr behind logging's back."""
+from __future__ import annotations
+
+import ast
+import logging
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("estimators", "bounds", "stats", "execution", "schema", "simulators", "llm_runs", "claims", "figures",
+            "report_card", "studies")
+
+
+def _stderr_writes_outside_commands() -> list[str]:
+    """``print(..., file=sys.stderr)`` and ``sys.stderr.write`` outside a command's ``main`` (a function named
+    ``main`` or ``_main*``, an ``if __name__ == "__main__"`` block, or a ``__main__`` module): where a library
+    function would bypass logging."""
+    found = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            if path.name == "__main__.py":
+                continue
+            tree = ast.parse(path.read_text())
+            stack: list[str] = []
+
+            def visit(node, stack=stack, path=path):
+                is_fn = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                if is_fn:
+                    stack.append(node.name)
+                if isinstance(node, ast.If) and "__name__ == '__main__'" in ast.unparse(node.test):
+                    return  # a module's command block
+                if isinstance(node, ast.Call):
+                    src = ast.unparse(node)
+                    if ("file=sys.stderr" in src and src.startswith("print(")) or src.startswith("sys.stderr.write("):
+                        if not any(n == "main" or n.startswith("_main") for n in stack):
+                            found.append(f"{path.relative_to(ROOT)}:{node.lineno} in {'.'.join(stack) or 'module'}")
+                for child in ast.iter_child_nodes(node):
+                    visit(child)
+                if is_fn:
+                    stack.pop()
+
+            visit(tree)
+    return found
+
+
+def test_no_library_function_writes_to_stderr_outside_logging():
+    assert _stderr_writes_outside_commands() == []
+
+
+def test_a_host_routes_and_filters_the_toolkits_warnings(tmp_path):
+    from schema.io import same_settings_or_move_aside, write_json
+
+    out = tmp_path / "run"
+    out.mkdir()
+    write_json(out / "config.json", {"a": 1})
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record)
+
+    lg = logging.getLogger("schema")
+    handler = Keep()
+    lg.addHandler(handler)
+    try:
+        assert same_settings_or_move_aside(out, {"a": 2}, ["a"], force=True) is False
+        assert [r.name for r in seen] == ["schema.io"] and "moved the old results to" in seen[0].getMessage()
+        lg.setLevel(logging.ERROR)  # the host silences the toolkit's warnings
+        other = tmp_path / "other"
+        other.mkdir()
+        write_json(other / "config.json", {"a": 1})
+        assert same_settings_or_move_aside(other, {"a": 2}, ["a"], force=True) is False
+        assert len(seen) == 1
+    finally:
+        lg.removeHandler(handler)
+        lg.setLevel(logging.NOTSET)
+
+
+def test_cli_logging_shows_progress_and_leaves_a_hosts_handler_alone(capsys):
+    from schema.log import PACKAGES as CONFIGURED
+    from schema.log import cli_logging
+
+    assert set(CONFIGURED) == set(PACKAGES)
+    host = logging.getLogger("llm_runs")
+    mine = logging.NullHandler()
+    host.addHandler(mine)
+    saved = {n: (logging.getLogger(n).handlers[:], logging.getLogger(n).level, logging.getLogger(n).propagate)
+             for n in CONFIGURED}
+    try:
+        cli_logging()
+        logging.getLogger("simulators.sweep").info("progress %d", 3)
+        assert capsys.readouterr().err == "progress 3\n"
+        assert logging.getLogger("llm_runs").handlers == [mine]
+    finally:
+        for n, (handlers, level, propagate) in saved.items():
+            lg = logging.getLogger(n)
+            lg.handlers[:] = handlers
+            lg.setLevel(level)
+            lg.propagate = propagate
+        host.removeHandler(mine)
