@@ -373,7 +373,7 @@ GRID_FOLDERS = {
     "scale_variants": "llm/scale_variants", "peers_2025": "llm/study_2025", "geo_sgd": "llm/geo_sgd",
     "pilot_drift": "llm/pilot_drift", "drift": "llm/drift", "drift_decisive": "llm/drift_decisive",
     "replicate_avx2": "llm/replicate_avx2", "group_size": "llm/group_size",
-    "group_size_decisive": "llm/group_size_decisive",
+    "group_size_decisive": "llm/group_size_decisive", "corrections_2026": "llm/corrections_2026",
 }
 """Grid name -> its results folder under the results root: the one table that names where every
 LLM grid's runs live. The studies define the grids (``studies.grids``) and run them
@@ -386,6 +386,7 @@ GRID_PAIRS = {
     "geo_sgd": ("primary",), "pilot_drift": ("primary", "mechanism"),
     "drift": ("primary", "mechanism", "peers_2025"), "drift_decisive": ("primary", "mechanism", "drift"),
     "replicate_avx2": ("primary", "mechanism"), "group_size_decisive": ("group_size",),
+    "corrections_2026": ("primary", "mechanism", "drift"),
 }
 """Grid name -> the grids whose runs its analysis pairs with its own by seed (the same warm starts
 and seeds; a grid not listed pairs with none): before a grid adds runs, each paired folder is checked

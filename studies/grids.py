@@ -5,6 +5,7 @@ the two to one another and every grid to the settings its committed folder recor
 from __future__ import annotations
 
 from .corrections_2025.grids import GRIDS as _CORRECTIONS_2025
+from .corrections_2026.grids import GRIDS as _CORRECTIONS_2026
 from .drift.grids import GRIDS as _DRIFT
 from .group_size.grids import GRIDS as _GROUP_SIZE
 from .mechanism.grids import GRIDS as _MECHANISM
@@ -12,5 +13,6 @@ from .replicate.grids import GRIDS as _REPLICATE
 from .scale.grids import GRIDS as _SCALE
 from .staleness.grids import GRIDS as _STALENESS
 
-STUDIES = {**_STALENESS, **_MECHANISM, **_SCALE, **_CORRECTIONS_2025, **_DRIFT, **_REPLICATE, **_GROUP_SIZE}
+STUDIES = {**_STALENESS, **_MECHANISM, **_SCALE, **_CORRECTIONS_2025, **_DRIFT, **_REPLICATE, **_GROUP_SIZE,
+           **_CORRECTIONS_2026}
 """Grid name -> :class:`llm_runs.grids.Study`, every study's grids."""
