@@ -178,11 +178,18 @@ def second_moment_summary(df: pd.DataFrame) -> dict:
 # ------------------------------------------------------------------ published peers: the bias-variance frontier (F9)
 
 PEERS_SOURCE = Sim("peers")
+PEERS_2026_SOURCE = Sim("peers_2026")
+"""The 2026 corrections' points (p3o, ctpo, minpro, trm_k2, trm_k3, dispo, oapl), measured by their own sweep
+with the peers sweep's settings, so that the committed peers table is not rewritten."""
 
 
-def load_peers() -> pd.DataFrame:
-    """The peers table with a ``key`` per point: the scheme, or ``"scheme (B=8)"`` for a batch of B groups."""
-    df = read_sim(PEERS_SOURCE)
+def load_peers(with_2026: bool = True) -> pd.DataFrame:
+    """The peers table with a ``key`` per point: the scheme, or ``"scheme (B=8)"`` for a batch of B groups; with
+    ``with_2026`` the 2026 corrections' rows too (:data:`PEERS_2026_SOURCE`, where committed), each row's sweep
+    named in ``sweep``."""
+    df = read_sim(PEERS_SOURCE).assign(sweep="peers")
+    if with_2026 and PEERS_2026_SOURCE.find() is not None:
+        df = pd.concat([df, read_sim(PEERS_2026_SOURCE).assign(sweep="peers_2026")], ignore_index=True)
     df = df.copy()
     df["key"] = np.where(df["batch_groups"] > 1, df["scheme"] + " (B=" + df["batch_groups"].astype(str) + ")",
                          df["scheme"])

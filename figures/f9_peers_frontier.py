@@ -7,14 +7,15 @@ Carlo with +-1 standard error where a batch statistic couples groups: ``seq_tis_
 outside the class (IS, ``seq_mis``, ``vespo``, batch-normalised ``seq_tis_bn`` with B > 1) and
 the token-level losses (not in the family). The step line joins the non-dominated points (the
 frontier: no other estimator has both a smaller bias and a smaller second moment).
-Reads ``results/sim/peers/`` only (through :func:`claims.measures.load_peers`; the frontier
-and the caption's numbers are :func:`claims.measures.peers_summary`).
+Reads ``results/sim/peers/`` and, where committed, ``results/sim/peers_2026/`` (the 2026 corrections: p3o, ctpo,
+minpro, trm_k2, trm_k3, dispo, oapl; through :func:`claims.measures.load_peers`; the frontier and the caption's
+numbers are :func:`claims.measures.peers_summary`).
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from claims.measures import PEERS_SOURCE, frontier
+from claims.measures import PEERS_2026_SOURCE, PEERS_SOURCE, frontier
 from claims.measures import load_peers as load
 from claims.measures import peers_summary as summary
 from schema.results import source_note
@@ -23,7 +24,7 @@ from . import style
 
 NAME = "f9_peers_frontier"
 TITLE = r"F9. Bias against second moment: GMC among the published peers (E1, E2, static delay $\Delta$)"
-SOURCES = [PEERS_SOURCE]
+SOURCES = [PEERS_SOURCE, PEERS_2026_SOURCE]
 ENV_TITLE = {"bandit": "E1", "token_mdp": "E2"}
 PANEL_DELTAS = (1.0, 2.0, 4.0)
 

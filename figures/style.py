@@ -54,6 +54,13 @@ STYLES: dict[str, EstimatorStyle] = {
     "icepop": EstimatorStyle(_L["icepop"], "#33BBEE", "4"),
     "sapo": EstimatorStyle(_L["sapo"], "#0077BB", "*"),
     "dppo_tv": EstimatorStyle(_L["dppo_tv"], "#EE7733", "+"),
+    "p3o": EstimatorStyle(_L["p3o"], "#4477AA", "x"),
+    "ctpo": EstimatorStyle(_L["ctpo"], "#228833", "^"),
+    "minpro": EstimatorStyle(_L["minpro"], "#AA3377", "v"),
+    "trm_k2": EstimatorStyle(_L["trm_k2"], "#777777", "<"),
+    "trm_k3": EstimatorStyle(_L["trm_k3"], "#444444", ">"),
+    "dispo": EstimatorStyle(_L["dispo"], "#CCBB44", "P"),
+    "oapl": EstimatorStyle(_L["oapl"], "#66CCEE", "X"),
 }
 """estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style."""
 

@@ -70,6 +70,8 @@ ESTIMATOR_LABELS = {
     "opsm": "OPSM", "gmc_cap": "GMC + trajectory cap", "gmc_topr": "GMC(+) / TOPR(-)", "topr_gmc": "TOPR(+) / GMC(-)",
     "icepop": "IcePop", "seq_geo_mask": "seq. geo-mean mask", "sapo": "SAPO", "vespo": "VESPO",
     "dppo_tv": "DPPO-TV",
+    "p3o": "P3O", "ctpo": "CTPO", "minpro": "MinPRO", "trm_k2": "TRM (k2)", "trm_k3": "TRM (k3)",
+    "dispo": "DISPO", "oapl": "OAPL",
 }
 """estimator name (``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> display name."""
 
