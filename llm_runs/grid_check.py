@@ -111,6 +111,7 @@ _AUDITS: dict = {}
 
 def _audit(root: Path, folders: list[Path]) -> Audit:
     from schema.results import metrics_path, read_run_config
+    from schema.runs import legacy_fields
 
     from .config import config_diff, resolve_config
 
@@ -127,7 +128,13 @@ def _audit(root: Path, folders: list[Path]) -> Audit:
                 foreign[p.name] = f"no cell of grid {grid} has this name"
                 continue
             if p.name in stored:
-                diff = config_diff(stored[p.name], resolve_config(cell.overrides).to_dict())
+                planned = resolve_config(cell.overrides).to_dict()
+                # a field the run's stored config lacks did not exist when the run (and the recorded plan) was
+                # made: the plan meant the value such runs used (schema.runs.LEGACY_FIELDS), not today's default
+                for name, value in legacy_fields(read_run_config(p, legacy=False)).items():
+                    if name not in cell.overrides and value is not None:
+                        planned[name] = value
+                diff = config_diff(stored[p.name], planned)
                 diff.pop("cache_dir", None)  # where the warm start was cached does not change the run
                 if diff:
                     foreign[p.name] = "run with other settings (" + ", ".join(

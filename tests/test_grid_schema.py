@@ -72,3 +72,15 @@ def test_the_first_llm_sweep_plans_the_runs_its_committed_folder_holds():
     stored = json.loads((RESULTS / "llm" / "sweep" / "sweep.json").read_text())
     assert stored["settings"] == as_record(SWEEPS["full"].record())
     assert [c.name for c in plan(SWEEPS["full"])] == stored["runs"]
+
+
+@pytest.mark.parametrize("grid", ["drift", "mechanism", "primary"])
+def test_every_committed_run_is_a_run_of_its_recorded_grid(grid):
+    """A committed grid's runs match the plan its folder records, a setting added after they were made read as
+    the value such runs used (schema.runs.LEGACY_FIELDS) on both sides: the drift grid's VCPO arm ran before
+    opob_flat_zero existed, and its analysis must not call those runs foreign."""
+    from llm_runs.grid_check import audit
+    from schema.results import grid_folder
+
+    found = audit(grid_folder(grid))
+    assert found.foreign == {} and found.no_metrics == [] and len(found.runs) > 0
