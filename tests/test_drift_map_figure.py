@@ -40,3 +40,17 @@ def test_a_map_without_points_draws_no_run():
     fig = f24.plot(m)
     assert not [ln for ln in style.series_lines(fig) if ln.get_gid().startswith("series:run:")]
     style.plt.close(fig)
+
+
+def test_the_2026_corrections_runs_are_drawn_on_the_same_axis_with_their_own_tag():
+    m = _map()
+    m["points_2026"] = [{"run": "n0", "estimator": "ctpo", "optimizer": "adamclip", "seed": 0, "drift": 0.1,
+                         "stable": False, "pc_final": 0.0},
+                        {"run": "n1", "estimator": "minpro", "optimizer": "sgd", "seed": 0, "drift": 0.02,
+                         "stable": True, "pc_final": 0.7}]
+    fig = f24.plot(m)
+    lines = {ln.get_gid(): ln for ln in style.series_lines(fig)}
+    assert {g for g in lines if g.startswith("series:run-2026:")} == {"series:run-2026:adamclip:ctpo:collapsed",
+                                                                     "series:run-2026:sgd:minpro:stable"}
+    assert list(lines["series:run-2026:sgd:minpro:stable"].get_xdata()) == [0.02]
+    style.plt.close(fig)

@@ -24,7 +24,10 @@ TITLE = "F24. The drift map: each correction's failure boundary on the measured 
 OPTIMIZERS = {"sgd": "SGD (fixed step)", "adamclip": "Adam + clip 1"}
 MAP = Source(f"{GRID_FOLDERS['drift']}/map.json", (f"{GRID_FOLDERS['drift']}/map.json",),
              "python -m studies.drift (after python -m studies.run --grid drift)")
-SOURCES = [MAP]
+POINTS_2026 = Source(f"{GRID_FOLDERS['corrections_2026']}/verdicts.json",
+                     (f"{GRID_FOLDERS['corrections_2026']}/verdicts.json",),
+                     "python -m studies.corrections_2026 (after python -m studies.run --grid corrections_2026)")
+SOURCES = [MAP, POINTS_2026]
 
 
 def path():
@@ -34,10 +37,16 @@ def path():
 
 
 def load() -> dict:
+    from llm_runs.run_table import grid_folder
+
     p = path()
     if not p.is_file():
         raise MissingResults(f"missing results llm/drift/map.json: {p} does not exist; make it with `{MAP.command}`")
-    return read_json(p)
+    m = read_json(p)
+    extra = grid_folder("corrections_2026") / "verdicts.json"
+    if extra.is_file():  # the 2026 corrections' runs on the same axis (docs/PREREGISTRATION-2026.md)
+        m["points_2026"] = read_json(extra).get("points", [])
+    return m
 
 
 def _finite(x) -> bool:
@@ -88,6 +97,17 @@ def plot(m: dict, ax=None):
                               markerfacecolor=kw["color"] if stable else "white",
                               label=style.label(est) if stable else "_")
                 style.mark(line, "run", opt, est, "stable" if stable else "collapsed")
+        new = [p for p in m.get("points_2026", []) if p["optimizer"] == opt and _finite(p.get("drift"))]
+        for est in style.ordered([p["estimator"] for p in new]):
+            kw = style.line_kw(est)
+            for stable in (True, False):
+                sel = [p for p in new if p["estimator"] == est and bool(p["stable"]) is stable]
+                if sel:
+                    line = a.plot([p["drift"] for p in sel], [p["pc_final"] for p in sel], marker=kw["marker"],
+                                  linestyle="none", color=kw["color"], markersize=6, markeredgewidth=1.4,
+                                  markerfacecolor=kw["color"] if stable else "white",
+                                  label=f"{style.label(est)} (2026)" if stable else "_")
+                    style.mark(line, "run-2026", opt, est, "stable" if stable else "collapsed")
         a.set_xscale("log")
         a.set_xlabel("early KL per token (median over updates d..d+19)")
         a.set_title(label)
@@ -141,4 +161,13 @@ def caption(m: dict) -> str:
                        f"{b['bracket'][1]:.3g} ({r:.1f}x)" for r, b in gaps[:3]) + ".")
     return (f"Each run at d = 64 of the seeds {', '.join(map(str, seeds)) or 'none'} ({state}); the cells "
             f"(correction, optimiser, level) hold different numbers of runs: {_cell_sizes(m)}. Boundary = drift at "
-            f"which the stable share falls below {m.get('share', 0.8):.0%}, with its seed-bootstrap interval." + gap)
+            f"which the stable share falls below {m.get('share', 0.8):.0%}, with its seed-bootstrap interval." + gap
+            + _caption_2026(m))
+
+
+def _caption_2026(m: dict) -> str:
+    pts = m.get("points_2026") or []
+    if not pts:
+        return ""
+    return (f" Larger markers, labelled (2026): {len(pts)} runs of the 2026 corrections (docs/PREREGISTRATION-2026.md; "
+            "their verdicts are in the report's section on them), on the same axis, not part of the map's boundaries.")

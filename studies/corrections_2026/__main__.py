@@ -1,0 +1,5 @@
+import sys
+
+from .analysis import main
+
+sys.exit(main())
