@@ -33,6 +33,14 @@ def cells(recs) -> list[dict]:
     return out
 
 
+def grid_cost(recs) -> dict:
+    """What the grid's complete runs cost: their number, the sum and median of their wall times (each run on one
+    torch thread, as ``python -m studies.run`` runs them), and the machines that ran them."""
+    walls = [r["wall_s"] for r in recs if math.isfinite(r.get("wall_s", math.nan))]
+    return {"runs": len(recs), "timed": len(walls), "wall_s_total": float(sum(walls)),
+            "wall_s_median": float(np.median(walls)) if walls else math.nan}
+
+
 def pairs_summary(doc: dict | None) -> list[dict]:
     """Per measured pair: its drift, whether its gates passed, and GMC's and TIC-trunc's squared relative bias
     at the smallest and the largest G measured (what the README's line quotes)."""
@@ -65,7 +73,7 @@ def decide() -> dict:
             "g8_against_committed": V.g8_against_committed(grid_folder("group_size")),
             "G1": A.g1(doc), "G2": A.g2(doc, pred["lognormal"]["law"]["b"]), "G3": V.g3(recs), "G4": V.g4(recs),
             "G5": V.g5(recs), "G6": V.g6(recs), "G7": V.g7(recs), "cells": cells(recs),
-            "boundaries": V.boundaries(recs)}
+            "boundaries": V.boundaries(recs), "grid_cost": grid_cost(recs)}
 
 
 def main(argv=None) -> int:

@@ -55,6 +55,7 @@ def run_record(run) -> dict | None:
             "delay": d,
             "G": int(cfg["group_size"]), "B": int(cfg["prompts_per_step"]), "fixed_prompts": fixed,
             "level": _level_of(cfg), "stable": bool(row["stable"]), "pc_final": float(row["pc_final"]),
+            "wall_s": float(row["wall_s"]),
             "pc0": float(row["pc0"]), "t_collapse": tc, "collapsed": bool(rec["collapsed"]) if rec else None,
             **early, "d5": rec}
 

@@ -120,7 +120,11 @@ def group_size_section(report_dir: Path | None = None, figures_out: Path | None 
         ms = v.get("machines", [])
         one = ("one machine's rounding" if len(ms) == 1 else
                f"{len(ms)} machines' roundings (the pre-registration asks for one: a departure)")
+        cost = v.get("grid_cost") or {}
+        spent = ("" if not cost.get("timed") else
+                 f" They cost {cost['wall_s_total'] / 3600:.2f} h of one core ({cost['timed']} timed runs, median "
+                 f"{_f(cost['wall_s_median'], '.0f')} s each, one torch thread per run).")
         intro = (f"The grid's cells at d = 64 ({v['runs']} complete runs so far, made with {one}; the drift read "
-                 "before collapse as pre-registered, beside the whole window):")
+                 "before collapse as pre-registered, beside the whole window):" + spent)
         md += [intro, ""] + cell_lines(v["cells"]) + [""]
     return md, missing
