@@ -24,7 +24,10 @@ mismatch with THEORY's ledger.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+
+import numpy as np
 
 from stats import holm, one_sided_drop
 
@@ -89,6 +92,68 @@ def g1(doc: dict | None) -> dict:
     return {"verdict": verdict, "qualifying": qual, "pairs": per, "low_drift": low, "failed_gates": failed}
 
 
+HALF = 0.5
+"""G2: the group size at which GMC's squared bias is half of TIC-trunc's."""
+
+
+def g_half(Gs, ratio) -> tuple[float | None, str | None]:
+    """The G where ``ratio`` (GMC's squared bias over TIC-trunc's, per G in ``Gs``) first falls to
+    :data:`HALF`, interpolated linearly in (log G, log ratio) between the last G above it and the first
+    at or below it. ``(Gs[0], "left")`` when the first G is already at or below; ``(Gs[-1], "right")``
+    when no G reaches it (censored). Non-positive ratios count as 0 (below)."""
+    Gs, ratio = list(Gs), [float(r) for r in ratio]
+    for i, (G, r) in enumerate(zip(Gs, ratio)):
+        if r <= HALF:
+            if i == 0:
+                return float(G), "left"
+            G0, r0 = Gs[i - 1], ratio[i - 1]
+            if r <= 0:
+                return float(G), None
+            f = (math.log(r0) - math.log(HALF)) / (math.log(r0) - math.log(r))
+            return float(math.exp(math.log(G0) + f * (math.log(G) - math.log(G0)))), None
+    return float(Gs[-1]), "right"
+
+
+def fit_law(chi2, Ghalf) -> dict:
+    """OLS of log G_half on log chi^2 with the slope's 95% t-interval (the law G_half = a chi2^b)."""
+    from scipy import stats
+
+    x, y = np.log(np.asarray(chi2, float)), np.log(np.asarray(Ghalf, float))
+    if len(x) < 3:
+        return {"n": len(x), "b": None, "low": None, "high": None, "a": None}
+    res = stats.linregress(x, y)
+    t = stats.t.ppf(0.975, len(x) - 2)
+    return {"n": len(x), "b": float(res.slope), "low": float(res.slope - t * res.stderr),
+            "high": float(res.slope + t * res.stderr), "a": float(math.exp(res.intercept))}
+
+
+def g2(doc: dict | None, predicted_b: float) -> dict:
+    """G2: the law of G_half against the pair's chi^2, its slope against the exact model's."""
+    have = sorted(doc["pairs"]) if doc else []
+    missing = [p for p in PAIR_NAMES if p not in have or doc["pairs"][p].get("quick")]
+    if missing:
+        return not_run(f"pairs {', '.join(missing)} not measured")
+    pts, per = [], {}
+    for p in have:
+        if not doc["pairs"][p]["gates"]["passed"]:
+            continue
+        g, t = pair_rows(doc, p, "gmc"), pair_rows(doc, p, "tic_trunc")
+        Gs = sorted(g)
+        trunc = float(np.mean([t[G]["rel_bias_sq"] for G in Gs]))
+        ratio = [g[G]["rel_bias_sq"] / trunc if trunc > 0 else math.inf for G in Gs]
+        Gh, cens = g_half(Gs, ratio)
+        chi2 = doc["pairs"][p]["drift_chi2"]
+        per[p] = {"chi2": chi2, "G_half": Gh, "censored": cens, "tic_trunc_mean": trunc}
+        if cens is None:
+            pts.append((chi2, Gh))
+    law = fit_law(*zip(*pts)) if len(pts) >= 3 else fit_law([], [])
+    if law["b"] is None:
+        return {"verdict": "INCONCLUSIVE", "why": f"{len(pts)} uncensored pairs; 3 needed", "pairs": per,
+                "law": law, "predicted_b": predicted_b}
+    inside = law["low"] <= predicted_b <= law["high"]
+    return {"verdict": "CONFIRMED" if inside else "REFUTED", "pairs": per, "law": law, "predicted_b": predicted_b}
+
+
 PAIRS = Path(__file__).resolve().parents[1] / "results" / "llm" / "group_size" / "pairs.json"
 
 
@@ -147,4 +212,37 @@ def _g(doc: dict, pair: str, est: str, G: int) -> float:
     return float(pair_rows(doc, pair, est)[G]["rel_bias_sq"])
 
 
-__all__ = ["PAIRS", "check_24"]
+PREDICTIONS = Path(__file__).resolve().parents[1] / "studies" / "group_size" / "predictions.json"
+"""The exact models' predictions, committed with the pre-registration before any pair was measured."""
+
+
+def check_26(quick: bool = False, path: Path | str = PAIRS, predictions: Path | str = PREDICTIONS) -> Result:
+    """How large G must be on the LLM's pairs: the law G_half = a chi2^b (G_half: the G at which GMC's squared
+    relative bias falls to half of TIC-trunc's) has the exponent E3 (the lognormal ratio model) predicts, E3's b
+    inside the LLM fit's 95% interval: the pre-registered test G2 (``quick`` changes nothing)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no frozen-pair measurement (python -m studies.group_size.pairs)")
+    doc = json.loads(path.read_text())
+    predicted = json.loads(Path(predictions).read_text())["lognormal"]["law"]
+    dec = g2(doc, predicted["b"])
+    if "not yet run" in dec.get("why", ""):
+        raise ValueError(f"{path}: {dec['why']}; the claim is decided on all eight pre-registered pairs")
+    law = dec["law"]
+    pts = "; ".join(f"{p} chi2 {v['chi2']:.3g}: G_half {v['G_half']:.3g}"
+                    + (f" ({v['censored']}-censored)" if v["censored"] else "") for p, v in dec["pairs"].items())
+    refuted = ()
+    if dec["verdict"] == "REFUTED":
+        refuted = ({"point": f"the LLM pairs ({law['n']} uncensored)",
+                    "values": {"LLM b": round(law["b"], 3), "LLM b low": round(law["low"], 3),
+                               "LLM b high": round(law["high"], 3), "E3 b": round(predicted["b"], 3)}},)
+    fit = ("no fit" if law["b"] is None else
+           f"b = {law['b']:.3f} [{law['low']:.3f}, {law['high']:.3f}], a = {law['a']:.3g}")
+    return Result.of(
+        dec["verdict"] == "CONFIRMED",
+        f"E3's b = {predicted['b']:.3f} [{predicted['low']:.3f}, {predicted['high']:.3f}] inside the LLM's interval",
+        f"G2 {dec['verdict']}: LLM {fit}", "the fit's 95% t-interval",
+        f"{path.name}: " + pts, refuted_at=refuted)
+
+
+__all__ = ["PAIRS", "PREDICTIONS", "check_24", "check_26", "fit_law", "g1", "g2", "g_half"]

@@ -294,3 +294,21 @@ def test_f26_draws_the_boundaries_and_the_g3_cell_as_the_verdicts_file_holds_the
     assert "2 at 8 boundaries" in fig._suptitle.get_text()
     assert "provisional: G3 not yet decided" in f26.caption(v)
     plt.close(fig)
+
+
+def test_claim_26_confirms_a_planted_law_with_the_predicted_exponent_and_records_another_as_refuted(tmp_path):
+    import json
+
+    from claims.llm_pairs import check_26
+
+    def law(c):
+        return lambda G: min(1.0, (c / G) ** 2)
+
+    path, pred = tmp_path / "pairs.json", tmp_path / "predictions.json"
+    path.write_text(json.dumps(_pairs_doc([law(2 * math.sqrt(0.5 * i)) for i in range(1, 9)])))  # b = 0.5 planted
+    pred.write_text(json.dumps({"lognormal": {"law": {"b": 0.5, "low": 0.3, "high": 0.7}}}))
+    assert check_26(path=path, predictions=pred).status == "PASS"
+    pred.write_text(json.dumps({"lognormal": {"law": {"b": 2.0, "low": 1.8, "high": 2.2}}}))
+    res = check_26(path=path, predictions=pred)
+    assert res.status == "FAIL" and res.refuted_at[0]["point"] == "the LLM pairs (8 uncensored)"
+    assert res.refuted_at[0]["values"]["E3 b"] == 2.0 and abs(res.refuted_at[0]["values"]["LLM b"] - 0.5) < 0.05

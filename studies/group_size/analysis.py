@@ -6,50 +6,12 @@ import math
 
 import numpy as np
 
-from claims.llm_pairs import (  # noqa: F401 - G1 is decided where THEORY's claim 24 reads it
-    ALPHA, CAP_BINDS, LOW_DRIFT_ESS, PAIR_NAMES, g1, not_run as _not_run, pair_rows)
+from claims.llm_pairs import (  # noqa: F401 - G1 and G2 are decided where THEORY's claims 24 and 26 read them
+    ALPHA, CAP_BINDS, HALF, LOW_DRIFT_ESS, PAIR_NAMES, fit_law, g1, g2, g_half, not_run as _not_run, pair_rows)
 from stats import one_sided_drop  # noqa: F401 - the pre-registration names it here
 
 N_BOOT = 10_000
 BOOT_SEED = 20261206
-HALF = 0.5
-"""G2: the group size at which GMC's squared bias is half of TIC-trunc's."""
-
-
-# --------------------------------------------------------------------------- G_half, its law, the cross-product bias
-
-
-def g_half(Gs, ratio) -> tuple[float | None, str | None]:
-    """The G where ``ratio`` (GMC's squared bias over TIC-trunc's, per G in ``Gs``) first falls to
-    :data:`HALF`, interpolated linearly in (log G, log ratio) between the last G above it and the first
-    at or below it. ``(Gs[0], "left")`` when the first G is already at or below; ``(Gs[-1], "right")``
-    when no G reaches it (censored). Non-positive ratios count as 0 (below)."""
-    Gs, ratio = list(Gs), [float(r) for r in ratio]
-    for i, (G, r) in enumerate(zip(Gs, ratio)):
-        if r <= HALF:
-            if i == 0:
-                return float(G), "left"
-            G0, r0 = Gs[i - 1], ratio[i - 1]
-            if r <= 0:
-                return float(G), None
-            f = (math.log(r0) - math.log(HALF)) / (math.log(r0) - math.log(r))
-            return float(math.exp(math.log(G0) + f * (math.log(G) - math.log(G0)))), None
-    return float(Gs[-1]), "right"
-
-
-def fit_law(chi2, Ghalf) -> dict:
-    """OLS of log G_half on log chi^2 with the slope's 95% t-interval (the law G_half = a chi2^b)."""
-    from scipy import stats
-
-    x, y = np.log(np.asarray(chi2, float)), np.log(np.asarray(Ghalf, float))
-    if len(x) < 3:
-        return {"n": len(x), "b": None, "low": None, "high": None, "a": None}
-    res = stats.linregress(x, y)
-    t = stats.t.ppf(0.975, len(x) - 2)
-    return {"n": len(x), "b": float(res.slope), "low": float(res.slope - t * res.stderr),
-            "high": float(res.slope + t * res.stderr), "a": float(math.exp(res.intercept))}
-
-
 def offdiagonal_mean(gram, keep) -> float:
     """The mean of ``gram[r, s]`` over the pairs r != s of the replicates ``keep`` (numpy or torch): the
     cross-product estimate of ``|E X|^2`` from the Gram matrix of independent replicates X_r, in which no
@@ -118,30 +80,3 @@ G6_THRESHOLD = 0.57798249991828
 """The drift study's exploratory ESS-fraction threshold (from the first update), frozen by the
 pre-registration."""
 G5_MARGIN = 0.03
-
-
-def g2(doc: dict | None, predicted_b: float) -> dict:
-    """G2: the law of G_half against the pair's chi^2, its slope against the exact model's."""
-    have = sorted(doc["pairs"]) if doc else []
-    missing = [p for p in PAIR_NAMES if p not in have or doc["pairs"][p].get("quick")]
-    if missing:
-        return _not_run(f"pairs {', '.join(missing)} not measured")
-    pts, per = [], {}
-    for p in have:
-        if not doc["pairs"][p]["gates"]["passed"]:
-            continue
-        g, t = pair_rows(doc, p, "gmc"), pair_rows(doc, p, "tic_trunc")
-        Gs = sorted(g)
-        trunc = float(np.mean([t[G]["rel_bias_sq"] for G in Gs]))
-        ratio = [g[G]["rel_bias_sq"] / trunc if trunc > 0 else math.inf for G in Gs]
-        Gh, cens = g_half(Gs, ratio)
-        chi2 = doc["pairs"][p]["drift_chi2"]
-        per[p] = {"chi2": chi2, "G_half": Gh, "censored": cens, "tic_trunc_mean": trunc}
-        if cens is None:
-            pts.append((chi2, Gh))
-    law = fit_law(*zip(*pts)) if len(pts) >= 3 else fit_law([], [])
-    if law["b"] is None:
-        return {"verdict": "INCONCLUSIVE", "why": f"{len(pts)} uncensored pairs; 3 needed", "pairs": per,
-                "law": law, "predicted_b": predicted_b}
-    inside = law["low"] <= predicted_b <= law["high"]
-    return {"verdict": "CONFIRMED" if inside else "REFUTED", "pairs": per, "law": law, "predicted_b": predicted_b}
