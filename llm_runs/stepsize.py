@@ -23,7 +23,10 @@ optimiser can undo it:
   ``scope=group, use_is_weights=True``): per group ``b* = sum_i W_i R_i / (sum_i W_i + 1e-8)``,
   ``W_i = w_i^2 ||grad log pi(tau_i)||^2``, and ``A_i = (R_i - b*) / std_g(R)`` (``norm_by_std``, when
   the group's std exceeds 1e-8; Bessel-corrected like the group's GRPO std), an advantage mode of
-  the trainer (``advantage = "opob"``): it needs one backward pass per trajectory.
+  the trainer (``advantage = "opob"``): it needs one backward pass per trajectory. The advantages are
+  :func:`estimators.baselines.opob_advantages` (named here too, as is verl's Optimal Token Baseline,
+  :func:`estimators.baselines.otb_advantages`: per-token advantages, which the toolkit's losses do not take,
+  so OTB is no advantage mode of the trainer).
 
 Every control is off by default (the committed runs replay byte for byte) and recorded in each
 run's config; the ``step/`` columns log what each did per update. :func:`scaled_lr` is the one
@@ -37,9 +40,10 @@ from dataclasses import dataclass
 
 import torch
 
+from estimators.baselines import OPOB_EPS, OPOB_STDS, opob_advantages, otb_advantages  # noqa: F401
+
 ESS_RULES = ("none", "sqrt", "linear")
 OPOB_WEIGHTS = ("is", "vcpo")
-OPOB_STDS = ("sample", "population")
 RECIPES = {
     "vcpo": {"estimator": "seq_tis", "seq_tis_cap": 8.0, "ess_scaling": "sqrt", "ess_base_ratio": 1.0,
              "ess_use_clipped": False, "advantage": "opob", "opob_norm_by_std": True, "max_grad_norm": 1.0},
@@ -61,7 +65,6 @@ gradient averaged over its tokens (``traj_agg = "token-mean"``, their ``seq-mean
 group with equal rewards left at VCPO's ``R (1 - sum W / (sum W + 1e-8))`` (``opob_flat_zero = False``)."""
 TRAINER_ADVANTAGES = ("opob",)
 """Advantage modes the trainer computes itself (they need the model, not only the rewards)."""
-OPOB_EPS = 1e-8
 ESS_EPS = 1e-8
 
 
@@ -271,54 +274,6 @@ def scaled_lr(optimizer: torch.optim.Optimizer, scale: float):
         yield
     finally:
         restore_lrs(optimizer, base)
-
-
-def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_norms: torch.Tensor,
-                    norm_by_std: bool = True, flat_zero: bool = True, std: str = "sample") -> torch.Tensor:
-    """VCPO's OPOB advantages, shape (num_groups, G): per group ``b* = sum_i W_i R_i / (sum_i W_i + 1e-8)``
-    with ``W_i = w_i^2 ||grad log pi(tau_i)||^2`` (``grad_sq_norms``), then ``R_i - b*``, divided by the
-    group's reward std where ``norm_by_std`` and that std exceeds 1e-8 (``std``: ``sample``, Bessel-corrected,
-    or ``population``, VCPO's ``torch.std(unbiased=False)``).
-
-    A group whose ``W`` overflows float64 (a large log-ratio: ``w^2`` is ``exp(2 log w)``) takes the same
-    weighted mean in log space, ``W_i / max_j W_j``: a finite baseline, never NaN. With ``flat_zero`` a
-    group whose rewards are all equal (no signal) gets advantages exactly 0 (VCPO's formula leaves
-    ``R (1 - sum W / (sum W + 1e-8))`` there; runs made before this setting existed used that).
-    Rewards, log-ratios or gradient norms that are NaN, or negative norms, are refused (ValueError)."""
-    r = rewards.double()
-    if r.ndim != 2 or seq_log_ratio.shape != r.shape or grad_sq_norms.shape != r.shape:
-        raise ValueError(f"rewards, seq_log_ratio and grad_sq_norms must share one (num_groups, G) shape, got "
-                         f"{tuple(r.shape)}, {tuple(seq_log_ratio.shape)}, {tuple(grad_sq_norms.shape)}")
-    lr, g2 = seq_log_ratio.detach().double(), grad_sq_norms.detach().double()
-    for name, x in (("rewards", r), ("seq_log_ratio", lr), ("grad_sq_norms", g2)):
-        if bool(torch.isnan(x).any()):
-            raise ValueError(f"opob: {name} holds NaN "
-                             f"(first at index {tuple(torch.nonzero(torch.isnan(x))[0].tolist())})")
-    if not bool(torch.isfinite(r).all()):
-        raise ValueError("opob: rewards must be finite")
-    if bool((g2 < 0).any()) or not bool(torch.isfinite(g2).all()):
-        raise ValueError("opob: grad_sq_norms must be finite and >= 0")
-    W = torch.exp(2 * lr) * g2
-    b = (W * r).sum(-1, keepdim=True) / (W.sum(-1, keepdim=True) + OPOB_EPS)
-    bad = ~torch.isfinite(b)
-    if bool(bad.any()):  # W overflowed (or 0 * inf): the weighted mean in log space
-        logw = torch.where(g2 > 0, 2 * lr + torch.log(torch.where(g2 > 0, g2, 1.0)), -math.inf)
-        top = logw.max(-1, keepdim=True).values
-        shift = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        Wn = torch.where(top == math.inf, (logw == math.inf).double(), torch.exp(logw - shift))
-        tiny = torch.where(top == math.inf, torch.zeros_like(top), OPOB_EPS * torch.exp(-shift))
-        stable = (Wn * r).sum(-1, keepdim=True) / (Wn.sum(-1, keepdim=True) + tiny)
-        b = torch.where(bad, stable, b)
-    adv = r - b
-    if norm_by_std:
-        if std not in OPOB_STDS:
-            raise ValueError(f"unknown opob std {std!r}; valid: {', '.join(OPOB_STDS)}")
-        std = r.std(-1, correction=1 if std == "sample" else 0, keepdim=True)
-        adv = torch.where(std > 1e-8, adv / torch.where(std > 1e-8, std, 1.0), adv)
-    if flat_zero:
-        flat = (r.max(-1, keepdim=True).values == r.min(-1, keepdim=True).values)
-        adv = torch.where(flat, torch.zeros_like(adv), adv)
-    return adv
 
 
 def trajectory_grad_sq_norms(model, batch, temperature: float = 1.0) -> torch.Tensor:

@@ -1,0 +1,152 @@
+"""Per-group baselines of the policy gradient beside the group mean (:func:`estimators.advantages`), torch:
+
+* **OPOB** (VCPO's off-policy optimal baseline, Huang et al. 2026, arXiv 2602.17616; mit-han-lab/vcpo
+  ``recipe/fully_async_policy/staleness_utils.py:compute_opob_baseline``): one baseline per group,
+  ``b* = sum_i W_i R_i / (sum_i W_i + 1e-8)``, ``W_i = w_i^2 ||grad log pi(tau_i)||^2``; advantages
+  ``(num_groups, G)``, one per trajectory (the trainer's ``advantage = "opob"``, :mod:`llm_runs.stepsize`).
+* **OTB** (verl's Optimal Token Baseline, verl 0.9.1 ``verl/trainer/ppo/core_algos.py``:
+  ``compute_optimal_token_baseline_advantage``): one baseline per group and token position,
+  ``B_t = sum_i G_{i,t} W_{i,t} / (sum_i W_{i,t} + 1e-8)`` with ``G_{i,t}`` the return-to-go and ``W_{i,t}``
+  the cumulative ``1 - 2 pi_t + sum_v pi_v^2`` (times the IS weight squared); advantages
+  ``(num_groups, G, T)``, one per token. The toolkit's losses take one advantage per trajectory, so OTB is
+  no trainer advantage mode: :mod:`simulators.baselines` measures it exactly on E2.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+OPOB_STDS = ("sample", "population")
+OPOB_EPS = 1e-8
+OTB_EPS = 1e-8
+"""verl's ``epsilon`` default of ``compute_optimal_token_baseline_advantage``."""
+
+
+def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_norms: torch.Tensor,
+                    norm_by_std: bool = True, flat_zero: bool = True, std: str = "sample") -> torch.Tensor:
+    """VCPO's OPOB advantages, shape (num_groups, G): per group ``b* = sum_i W_i R_i / (sum_i W_i + 1e-8)``
+    with ``W_i = w_i^2 ||grad log pi(tau_i)||^2`` (``grad_sq_norms``), then ``R_i - b*``, divided by the
+    group's reward std where ``norm_by_std`` and that std exceeds 1e-8 (``std``: ``sample``, Bessel-corrected,
+    or ``population``, VCPO's ``torch.std(unbiased=False)``).
+
+    A group whose ``W`` overflows float64 (a large log-ratio: ``w^2`` is ``exp(2 log w)``) takes the same
+    weighted mean in log space, ``W_i / max_j W_j``: a finite baseline, never NaN. With ``flat_zero`` a
+    group whose rewards are all equal (no signal) gets advantages exactly 0 (VCPO's formula leaves
+    ``R (1 - sum W / (sum W + 1e-8))`` there; runs made before this setting existed used that).
+    Rewards, log-ratios or gradient norms that are NaN, or negative norms, are refused (ValueError)."""
+    r = rewards.double()
+    if r.ndim != 2 or seq_log_ratio.shape != r.shape or grad_sq_norms.shape != r.shape:
+        raise ValueError(f"rewards, seq_log_ratio and grad_sq_norms must share one (num_groups, G) shape, got "
+                         f"{tuple(r.shape)}, {tuple(seq_log_ratio.shape)}, {tuple(grad_sq_norms.shape)}")
+    lr, g2 = seq_log_ratio.detach().double(), grad_sq_norms.detach().double()
+    for name, x in (("rewards", r), ("seq_log_ratio", lr), ("grad_sq_norms", g2)):
+        if bool(torch.isnan(x).any()):
+            raise ValueError(f"opob: {name} holds NaN "
+                             f"(first at index {tuple(torch.nonzero(torch.isnan(x))[0].tolist())})")
+    if not bool(torch.isfinite(r).all()):
+        raise ValueError("opob: rewards must be finite")
+    if bool((g2 < 0).any()) or not bool(torch.isfinite(g2).all()):
+        raise ValueError("opob: grad_sq_norms must be finite and >= 0")
+    W = torch.exp(2 * lr) * g2
+    b = (W * r).sum(-1, keepdim=True) / (W.sum(-1, keepdim=True) + OPOB_EPS)
+    bad = ~torch.isfinite(b)
+    if bool(bad.any()):  # W overflowed (or 0 * inf): the weighted mean in log space
+        logw = torch.where(g2 > 0, 2 * lr + torch.log(torch.where(g2 > 0, g2, 1.0)), -math.inf)
+        top = logw.max(-1, keepdim=True).values
+        shift = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        Wn = torch.where(top == math.inf, (logw == math.inf).double(), torch.exp(logw - shift))
+        tiny = torch.where(top == math.inf, torch.zeros_like(top), OPOB_EPS * torch.exp(-shift))
+        stable = (Wn * r).sum(-1, keepdim=True) / (Wn.sum(-1, keepdim=True) + tiny)
+        b = torch.where(bad, stable, b)
+    adv = r - b
+    if norm_by_std:
+        if std not in OPOB_STDS:
+            raise ValueError(f"unknown opob std {std!r}; valid: {', '.join(OPOB_STDS)}")
+        std = r.std(-1, correction=1 if std == "sample" else 0, keepdim=True)
+        adv = torch.where(std > 1e-8, adv / torch.where(std > 1e-8, std, 1.0), adv)
+    if flat_zero:
+        flat = (r.max(-1, keepdim=True).values == r.min(-1, keepdim=True).values)
+        adv = torch.where(flat, torch.zeros_like(adv), adv)
+    return adv
+
+
+def _check_finite(name: str, x: torch.Tensor, allow_neg_inf: bool = False) -> None:
+    if bool(torch.isnan(x).any()):
+        raise ValueError(f"otb: {name} holds NaN (first at index {tuple(torch.nonzero(torch.isnan(x))[0].tolist())})")
+    bad = (x == math.inf) if allow_neg_inf else ~torch.isfinite(x)
+    if bool(bad.any()):
+        raise ValueError(f"otb: {name} must be finite, got {float(x[bad][0])} at index "
+                         f"{tuple(torch.nonzero(bad)[0].tolist())}")
+
+
+def otb_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, old_log_probs: torch.Tensor,
+                   sum_pi_squared: torch.Tensor, is_weights: torch.Tensor | None = None,
+                   handle_zero_tail: bool = True, eps: float = OTB_EPS) -> torch.Tensor:
+    """verl's Optimal Token Baseline advantages, shape ``(num_groups, G, T)``: a transcription of verl 0.9.1
+    ``verl/trainer/ppo/core_algos.py:compute_optimal_token_baseline_advantage`` for groups laid out on the
+    first axis (verl's ``index``: one prompt per group).
+
+    Per token, ``G_t = sum_{s >= t} r_s`` (return-to-go of the masked ``token_rewards``),
+    ``w_t = 1 - 2 pi_t + sum_v pi_v^2`` with ``pi_t = exp(old_log_probs)`` the sampled token's probability
+    and ``sum_pi_squared`` the vocabulary's ``sum_v pi_v^2`` (``||e_{o_t} - pi||^2``, the squared norm of
+    the logits' score), times ``is_weights^2`` when given (verl's ``rollout_is_weights``: the sequence
+    ratio broadcast over the tokens under sequence-level rollout IS), ``W_t = sum_{s <= t} w_s mask_s``;
+    per group ``B_t = sum_i G_{i,t} W_{i,t} mask_{i,t} / (sum_i W_{i,t} mask_{i,t} + eps)`` and the
+    advantage ``(G_t - B_t) mask_t``. A group of one trajectory has no baseline (advantage = return).
+    ``handle_zero_tail`` (verl's default): in a group whose longest trajectory (length = its mask's sum)
+    is unique, that trajectory's baseline is 0 from the second-longest length on (there the baseline
+    would be its own return).
+
+    Bad shapes, NaN anywhere, non-finite rewards, IS weights or ``sum_pi_squared``, negative
+    ``sum_pi_squared`` or IS weights, a mask other than 0/1, an ``eps`` that is not > 0, or a ``W`` that
+    overflows float64 are refused (ValueError). Computed in float64."""
+    r = token_rewards.detach().double()
+    if r.ndim != 3:
+        raise ValueError(f"otb: token_rewards must have shape (num_groups, G, T), got {tuple(r.shape)}")
+    named = {"mask": mask, "old_log_probs": old_log_probs, "sum_pi_squared": sum_pi_squared}
+    if is_weights is not None:
+        named["is_weights"] = is_weights
+    for name, x in named.items():
+        if tuple(x.shape) != tuple(r.shape):
+            raise ValueError(f"otb: {name} must have token_rewards' shape {tuple(r.shape)}, got {tuple(x.shape)}")
+    m = mask.detach().double()
+    lp, s2 = old_log_probs.detach().double(), sum_pi_squared.detach().double()
+    _check_finite("token_rewards", r)
+    _check_finite("mask", m)
+    _check_finite("old_log_probs", lp, allow_neg_inf=True)
+    _check_finite("sum_pi_squared", s2)
+    if not bool(((m == 0) | (m == 1)).all()):
+        raise ValueError(f"otb: mask must hold 0 and 1 only, got {float(m[(m != 0) & (m != 1)][0])}")
+    if bool((s2 < 0).any()):
+        raise ValueError(f"otb: sum_pi_squared must be >= 0, got {float(s2[s2 < 0][0])}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"otb: eps must be a finite number > 0, got {eps!r}")
+    w = 1 - 2 * torch.exp(lp) + s2
+    if is_weights is not None:
+        rho = is_weights.detach().double()
+        _check_finite("is_weights", rho)
+        if bool((rho < 0).any()):
+            raise ValueError(f"otb: is_weights must be >= 0, got {float(rho[rho < 0][0])}")
+        w = w * rho**2
+    returns = (r * m).flip(-1).cumsum(-1).flip(-1)
+    W = (w * m).cumsum(-1)
+    if not bool(torch.isfinite(W).all()):
+        raise ValueError("otb: the cumulative weight W overflows float64 (is_weights too large)")
+    n, G, T = r.shape
+    if G == 1:
+        return returns * m
+    num = (returns * W * m).sum(1, keepdim=True)
+    den = (W * m).sum(1, keepdim=True) + eps
+    baseline = (num / den).expand(n, G, T).clone()
+    if handle_zero_tail:
+        lengths = m.sum(-1)  # (n, G)
+        top2 = torch.sort(lengths, dim=-1).values[:, -2:]
+        longest, second = top2[:, 1], top2[:, 0]
+        unique = ((lengths == longest[:, None]).sum(-1) == 1) & (longest > second)
+        row = torch.argmax(lengths, dim=-1)
+        tail = torch.arange(T, dtype=torch.float64)[None, :] >= second[:, None]  # (n, T)
+        zero = torch.zeros(n, G, T, dtype=torch.bool)
+        zero[torch.arange(n), row] = tail & unique[:, None]
+        baseline = torch.where(zero, torch.zeros_like(baseline), baseline)
+    return (returns - baseline) * m
