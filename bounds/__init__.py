@@ -9,10 +9,13 @@
 * :mod:`bounds.exponents`   exponent of a variable in an expression, derived by sympy
 * :mod:`bounds.numeric`     ``twin(name)``: the lambdified numeric twin of a bound
 * :mod:`bounds.tuning`      Corollary 3's step size, tuned numerically on the twin of its objective
+* :mod:`bounds.trust_region` a published paper's bounds, as it states them: Trust Region Masking's bounds on
+  the surrogate's error (arXiv 2512.23075; numeric, checked by claim 25)
 
 The claims of §5 that these bounds state are checked by :mod:`claims` (``python -m claims``).
 
-The bounds are THEORY.md's reconstruction ([R]), not the paper's text.
+The bounds are THEORY.md's reconstruction ([R]), not the paper's text, except :mod:`bounds.trust_region`,
+which states Li et al.'s bounds as their paper writes them.
 """
 from .mass import MASS_BOUNDS, MASS_FORMS, mass_bound, mass_bound_name
 
