@@ -3,7 +3,7 @@
 Prints one aligned row per claim (id, claim, expected, measured, status, seconds) as it
 completes, then checks each outcome against THEORY's ledger (the table's *stated as* and
 *recorded* columns, :mod:`claims.ledger`) and prints "N claims: K hold, R refuted as
-recorded". A full run (all 23 claims, not ``--quick``) writes ``results/verify/claims.json``,
+recorded". A full run (every claim, not ``--quick``) writes ``results/verify/claims.json``,
 ``claims.md`` and ``abstract.json`` (the verdicts on the abstract, :mod:`claims.abstract`) unless
 ``--json``/``--md`` name other files. A partial run (``--only`` or ``--quick``) writes
 only the files it is given, and never replaces a full table. A file that the toolkit did
@@ -28,7 +28,7 @@ from schema.provenance import provenance
 from schema.results import results_root
 
 from .ledger import THEORY, LedgerError, annotate, ledger_summary, read_ledger
-from .registry import BY_ID, KEYS, run_claims
+from .registry import BY_ID, KEYS, run_claims, valid_ids
 from .table import (
     ABSTRACT_FORMAT,
     FORMAT,
@@ -53,7 +53,7 @@ def parse_only(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--only takes claim ids like 3,7; got {text!r}") from None
     bad = [i for i in ids if i not in BY_ID]
     if bad or not ids:
-        raise argparse.ArgumentTypeError(f"--only: unknown claim id(s) {bad or text!r}; valid: 1..{len(BY_ID)}")
+        raise argparse.ArgumentTypeError(f"--only: unknown claim id(s) {bad or text!r}; valid: {valid_ids()}")
     return sorted(set(ids))
 
 

@@ -1,5 +1,5 @@
-"""Registry of the 23 machine-checkable claims of THEORY.md §5 (19: an addition, stated in §7; 20-22: §8;
-23: a published claim, CTPO's, checked).
+"""Registry of the 24 machine-checkable claims of THEORY.md §5 (19: an addition, stated in §7; 20-22: §8;
+23 and 25: published claims, CTPO's and Trust Region Masking's, checked).
 
 Each :class:`Claim` names its check, a function of ``quick`` returning a
 :class:`~claims.result.Result`; the checks live by family:
@@ -11,6 +11,7 @@ Each :class:`Claim` names its check, a function of ``quick`` returning a
 * :mod:`claims.optimizers`        claim 17's ordering under Adam, AdamW, clipping and long horizons (19)
 * :mod:`claims.normalised`        normalising optimisers: scale invariance, sign-error bounds, ordering (20-22)
 * :mod:`claims.prefix`            CTPO's prefix-ratio claim: unbiased, lower variance than the sequence ratio (23)
+* :mod:`claims.trm_bounds`        Trust Region Masking's bounds on the surrogate's error vs the exact error (25)
 
 Each check keeps its tolerances beside it. An exception inside a check becomes an ERROR
 row, never a crash of the whole table.
@@ -28,6 +29,7 @@ from . import enumeration as en
 from . import normalised as nm
 from . import optimizers as op
 from . import prefix as px
+from . import trm_bounds as trm
 from .result import Result, jsonable
 
 KINDS = ("symbolic", "exact", "monte-carlo", "numeric")  # a claim's kind joins one or more with "+"
@@ -99,16 +101,28 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(22, "Sign law of GMC = IS's; TOPR, TIC-trunc sign efficiency >= IS's at chi^2 >= 1", "§8.3; §5 #22",
           "exact", nm),
     Claim(23, "CTPO's claim: prefix ratio unbiased, variance < full-sequence ratio's", "§5 #23", "exact", px),
+    Claim(25, "TRM's bounds on |J - J_roll - L| >= the exact error (E2, H <= 16)", "§5 #25", "exact", trm),
 )
 
 BY_ID: dict[int, Claim] = {c.id: c for c in CLAIMS}
+
+
+def valid_ids() -> str:
+    """The registered ids as runs (``1..23, 25``: 24 is claims.llm_pairs, not registered yet)."""
+    runs: list[list[int]] = []
+    for i in BY_ID:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(f"{a}..{b}" if b > a else str(a) for a, b in runs)
 
 
 def get_claim(cid: int) -> Claim:
     try:
         return BY_ID[cid]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown claim id {cid!r}; valid ids: 1..{len(CLAIMS)}") from None
+        raise ValueError(f"unknown claim id {cid!r}; valid ids: {valid_ids()}") from None
 
 
 def run_claims(ids=None, quick: bool = False, on_row: Callable[[dict], None] | None = None) -> list[dict]:

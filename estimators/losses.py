@@ -752,8 +752,9 @@ _TRM_DOC = """Trust Region Masking, {kind} form (Li et al., arXiv 2512.23075): a
     when the largest per-token divergence of its completion tokens exceeds ``delta``, ``{formula}``;
     the kept sequences get the token-level PPO clip objective (``token_clip``: ``[1-eps,
     1+eps_high]``, ``seq-mean-token-mean``), the loss verl pairs its sequence masks with in bypass
-    mode (``bypass_ppo_clip_k3_rs``). The paper's guarantees bound the surrogate's error by
-    O(T^(3/2)) (k2 max criterion) and O(T) in the sequence length at a fixed token bound.
+    mode (``bypass_ppo_clip_k3_rs``). The paper's bounds on the surrogate's error, O(T^(3/2))
+    (Pinsker-Marginal) and O(T) (Mixed) in the sequence length, read the largest exact token KL
+    over every context, not k2 / k3 (``bounds.trust_region``; checked exactly by claim 25).
 
     Followed: verl ``verl/trainer/ppo/rollout_corr_helper.py`` (``compute_rollout_rejection_mask``,
     options ``seq_max_k2`` / ``seq_max_k3``: the log-ratio clamped to [-20, 20], an upper bound

@@ -17,17 +17,17 @@ from claims import __main__ as cli
 from claims import closed_forms, enumeration, table
 from claims.result import Result, combine
 
-QUICK_CHEAP = [1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 18, 19]
+QUICK_CHEAP = [1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 18, 19, 25]
 
 
 def test_registry_shape():
-    assert [c.id for c in claims.CLAIMS] == list(range(1, 24))
+    assert [c.id for c in claims.CLAIMS] == [*range(1, 24), 25]  # 24: claims.llm_pairs, not registered yet
     for c in claims.CLAIMS:
         assert c.title and c.theory_ref.startswith("§")
         assert set(c.kind.split("+")) <= set(claims.KINDS)
         assert callable(c.check)
     assert claims.STATUSES == ("PASS", "FAIL", "ERROR")
-    with pytest.raises(ValueError, match="unknown claim id"):
+    with pytest.raises(ValueError, match="unknown claim id 24; valid ids: 1..23, 25$"):
         claims.get_claim(24)
 
 
@@ -232,7 +232,7 @@ def test_cli_refuses_one_file_for_two_outputs(tmp_path, monkeypatch):
 
 def test_cli_partial_run_never_replaces_the_full_table(tmp_path, monkeypatch):
     full = tmp_path / "claims.json"
-    rows = [{**dict.fromkeys(claims.KEYS), "id": i, "status": "PASS"} for i in range(1, 24)]
+    rows = [{**dict.fromkeys(claims.KEYS), "id": i, "status": "PASS"} for i in claims.BY_ID]
     full.write_text(json.dumps({"format": "gmc-grpo-claims/1", "complete": True, "quick": False, "claims": rows}))
     before = full.read_text()
     _never_run(monkeypatch)
@@ -284,7 +284,7 @@ def test_cli_full_run_may_replace_its_own_files(tmp_path, monkeypatch):
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     js, md, ab = cli.default_paths()
-    rows = [{**dict.fromkeys(claims.KEYS), "id": i, "status": "PASS"} for i in range(1, 24)]
+    rows = [{**dict.fromkeys(claims.KEYS), "id": i, "status": "PASS"} for i in claims.BY_ID]
     js.parent.mkdir(parents=True)
     js.write_text(json.dumps({"format": "gmc-grpo-claims/1", "complete": True, "quick": False, "claims": rows}))
     md.write_text(table.markdown([{**r, "title": "t", "theory_ref": "§5", "kind": "exact", "seconds": 0.0,

@@ -26,6 +26,7 @@ def test_theory_ledger_covers_every_claim():
                   "tolerance": 1e-4}
     assert ledger[19].stated_as == "conjecture" and ledger[22].stated_as == "theorem + conjecture"
     assert ledger[23].stated_as == "conjecture"
+    assert (ledger[25].stated_as, ledger[25].recorded) == ("theorem", "holds")  # TRM's bounds
     assert all(e.counterexample is None for e in ledger.values() if e.recorded == "holds")
 
 

@@ -1,5 +1,5 @@
 """Trust Region Masking's bounds (bounds.trust_region), the exact error and divergences on E2
-(simulators.token_mdp.trust_region)."""
+(simulators.token_mdp.trust_region) and claim 25 (claims.trm_bounds)."""
 import math
 
 import numpy as np
@@ -7,6 +7,7 @@ import pytest
 from scipy.special import softmax
 
 from bounds import trust_region as tr
+from claims import trm_bounds as c25
 from simulators.delay import static_behaviour
 from simulators.delay_sweeps import make_instance
 from simulators.peers import CASES
@@ -166,3 +167,30 @@ def test_terms_refuse_what_is_not_e2():
         trust_region_terms(env, theta, theta)
     with pytest.raises(ValueError, match="theta_b"):
         trust_region_terms(_two_token_env(), np.zeros((2, 2)), np.zeros((3, 2)))
+
+
+# --------------------------------------------------------------------- claim 25
+
+
+def test_claim_25_passes_exactly_when_no_point_violates():
+    pts = c25.trm_points(quick=True)
+    assert {p["case"] for p in pts} == {"E2", "long E2 H=8"} and len(pts) == 4
+    assert not any(c25.violations(p) for p in pts)
+    r = c25.check_25(quick=True)
+    assert r.status == "PASS" and r.refuted_at == ()
+    assert "violated at 0 of 4 points" in r.measured
+
+
+def test_claim_25_fails_at_the_first_violating_point(monkeypatch):
+    """A planted violation (one bound of two points lowered below |Error|) makes the check FAIL and name
+    the first of them, with the values there."""
+    pts = c25.trm_points(quick=True)
+    for i in (1, 3):
+        pts[i]["bounds"] = {**pts[i]["bounds"], "pm_kl": 0.5 * pts[i]["abs_error"]}
+    monkeypatch.setattr(c25, "trm_points", lambda quick=False: pts)
+    r = c25.check_25(quick=True)
+    assert r.status == "FAIL"
+    assert "violated at 2 of 4 points" in r.measured
+    (ce,) = r.refuted_at
+    assert ce["point"] == f"{pts[1]['case']} Delta={pts[1]['Delta']:g}"
+    assert ce["values"] == {"|Error|": round(pts[1]["abs_error"], 6), "B_pm_kl": round(0.5 * pts[1]["abs_error"], 6)}
