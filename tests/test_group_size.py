@@ -312,3 +312,20 @@ def test_claim_26_confirms_a_planted_law_with_the_predicted_exponent_and_records
     res = check_26(path=path, predictions=pred)
     assert res.status == "FAIL" and res.refuted_at[0]["point"] == "the LLM pairs (8 uncensored)"
     assert res.refuted_at[0]["values"]["E3 b"] == 2.0 and abs(res.refuted_at[0]["values"]["LLM b"] - 0.5) < 0.05
+
+
+def test_a_pair_whose_target_is_zero_is_a_failed_measurement_not_a_crash():
+    import torch
+
+    from studies.group_size.pairs import gate_table
+    from studies.group_size.pool import cross_norm, relative_bias
+
+    T = torch.zeros(8, 5)  # every on-policy group had equal rewards: no gradient
+    V = torch.randn(8, 5, generator=torch.Generator().manual_seed(0))
+    rb, se, cos, ratio = relative_bias(V - T, T, V)
+    assert all(math.isnan(x) for x in (rb, se, cos, ratio))
+    rows = [{"estimator": "is", "G": 2, "rel_bias_sq": rb, "se": se}]
+    gates = gate_table(rows, {}, *cross_norm(T))
+    assert not gates["passed"] and "no gradient to measure a bias against" in gates["failed"]
+    ok = gate_table([{"estimator": "is", "G": 2, "rel_bias_sq": 0.01, "se": 0.02}], {}, 1.0, 0.1)
+    assert ok["passed"] and "failed" not in ok

@@ -228,12 +228,20 @@ def cross_norm(X: torch.Tensor) -> tuple[float, float]:
 
 def relative_bias(D: torch.Tensor, T: torch.Tensor, V: torch.Tensor) -> tuple[float, float, float, float]:
     """``(rel_bias_sq, jackknife s.e., cosine of mean V to mean T, |mean V| / |mean T|)``: the ratio of the
-    cross-product estimates of |E D|^2 and |E T|^2 (D = V - T per replicate, T independent of V)."""
+    cross-product estimates of |E D|^2 and |E T|^2 (D = V - T per replicate, T independent of V). NaN where
+    the target's estimate is not above 0 (a policy whose on-policy groups all have equal rewards has no
+    gradient to be biased against: the measurement fails, :func:`studies.group_size.pairs.gate_table`)."""
     gD, gT = (D @ D.T).double(), (T @ T.T).double()
-    full, se = jackknife(lambda keep: offdiagonal_mean(gD, keep) / offdiagonal_mean(gT, keep), len(D))
+
+    def ratio(keep):  # undefined (NaN) where the target's squared norm is not estimated above 0
+        den = offdiagonal_mean(gT, keep)
+        return offdiagonal_mean(gD, keep) / den if den > 0 else math.nan
+
+    full, se = jackknife(ratio, len(D))
     mv, mt = V.mean(0), T.mean(0)
-    cos = float(mv @ mt / (mv.norm() * mt.norm()))
-    return full, se, cos, float(mv.norm() / mt.norm())
+    norm = float(mv.norm() * mt.norm())
+    cos = float(mv @ mt) / norm if norm > 0 else math.nan
+    return full, se, cos, float(mv.norm() / mt.norm()) if float(mt.norm()) > 0 else math.nan
 
 
 def mc_agreement(sampled: list, exact: list) -> dict:
