@@ -1,5 +1,6 @@
-"""Registry of the 24 machine-checkable claims of THEORY.md §5 (19: an addition, stated in §7; 20-22: §8;
-23 and 25: published claims, CTPO's and Trust Region Masking's, checked).
+"""Registry of the 26 machine-checkable claims of THEORY.md §5 (19: an addition, stated in §7; 20-22: §8;
+23 and 25: published claims, CTPO's and Trust Region Masking's, checked; 24 and 26: the group-size law and the
+exact model's rate for it, on the LLM's own policies, read off the committed frozen-pair measurement).
 
 Each :class:`Claim` names its check, a function of ``quick`` returning a
 :class:`~claims.result.Result`; the checks live by family:
@@ -12,6 +13,7 @@ Each :class:`Claim` names its check, a function of ``quick`` returning a
 * :mod:`claims.normalised`        normalising optimisers: scale invariance, sign-error bounds, ordering (20-22)
 * :mod:`claims.prefix`            CTPO's prefix-ratio claim: unbiased, lower variance than the sequence ratio (23)
 * :mod:`claims.trm_bounds`        Trust Region Masking's bounds on the surrogate's error vs the exact error (25)
+* :mod:`claims.llm_pairs`         the group-size law at frozen pairs of the LLM's policies (24, 26)
 
 Each check keeps its tolerances beside it. An exception inside a check becomes an ERROR
 row, never a crash of the whole table.
@@ -26,6 +28,7 @@ from . import class_optimality as co
 from . import closed_forms as cf
 from . import delay_terms as dt
 from . import enumeration as en
+from . import llm_pairs as lp
 from . import normalised as nm
 from . import optimizers as op
 from . import prefix as px
@@ -101,14 +104,17 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(22, "Sign law of GMC = IS's; TOPR, TIC-trunc sign efficiency >= IS's at chi^2 >= 1", "§8.3; §5 #22",
           "exact", nm),
     Claim(23, "CTPO's claim: prefix ratio unbiased, variance < full-sequence ratio's", "§5 #23", "exact", px),
+    Claim(24, "LLM frozen pairs: GMC's bias falls to 0 in G (G = 2 -> 128), TIC-trunc's persists", "§7; §5 #24",
+          "monte-carlo", lp),
     Claim(25, "TRM's bounds on |J - J_roll - L| >= the exact error (E2, H <= 16)", "§5 #25", "exact", trm),
+    Claim(26, "LLM frozen pairs: G_half = a chi2^b with E3's exponent b", "§7; §5 #26", "monte-carlo", lp),
 )
 
 BY_ID: dict[int, Claim] = {c.id: c for c in CLAIMS}
 
 
 def valid_ids() -> str:
-    """The registered ids as runs (``1..23, 25``: 24 is claims.llm_pairs, not registered yet)."""
+    """The registered ids as runs (``1..26``; a gap, were one left, shows as ``1..23, 25``)."""
     runs: list[list[int]] = []
     for i in BY_ID:
         if runs and i == runs[-1][1] + 1:

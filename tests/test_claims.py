@@ -17,18 +17,18 @@ from claims import __main__ as cli
 from claims import closed_forms, enumeration, table
 from claims.result import Result, combine
 
-QUICK_CHEAP = [1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 18, 19, 25]
+QUICK_CHEAP = [1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 18, 19, 24, 25]
 
 
 def test_registry_shape():
-    assert [c.id for c in claims.CLAIMS] == [*range(1, 24), 25]  # 24: claims.llm_pairs, not registered yet
+    assert [c.id for c in claims.CLAIMS] == list(range(1, 27))
     for c in claims.CLAIMS:
         assert c.title and c.theory_ref.startswith("§")
         assert set(c.kind.split("+")) <= set(claims.KINDS)
         assert callable(c.check)
     assert claims.STATUSES == ("PASS", "FAIL", "ERROR")
-    with pytest.raises(ValueError, match="unknown claim id 24; valid ids: 1..23, 25$"):
-        claims.get_claim(24)
+    with pytest.raises(ValueError, match="unknown claim id 27; valid ids: 1..26$"):
+        claims.get_claim(27)
 
 
 @pytest.mark.parametrize("cid", QUICK_CHEAP)
@@ -270,7 +270,7 @@ def test_writability_check_makes_the_folders_and_leaves_no_probe(tmp_path):
     assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == []
 
 
-@pytest.mark.parametrize("bad", ["0", "3,x", "24", ""])
+@pytest.mark.parametrize("bad", ["0", "3,x", "27", ""])
 def test_cli_rejects_bad_only(bad, tmp_path):
     with pytest.raises(SystemExit) as exc:
         cli.main(["--only", bad, "--json", str(tmp_path / "c.json")])
