@@ -3,7 +3,6 @@
 pre-registration's text."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 HYPOTHESES = {
@@ -31,10 +30,9 @@ def verdicts_path() -> Path:
 
 
 def _f(x, fmt=".3g") -> str:
-    try:
-        return "n/a" if x is None or not math.isfinite(float(x)) else format(float(x), fmt)
-    except (TypeError, ValueError):
-        return str(x)
+    from studies.fmt import num
+
+    return num(x, "{:" + fmt + "}")
 
 
 def cell_lines(cells: list[dict], levels: list[str]) -> list[str]:

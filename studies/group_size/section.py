@@ -2,7 +2,6 @@
 pairs' table and gates, the grid's cells with their drift read before and after collapse, and the costs."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 HYPOTHESES = {
@@ -23,10 +22,9 @@ def verdicts_path() -> Path:
 
 
 def _f(x, fmt=".3g") -> str:
-    try:
-        return "n/a" if x is None or not math.isfinite(float(x)) else format(float(x), fmt)
-    except (TypeError, ValueError):
-        return str(x)
+    from studies.fmt import num
+
+    return num(x, "{:" + fmt + "}")
 
 
 def verdict_rows(v: dict) -> list[str]:
