@@ -2,6 +2,8 @@
 pre-registered one, and N1-N3 decide synthetic runs by their stated rules."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -101,3 +103,29 @@ def test_the_report_section_shows_the_verdicts_or_the_cells_so_far_and_the_depar
     path.write_text(json.dumps(analyse(part), default=float))
     md = "\n".join(section.corrections_2026_section())
     assert "(in progress)" in md and "N1-N3: INCONCLUSIVE (not yet run" in md and "4/4 stable" in md
+
+
+def test_n3_reads_censored_boundaries_as_limits():
+    """A correction that fails at every level (left-censored: its boundary is at most its smallest drift) is never
+    placed beyond GMC's, however far its runs drifted; one that fails at no level is beyond a GMC that fails
+    at every level when its largest drift exceeds GMC's smallest."""
+    from studies.corrections_2026.analysis import analyse, limits
+
+    assert limits({"boundary": 0.2, "censored": "left", "low": 0.1, "high": 0.3}) == (-math.inf, 0.2)
+    assert limits({"boundary": 0.2, "censored": "right", "low": None, "high": None}) == (0.2, math.inf)
+    assert limits(None) == (-math.inf, math.inf)
+
+    def stable(est, level, seed):
+        if est == "ctpo":
+            return level.startswith("sgd")  # fails at both Adam levels, far out on the KL axis
+        return not (est == "gmc" and level != "adamclip3e-05")  # GMC fails at 1e-4 and under SGD
+
+    def drift(est, level):
+        if est == "ctpo" and level.startswith("adam"):
+            return 0.3 if level == "adamclip3e-05" else 0.8
+        return {"adamclip3e-05": 0.01, "adamclip0.0001": 0.05, "sgd0.0003": 0.04 if est == "dispo" else 0.02}[level]
+
+    n3 = analyse(_runs(stable, drift))["N3"]
+    assert n3["ctpo"]["adamclip"]["verdict"] == "INCONCLUSIVE"  # left-censored at 0.3: nothing beyond GMC's
+    assert n3["dispo"]["sgd"]["verdict"] == "CONFIRMED"  # held at KL 0.04 where GMC failed by 0.02
+    assert n3["minpro"]["sgd"]["verdict"] == "INCONCLUSIVE"  # held at 0.02, GMC failed at 0.02: no order

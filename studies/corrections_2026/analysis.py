@@ -136,13 +136,30 @@ def n2(runs: pd.DataFrame) -> dict:
     return out
 
 
+def limits(b: dict | None) -> tuple[float, float]:
+    """What a boundary (:func:`studies.drift.analysis.boundaries`) says of where the failure lies: ``(low, high)``
+    from its seed-bootstrap interval; right-censored (no level failed): at least its value, no upper limit;
+    left-censored (every level failed): at most its value (the smallest drift measured), no lower limit; no
+    boundary or no interval: nothing (-inf, inf)."""
+    inf = math.inf
+    if not b or b.get("boundary") is None:
+        return -inf, inf
+    if b.get("censored") == "right":
+        return float(b["boundary"]), inf
+    if b.get("censored") == "left":
+        return -inf, float(b["boundary"])
+    lo, hi = b.get("low"), b.get("high")
+    return (-inf if lo is None else float(lo)), (inf if hi is None else float(hi))
+
+
 def n3(runs: pd.DataFrame) -> dict:
     """N3 (boundary), per correction and optimiser: the boundary on the early-KL axis by the drift map's rule
     (:func:`studies.drift.analysis.boundaries`, unchanged, seed-bootstrap intervals) over :data:`LEVELS`, GMC's
-    over the same levels. Applied as: CONFIRMED where c's interval lies above GMC's (c's low end above GMC's
-    high end; a c that failed at no level counts as lying above when GMC's high end is below c's largest
-    measured drift), REFUTED where it lies below, INCONCLUSIVE otherwise or with no boundary. Under SGD one
-    level (3e-4) is measured: a boundary there is censored on one side by construction."""
+    over the same levels, each read as limits (:func:`limits`, censoring included). Applied as: CONFIRMED where
+    c's lower limit lies above GMC's upper limit, REFUTED where c's upper limit lies below GMC's lower limit,
+    INCONCLUSIVE otherwise. Under SGD one level (3e-4) is measured: every boundary there is censored. The axis is
+    each run's own early KL: a correction whose runs drift further at the same step size can fail at a smaller
+    step size than GMC and still place its boundary beyond GMC's on this axis (N1 reads the step sizes)."""
     from studies.drift.analysis import boundaries
 
     r = runs[runs["estimator"].isin((*CORRECTIONS_2026, "gmc"))]
@@ -153,15 +170,10 @@ def n3(runs: pd.DataFrame) -> dict:
         out[c] = {}
         for fam in ("adamclip", "sgd"):
             b, g = find.get((c, fam)), find.get(("gmc", fam))
-            verdict = "INCONCLUSIVE"
-            if b and g and None not in (b["boundary"], g["boundary"]):
-                c_low = b["boundary"] if b["censored"] == "right" else b["low"]
-                c_high = b["high"]
-                if g["censored"] != "right" and g["high"] is not None and c_low is not None and c_low > g["high"]:
-                    verdict = "CONFIRMED"
-                elif b["censored"] != "right" and c_high is not None and g["low"] is not None and c_high < g["low"]:
-                    verdict = "REFUTED"
-            out[c][fam] = {"verdict": verdict, "boundary": b, "gmc_boundary": g}
+            (c_lo, c_hi), (g_lo, g_hi) = limits(b), limits(g)
+            verdict = "CONFIRMED" if c_lo > g_hi else "REFUTED" if c_hi < g_lo else "INCONCLUSIVE"
+            out[c][fam] = {"verdict": verdict, "boundary": b, "gmc_boundary": g, "limits": [c_lo, c_hi],
+                           "gmc_limits": [g_lo, g_hi]}
     return out
 
 
