@@ -120,8 +120,10 @@ def group_size_section(report_dir: Path | None = None, figures_out: Path | None 
                f"{len(ms)} machines' roundings (the pre-registration asks for one: a departure)")
         cost = v.get("grid_cost") or {}
         spent = ("" if not cost.get("timed") else
-                 f" They cost {cost['wall_s_total'] / 3600:.2f} h of one core ({cost['timed']} timed runs, median "
-                 f"{_f(cost['wall_s_median'], '.0f')} s each, one torch thread per run).")
+                 f" They cost about {cost['timed'] * cost['wall_s_median'] / 3600:.1f} h of one core "
+                 f"({cost['timed']} timed runs at a median {_f(cost['wall_s_median'], '.0f')} s each, one torch "
+                 f"thread per run; the sum of their wall times, {cost['wall_s_total'] / 3600:.1f} h, also counts "
+                 "time a run was paused or shared a core).")
         intro = (f"The grid's cells at d = 64 ({v['runs']} complete runs so far, made with {one}; the drift read "
                  "before collapse as pre-registered, beside the whole window):" + spent)
         md += [intro, ""] + cell_lines(v["cells"]) + [""]
