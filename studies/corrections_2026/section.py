@@ -52,14 +52,22 @@ def cell_lines(cells: list[dict], levels: list[str]) -> list[str]:
     return out
 
 
+def _n2(x: dict, level: str) -> str:
+    """One level of N2: the label, the gain among stable runs, and c minus TOPR paired by seed."""
+    out = (f"{level}: {x['label']} (gain {_f(x['gain'], '+.3f')} [{_f(x['gain_low'], '+.3f')}, "
+           f"{_f(x['gain_high'], '+.3f')}]")
+    if x.get("minus_topr") is not None:
+        out += (f"; minus TOPR {_f(x['minus_topr'], '+.3f')} [{_f(x['minus_topr_low'], '+.3f')}, "
+                f"{_f(x['minus_topr_high'], '+.3f')}], {len(x['paired_seeds'])} seeds")
+    return out + ")"
+
+
 def decided_lines(v: dict) -> list[str]:
     levels = v["levels"]
     out = ["| correction | N1 (held) | N2 per level | N3 Adam + clip / SGD |", "|---|---|---|---|"]
     for c, n1 in v["N1"].items():
         pred = ", ".join(n1.get("predicted_held_beyond_gmc", [])) or "none"
-        n2 = "; ".join(f"{lv}: {v['N2'][c][lv]['label']} (gain {_f(v['N2'][c][lv]['gain'], '+.3f')} "
-                       f"[{_f(v['N2'][c][lv]['gain_low'], '+.3f')}, {_f(v['N2'][c][lv]['gain_high'], '+.3f')}])"
-                       for lv in levels)
+        n2 = "; ".join(_n2(v["N2"][c][lv], lv) for lv in levels)
         n3 = " / ".join(v["N3"][c][f]["verdict"] for f in ("adamclip", "sgd"))
         out.append(f"| {c} | {n1['verdict']} (predicted beyond GMC at: {pred}) | {n2} | {n3} |")
     return out
@@ -85,6 +93,7 @@ def corrections_2026_section() -> list[str]:
         md += decided_lines(v) + [""]
     md += ["Where the analysis departs from the pre-registration's text:", ""] + [f"* {d}" for d in DEPARTURES] + [""]
     if v.get("cells"):
-        md += ["The cells so far (d = 64; the references are the drift map's committed runs):", ""]
+        md += [f"The cells{' so far' if pending else ''} (d = 64; the references are the drift map's committed runs):",
+               ""]
         md += cell_lines(v["cells"], v["levels"]) + [""]
     return md

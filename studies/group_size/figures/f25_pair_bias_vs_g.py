@@ -54,6 +54,13 @@ def plot(d: dict, ax=None):
     else:
         fig, axes = style.panels(n, ax)
     for a, p in zip(axes, pairs):
+        if not any(math.isfinite(float(r["rel_bias_sq"])) for r in p["rows"]):  # a failed measurement: no value
+            a.text(0.5, 0.5, "measurement failed:\n" + _wrap(p["gates"].get("failed", "no finite value")),
+                   ha="center", va="center", fontsize=6.5, transform=a.transAxes)
+            a.set_title(f"{p['pair']}: KL {p['drift_kl']:.3g}, ESS {p['drift_ess']:.2g}, FAILED", fontsize=7.5)
+            a.set_xticks([])
+            a.set_yticks([])
+            continue
         for est in SHOWN:
             rs = sorted((r for r in p["rows"] if r["estimator"] == est), key=lambda r: r["G"])
             if not rs:
@@ -85,9 +92,16 @@ def plot(d: dict, ax=None):
     return fig
 
 
+def _wrap(text: str, width: int = 38) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)[:6])
+
+
 def caption(d: dict) -> str:
     n = len(d["pairs"])
     passed = sum(1 for p in d["pairs"].values() if p["gates"]["passed"])
-    return (f"{n} of 8 pre-registered pairs measured ({passed} passed their gates). Solid: the LLM (cross-products "
+    return (f"{n} of 8 pre-registered pairs measured ({passed} passed their gates; a pair that failed is shown with "
+            f"its reason). Solid: the LLM (cross-products "
             "of 8 independent replicates against an independent on-policy target, jackknife errors); dashed: the "
             "exact shared-parameter model (E5) at the pair of its own sweep whose chi^2 is nearest.")
