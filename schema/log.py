@@ -13,6 +13,17 @@ PACKAGES = ("schema", "simulators", "llm_runs", "claims", "figures", "report_car
 """The toolkit's top-level packages: the loggers :func:`cli_logging` configures."""
 
 
+class _Stderr(logging.Handler):
+    """Writes to ``sys.stderr`` as it is when a message is emitted, not as it was when the handler was made (a
+    command run in-process, by a test or a notebook, may have replaced it since, as logging's last resort does)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging's own convention: report, never raise
+            self.handleError(record)
+
+
 def cli_logging(level: int = logging.INFO) -> None:
     """For a command's ``main``: the toolkit's messages at ``level`` and above to stderr, one bare line each.
     Only the toolkit's loggers get the handler (a library's own logging is left as it was), and a logger the
@@ -21,7 +32,7 @@ def cli_logging(level: int = logging.INFO) -> None:
         lg = logging.getLogger(name)
         if lg.handlers:
             continue
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _Stderr()
         handler.setFormatter(logging.Formatter("%(message)s"))
         lg.addHandler(handler)
         lg.setLevel(level)

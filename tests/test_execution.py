@@ -3,6 +3,7 @@ the same resume and skip semantics, and a killed sweep leaves no run half-writte
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -67,7 +68,7 @@ def _tiny_sim_sweep():
 
 
 @pytest.mark.slow
-def test_simulator_sweep_on_ray_matches_local_and_skips_what_is_done(tmp_path, monkeypatch, ray_cluster, capsys):
+def test_simulator_sweep_on_ray_matches_local_and_skips_what_is_done(tmp_path, monkeypatch, ray_cluster, caplog):
     monkeypatch.setattr(sim_sweep, "registry", lambda: {"tiny": _tiny_sim_sweep()})
     local = pd.read_parquet(sim_sweep.run_sweep("tiny", out=tmp_path / "local", progress=False) / "results.parquet")
     with execution.make_executor("ray", ray_address=ray_cluster) as ex:
@@ -77,9 +78,10 @@ def test_simulator_sweep_on_ray_matches_local_and_skips_what_is_done(tmp_path, m
         cols = [c for c in ran.columns if c != "pid"]
         pd.testing.assert_frame_equal(ran[cols], local[cols])
         parts = {p.name: p.stat().st_mtime_ns for p in (out / "parts").iterdir()}
-        capsys.readouterr()
-        sim_sweep.run_sweep("tiny", out=out, progress=False, executor=ex)
-        assert "3 of 3 settings already done" in capsys.readouterr().err
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="simulators"):
+            sim_sweep.run_sweep("tiny", out=out, progress=False, executor=ex)
+        assert "3 of 3 settings already done" in caplog.text  # the library logs it; a command shows it
         assert {p.name: p.stat().st_mtime_ns for p in (out / "parts").iterdir()} == parts  # nothing rewritten
 
 
