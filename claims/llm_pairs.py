@@ -23,7 +23,6 @@ mismatch with THEORY's ledger.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -154,7 +153,19 @@ def g2(doc: dict | None, predicted_b: float) -> dict:
     return {"verdict": "CONFIRMED" if inside else "REFUTED", "pairs": per, "law": law, "predicted_b": predicted_b}
 
 
-PAIRS = Path(__file__).resolve().parents[1] / "results" / "llm" / "group_size" / "pairs.json"
+def _decided(path, decide) -> tuple[Path, dict, dict]:
+    """The committed measurement at ``path`` (default: the group-size grid's ``pairs.json``) and ``decide``'s
+    verdict on it; a measurement short of the eight pre-registered pairs is an error, never a verdict."""
+    from schema.results import grid_folder, read_json
+
+    path = Path(path) if path is not None else grid_folder("group_size") / "pairs.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no frozen-pair measurement (python -m studies.group_size.pairs)")
+    doc = read_json(path)
+    dec = decide(doc)
+    if "not yet run" in dec.get("why", ""):
+        raise ValueError(f"{path}: {dec['why']}; the claim is decided on all eight pre-registered pairs")
+    return path, doc, dec
 
 
 def _failures(doc: dict, dec: dict) -> list[dict]:
@@ -178,15 +189,9 @@ def _failures(doc: dict, dec: dict) -> list[dict]:
     return out
 
 
-def check_24(quick: bool = False, path: Path | str = PAIRS) -> Result:
+def check_24(quick: bool = False, path: Path | str | None = None) -> Result:
     """The group-size law on the LLM's frozen pairs (``quick`` changes nothing: the check reads a file)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no frozen-pair measurement (python -m studies.group_size.pairs)")
-    doc = json.loads(path.read_text())
-    dec = g1(doc)
-    if "not yet run" in dec.get("why", ""):
-        raise ValueError(f"{path}: {dec['why']}; the claim is decided on all eight pre-registered pairs")
+    path, doc, dec = _decided(path, g1)
     failed = _failures(doc, dec)
     ok = dec["verdict"] == "CONFIRMED" and not failed
     qual = dec.get("qualifying", [])
@@ -216,18 +221,14 @@ PREDICTIONS = Path(__file__).resolve().parents[1] / "studies" / "group_size" / "
 """The exact models' predictions, committed with the pre-registration before any pair was measured."""
 
 
-def check_26(quick: bool = False, path: Path | str = PAIRS, predictions: Path | str = PREDICTIONS) -> Result:
+def check_26(quick: bool = False, path: Path | str | None = None, predictions: Path | str = PREDICTIONS) -> Result:
     """How large G must be on the LLM's pairs: the law G_half = a chi2^b (G_half: the G at which GMC's squared
     relative bias falls to half of TIC-trunc's) has the exponent E3 (the lognormal ratio model) predicts, E3's b
     inside the LLM fit's 95% interval: the pre-registered test G2 (``quick`` changes nothing)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no frozen-pair measurement (python -m studies.group_size.pairs)")
-    doc = json.loads(path.read_text())
-    predicted = json.loads(Path(predictions).read_text())["lognormal"]["law"]
-    dec = g2(doc, predicted["b"])
-    if "not yet run" in dec.get("why", ""):
-        raise ValueError(f"{path}: {dec['why']}; the claim is decided on all eight pre-registered pairs")
+    from schema.results import read_json
+
+    predicted = read_json(Path(predictions))["lognormal"]["law"]
+    path, _, dec = _decided(path, lambda doc: g2(doc, predicted["b"]))
     law = dec["law"]
     pts = "; ".join(f"{p} chi2 {v['chi2']:.3g}: G_half {v['G_half']:.3g}"
                     + (f" ({v['censored']}-censored)" if v["censored"] else "") for p, v in dec["pairs"].items())
@@ -245,4 +246,4 @@ def check_26(quick: bool = False, path: Path | str = PAIRS, predictions: Path | 
         f"{path.name}: " + pts, refuted_at=refuted)
 
 
-__all__ = ["PAIRS", "PREDICTIONS", "check_24", "check_26", "fit_law", "g1", "g2", "g_half"]
+__all__ = ["PREDICTIONS", "check_24", "check_26", "fit_law", "g1", "g2", "g_half"]
