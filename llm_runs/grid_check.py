@@ -118,7 +118,10 @@ def _audit(root: Path, folders: list[Path]) -> Audit:
     no_metrics = [p.name for p in folders if metrics_path(p) is None]
     runs = [p for p in folders if metrics_path(p) is not None]
     foreign: dict[str, str] = {}
-    stored = {p.name: read_run_config(p) for p in runs}
+    raw = {p.name: read_run_config(p, legacy=False) for p in runs}
+    # a field a run's stored config lacks did not exist when the run was made: the value such runs used
+    legacy = {n: {k: v for k, v in legacy_fields(cfg).items() if v is not None} for n, cfg in raw.items()}
+    stored = {n: {**cfg, **legacy[n]} for n, cfg in raw.items()}  # read_run_config's legacy reading
     grid = grid_name(root)
     if grid is not None:
         cells = {c.name: c for c in recorded_study(root).cells()}
@@ -128,12 +131,9 @@ def _audit(root: Path, folders: list[Path]) -> Audit:
                 foreign[p.name] = f"no cell of grid {grid} has this name"
                 continue
             if p.name in stored:
-                planned = resolve_config(cell.overrides).to_dict()
-                # a field the run's stored config lacks did not exist when the run (and the recorded plan) was
-                # made: the plan meant the value such runs used (schema.runs.LEGACY_FIELDS), not today's default
-                for name, value in legacy_fields(read_run_config(p, legacy=False)).items():
-                    if name not in cell.overrides and value is not None:
-                        planned[name] = value
+                # the recorded plan, made with the run, meant those legacy values too, not today's defaults
+                planned = {**resolve_config(cell.overrides).to_dict(),
+                           **{k: v for k, v in legacy[p.name].items() if k not in cell.overrides}}
                 diff = config_diff(stored[p.name], planned)
                 diff.pop("cache_dir", None)  # where the warm start was cached does not change the run
                 if diff:
