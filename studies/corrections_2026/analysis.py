@@ -189,12 +189,10 @@ def analyse(runs: pd.DataFrame) -> dict:
 
 
 def points(runs: pd.DataFrame) -> list[dict]:
-    """Each 2026 run at d = 64 as a point of the drift map (its early KL, stability, final pc), for F24."""
-    r = runs[runs["estimator"].isin(CORRECTIONS_2026) & (runs["delay"] > 0)]
-    return [{"run": x["run"], "estimator": x["estimator"], "optimizer": x["family"], "level": x["level"],
-             "seed": int(x["seed"]), "drift": float(x["kl_early"]), "stable": bool(x["stable"]),
-             "pc_final": float(x["pc_final"])}
-            for _, x in r.sort_values(["family", "level", "estimator", "seed"]).iterrows()]
+    """Each 2026 run at d = 64 as a point of the drift map (:func:`studies.drift.analysis.points`), for F24."""
+    from studies.drift.analysis import points as map_points
+
+    return map_points(runs[runs["estimator"].isin(CORRECTIONS_2026)], list(SEEDS))
 
 
 def main(argv=None) -> int:

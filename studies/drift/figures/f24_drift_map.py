@@ -37,14 +37,12 @@ def path():
 
 
 def load() -> dict:
-    from llm_runs.run_table import grid_folder
-
     p = path()
     if not p.is_file():
         raise MissingResults(f"missing results llm/drift/map.json: {p} does not exist; make it with `{MAP.command}`")
     m = read_json(p)
-    extra = grid_folder("corrections_2026") / "verdicts.json"
-    if extra.is_file():  # the 2026 corrections' runs on the same axis (docs/PREREGISTRATION-2026.md)
+    extra = POINTS_2026.find()
+    if extra is not None:  # the 2026 corrections' runs on the same axis (docs/PREREGISTRATION-2026.md)
         m["points_2026"] = read_json(extra).get("points", [])
     return m
 
@@ -71,6 +69,22 @@ def _boundary_marks(a, bounds: list[dict], optimizer: str, y: float, dy: float) 
         style.mark(line, "boundary", optimizer, b["estimator"])
 
 
+def _run_points(a, points: list[dict], opt: str, tag: str, suffix: str, marker_kw: dict) -> None:
+    """Each run of ``points`` under optimiser ``opt`` at (early KL, final pc), one series per (correction, fate),
+    in its correction's colour, filled if stable and hollow if collapsed, tagged ``series:<tag>:...``."""
+    pts = [p for p in points if p["optimizer"] == opt and _finite(p.get("drift"))]
+    for est in style.ordered([p["estimator"] for p in pts]):
+        kw = style.line_kw(est)
+        for stable in (True, False):
+            sel = [p for p in pts if p["estimator"] == est and bool(p["stable"]) is stable]
+            if not sel:
+                continue
+            line = a.plot([p["drift"] for p in sel], [p["pc_final"] for p in sel], marker=kw["marker"],
+                          linestyle="none", color=kw["color"], markerfacecolor=kw["color"] if stable else "white",
+                          label=f"{style.label(est)}{suffix}" if stable else "_", **marker_kw)
+            style.mark(line, tag, opt, est, "stable" if stable else "collapsed")
+
+
 def plot(m: dict, ax=None):
     points = m.get("points", [])
     bounds = m.get("boundaries", [])
@@ -85,29 +99,8 @@ def plot(m: dict, ax=None):
     else:
         fig, axes = style.panels(n_top + 1, ax)
     for a, (opt, label) in zip(axes, OPTIMIZERS.items()):
-        pts = [p for p in points if p["optimizer"] == opt and _finite(p.get("drift"))]
-        for est in style.ordered([p["estimator"] for p in pts]):
-            kw = style.line_kw(est)
-            for stable in (True, False):
-                sel = [p for p in pts if p["estimator"] == est and bool(p["stable"]) is stable]
-                if not sel:
-                    continue
-                line = a.plot([p["drift"] for p in sel], [p["pc_final"] for p in sel], marker=kw["marker"],
-                              linestyle="none", color=kw["color"], markersize=4.5, alpha=0.85,
-                              markerfacecolor=kw["color"] if stable else "white",
-                              label=style.label(est) if stable else "_")
-                style.mark(line, "run", opt, est, "stable" if stable else "collapsed")
-        new = [p for p in m.get("points_2026", []) if p["optimizer"] == opt and _finite(p.get("drift"))]
-        for est in style.ordered([p["estimator"] for p in new]):
-            kw = style.line_kw(est)
-            for stable in (True, False):
-                sel = [p for p in new if p["estimator"] == est and bool(p["stable"]) is stable]
-                if sel:
-                    line = a.plot([p["drift"] for p in sel], [p["pc_final"] for p in sel], marker=kw["marker"],
-                                  linestyle="none", color=kw["color"], markersize=6, markeredgewidth=1.4,
-                                  markerfacecolor=kw["color"] if stable else "white",
-                                  label=f"{style.label(est)} (2026)" if stable else "_")
-                    style.mark(line, "run-2026", opt, est, "stable" if stable else "collapsed")
+        _run_points(a, points, opt, "run", "", {"markersize": 4.5, "alpha": 0.85})
+        _run_points(a, m.get("points_2026", []), opt, "run-2026", " (2026)", {"markersize": 6, "markeredgewidth": 1.4})
         a.set_xscale("log")
         a.set_xlabel("early KL per token (median over updates d..d+19)")
         a.set_title(label)
