@@ -74,6 +74,7 @@ def n1(runs: pd.DataFrame) -> dict:
     at least as many seeds as GMC at every level and, at every level where GMC is not 5 of 5, c is 5 of 5 and
     significantly more often stable than GMC (Holm); INCONCLUSIVE otherwise (with 5 seeds a difference is
     decided only at 4 or 5 of 5 against 0: the power the pre-registration states)."""
+    from llm_runs.run_table import ALPHA
     from stats import fisher_greater, holm
 
     per: dict[str, dict] = {c: {"levels": {}} for c in CORRECTIONS_2026}
@@ -88,7 +89,7 @@ def n1(runs: pd.DataFrame) -> dict:
             worse[c] = fisher_greater([[gs, gn - gs], [cs, cn - cs]])
             per[c]["levels"][level] = {"stable": cs, "n": cn, "gmc_stable": gs, "gmc_n": gn,
                                        "p_better": better[c], "p_worse": worse[c]}
-        hb, hw = holm(better, 0.05), holm(worse, 0.05)
+        hb, hw = holm(better, ALPHA), holm(worse, ALPHA)
         for c in CORRECTIONS_2026:
             per[c]["levels"][level].update({"better_holm": bool(hb[c]), "worse_holm": bool(hw[c])})
     for c, v in per.items():

@@ -34,8 +34,8 @@ def cells(recs) -> list[dict]:
 
 
 def grid_cost(recs) -> dict:
-    """What the grid's complete runs cost: their number, the sum and median of their wall times (each run on one
-    torch thread, as ``python -m studies.run`` runs them), and the machines that ran them."""
+    """What the grid's complete runs cost: their number, how many carry a wall time, and the sum and median of those
+    (each run on one torch thread, as ``python -m studies.run`` runs them)."""
     walls = [r["wall_s"] for r in recs if math.isfinite(r.get("wall_s", math.nan))]
     return {"runs": len(recs), "timed": len(walls), "wall_s_total": float(sum(walls)),
             "wall_s_median": float(np.median(walls)) if walls else math.nan}

@@ -268,7 +268,7 @@ SETTINGS_IGNORED = ("out", "cache_dir")
 def committed_counterpart(name: str):
     """The committed drift-map run (folder or packed) with a G = 8 cell's settings: the drift grid's levels, the
     mechanism grid's Adam + clip 1e-4 arm; None for a cell the map did not run."""
-    from schema.results import grid_folder
+    from schema.results import grid_folder, is_packed_run
 
     head, rest = name.split("_G8-", 1) if "_G8-" in name else (None, None)
     if head is None:
@@ -278,8 +278,6 @@ def committed_counterpart(name: str):
         return grid_folder("mechanism") / f"long-adamclip-{rest}"
     for grid in ("drift", "drift_decisive"):
         path = grid_folder(grid) / f"long-{level}-{rest}"
-        from schema.results import is_packed_run
-
         if path.exists() or is_packed_run(path):
             return path
     return None
