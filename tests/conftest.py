@@ -8,6 +8,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import logging
+
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)  # reproducible runs
@@ -26,6 +29,21 @@ except ImportError:  # pragma: no cover
 HERE = Path(__file__).resolve().parent
 VERL_SUITE = HERE / "verl_suite"  # not "verl": on sys.path a folder named verl would shadow the package
 HAS_VERL = importlib.util.find_spec("verl") is not None
+
+
+@pytest.fixture(autouse=True)
+def _toolkit_loggers_as_they_were():
+    """A command run in-process (its ``main``) installs its stderr handler on the toolkit's loggers and stops their
+    propagation; put them back after each test, so that a later test in the same worker sees them unconfigured."""
+    from schema.log import PACKAGES
+
+    saved = {n: (lg.handlers[:], lg.level, lg.propagate) for n in PACKAGES for lg in [logging.getLogger(n)]}
+    yield
+    for n, (handlers, level, propagate) in saved.items():
+        lg = logging.getLogger(n)
+        lg.handlers[:] = handlers
+        lg.setLevel(level)
+        lg.propagate = propagate
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -87,6 +87,8 @@ def test_cli_logging_shows_progress_and_leaves_a_hosts_handler_alone(capsys):
     saved = {n: (logging.getLogger(n).handlers[:], logging.getLogger(n).level, logging.getLogger(n).propagate)
              for n in CONFIGURED}
     try:
+        for n in CONFIGURED:  # unconfigured, as a fresh command finds them, but for the host's own handler
+            logging.getLogger(n).handlers[:] = [mine] if n == "llm_runs" else []
         cli_logging()
         logging.getLogger("simulators.sweep").info("progress %d", 3)
         assert capsys.readouterr().err == "progress 3\n"
