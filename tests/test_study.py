@@ -750,12 +750,14 @@ def test_a_paired_grid_run_from_another_warm_start_is_refused(tmp_path):
     check_pairing(other, root)
     primary = read_runs(root)
     primary.attrs.update(source=str(root), seeds=whole_seeds(primary))
-    assert list(read_paired(other, primary)["estimator"]) == ["icepop"]
+    from studies.grids import GRIDS
+
+    assert list(read_paired(other, primary, GRIDS.values())["estimator"]) == ["icepop"]
     _set_warm_start(other / "long-icepop-d64-s0", heldout_pc=0.010061427227023785)
     with pytest.raises(ValueError, match=r"1 run\(s\) under .*study_2025 started from another warm start .*"
                                          r"long-icepop-d64-s0: held-out pc 0\.010061427227023785 vs "
                                          r"0\.514326903992187"):
-        read_paired(other, primary)
+        read_paired(other, primary, GRIDS.values())
 
 
 # --------------------------------------------------------------------------- each analysis reads its own grid

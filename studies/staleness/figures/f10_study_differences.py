@@ -47,7 +47,9 @@ def load() -> pd.DataFrame:
     out.attrs.update(source=str(root), seeds=seeds)
     extra = STUDY_2025.find()
     if extra is not None:
-        out.attrs["exploratory"] = read_paired(extra, out)
+        from studies.grids import GRIDS
+
+        out.attrs["exploratory"] = read_paired(extra, out, GRIDS.values())
     return out
 
 
