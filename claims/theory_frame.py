@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from llm_runs.run_table import STABLE_FRACTION as LLM_STABLE  # the study's rule: stable in a cell at >= 80% seeds
+from grids.run_table import STABLE_FRACTION as LLM_STABLE  # the study's rule: stable in a cell at >= 80% seeds
 
 HOLDS, COLLAPSES = 0.9, 0.5  # an exact model predicts "holds" at >= 90% runs held, "collapses" at >= 50% collapsed
 MODELS = (("exact E2", "e2_collapse"), ("shared-parameter model", "shared_collapse"))

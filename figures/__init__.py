@@ -9,7 +9,7 @@ style and placement serve both. Each has
   and PDF (``figures/out/`` by default);
 * ``TITLE``: the caption's title in the report;
 * ``load()``: the results it draws, read through :mod:`schema.results` (or the run tables
-  :mod:`llm_runs.run_table` and :mod:`llm_runs.mechanism_table`, which compute every statistic: a
+  :mod:`grids.run_table` and :mod:`grids.mechanism_table`, which compute every statistic: a
   figure renders, it does not decide), raising
   :class:`schema.results.MissingResults` naming the command that makes them when they are absent;
 * ``plot(data, ax=None)``: a matplotlib figure of ``data`` (on the axes given, if any);

@@ -9,7 +9,7 @@ For each (scheme, optimiser) the exact models' prediction sits beside the LLM's 
   runs that collapsed at each optimiser's largest step size, pooled over the shared cells;
 * THEORY §8: the largest single weight ``c_max`` (G = 8, eps = 0.2; ``bounds.normalised``);
 * the LLM at d = 64, long horizon (``results/llm/study`` and ``results/llm/mechanism`` through
-  :func:`llm_runs.mechanism_table.load` and :func:`llm_runs.mechanism_table.drift_table`): stable runs, mean final
+  :func:`grids.mechanism_table.load` and :func:`grids.mechanism_table.drift_table`): stable runs, mean final
   held-out pc, the median over runs of the run's median plug-in chi^2 and of its mean |log ratio|.
 
 The figure puts each exact model's share of runs that held (1 - collapse share) on x and the LLM's
@@ -44,9 +44,9 @@ E2_H, E2_D, LLM_D = 16, 64, 64
 
 @functools.cache
 def _llm() -> tuple[pd.DataFrame, pd.DataFrame]:
-    from llm_runs.mechanism_table import drift_table
-    from llm_runs.mechanism_table import load as load_runs
-    from schema.results import MECHANISM, STUDY
+    from grids.mechanism_table import drift_table
+    from grids.mechanism_table import load as load_runs
+    from grids.folders import MECHANISM, STUDY
 
     runs = load_runs()
     return runs, drift_table(runs, STUDY.require(), MECHANISM.require())

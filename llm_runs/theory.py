@@ -43,7 +43,7 @@ reasons. It is the bound the convergence theorem is built from (``bounds.delay.D
 composes exactly these), so a batch above it is a batch where Theorem 2's accounting of the
 bias fails; and it is what every committed run has logged since the column exists, so runs
 replay byte for byte. The tight form is evaluated from the same raw columns (``stale/chi2``,
-``stale/mu4``, ``stale/mass_bias``) afterwards, by ``llm_runs.run_table.bound_table``.
+``stale/mu4``, ``stale/mass_bias``) afterwards, by ``grids.bound_table.bound_table``.
 """
 
 SCHEME_BOUNDS = {s: forms[BOUND_FORM] for s, forms in MASS_BOUNDS.items()}

@@ -417,10 +417,10 @@ def recorded_starts(key: str, folders: list[Path] | None = None) -> dict[str, di
     """The warm starts with ``key`` that committed runs record having started from: weights sha256 ->
     ``{"runs": count, "cpu_flags": [the machines that made them], "folder": the first grid folder}``,
     over every run of ``folders`` (default: every grid folder, :data:`schema.results.GRID_FOLDERS`)."""
-    from schema.results import GRID_FOLDERS, read_run_doc, results_root, run_dirs
+    from schema.results import LLM_FOLDER, read_run_doc, results_root, run_dirs
 
     found: dict[str, dict] = {}
-    for folder in folders if folders is not None else [results_root() / f for f in GRID_FOLDERS.values()]:
+    for folder in folders if folders is not None else sorted((results_root() / LLM_FOLDER).glob("*/")):
         for run in run_dirs(Path(folder)) if Path(folder).is_dir() else []:
             doc = read_run_doc(run)
             ws = doc.get("warm_start") or {}
@@ -536,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m llm_runs.warmstart", description=(
         "The committed warm starts (llm_runs/warmstarts): --check recomputes each recipe here and says whether "
         "this machine reproduces the committed bits (exit 1 if one does not)."))
-    from .grids import COMMITTED_WARM_STARTS
+    from .reference import COMMITTED_WARM_STARTS
 
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--check", action="store_true",
@@ -577,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
 def _commit_recorded(which: str, build_task) -> int:
     """``--commit WHICH``: the committed-runs' warm start of :data:`llm_runs.grids.COMMITTED_WARM_STARTS`
     ``which``, computed here and committed only if it hashes as they record."""
-    from .grids import committed_config
+    from .reference import committed_config
 
     cfg = committed_config(which)
     if committed_record(cfg) is not None:

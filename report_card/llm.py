@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from estimators._compat import renamed_keywords
-from schema.results import GRID_FOLDERS
+from grids import grid_relpath
 
 from .load import EPS, Correction
 
@@ -57,7 +57,7 @@ QUICK_CELLS = (LLMCell("short", 64, "adam"),)
 REFERENCES = ("topr", "gspo", "vespo", "gmc")
 FULL_SEEDS = (0, 1, 2, 3, 4)
 QUICK_SEEDS = (0, 1)
-COMMITTED = {"adam": (GRID_FOLDERS["primary"], GRID_FOLDERS["peers_2025"]), "adamwclip": (GRID_FOLDERS["mechanism"],)}
+COMMITTED = {"adam": (grid_relpath("primary"), grid_relpath("peers_2025")), "adamwclip": (grid_relpath("mechanism"),)}
 """Where each arm's committed runs are (under the results root, :data:`schema.results.GRID_FOLDERS`);
 the first folder is the one a new run must share the warm start with, and whose recorded grid
 (:func:`llm_runs.grids.recorded_study`) gives the arm's settings."""
@@ -81,9 +81,9 @@ def committed_runs(estimators_: tuple[str, ...] = ()) -> pd.DataFrame:
     :func:`llm_runs.run_table.read_runs` audits it (:func:`llm_runs.grid_check.audit`, foreign runs refused),
     each run read by :func:`llm_runs.run_table.run_row`; only the runs of the card's cells are read (and each
     once per process)."""
-    from llm_runs.grid_check import audit, check_pairing
-    from llm_runs.mechanism_table import arm_of
-    from llm_runs.run_table import run_row
+    from grids.check import audit, check_pairing
+    from grids.mechanism_table import arm_of
+    from grids.run_table import run_row
     from schema.results import read_run_config, results_root
 
     root = results_root()
@@ -96,8 +96,8 @@ def committed_runs(estimators_: tuple[str, ...] = ()) -> pd.DataFrame:
             if not path.is_dir():
                 continue
             if f not in _AUDITED:
-                if f != GRID_FOLDERS["primary"]:
-                    check_pairing(path, root / GRID_FOLDERS["primary"])
+                if f != grid_relpath("primary"):
+                    check_pairing(path, root / grid_relpath("primary"))
                 found = audit(path)
                 found.raise_if_foreign(path)
                 _AUDITED[f] = found.runs
@@ -178,8 +178,9 @@ def grids(corr: Correction, todo: list[LLMCell], seeds, overrides: dict | None =
     """One :class:`llm_runs.grids.Study` per arm for the cells ``todo`` (the committed grid's
     settings as its folder records them, :func:`llm_runs.grids.recorded_study`; ``overrides`` on
     top, e.g. a smoke test's fewer updates)."""
-    from llm_runs.grids import Arm, Study, recorded_study
-    from schema.results import grid_folder
+    from grids import Arm, grid_folder
+    from grids import Grid as Study
+    from grids import recorded_grid as recorded_study
 
     primary, mechanism = recorded_study(grid_folder("primary")), recorded_study(grid_folder("mechanism"))
 
@@ -219,7 +220,7 @@ def grids(corr: Correction, todo: list[LLMCell], seeds, overrides: dict | None =
 
 def cost_seconds(grid_list, jobs: int = 2) -> float:
     """:func:`llm_runs.study.estimate_seconds` of every grid's cells (the study's measured step costs)."""
-    from llm_runs.study import estimate_seconds
+    from grids.runner import estimate_seconds
 
     return sum(estimate_seconds(g.cells(), jobs) for _, g in grid_list)
 
@@ -248,9 +249,9 @@ def _executor(jobs: int, corr: Correction):
 
 def run_grids(corr: Correction, card_dir: Path, grid_list, jobs: int, log=print) -> dict:
     """Check the warm starts, then run (or continue) each grid; ``{arm: status}``."""
-    from llm_runs.grid_check import check_warm_starts
-    from llm_runs.study import _warm_starts
-    from llm_runs.sweep import run_sweep
+    from grids.check import check_warm_starts
+    from grids.runner import _warm_starts
+    from grids.sweep import run_sweep
     from schema.results import read_run_doc, results_root, run_dirs
 
     status = {}
@@ -276,8 +277,8 @@ def run_grids(corr: Correction, card_dir: Path, grid_list, jobs: int, log=print)
 
 def own_runs(corr: Correction, card_dir: Path) -> pd.DataFrame:
     """The correction's own runs under the card's folder (:func:`llm_runs.run_table.run_row` each)."""
-    from llm_runs.mechanism_table import arm_of
-    from llm_runs.run_table import run_row
+    from grids.mechanism_table import arm_of
+    from grids.run_table import run_row
     from schema.results import read_run_config, run_dirs
 
     rows = []
@@ -353,7 +354,7 @@ def drift(runs: list) -> dict:
 
 def paired_difference(runs: pd.DataFrame, c: LLMCell, a: str, b: str) -> dict:
     """``a - b`` in final pc, paired by seed, with the study's bootstrap interval."""
-    from llm_runs.run_table import bootstrap, paired
+    from grids.run_table import bootstrap, paired
 
     arm = runs[runs["arm"] == c.arm]
     boot = bootstrap(paired(arm, c.horizon, c.delay, a, b))
@@ -364,7 +365,7 @@ def part(corr: Correction, card_dir: Path, *, quick: bool, jobs: int = 2, new_ru
          overrides: dict | None = None, seeds: tuple[int, ...] | None = None, log=print) -> dict:
     """The whole LLM part: what was read, what was run, the numbers (``overrides`` and ``seeds``: a
     smoke test's smaller settings for the correction's own runs)."""
-    from llm_runs.run_table import STABLE_FRACTION
+    from grids.run_table import STABLE_FRACTION
 
     cells = CELLS
     seeds = seeds or (QUICK_SEEDS if quick else FULL_SEEDS)
@@ -401,7 +402,7 @@ def part(corr: Correction, card_dir: Path, *, quick: bool, jobs: int = 2, new_ru
         if state in ("not computed", "refused"):
             g = [x for x in grids(corr, todo_all, FULL_SEEDS, overrides) if x[0] == c.arm]
             one = [cc for cc in g[0][1].cells() if cc.horizon == c.horizon and cc.delay == c.delay] if g else []
-            from llm_runs.study import estimate_seconds
+            from grids.runner import estimate_seconds
 
             rec["runs_needed"] = [cc.name for cc in one]
             rec["cost_s"] = estimate_seconds(one, jobs) if one else 0.0

@@ -94,7 +94,7 @@ def describe(corr: Correction, card_dir: Path, *, quick: bool, jobs: int, new_ru
     cost = llm.cost_seconds(glist, jobs) if new_runs else 0.0
     lines.append(f"  LLM runs to make: {len(runs) if new_runs else 0} "
                  f"({', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''}),"
-                 f" about {cost / 60:.0f} min at {jobs} at a time (llm_runs.study.estimate_seconds), plus a warm start "
+                 f" about {cost / 60:.0f} min at {jobs} at a time (grids.runner.estimate_seconds), plus a warm start "
                  "per horizon if this machine has none cached; finished runs are skipped on a rerun")
     if quick and todo_all != todo:
         full = llm.cost_seconds(llm.grids(corr, todo_all, llm.FULL_SEEDS), jobs)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from schema.io import loads_json, write_text
 from studies.drift.section import d1_sentence, d5_sentence, step_control_sentence, step_size_lead, verdict_cell
-from studies.grids import STUDIES
+from studies.grids import GRIDS
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"  # the committed results: the README describes these, whatever GMC_RESULTS says
@@ -38,13 +38,13 @@ SOURCES = {
     "replicate": ("replicate_avx2", "comparison.json"),
     "group_size": ("group_size", "verdicts.json"),
 }
-"""Each source: (grid of :data:`studies.grids.STUDIES`, whose folder the grid table names; file in it),
+"""Each source: (grid of :data:`studies.grids.GRIDS`, whose folder the grid table names; file in it),
 or (None, path under the results root)."""
 
 
 def source_path(key: str, root: Path = RESULTS) -> Path:
     grid, name = SOURCES[key]
-    return root / name if grid is None else STUDIES[grid].default_out(root) / name
+    return root / name if grid is None else GRIDS[grid].default_out(root) / name
 
 
 OPTIMISERS = {"sgd": "SGD with a small fixed step", "adam": "Adam (the study's)",
@@ -146,7 +146,7 @@ def optimiser(mechanism: dict, drift: dict) -> str:
     topr_text = (f"{_share(topr[0])} under every optimiser" if len(topr) == 1 else
                  ", ".join(f"{OPTIMISERS[a]} {_share(shares[f'{a}/topr'])}" for a in OPTIMISERS))
     m2b = hyp["M2b"]["baselines"]
-    delays = "/".join(str(d) for d in STUDIES["mechanism"].delays)
+    delays = "/".join(str(d) for d in GRIDS["mechanism"].delays)
     why = d1_sentence(drift)
     head = "The optimiser decides, through the drift it causes" if drift.get("D1", {}).get(
         "verdict") == "CONFIRMED" else "The optimiser decides"
@@ -181,7 +181,7 @@ def mechanism_rest(mechanism: dict, drift: dict) -> str:
 def in_progress(drift: dict, replicate: dict) -> str:
     hyps = sorted((k for k in drift if k.startswith("D") and k[1:].isdigit()), key=lambda k: int(k[1:]))
     verdicts = sorted({drift[k]["verdict"] for k in hyps})
-    planned = len(STUDIES["drift"].seeds)
+    planned = len(GRIDS["drift"].seeds)
     cells = replicate["cells"]
     agree = sum(bool(c["shares_agree"]) for c in cells)
     pc = [abs(c["pc_difference"]["mean"]) for c in cells]
@@ -203,11 +203,11 @@ def in_progress(drift: dict, replicate: dict) -> str:
                 f"{hyps[0]}-{hyps[-1]} {' / '.join(verdicts)}, {len(drift['seeds_drift'])} of its {planned} seeds "
                 "whole.")
     if lead or decided:
-        n_decisive = len(STUDIES["drift_decisive"].seeds)
+        n_decisive = len(GRIDS["drift_decisive"].seeds)
         head += (f" Not yet run: {', '.join(undecided)} ({len(drift.get('seeds_decisive', []))} of the {n_decisive} "
                  "decisive seeds whole)." if undecided else "")
     return (f"{head} The second-rounding replicate ([pre-registration](docs/PREREGISTRATION-REPLICATE.md), {state}, "
-            f"{len(replicate['seeds_whole'])} of {len(STUDIES['replicate_avx2'].seeds)} seeds whole): "
+            f"{len(replicate['seeds_whole'])} of {len(GRIDS['replicate_avx2'].seeds)} seeds whole): "
             f"{agree} of {len(cells)} cells have the committed stability outcome, {same_sign} of {len(signs)} "
             f"GMC-minus-baseline differences the committed sign, and a cell's final held-out pc differs from the "
             "committed one by a median "
@@ -226,7 +226,7 @@ def machines_sentence(replicate: dict) -> str:
 def group_size(v: dict) -> str:
     """The group-size study's line: its verdicts so far, the pairs measured (GMC's bias at the smallest and the
     largest G against TIC-trunc's) and the grid's runs."""
-    from studies.grids import STUDIES as GRIDS
+    from studies.grids import GRIDS
 
     hyps = [f"G{i}" for i in range(1, 8)]
     pending = [h for h in hyps if str(v[h].get("why", "")).startswith("not yet run")]

@@ -20,7 +20,7 @@ from pathlib import Path
 from figures.style import label
 from schema.io import loads_json, write_text
 from studies.findings import RESULTS, block_arguments, cell_rows, load, stable_count
-from studies.grids import STUDIES
+from studies.grids import GRIDS
 from studies.mechanism.analysis import WARNING_FILE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,7 +107,7 @@ def block_pattern(name: str) -> re.Pattern:
 def render(root: Path = RESULTS) -> dict[str, str]:
     """Every block's body, rendered from the committed results under ``root``. A table gets a line of its own
     before and after it, so that the page's markdown reads it as a table."""
-    s = {**load(root), "warning": loads_json((STUDIES["mechanism"].default_out(root) / WARNING_FILE).read_text())}
+    s = {**load(root), "warning": loads_json((GRIDS["mechanism"].default_out(root) / WARNING_FILE).read_text())}
     return {name: (f"\n{body}\n" if body.startswith("|") else body) for name, f in BLOCKS.items()
             for body in [f(s)]}
 

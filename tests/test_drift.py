@@ -470,7 +470,7 @@ def test_the_mechanism_section_takes_d1_s_answer_once_it_is_decided(monkeypatch,
     from studies.mechanism import section as mech
 
     row = {"arm": "sgd", "estimator": "gmc", "stable": 1, "runs": 1}
-    monkeypatch.setattr("llm_runs.mechanism_table.drift_table", lambda *a: pd.DataFrame([row]))
+    monkeypatch.setattr("grids.mechanism_table.drift_table", lambda *a: pd.DataFrame([row]))
     monkeypatch.setattr(mech, "_drift_cells", lambda v: "cells")
     monkeypatch.setattr(drift_section, "read_verdicts", lambda root=None: _decided() if decided else None)
     text = "\n".join(mech.drift_lines(None, None, None))

@@ -48,7 +48,7 @@ def test_no_python_line_is_longer_than_ruffs_line_length():
     import tomllib
 
     limit = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["line-length"]
-    packages = ("estimators", "bounds", "stats", "schema", "simulators", "llm_runs", "claims", "figures",
+    packages = ("estimators", "bounds", "stats", "schema", "simulators", "llm_runs", "grids", "claims", "figures",
                 "report_card", "studies", "execution", "tests")
     long = [f"{path.relative_to(ROOT)}:{i}" for pkg in packages for path in sorted((ROOT / pkg).rglob("*.py"))
             for i, line in enumerate(path.read_text().splitlines(), 1) if len(line) > limit]

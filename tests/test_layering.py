@@ -8,7 +8,8 @@ name counts. Layers, bottom to top::
     stats                   generic statistics (intervals, bootstrap, Holm, power)
     execution               where sweep runs execute (imports nothing of the toolkit)
     schema                  the results contract
-    simulators, llm_runs    producers
+    simulators, llm_runs    producers (llm_runs: the training library)
+    grids                   the LLM grids: specification, folders, runner, check, run tables, sweep
     claims                  claim checks and verdicts
     figures                 readers
     report_card             a card for one correction from every layer below
@@ -23,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {"estimators": 0, "bounds": 0, "execution": 0, "stats": 0, "schema": 1, "simulators": 2, "llm_runs": 2,
-          "claims": 3, "figures": 4, "report_card": 5, "studies": 6}
+          "grids": 3, "claims": 4, "figures": 5, "report_card": 6, "studies": 7}
 
 
 def _module_name(path: Path) -> str:
@@ -87,7 +88,7 @@ def test_imports_point_down_only():
     assert not bad, "upward or sideways imports:\n" + "\n".join(bad)
 
 
-RUN_TABLES = ("llm_runs.run_table", "llm_runs.mechanism_table")
+RUN_TABLES = ("grids.run_table", "grids.mechanism_table")
 """The readers of the LLM grids' run folders (one row per run, traces, whole seeds): they run nothing,
 and the figures draw from them as the studies decide from them."""
 

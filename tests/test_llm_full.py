@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 import torch
 
-from llm_runs import gpu_check, sweep
+from grids import sweep
+from studies.gpu import check as gpu_check
 from llm_runs.config import TrainConfig, resolve_config
 from llm_runs.data import gsm8k
 from llm_runs.presets import (

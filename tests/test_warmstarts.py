@@ -33,7 +33,7 @@ def _small(cache, **kw):
 def test_the_committed_warm_starts_are_the_ones_the_committed_runs_started_from(which, run, tmp_path):
     import dataclasses
 
-    from llm_runs.grids import committed_config
+    from llm_runs.reference import committed_config
 
     cfg = dataclasses.replace(committed_config(which), cache_dir=str(tmp_path))
     if not warmstart.committed_path(cfg).is_dir():
@@ -109,7 +109,7 @@ def test_a_machine_that_rounds_differently_uses_the_committed_weights_and_its_ru
     """The committed weights stand for what another CPU computed: other bits than this machine's recipe
     gives, and another rounding fingerprint. A run here starts from them and says so; the analysis
     takes it as the same design; the byte-for-byte replay is skipped with the reason."""
-    from llm_runs.grid_check import check_pairing, check_warm_starts
+    from grids.check import check_pairing, check_warm_starts
     from llm_runs.replay import ReplaySkipped, replay
     from llm_runs.trainer import Trainer
 
@@ -231,8 +231,8 @@ def test_check_names_every_committed_warm_start_by_its_settings(tmp_path, monkey
 def test_the_larger_models_warm_start_is_named_by_the_runs_that_started_from_it():
     """Not committed yet: the scale grids record one start (its weights' sha256) and the machine kind
     that made it, which is what ``--commit large`` must reproduce before committing anything."""
-    from llm_runs.grids import committed_config
-    from schema.results import grid_folder
+    from llm_runs.reference import committed_config
+    from grids import grid_folder
 
     cfg = committed_config("large")
     found = warmstart.recorded_starts(warmstart.warm_start_key(cfg),

@@ -31,7 +31,7 @@ PREDICTED_HELD_NOT_LEARNED = ("trm_k2", "trm_k3")
 
 def read() -> pd.DataFrame:
     """Every run of the grid and the committed drift-map runs at :data:`LEVELS` (d = 64 and d = 0)."""
-    from schema.results import grid_folder
+    from grids import grid_folder
     from studies.drift.analysis import read as drift_read
 
     folders = {g: grid_folder(g) for g in ("corrections_2026", "drift", "mechanism")}
@@ -74,7 +74,7 @@ def n1(runs: pd.DataFrame) -> dict:
     at least as many seeds as GMC at every level and, at every level where GMC is not 5 of 5, c is 5 of 5 and
     significantly more often stable than GMC (Holm); INCONCLUSIVE otherwise (with 5 seeds a difference is
     decided only at 4 or 5 of 5 against 0: the power the pre-registration states)."""
-    from llm_runs.run_table import ALPHA
+    from grids.run_table import ALPHA
     from stats import fisher_greater, holm
 
     per: dict[str, dict] = {c: {"levels": {}} for c in CORRECTIONS_2026}
@@ -112,7 +112,7 @@ def n2(runs: pd.DataFrame) -> dict:
     stable (95% paired bootstrap interval). Label: ``learned`` (held and the gain's interval above the
     studies' margin), ``held, not learned`` (held, the interval not above it), ``not held`` (stable in fewer
     than 4 of 5 seeds: the drift map's 80% share)."""
-    from llm_runs.run_table import MARGIN, bootstrap
+    from grids.run_table import MARGIN, bootstrap
     from studies.drift.analysis import SHARE
 
     out: dict[str, dict] = {}
@@ -198,7 +198,7 @@ def points(runs: pd.DataFrame) -> list[dict]:
 
 def main(argv=None) -> int:
     from schema.io import write_json
-    from schema.results import grid_folder
+    from grids import grid_folder
 
     ap = argparse.ArgumentParser(prog="python -m studies.corrections_2026", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", default=None,

@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from llm_runs.run_table import ALPHA, BOOT_SEED, MARGIN, bootstrap, grid_folder, holm, p_below, run_row
+from grids import grid_folder
+from grids.run_table import ALPHA, BOOT_SEED, MARGIN, bootstrap, holm, p_below, run_row
 from stats import fisher_greater
 
 SHARE = 0.80
@@ -62,7 +63,7 @@ def _level(cfg: dict) -> str | None:
 def read(folders: dict[str, Path] | None = None) -> pd.DataFrame:
     """One row per run of the drift grids and the mechanism grid's ``sgd``/``adamclip`` arms."""
     from llm_runs.drift import summary
-    from llm_runs.run_table import _study_folders
+    from grids.run_table import _study_folders
     from schema.results import read_run, read_run_config
 
     folders = folders or _folders()
@@ -98,7 +99,7 @@ def read(folders: dict[str, Path] | None = None) -> pd.DataFrame:
 def whole_seeds(runs: pd.DataFrame, grid: str) -> list[int]:
     """Seeds of ``grid`` (``drift`` or ``drift_decisive``) whose every planned run is present and complete
     (runs the grid takes from the mechanism grid count where they are)."""
-    from studies.grids import STUDIES
+    from studies.grids import GRIDS as STUDIES
 
     have = {(r["run"], r["grid"]) for r in runs[runs["complete"]].to_dict("records")}
     return [s for s in STUDIES[grid].seeds
@@ -107,7 +108,7 @@ def whole_seeds(runs: pd.DataFrame, grid: str) -> list[int]:
 
 
 def _planned(grid: str, seed: int) -> list[str]:
-    from studies.grids import STUDIES
+    from studies.grids import GRIDS as STUDIES
 
     return [c.name for c in STUDIES[grid].cells() if c.seed == seed]
 

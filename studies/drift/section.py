@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from llm_runs.run_table import MARGIN
+from grids.run_table import MARGIN
 from schema.results import read_json
 from studies.fmt import num as _num
 
@@ -16,7 +16,7 @@ D7_ESTIMATORS = ("gmc", "is", "tic_mask", "tic_trunc", "topr")  # the pre-regist
 
 def verdicts_path() -> Path:
     """The drift map's ``verdicts.json``, in the folder the grid table names."""
-    from llm_runs.run_table import grid_folder
+    from grids import grid_folder
 
     return grid_folder("drift") / "verdicts.json"
 

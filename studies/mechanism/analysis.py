@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from llm_runs.mechanism_table import (  # noqa: F401  (the table's names, which the analysis' readers use)
+from grids.mechanism_table import (  # noqa: F401  (the table's names, which the analysis' readers use)
     DELAY,
     DRIFT_COLUMNS,
     GRID,
@@ -43,7 +43,8 @@ from llm_runs.mechanism_table import (  # noqa: F401  (the table's names, which 
     replay_check,
     whole_seeds_of,
 )
-from llm_runs.run_table import (
+from grids import grid_folder
+from grids.run_table import (
     ALPHA,
     BOOT_SEED,
     MARGIN,
@@ -51,7 +52,6 @@ from llm_runs.run_table import (
     PRIMARY,
     STABLE_FRACTION,
     bootstrap,
-    grid_folder,
     holm,
     p_below,
     read_runs,
@@ -321,7 +321,7 @@ def scale_drift(scale: str | Path, probe: str | Path) -> dict:
     :data:`WARNING_WINDOW` updates, before any collapse can be seen)."""
     if not (Path(probe).is_dir() and any(Path(probe).iterdir())):
         return {}
-    from llm_runs.grid_check import check_grid_folder, check_pairing
+    from grids.check import check_grid_folder, check_pairing
 
     check_grid_folder(probe, SCALE_MECH)
     check_grid_folder(scale, SCALE)
@@ -343,7 +343,7 @@ def scale_variants(scale: str | Path, variants: str | Path) -> dict:
     bootstrap) over the seeds both have complete. Exploratory until M3/M4 pick the variant M5 adds."""
     if not (Path(variants).is_dir() and any(Path(variants).iterdir())) or not Path(scale).is_dir():
         return {}
-    from llm_runs.grid_check import check_grid_folder, check_pairing
+    from grids.check import check_grid_folder, check_pairing
 
     check_grid_folder(variants, SCALE_VARIANTS)
     check_grid_folder(scale, SCALE)

@@ -1,10 +1,10 @@
 """``make llm-sweep``: every estimator x delay x seed on ``tiny-cpu``, resumable, two runs at a time.
 
-    python -m llm_runs.sweep                  # the full sweep -> results/llm/sweep/
-    python -m llm_runs.sweep --quick          # a < 2 minute taste -> results/llm/sweep_quick/
-    python -m llm_runs.sweep --resume         # continue interrupted runs (finished ones are skipped)
-    python -m llm_runs.sweep --dry-run        # print the plan and what is already done
-    python -m llm_runs.sweep --executor ray --ray-address auto   # one Ray task per run on a cluster
+    python -m grids.sweep                  # the full sweep -> results/llm/sweep/
+    python -m grids.sweep --quick          # a < 2 minute taste -> results/llm/sweep_quick/
+    python -m grids.sweep --resume         # continue interrupted runs (finished ones are skipped)
+    python -m grids.sweep --dry-run        # print the plan and what is already done
+    python -m grids.sweep --executor ray --ray-address auto   # one Ray task per run on a cluster
 
 The settings are data (:data:`SWEEPS`): a base configuration shared by every run, the
 estimators, delays and seeds of the controlled-delay cells, and the estimators run in
@@ -22,7 +22,7 @@ folder whose stored configuration differs from the plan is refused, never overwr
 Ctrl-C or SIGTERM stops every running run at its next update with a checkpoint.
 
 Results: ``<out>/sweep.json`` (the settings), ``<out>/summary.csv`` (one row per run, the one per-run
-record :func:`llm_runs.run_table.run_row`: its settings, held-out and training-pool accuracy / pc at the
+record :func:`grids.run_table.run_row`: its settings, held-out and training-pool accuracy / pc at the
 start and end, log-ratio and staleness statistics, stability and collapse, wall time, then every other
 setting of its config) and the run folders the figures read.
 """
@@ -40,10 +40,11 @@ from pathlib import Path
 import execution
 from schema.grid import Grid, as_record, check_plan, settings_product
 
-from .grids import Cell
-from .run_folder import run_state
+from llm_runs.run_folder import run_state
+from llm_runs.train import cli_flags
+
 from .run_table import RUN_COLUMNS, write_summary  # noqa: F401 (the sweep's summary table)
-from .train import cli_flags
+from .spec import Cell
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -122,8 +123,8 @@ def plan(sweep: Grid) -> list[Cell]:
 
 def async_available() -> bool:
     """True once ``mode = async`` is registered and the config has ``max_staleness``."""
-    from .config import config_fields
-    from .rollout_sources import ROLLOUT_SOURCES
+    from llm_runs.config import config_fields
+    from llm_runs.rollout_sources import ROLLOUT_SOURCES
 
     return "async" in ROLLOUT_SOURCES and "max_staleness" in {f.name for f in config_fields()}
 
@@ -151,7 +152,7 @@ def _child_env() -> dict:
 
 def _prepare(sweep: Grid, out: Path, resume: bool, log) -> tuple[list[Cell], list[tuple[Cell, str]], list[Cell]]:
     """(all cells, [(cell, state)] to run, async cells set aside). Refuses before any work."""
-    from .config import resolve_config
+    from llm_runs.config import resolve_config
 
     cells = plan(sweep)
     have_async = async_available()
@@ -205,9 +206,9 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
 
     from execution import LocalExecutor
 
-    from .config import resolve_config
-    from .tasks import build_task
-    from .warmstart import get_warm_start, torch_threads
+    from llm_runs.config import resolve_config
+    from llm_runs.tasks import build_task
+    from llm_runs.warmstart import get_warm_start, torch_threads
 
     log = log or (lambda msg: print(msg, flush=True))
     if jobs < 1:
@@ -312,7 +313,7 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llm_runs.sweep", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m grids.sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help=f"the quick sweep ({SWEEPS['quick'].doc})")
     p.add_argument("--resume", action="store_true", help="continue interrupted runs (finished runs are always skipped)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
           f"summary {o.summary}")
     if o.interrupted:
         again = ["--quick"] * args.quick + (["--out", args.out] if args.out else []) + ["--resume"]
-        print(f"interrupted: continue with python -m llm_runs.sweep {' '.join(again)}")
+        print(f"interrupted: continue with python -m grids.sweep {' '.join(again)}")
         return 130
     return 1 if o.failed else 0
 
