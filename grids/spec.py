@@ -61,7 +61,8 @@ class Grid:
     whose runs its analysis pairs with its own by seed (the same warm starts and seeds; none: it pairs with
     none): before the grid adds runs, each paired folder is checked to have started from the warm start this
     machine uses (:func:`grids.check.check_warm_starts`). Not recorded: what the grid's runs are does not
-    depend on it."""
+    depend on it. ``legacy_settings``: settings added after the grid was recorded, which each cell takes at the
+    value its committed runs used (:func:`with_legacy_settings`); not recorded either, as those runs were not."""
 
     name: str
     out: str
@@ -76,11 +77,12 @@ class Grid:
     arms: tuple[Arm, ...] = ()  # intervention arms; none: ``estimators`` under ``base`` only
     kernel_env: tuple[tuple[str, str], ...] = ()  # environment forcing a CPU kernel path for every run (recorded)
     pairs: tuple[str, ...] = ()  # the grids its analysis pairs with by seed (not recorded)
+    legacy_settings: tuple[str, ...] = ()  # settings its record predates, planned as its runs used them (not recorded)
 
     def record(self) -> dict:
         """What ``sweep.json`` records (:meth:`schema.grid.Grid.record`: a continued grid must match it); a
         grid without arms records exactly what it recorded before arms existed."""
-        drop = (("out", "doc", "pairs") + (() if self.arms else ("arms",))
+        drop = (("out", "doc", "pairs", "legacy_settings") + (() if self.arms else ("arms",))
                 + (() if self.kernel_env else ("kernel_env",)))
         found = {k: v for k, v in dataclasses.asdict(self).items() if k not in drop}
         found["async_estimators"] = []  # the sweep driver's field, which every grid of the studies has recorded (empty)
@@ -107,21 +109,40 @@ class Grid:
                     runs = [(self.zero_delay, 0)] if self.zero_delay else []
                     runs += [(e, d) for d in self.delays for e in self.estimators]
                     runs += [(e, max(self.delays)) for e in self.floor] if self.delays else []
-                    cells += [GridCell(e, "controlled", d, s, {**base, "estimator": e, "delay": d}, horizon=h)
-                              for e, d in runs]
+                    cells += [GridCell(e, "controlled", d, s, self._planned({**base, "estimator": e, "delay": d}),
+                                       horizon=h) for e, d in runs]
                     continue
                 for arm in self.arms:
                     runs = [(self.zero_delay or "gmc", 0)] if arm.zero_delay else []
                     runs += [(e, d) for d in self.delays for e in arm.estimators]
-                    cells += [GridCell(e, "controlled", d, s, {**base, **arm.overrides, "estimator": e, "delay": d},
-                                        horizon=h, arm=arm.label) for e, d in runs]
+                    cells += [GridCell(e, "controlled", d, s,
+                                       self._planned({**base, **arm.overrides, "estimator": e, "delay": d}),
+                                       horizon=h, arm=arm.label) for e, d in runs]
         return cells
+
+    def _planned(self, cfg: dict) -> dict:
+        """A cell's settings with each of :attr:`legacy_settings` at the value its committed runs used."""
+        return with_legacy_settings(cfg, self.legacy_settings)
 
     def estimator_names(self) -> list[str]:
         """Every estimator a run of the grid uses."""
         names = [*self.estimators, *self.floor, *([self.zero_delay] if self.zero_delay else [])]
         names += [e for arm in self.arms for e in arm.estimators]
         return list(dict.fromkeys(names))
+
+
+def with_legacy_settings(cfg: dict, names: tuple[str, ...]) -> dict:
+    """``cfg`` with each setting of ``names`` that it leaves open set to the value a run of those settings used
+    before the setting existed (:data:`schema.runs.LEGACY_FIELDS`; where that is today's default, left open).
+    A grid recorded before a setting existed names it in its ``legacy_settings``, so that it still plans its
+    committed runs (a continued grid is checked run by run against them) and not today's default."""
+    from schema.runs import LEGACY_FIELDS, legacy_fields
+
+    unknown = [n for n in names if n not in LEGACY_FIELDS]
+    if unknown:
+        raise ValueError(f"legacy_settings {unknown} are not in schema.runs.LEGACY_FIELDS")
+    then = legacy_fields(cfg)
+    return {**cfg, **{n: then[n] for n in names if n in then and then[n] is not None}}
 
 
 def grid_out(name: str) -> str:

@@ -35,6 +35,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import execution
@@ -44,7 +45,7 @@ from llm_runs.run_folder import run_state
 from llm_runs.train import cli_flags
 
 from .run_table import RUN_COLUMNS, write_summary  # noqa: F401 (the sweep's summary table)
-from .spec import Cell
+from .spec import Cell, with_legacy_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,11 +73,13 @@ class Sweep:
     seeds: tuple[int, ...]
     async_estimators: tuple[str, ...] = ()
     doc: str = ""
+    legacy_settings: tuple[str, ...] = ()  # as :attr:`grids.spec.Grid.legacy_settings` (not recorded)
 
     def record(self) -> dict:
-        """What ``sweep.json`` records (:meth:`schema.grid.Grid.record`): every field but ``out`` and ``doc``."""
+        """What ``sweep.json`` records (:meth:`schema.grid.Grid.record`): every field but ``out``, ``doc`` and
+        ``legacy_settings``."""
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()
-                if k not in ("out", "doc")}
+                if k not in ("out", "doc", "legacy_settings")}
 
     def default_out(self) -> Path:
         """``out`` under the results root (``GMC_RESULTS`` or ``results/``)."""
@@ -88,10 +91,12 @@ class Sweep:
         """Every cell, controlled first then async; within each, seed-major so that a partial
         sweep holds complete seeds."""
         axes = {"seed": self.seeds, "delay": self.delays}
-        cells = [Cell(c["estimator"], "controlled", c["delay"], c["seed"], {**self.base, **c})
+        settle = partial(with_legacy_settings, names=self.legacy_settings)
+        cells = [Cell(c["estimator"], "controlled", c["delay"], c["seed"], settle({**self.base, **c}))
                  for c in settings_product({**axes, "estimator": self.estimators})]
         cells += [Cell(c["estimator"], "async", c["delay"], c["seed"],
-                       {**self.base, "estimator": c["estimator"], "seed": c["seed"], **async_overrides(c["delay"])})
+                       settle({**self.base, "estimator": c["estimator"], "seed": c["seed"],
+                               **async_overrides(c["delay"])}))
                   for c in settings_product({**axes, "estimator": self.async_estimators})]
         return cells
 
@@ -100,7 +105,8 @@ SWEEPS = {
     "full": Sweep("full", "results/llm/sweep", BASE,
                   estimators=("token_clip", "tic_mask", "tic_trunc", "gmc", "is", "stale", "gspo"),
                   delays=(0, 2, 8, 32), seeds=(0, 1, 2), async_estimators=("gmc", "tic_mask"),
-                  doc="7 estimators x 4 delays x 3 seeds controlled (84 runs) + 2 x 4 x 3 async (24 runs)"),
+                  doc="7 estimators x 4 delays x 3 seeds controlled (84 runs) + 2 x 4 x 3 async (24 runs)",
+                  legacy_settings=("gspo_eps_low", "gspo_eps_high")),  # its GSPO runs clipped at 1 - eps
     "quick": Sweep("quick", "results/llm/sweep_quick", {**BASE, "steps": 30, "eval_every": 10, "checkpoint_every": 0},
                    estimators=("gmc", "tic_mask"), delays=(0, 8), seeds=(0,), async_estimators=("gmc",),
                    doc="2 estimators x 2 delays x 1 seed controlled + gmc async at max staleness 0 and 8, "

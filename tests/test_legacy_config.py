@@ -82,8 +82,28 @@ def test_gspos_legacy_clip_range_is_filled_only_into_gspo_runs(tmp_path):
     assert load_run_config(run).gspo_eps_low == TrainConfig().gspo_eps_low
 
 
-@pytest.mark.parametrize("grid", ["pilot", "pilot_short"])
-def test_the_committed_pilots_pass_their_own_grids_dry_run(grid, capsys):
+def _committed_grids() -> list[str]:
+    from grids import grid_folder
+    from studies.grids import GRIDS
+
+    return [name for name in GRIDS if (grid_folder(name) / "sweep.json").is_file()]
+
+
+@pytest.mark.parametrize("grid", _committed_grids())
+def test_every_committed_grid_passes_its_own_dry_run(grid, capsys):
+    """A committed grid can be continued: its definition plans each committed run with the settings the run
+    stored (a setting the grid's record predates planned as its runs used it, Grid.legacy_settings: the drift
+    map's VCPO arm ran before opob_flat_zero existed and left a flat group at OPOB's value)."""
     from studies.run import main
 
     assert main(["--grid", grid, "--dry-run"]) == 0, capsys.readouterr().err
+
+
+def test_the_first_sweep_passes_its_own_dry_run(capsys):
+    """Its GSPO runs clipped at 1 - eps (gspo_eps_low 0.2), before the setting existed: planned so."""
+    from grids.sweep import SWEEPS, main, plan
+
+    gspo = [c for c in plan(SWEEPS["full"]) if c.estimator == "gspo"]
+    assert gspo and all(c.overrides["gspo_eps_low"] == 0.2 for c in gspo)
+    assert all("gspo_eps_low" not in c.overrides for c in plan(SWEEPS["full"]) if c.estimator != "gspo")
+    assert main(["--dry-run"]) == 0, capsys.readouterr().err

@@ -91,6 +91,7 @@ GRIDS = {
     "drift": Grid("drift", grid_out("drift"), DRIFT_BASE, {"long": HORIZONS["long"]}, (), delays=(64,),
                    seeds=tuple(range(5)), floor=(), arms=(*drift_level_arms(), *drift_step_arms()),
                    pairs=("primary", "mechanism", "peers_2025"),
+                   legacy_settings=("opob_flat_zero",),  # its VCPO arm ran before the setting existed
                    doc="the drift map (docs/PREREGISTRATION-DRIFT.md): SGD at 1e-4, 2e-4, 3e-4, 6e-4 and Adam + clip "
                        "1.0 at 1e-5, 3e-5, 1e-4, each with gmc, is, tic_mask, tic_trunc, topr, gspo, vespo at d = 64 "
                        "and a delay-0 run (the 1e-4 levels' first five estimators are the mechanism grid's runs), plus "
@@ -98,7 +99,7 @@ GRIDS = {
                        "zero-gradient skip on seq_geo_mask under Adam), long horizon, seeds 0-4 (250 runs)"),
     "drift_decisive": Grid("drift_decisive", grid_out("drift_decisive"), DRIFT_BASE, {"long": HORIZONS["long"]}, (),
                             delays=(64,), seeds=tuple(range(5, 10)), floor=(), arms=drift_decisive_arms(),
-                            pairs=("primary", "mechanism", "drift"),
+                            pairs=("primary", "mechanism", "drift"), legacy_settings=("opob_flat_zero",),
                             doc="seeds 5-9 of the drift map's decisive cells (docs/PREREGISTRATION-DRIFT.md): gmc and "
                                 "topr at every level with the delay-0 runs, every drift estimator at Adam + clip "
                                 "1e-5, and the step-size arms"),
