@@ -121,7 +121,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PIP) install -q ruff==0.17.6
-	$(VENV)/bin/ruff check estimators bounds stats schema simulators llm_runs claims figures report_card studies execution tests
+	$(VENV)/bin/ruff check estimators bounds stats schema simulators llm_runs grids claims figures report_card studies execution tests
 
 clean-venv:
 	rm -rf $(VENV) $(VERL_VENV)

@@ -112,10 +112,9 @@ _AUDITS: dict = {}
 
 
 def _audit(root: Path, folders: list[Path]) -> Audit:
+    from llm_runs.config import config_diff, resolve_config
     from schema.results import metrics_path, read_run_config
     from schema.runs import legacy_fields
-
-    from llm_runs.config import config_diff, resolve_config
 
     no_metrics = [p.name for p in folders if metrics_path(p) is None]
     runs = [p for p in folders if metrics_path(p) is not None]

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 import stats as _stats
+
 from .folders import grid_folder
 
 _log = logging.getLogger(__name__)

@@ -38,7 +38,6 @@ import sys
 from pathlib import Path
 
 import execution
-
 from llm_runs.reference import HORIZONS
 
 from .check import Audit, audit, check_warm_starts  # noqa: F401 (the analysis' entry points)
@@ -159,10 +158,9 @@ def main(argv: list[str] | None, grids: dict[str, Grid], prog: str = "python -m 
         if args.dry_run:
             if args.executor == "local":
                 execution.from_arguments(args, jobs=args.jobs).close()  # the flags' errors, without running
-            from schema.results import is_packed_run
-
             from llm_runs.config import resolve_config
             from llm_runs.run_folder import run_state
+            from schema.results import is_packed_run
 
             for c in cells:
                 if c.estimator in missing:

@@ -15,6 +15,7 @@ from schema.grid import as_record
 
 from .folders import grid_folder, grid_relpath
 
+
 @dataclass(frozen=True)
 class Cell:
     """One run of a grid (:mod:`grids.sweep`'s sweeps and the studies' grids)."""

@@ -39,10 +39,9 @@ from functools import partial
 from pathlib import Path
 
 import execution
-from schema.grid import Grid, as_record, check_plan, settings_product
-
 from llm_runs.run_folder import run_state
 from llm_runs.train import cli_flags
+from schema.grid import Grid, as_record, check_plan, settings_product
 
 from .run_table import RUN_COLUMNS, write_summary  # noqa: F401 (the sweep's summary table)
 from .spec import Cell, with_legacy_settings
@@ -211,7 +210,6 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
     from tqdm.auto import tqdm
 
     from execution import LocalExecutor
-
     from llm_runs.config import resolve_config
     from llm_runs.tasks import build_task
     from llm_runs.warmstart import get_warm_start, torch_threads
