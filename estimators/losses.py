@@ -56,7 +56,8 @@ import torch
 
 from ._compat import renamed_keywords
 from ._validate import check_eps, check_group_size
-from .params import resolve
+from .params import Param, resolve
+from .records import Style, interval_check, record
 from .schemes import SCHEMES, get_scheme, weights
 
 
@@ -87,9 +88,12 @@ class TokenLoss:
 TOKEN_LOSSES: dict[str, TokenLoss] = {}
 
 
-def register_token_loss(name: str, *, options: tuple = (), batch_coupled: bool = False, bounded: bool = True):
+def register_token_loss(name: str, *, options: tuple = (), batch_coupled: bool = False, bounded: bool = True,
+                        **record_fields):
     """Register a token-level loss. ``bounded=False`` declares a loss whose value is unbounded for
-    some finite input (PPO's one-sided clip with A < 0): it must give ``+inf`` there, never NaN."""
+    some finite input (PPO's one-sided clip with A < 0): it must give ``+inf`` there, never NaN.
+    ``record_fields`` (params, label, style, mass_bound, knob_check) are the estimator's record
+    (:func:`estimators.records.record`)."""
     def deco(fn):
         from .schemes import check_registration
 
@@ -98,6 +102,7 @@ def register_token_loss(name: str, *, options: tuple = (), batch_coupled: bool =
             raise ValueError(f"token loss {name!r}: options must be a tuple of knob names, got {options!r}")
         if name in TOKEN_LOSSES or name in SCHEMES:
             raise ValueError(f"a loss named {name!r} is already registered")
+        record(name, **record_fields)
         TOKEN_LOSSES[name] = TokenLoss(name, fn, tuple(options), batch_coupled, (fn.__doc__ or "").strip(), bounded)
         return fn
 
@@ -306,7 +311,8 @@ def _seq_log_ratio(log_r, B, G):
     return log_r.detach().sum(-1).reshape(B // G, G)
 
 
-@register_token_loss("token_clip", options=("eps_high", "agg"), bounded=False)
+@register_token_loss("token_clip", options=("eps_high", "agg"), bounded=False,
+                     label="token GRPO (clip)", style=Style("#E69F00", "<", 7))
 def token_clip_loss(logp, old_logp, mask, advantages, group_size: int, eps: float, eps_high: float | None = None,
                     agg: str = "seq-mean-token-mean") -> LossOutput:
     """GRPO/PPO token-level clipped surrogate (reference (f) of THEORY §2): per token
@@ -324,7 +330,12 @@ def token_clip_loss(logp, old_logp, mask, advantages, group_size: int, eps: floa
     return LossOutput(loss, _seq_log_ratio(log_r, B, group_size), None, metrics)
 
 
-@register_token_loss("gspo", bounded=False)
+@register_token_loss("gspo", bounded=False,
+                     label="GSPO", style=Style("#009E73", ">", 8),
+                     params=(Param("eps_low", 0.0003, "epsilon_low (GSPO)", "GSPO: lower clip of the sequence ratio, "
+                                   "1 - eps_low", hi=1.0),
+                             Param("eps_high", 0.0004, "epsilon_high (GSPO)", "GSPO: upper clip of the sequence "
+                                   "ratio, 1 + eps_high")))
 def gspo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
               eps_low: float = 3e-4, eps_high: float = 4e-4) -> LossOutput:
     """GSPO (Zheng et al., arXiv 2507.18071, the J_GSPO objective with s_i = (pi_theta/pi_old)^(1/|y_i|)):
@@ -344,7 +355,12 @@ def gspo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | No
     return LossOutput(loss, _seq_log_ratio(log_r, B, group_size), None, metrics)
 
 
-@register_token_loss("cispo")
+@register_token_loss("cispo",
+                     label="CISPO", style=Style("#AA4499", "8", 12),
+                     params=(Param("eps_low", 10.0, "epsilon_low^IS", "CISPO: lower clip of the detached token "
+                                   "ratio, 1 - eps_low (>= 1: no lower bound)"),
+                             Param("eps_high", 0.2, "epsilon_high^IS", "CISPO: upper clip of the detached token "
+                                   "ratio, 1 + eps_high")))
 def cispo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
                eps_low: float = 10.0, eps_high: float = 0.2) -> LossOutput:
     """CISPO (MiniMax-M1, arXiv 2506.13585, §3.1, the J_CISPO objective): every token keeps a gradient, its
@@ -387,7 +403,10 @@ def m2po_keep_mask(log_r, m, tau: float):
     return out.to(m.dtype)
 
 
-@register_token_loss("m2po", batch_coupled=True)
+@register_token_loss("m2po", batch_coupled=True,
+                     label="M2PO", style=Style("#661100", "H", 13),
+                     params=(Param("tau", 0.04, "tau_M2", "M2PO: mask the tokens of largest (log r)^2 until the "
+                                   "batch mean of (log r)^2 over the rest is <= tau"),))
 def m2po_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
               tau: float = 0.04) -> LossOutput:
     """M2PO (Zheng, Zhao, Chen, arXiv 2510.01161, the J_M2PO objective): no clipping, the second-moment mask
@@ -405,7 +424,10 @@ def m2po_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | No
     return LossOutput(loss, _seq_log_ratio(log_r, B, group_size), None, metrics)
 
 
-@register_token_loss("opsm", options=("eps_high",), bounded=False)
+@register_token_loss("opsm", options=("eps_high",), bounded=False,
+                     label="OPSM", style=Style("#6699CC", "1", 14),
+                     params=(Param("delta", 0.5, "delta", "OPSM: drop a sequence with A < 0 whose mean token "
+                                   "log(pi_b / pi_theta) exceeds delta"),))
 def opsm_loss(logp, old_logp, mask, advantages, group_size: int, eps: float, eps_high: float | None = None, *,
               delta: float = 0.5) -> LossOutput:
     """DeepSeek-V3.2 off-policy sequence masking (arXiv 2512.02556, the masked GRPO objective and its mask M_i,t,
@@ -476,7 +498,11 @@ def _seq(log_r, B, G):
     return log_r.detach().sum(-1).reshape(B // G, G)
 
 
-@register_token_loss("icepop")
+@register_token_loss("icepop",
+                     label="IcePop", style=Style("#33BBEE", "4", 20), knob_check=interval_check(),
+                     params=(Param("lo", 0.5, "alpha", "icepop: keep a token's ratio r_t when alpha <= r_t <= beta "
+                                   "(zero elsewhere)"),
+                             Param("hi", 5.0, "beta", "icepop: upper end of the kept token-ratio interval")))
 def icepop_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
                 lo: float = 0.5, hi: float = 5.0) -> LossOutput:
     """IcePop (Ling team, arXiv 2510.18855), token-level masked importance sampling: a token's
@@ -506,7 +532,12 @@ def icepop_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | 
     return LossOutput(loss, _seq(log_r, B, group_size), None, metrics)
 
 
-@register_token_loss("sapo")
+@register_token_loss("sapo",
+                     label="SAPO", style=Style("#0077BB", "*", 21),
+                     params=(Param("tau_pos", 1.0, "tau_pos", "sapo: gate temperature of tokens with A > 0 (at most "
+                                   "1e30: the loss computes in float32 at least)", hi=1e+30, hi_open=False),
+                             Param("tau_neg", 1.05, "tau_neg", "sapo: gate temperature of tokens with A <= 0 (at "
+                                   "most 1e30)", hi=1e+30, hi_open=False)))
 def sapo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
               tau_pos: float = 1.0, tau_neg: float = 1.05) -> LossOutput:
     """SAPO (Qwen team, arXiv 2511.20347), the soft gate in place of the clip: per token
@@ -537,7 +568,12 @@ def sapo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | No
     return LossOutput(loss, _seq(log_r, B, group_size), None, {})
 
 
-@register_token_loss("dppo_tv")
+@register_token_loss("dppo_tv",
+                     label="DPPO-TV", style=Style("#EE7733", "+", 22),
+                     params=(Param("delta", 0.15, "delta_TV", "dppo_tv: drop a token when pi - mu > delta (A > 0) or "
+                                   "pi - mu < -delta (A <= 0)"),
+                             Param("C", 10000.0, "C_DPPO", "dppo_tv: truncation of the detached token ratio, min(r, "
+                                   "C)")))
 def dppo_tv_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
                  delta: float = 0.15, C: float = 1e4) -> LossOutput:
     """DPPO-Binary-TV (Qi et al., arXiv 2602.04879): a token is dropped when its probability moved
@@ -607,7 +643,8 @@ def batch_token_ess(log_r, keep) -> torch.Tensor:
     return torch.clamp(torch.exp(2 * lse1 - lse2 + guard) / n, max=1.0)
 
 
-@register_token_loss("p3o", batch_coupled=True)
+@register_token_loss("p3o", batch_coupled=True,
+                     label="P3O", style=Style("#4477AA", "x", 23))
 def p3o_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None) -> LossOutput:
     """P3O, "Trust the Batch" (arXiv 2605.12380): every token keeps a REINFORCE gradient whose detached
     weight is its ratio clipped at the batch's normalised ESS, and the step is held by a KL to the
@@ -655,7 +692,10 @@ def _detached_weight_surrogate(log_w, log_r, a, keep):
     return torch.where(keep, torch.exp(log_w.detach()) * torch.exp(log_r - ld) * a, _zero(ld))
 
 
-@register_token_loss("ctpo")
+@register_token_loss("ctpo",
+                     label="CTPO", style=Style("#228833", "^", 24),
+                     params=(Param("delta", 0.2, "delta_CTPO", "ctpo: the prefix log-ratio L_t is clipped to [-delta "
+                                   "sqrt(t), delta sqrt(t)] (this toolkit's default; the paper's code was not read)"),))
 def ctpo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
               delta: float = 0.2) -> LossOutput:
     """CTPO (arXiv 2605.07331), the cumulative prefix ratio clipped in log space with a bound that grows
@@ -685,7 +725,8 @@ def ctpo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | No
     return LossOutput(loss, _seq(log_r, B, group_size), None, metrics)
 
 
-@register_token_loss("minpro", options=("eps_high",), bounded=False)
+@register_token_loss("minpro", options=("eps_high",), bounded=False,
+                     label="MinPRO", style=Style("#AA3377", "v", 25))
 def minpro_loss(logp, old_logp, mask, advantages, group_size: int, eps: float, eps_high: float | None = None
                 ) -> LossOutput:
     """MinPRO (arXiv 2601.22718), the minimum token ratio of the prefix in place of the token ratio:
@@ -782,11 +823,26 @@ def trm_k3_loss(logp, old_logp, mask, advantages, group_size: int, eps: float, e
 trm_k2_loss.__doc__ = _TRM_DOC.format(kind="k2", formula="k2(r) = (log r)^2 / 2", token_bound="sqrt(2 delta)")
 trm_k3_loss.__doc__ = _TRM_DOC.format(kind="k3", formula="k3(r) = r - 1 - log r",
                                       token_bound="the roots of r - 1 - log r = delta")
-register_token_loss("trm_k2", options=("eps_high",), bounded=False)(trm_k2_loss)
-register_token_loss("trm_k3", options=("eps_high",), bounded=False)(trm_k3_loss)
+register_token_loss("trm_k2", options=("eps_high",), bounded=False,
+                    label="TRM (k2)", style=Style("#777777", "<", 26),
+                    params=(Param("delta", 0.05, "delta_TRM", "trm_k2: mask a sequence whose largest token (log r)^2 "
+                                  "/ 2 exceeds delta (verl seq_max_k2; no default there)"),))(trm_k2_loss)
+register_token_loss("trm_k3", options=("eps_high",), bounded=False,
+                    label="TRM (k3)", style=Style("#444444", ">", 27),
+                    params=(Param("delta", 0.05, "delta_TRM3", "trm_k3: mask a sequence whose largest token r - 1 - "
+                                  "log r exceeds delta (verl seq_max_k3; no default there)"),))(trm_k3_loss)
 
 
-@register_token_loss("dispo")
+@register_token_loss("dispo",
+                     label="DISPO", style=Style("#CCBB44", "P", 28),
+                     params=(Param("pos_low", 0.2, "eps_low^+", "dispo: lower clip 1 - pos_low of the detached token "
+                                   "ratio of a correct response (A > 0; >= 1: no lower bound)"),
+                             Param("pos_high", 0.28, "eps_high^+", "dispo: upper clip 1 + pos_high, correct "
+                                   "responses"),
+                             Param("neg_low", 0.2, "eps_low^-", "dispo: lower clip 1 - neg_low, incorrect responses "
+                                   "(A <= 0)"),
+                             Param("neg_high", 0.2, "eps_high^-", "dispo: upper clip 1 + neg_high, incorrect "
+                                   "responses")))
 def dispo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
                pos_low: float = 0.2, pos_high: float = 0.28, neg_low: float = 0.2, neg_high: float = 0.2
                ) -> LossOutput:
@@ -828,7 +884,10 @@ def oapl_optimal_advantages(adv, beta: float):
     return adv - beta * lse
 
 
-@register_token_loss("oapl")
+@register_token_loss("oapl",
+                     label="OAPL", style=Style("#66CCEE", "X", 29),
+                     params=(Param("beta", 1.0, "beta_OAPL", "oapl: KL-regularisation strength of the "
+                                   "optimal-advantage regression, V* = beta log mean exp(a / beta)"),))
 def oapl_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | None = None, *,
               beta: float = 1.0) -> LossOutput:
     """OAPL (arXiv 2602.19362), KL-regularised optimal-advantage regression with no importance weight:

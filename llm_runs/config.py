@@ -9,7 +9,9 @@ download).
 New settings (async mode, GSM8K, ...) are added as fields here, and presets, tasks and
 rollout modes are registered in their own modules; :func:`resolve_config` layers dataclass
 defaults < preset defaults < explicit values. A field added after runs were made also gets
-an entry in :data:`schema.results.LEGACY_FIELDS` (the value those runs actually used).
+an entry in :data:`schema.results.LEGACY_FIELDS` (the value those runs actually used); an estimator's
+knob is not written here: its field is derived from the estimator's record
+(:func:`estimators.params.knob_field`).
 """
 from __future__ import annotations
 
@@ -29,16 +31,36 @@ def _f(default, symbol: str, help: str, **kw):
     return field(default=default, metadata={"symbol": symbol, "help": help, **kw})
 
 
-def _knob(estimator: str, param: str):
-    """A field for knob ``param`` of ``estimator``: default, symbol and meaning from
-    :data:`estimators.params.PARAMS` (the one definition), tagged ``knob = (estimator, param)``."""
-    from estimators.params import params_of
+def _with_knobs(cls):
+    """``cls`` as a dataclass with one field per knob of :data:`estimators.params.PARAMS` (by estimator name,
+    after ``eps_high``): default, symbol and meaning from the knob's record (the one definition), tagged
+    ``knob = (estimator, param)``. A new estimator's knobs become config fields with no edit here."""
+    from estimators.params import PARAMS, knob_field
 
-    p = next(q for q in params_of(estimator) if q.name == param)
-    return _f(p.default, p.symbol, f"{estimator} only: {p.doc}", knob=(estimator, param))
+    knobs = {knob_field(est, p.name): (est, p) for est in sorted(PARAMS) for p in PARAMS[est]}
+    taken = sorted(set(knobs) & set(cls.__annotations__))
+    if taken:
+        raise ValueError(f"knob field(s) {taken} would shadow config fields of the same name")
+    annotations = {}
+    for name, kind in cls.__annotations__.items():
+        annotations[name] = kind
+        if name == "eps_high":
+            for fname, (est, p) in knobs.items():
+                annotations[fname] = "float"
+                setattr(cls, fname, _f(p.default, p.symbol, f"{est} only: {p.doc}", knob=(est, p.name)))
+    cls.__annotations__ = annotations
+    return dataclass(cls)
 
 
-@dataclass
+def _estimator_help() -> str:
+    from estimators import SCHEMES
+    from estimators.losses import TOKEN_LOSSES
+
+    return (f"estimator (THEORY §2): a trajectory scheme, {', '.join(SCHEMES)}; or a token-level loss: "
+            f"{', '.join(TOKEN_LOSSES)} (token_clip: f)")
+
+
+@_with_knobs
 class TrainConfig:
     """Every setting of one training run (written to ``config.json`` before step 0).
 
@@ -85,50 +107,13 @@ class TrainConfig:
                         "settings)")
 
     # --- GRPO ----------------------------------------------------------------------------
-    estimator: str = _f("gmc", "c_i", "estimator (THEORY §2): a trajectory scheme, is, stale, tic_mask, "
-                        "tic_trunc, tic_ppo, gmc, snis, topr, seq_tis, seq_tis_bn, seq_mis, seq_geo_mask, vespo, "
-                        "gmc_cap, gmc_topr, topr_gmc; or a token-level loss: token_clip (f), gspo, cispo, m2po, opsm, "
-                        "icepop, sapo, dppo_tv, p3o, ctpo, minpro, trm_k2, trm_k3, dispo, oapl")
+    estimator: str = _f("gmc", "c_i", _estimator_help())
     eps: float = _f(0.2, "epsilon", "ratio threshold 1+epsilon (GMC mass cap, TIC clip; token_clip/opsm: lower clip)")
     eps_high: float | None = _f(None, "epsilon_high", "token_clip/opsm/minpro/trm upper clip (None: = eps); ignored "
                                 "by the others", knob_for=("token_clip", "opsm", "minpro", "trm_k2", "trm_k3"))
-    gspo_eps_low: float = _knob("gspo", "eps_low")
-    gspo_eps_high: float = _knob("gspo", "eps_high")
-    cispo_eps_low: float = _knob("cispo", "eps_low")
-    cispo_eps_high: float = _knob("cispo", "eps_high")
-    m2po_tau: float = _knob("m2po", "tau")
-    opsm_delta: float = _knob("opsm", "delta")
-    tis_cap: float = _knob("seq_tis_bn", "C")
-    seq_tis_cap: float = _knob("seq_tis", "C")
-    mis_low: float = _knob("seq_mis", "lo")
-    mis_high: float = _knob("seq_mis", "hi")
-    gmc_cap_kappa: float = _knob("gmc_cap", "kappa")
-    icepop_low: float = _knob("icepop", "lo")
-    icepop_high: float = _knob("icepop", "hi")
-    geo_low: float = _knob("seq_geo_mask", "lo")
-    geo_high: float = _knob("seq_geo_mask", "hi")
-    geo_length: float = _knob("seq_geo_mask", "length")
-    geo_cap: float = _knob("seq_geo_mask", "C")
-    sapo_tau_pos: float = _knob("sapo", "tau_pos")
-    sapo_tau_neg: float = _knob("sapo", "tau_neg")
-    vespo_k_pos: float = _knob("vespo", "k_pos")
-    vespo_lambda_pos: float = _knob("vespo", "lambda_pos")
-    vespo_k_neg: float = _knob("vespo", "k_neg")
-    vespo_lambda_neg: float = _knob("vespo", "lambda_neg")
-    dppo_delta: float = _knob("dppo_tv", "delta")
-    dppo_cap: float = _knob("dppo_tv", "C")
-    ctpo_delta: float = _knob("ctpo", "delta")
-    trm_k2_delta: float = _knob("trm_k2", "delta")
-    trm_k3_delta: float = _knob("trm_k3", "delta")
-    dispo_pos_low: float = _knob("dispo", "pos_low")
-    dispo_pos_high: float = _knob("dispo", "pos_high")
-    dispo_neg_low: float = _knob("dispo", "neg_low")
-    dispo_neg_high: float = _knob("dispo", "neg_high")
-    oapl_beta: float = _knob("oapl", "beta")
     advantage: str = _f("loo", "A_i", "advantage (THEORY §1): loo (canonical), grpo, drgrpo")
     group_size: int = _f(8, "G", "completions per prompt (one group)")
-    prompts_per_step: int = _f(32, "B", "groups (prompts) per update, num_groups; batch = B * G completions",
-                               flag="num_groups")
+    prompts_per_step: int = _f(32, "B", "groups (prompts) per update; batch = B * G completions")
     steps: int = _f(200, "T", "number of updates")
     lr: float = _f(1e-4, "eta", "Adam learning rate (constant)")
     max_grad_norm: float | None = _f(None, "-", "clip the gradient norm (None: never; the estimator's own bound is "
@@ -342,6 +327,10 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        """The config of ``d``; a field under an older name (:data:`schema.runs.RENAMED_FIELDS`) reads as today's."""
+        from schema.runs import renamed
+
+        d = renamed(d)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
@@ -407,7 +396,12 @@ def config_diff(stored: dict[str, Any], given: dict[str, Any]) -> dict[str, tupl
     """``{field: (stored, given)}`` where a run's stored config and the given one differ; a field
     missing from either counts at its default. The one rule for resuming a run. Pass the stored
     config as :func:`schema.results.read_run_config` reads it: a field added after the run was
-    made then holds the value the run used (:data:`schema.results.LEGACY_FIELDS`), not today's default."""
+    made then holds the value the run used (:data:`schema.results.LEGACY_FIELDS`), not today's default.
+    Both sides go through :func:`schema.runs.renamed`: a run stored with ``tis_cap`` is the same run as one
+    planned with ``seq_tis_bn_c``."""
+    from schema.runs import renamed
+
+    stored, given = renamed(stored), renamed(given)
     defaults = TrainConfig().to_dict()
     return {k: (stored.get(k, defaults.get(k)), given.get(k, defaults.get(k)))
             for k in sorted(set(stored) | set(given))
