@@ -117,3 +117,15 @@ def test_the_committed_pilots_pass_their_own_grids_dry_run(grid, capsys):
     from studies.run import main
 
     assert main(["--grid", grid, "--dry-run"]) == 0, capsys.readouterr().err
+
+
+def test_committed_summary_tables_keep_their_headers_and_read_under_todays_names():
+    """The committed grids' summary.csv files were written with the older setting names (``tis_cap``,
+    ``geo_length``, ...) and are not rewritten; their reader (studies.findings.load) maps each row's
+    names through schema.runs.RENAMED_FIELDS."""
+    from studies.findings import load
+
+    header = (SWEEP.parent / "study_2025" / "summary.csv").read_text().split("\n", 1)[0].split(",")
+    assert {"tis_cap", "geo_length"} <= set(header)
+    row = load()["peers_2025_runs"][0]
+    assert "seq_tis_bn_c" in row and "seq_geo_mask_length" in row and not set(RENAMED_FIELDS) & set(row)
