@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-DELAY_MODES = ("fixed", "uniform")
-TRAJ_AGGS = ("sum", "token-mean")
+from .config_checks import CHECKS
 
 
 def _f(default, symbol: str, help: str, **kw):
@@ -189,125 +187,11 @@ class TrainConfig:
 
     # ------------------------------------------------------------------------------------------
     def validate(self) -> TrainConfig:
-        """Refuse a bad configuration (ValueError naming the value). Touches no file except
-        the existence check of ``model_path``; never downloads."""
-        from estimators import ADVANTAGE_KINDS, SCHEMES
-        from estimators.losses import is_batch_coupled, loss_names
-
-        from .presets import check_device, get_preset
-        from .rollout_sources import ROLLOUT_SOURCES
-        from .tasks import get_task_factory
-
-        def need(cond: bool, msg: str):
-            if not cond:
-                raise ValueError(msg)
-
-        def is_int(v):
-            return isinstance(v, int) and not isinstance(v, bool)
-
-        for name in ("threads", "digits", "terms", "heldout_size", "warm_start_steps", "warm_start_batch", "group_size",
-                     "prompts_per_step", "steps", "micro_batch_groups", "delay", "top_k", "eval_every",
-                     "eval_train_size", "eval_batch_size", "checkpoint_every", "keep_checkpoints", "seed", "task_seed",
-                     "warm_start_seed"):
-            need(is_int(getattr(self, name)), f"{name} must be an integer, got {getattr(self, name)!r}")
-        need(self.group_size >= 2, f"group_size G must be >= 2 (a group needs a baseline), got G = {self.group_size}")
-        need(isinstance(self.eps, (int, float)) and math.isfinite(self.eps) and self.eps > 0,
-             f"eps must be a finite number > 0 (the threshold is 1+eps), got eps = {self.eps!r}")
-        need(self.eps_high is None or (math.isfinite(self.eps_high) and self.eps_high > 0),
-             f"eps_high must be None or > 0, got {self.eps_high!r}")
-        need(self.delay >= 0, f"delay d must be >= 0 policy versions, got d = {self.delay}")
-        need(self.delay_mode in DELAY_MODES, f"unknown delay_mode {self.delay_mode!r}; valid: {', '.join(DELAY_MODES)}")
-        need(self.estimator in loss_names(), f"unknown estimator {self.estimator!r}; valid: {', '.join(loss_names())}")
-        from estimators.params import resolve
-
-        knobs: dict[str, dict] = {}
-        for f in dataclasses.fields(self):
-            if "knob" in f.metadata:
-                est, param = f.metadata["knob"]
-                knobs.setdefault(est, {})[param] = getattr(self, f.name)
-        for est, given in knobs.items():  # every knob checked, not only the chosen estimator's
-            try:
-                resolve(est, given)
-            except ValueError as exc:
-                names = {f.metadata["knob"][1]: f.name for f in dataclasses.fields(self)
-                         if f.metadata.get("knob", ("",))[0] == est}
-                raise ValueError(f"{exc} (config fields {', '.join(names.values())})") from None
-        if is_batch_coupled(self.estimator):
-            need(self.micro_batch_groups == 0 or self.micro_batch_groups >= self.prompts_per_step,
-                 f"estimator {self.estimator!r} uses a statistic of the whole batch (not separable by group): "
-                 f"micro_batch_groups must be 0 (one chunk), got {self.micro_batch_groups}")
-        from .stepsize import TRAINER_ADVANTAGES, check_step_control
-
-        kinds = (*ADVANTAGE_KINDS, *TRAINER_ADVANTAGES)
-        need(self.advantage in kinds, f"unknown advantage {self.advantage!r}; valid: {', '.join(kinds)}")
-        check_step_control(self)
-        need(self.traj_agg in TRAJ_AGGS, f"unknown traj_agg {self.traj_agg!r}; valid: {', '.join(TRAJ_AGGS)}")
-        need(self.traj_agg == "sum" or self.estimator in SCHEMES,
-             f"traj_agg {self.traj_agg!r} divides a trajectory estimator's term by its length; estimator "
-             f"{self.estimator!r} is a token-level loss with its own aggregation")
-        ROLLOUT_SOURCES.lookup(self.mode)  # unknown mode -> ValueError listing the valid ones
-        need(self.dtype in ("float32", "bfloat16", "float16"),
-             f"unknown dtype {self.dtype!r}; valid: float32, bfloat16, float16")
-        need(self.amp in ("none", "bfloat16"), f"unknown amp {self.amp!r}; valid: none, bfloat16")
-        need(self.amp == "none" or self.dtype == "float32",
-             f"amp {self.amp!r} keeps float32 master weights: use dtype float32, got dtype {self.dtype!r}")
-        need(self.steps >= 1, f"steps T must be >= 1, got {self.steps}")
-        need(self.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {self.prompts_per_step}")
-        need(self.micro_batch_groups >= 0, f"micro_batch_groups must be >= 0, got {self.micro_batch_groups}")
-        need(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
-        need(isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0,
-             f"lr eta must be > 0, got {self.lr!r}")
-        need(self.max_grad_norm is None or self.max_grad_norm > 0,
-             f"max_grad_norm must be None or > 0, got {self.max_grad_norm!r}")
-        from .optim import check_optimizer
-
-        check_optimizer(self.optimizer, self.momentum, self.weight_decay)
-        shrink = 1 - self.lr * self.weight_decay  # the factor the decay applies to the weights each step
-        need(self.optimizer == "adam" or shrink > 0,
-             f"weight_decay {self.weight_decay!r} at lr {self.lr!r}: optimizer {self.optimizer!r} multiplies the "
-             f"weights by 1 - lr * weight_decay = {shrink:.6g} every step, which is no decay (it must be > 0)")
-        need(not (self.dtype == "float16" and self.optimizer in ("adam", "adamw")),
-             f"optimizer {self.optimizer!r} cannot step float16 weights: its state is float16 too, where Adam's eps "
-             f"(1e-8) underflows to 0, so an update with a zero gradient steps by 0/0 = NaN. Use dtype float32 (or "
-             f"amp bfloat16, float32 master weights and state), or optimizer 'sgd'")
-        need(isinstance(self.mechanism_diagnostics, bool),
-             f"mechanism_diagnostics must be true or false, got {self.mechanism_diagnostics!r}")
-        need(self.temperature > 0 and math.isfinite(self.temperature),
-             f"temperature must be > 0, got {self.temperature!r}")
-        need(self.top_k >= 0, f"top_k must be >= 0 (0 disables it), got {self.top_k}")
-        for name in ("max_staleness", "sync_every", "queue_size"):
-            need(is_int(getattr(self, name)), f"{name} must be an integer, got {getattr(self, name)!r}")
-        need(self.max_staleness >= 0, f"max_staleness d must be >= 0, got {self.max_staleness}")
-        need(self.sync_every >= 1, f"sync_every must be >= 1, got {self.sync_every}")
-        need(self.queue_size >= 1, f"queue_size must be >= 1, got {self.queue_size}")
-        need(isinstance(self.worker_timeout_s, (int, float)) and math.isfinite(self.worker_timeout_s)
-             and self.worker_timeout_s > 0,
-             f"worker_timeout_s must be a finite number > 0, got {self.worker_timeout_s!r}")
-        if self.mode == "async":
-            need(self.delay == 0 and self.delay_mode == "fixed",
-                 f"delay = {self.delay}, delay_mode = {self.delay_mode!r} apply to the controlled mode only; async "
-                 f"staleness is set by timing, bounded by max_staleness (leave delay = 0, delay_mode = 'fixed')")
-            need(self.sync_every - 1 <= self.max_staleness,
-                 f"sync_every = {self.sync_every} needs max_staleness >= sync_every - 1 = {self.sync_every - 1}, got "
-                 f"{self.max_staleness}: between syncs the worker's weights fall up to sync_every - 1 versions behind")
-        need(0 < self.top_p <= 1, f"top_p must be in (0, 1] (1 disables it), got {self.top_p}")
-        need(self.max_new_tokens is None or (is_int(self.max_new_tokens) and self.max_new_tokens >= 1),
-             f"max_new_tokens must be None or an integer >= 1, got {self.max_new_tokens!r}")
-        need(self.warm_start_steps >= 0, f"warm_start_steps must be >= 0, got {self.warm_start_steps}")
-        need(self.warm_start_lr > 0, f"warm_start_lr must be > 0, got {self.warm_start_lr}")
-        need(self.warm_start_batch >= 1, f"warm_start_batch must be >= 1, got {self.warm_start_batch}")
-        need(self.eval_every >= 0, f"eval_every must be >= 0, got {self.eval_every}")
-        need(self.eval_train_size >= 0, f"eval_train_size must be >= 0, got {self.eval_train_size}")
-        need(self.eval_batch_size >= 1, f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
-        need(self.checkpoint_every >= 0, f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
-        need(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
-        need(isinstance(self.model_kwargs, dict),
-             f"model_kwargs must be a dict, got {type(self.model_kwargs).__name__}")
-        need(self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")), f"unknown device {self.device!r}")
-        preset = get_preset(self.preset)  # unknown preset -> ValueError listing the valid ones
-        preset.check(self)  # model path exists (never a hub id), kwargs make sense
-        check_device(self.device)  # a device torch cannot see is refused before any folder is made
-        _check_task(self, get_task_factory)  # unknown task / bad knobs -> ValueError (builds the split once)
+        """Refuse a bad configuration (ValueError naming the value): the checks of
+        :data:`llm_runs.config_checks.CHECKS`, in order. Touches no file except the existence check
+        of ``model_path``; never downloads."""
+        for check in CHECKS:
+            check(self)
         return self
 
     # ------------------------------------------------------------------------------------------
@@ -344,22 +228,6 @@ class TrainConfig:
         payload = {k: getattr(self, k) for k in keys}
         payload.update(extra or {})
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-_RUN_ONLY = ("seed", "estimator", "delay", "delay_mode", "eps", "eps_high", "lr", "steps", "eval_every",
-             "checkpoint_every", "keep_checkpoints", "mode", "max_staleness", "sync_every", "queue_size", "advantage",
-             "optimizer", "momentum", "weight_decay", "max_grad_norm", "mechanism_diagnostics")
-"""Settings no task factory reads: configurations differing only in them share one task check."""
-_TASK_CHECKED: set[str] = set()
-
-
-def _check_task(config: TrainConfig, get_task_factory) -> None:
-    """Build the task once per distinct task-relevant settings in this process (a grid validates
-    hundreds of configurations that differ only in the estimator, delay or seed)."""
-    key = json.dumps({k: v for k, v in config.to_dict().items() if k not in _RUN_ONLY}, sort_keys=True, default=str)
-    if key not in _TASK_CHECKED:
-        get_task_factory(config.task)(config)
-        _TASK_CHECKED.add(key)
 
 
 def config_fields() -> list[dataclasses.Field]:
