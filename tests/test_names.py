@@ -60,11 +60,11 @@ def test_an_estimator_s_name_is_called_estimator(fn):
 
 
 def test_the_update_passes_one_name_down():
-    from llm_runs.update import policy_update
+    from llm_runs.update import backward_chunks, policy_update
 
     assert "estimator" in inspect.signature(policy_update).parameters
-    src = inspect.getsource(policy_update)
-    assert "policy_loss(estimator," in src
+    assert "estimator=estimator" in inspect.getsource(policy_update)
+    assert "policy_loss(estimator," in inspect.getsource(backward_chunks)
 
 
 # --------------------------------------------------------------------------- deprecated keywords
