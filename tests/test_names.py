@@ -82,6 +82,7 @@ def _warns_and_equals(call_new, call_old):
         warnings.simplefilter("always")
         old = call_old()
     assert [w.category for w in caught] == [DeprecationWarning], caught
+    assert "deprecated since 2026-12-07 and removed after 2027-06-01" in str(caught[0].message)
     new = call_new()
     return new, old
 
