@@ -43,6 +43,7 @@ from ._validate import (
     check_same_shape,
     match_like,
 )
+from .records import Style, record
 
 SURROGATES = ("detached", "clamp")
 """How :func:`estimators.losses.trajectory_loss` differentiates a scheme:
@@ -110,12 +111,13 @@ def check_registration(name, **flags) -> None:
 
 def register_scheme(name: str, *, family: str, in_class: bool, sup_mass: Callable, needs_advantages: bool = False,
                     bounded: bool = True, weights_fn: Callable | None = None, surrogate: str = "detached",
-                    batch_coupled: bool = False):
+                    batch_coupled: bool = False, **record_fields):
     """Decorator registering ``fn`` under ``name`` in ``family`` (:data:`FAMILIES`); a taken name is refused.
 
-    ``sup_mass(eps, num_groups, **params)`` is the exact supremum of a group's mass (the
-    membership rule of THEORY §2); the knobs of ``fn`` are :data:`estimators.params.PARAMS`'s
-    entry for ``name``."""
+    ``sup_mass(eps, prompts_per_step, **params)`` is the exact supremum of a group's mass (the
+    membership rule of THEORY §2); ``fn`` takes the knobs of ``record_fields["params"]``, and the other
+    ``record_fields`` (label, style, mass_bound, knob_check) are the estimator's record
+    (:func:`estimators.records.record`)."""
 
     def deco(fn):
         if name in SCHEMES:
@@ -132,6 +134,7 @@ def register_scheme(name: str, *, family: str, in_class: bool, sup_mass: Callabl
             raise ValueError(f"unknown surrogate {surrogate!r}; valid: {', '.join(SURROGATES)}")
         if not isinstance(family, str) or family not in FAMILIES:
             raise ValueError(f"unknown scheme family {family!r}; valid: {', '.join(FAMILIES)}")
+        record(name, **record_fields)
         SCHEMES[name] = Scheme(name, fn, in_class, needs_advantages, bounded, (fn.__doc__ or "").strip(), weights_fn,
                                surrogate, batch_coupled, sup_mass, family)
         return fn
@@ -161,32 +164,40 @@ def scheme_names(*, family: str | None = None, in_class: bool | None = None) -> 
 # --------------------------------------------------------------------------- schemes
 
 
-@register_scheme("is", family="theory", in_class=False, bounded=False, sup_mass=lambda eps, B: math.inf)
+@register_scheme("is", family="theory", in_class=False, bounded=False, sup_mass=lambda eps, B: math.inf,
+                 label="IS", style=Style("#000000", "^", 3))
 def is_log_weights(log_ratio, eps, advantages, ops):
     """(a) plain trajectory IS, c_i = w_i (THEORY §2). Unbiased (Lemma 1); mean weight unbounded."""
     return log_ratio
 
 
-@register_scheme("stale", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0)
+@register_scheme("stale", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0,
+                 label="stale ($c=1$)", style=Style("#999999", "v", 4),
+                 mass_bound={"tight": "m_stale_bound", "theorem2": "m_stale_bound"})
 def stale_log_weights(log_ratio, eps, advantages, ops):
     """(b) stale on-policy, c_i = 1: ignore the policy gap."""
     return ops.full_like(log_ratio, 0.0)
 
 
-@register_scheme("tic_mask", family="theory", in_class=True, surrogate="clamp", sup_mass=lambda eps, B: 1.0 + eps)
+@register_scheme("tic_mask", family="theory", in_class=True, surrogate="clamp", sup_mass=lambda eps, B: 1.0 + eps,
+                 label="TIC-mask", style=Style("#0072B2", "s", 1),
+                 mass_bound={"tight": "m_mask_markov", "theorem2": "m_mask_markov"})
 def tic_mask_log_weights(log_ratio, eps, advantages, ops):
     """(c1) TIC-mask, c_i = w_i 1{w_i <= 1+eps}: the gradient of the clamped surrogate min(w, 1+eps) A."""
     return ops.where(log_ratio <= log1p_scalar(eps), log_ratio, ops.full_like(log_ratio, -math.inf))
 
 
-@register_scheme("tic_trunc", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0 + eps)
+@register_scheme("tic_trunc", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0 + eps,
+                 label="TIC-trunc", style=Style("#56B4E9", "D", 2),
+                 mass_bound={"tight": "m_trunc_scarf", "theorem2": "m_trunc_quadratic"})
 def tic_trunc_log_weights(log_ratio, eps, advantages, ops):
     """(c2) TIC-trunc (truncated IS), c_i = min(w_i, 1+eps)."""
     return ops.clamp_max(log_ratio, log1p_scalar(eps))
 
 
 @register_scheme("tic_ppo", family="theory", in_class=False, needs_advantages=True, bounded=False,
-                 sup_mass=lambda eps, B: math.inf)
+                 sup_mass=lambda eps, B: math.inf,
+                 label="TIC-PPO", style=Style("#882255", "X", 6))
 def tic_ppo_log_weights(log_ratio, eps, advantages, ops):
     """(c3) TIC-PPO, c_i = w_i 1{w_i <= 1+eps or A_i < 0}: literal PPO-min, upper-only clip (reference)."""
     keep = (log_ratio <= log1p_scalar(eps)) | (advantages < 0)
@@ -232,7 +243,9 @@ def _gmc_weights(log_ratio, eps, advantages, ops):
     return ops.scale_(w, ops.exp(log_lam))  # lambda * w
 
 
-@register_scheme("gmc", family="theory", in_class=True, weights_fn=_gmc_weights, sup_mass=lambda eps, B: 1.0 + eps)
+@register_scheme("gmc", family="theory", in_class=True, weights_fn=_gmc_weights, sup_mass=lambda eps, B: 1.0 + eps,
+                 label="GMC", style=Style("#D55E00", "o", 0),
+                 mass_bound={"tight": "m_gmc_scarf", "theorem2": "m_gmc_quadratic"})
 def gmc_log_weights(log_ratio, eps, advantages, ops):
     """(d) GMC, c_i = lambda w_i with lambda = min(1, (1+eps)/mean_j w_j); group mass min(mean w, 1+eps)."""
     m, s = _shifted_lse(log_ratio, ops)
@@ -242,7 +255,8 @@ def gmc_log_weights(log_ratio, eps, advantages, ops):
     return ops.where(capped, (log_ratio - m) + (log_cap - s), log_ratio)
 
 
-@register_scheme("snis", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0)
+@register_scheme("snis", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0,
+                 label="SNIS", style=Style("#CC79A7", "P", 5))
 def snis_log_weights(log_ratio, eps, advantages, ops):
     """(e) self-normalised IS, c_i = w_i / mean_j w_j (group mass exactly 1)."""
     m, s = _shifted_lse(log_ratio, ops)

@@ -30,39 +30,16 @@ class EstimatorStyle:
     marker: str
 
 
-STYLES: dict[str, EstimatorStyle] = {
-    "gmc": EstimatorStyle(_L["gmc"], "#D55E00", "o"),
-    "tic_mask": EstimatorStyle(_L["tic_mask"], "#0072B2", "s"),
-    "tic_trunc": EstimatorStyle(_L["tic_trunc"], "#56B4E9", "D"),
-    "is": EstimatorStyle(_L["is"], "#000000", "^"),
-    "stale": EstimatorStyle(_L["stale"], "#999999", "v"),
-    "snis": EstimatorStyle(_L["snis"], "#CC79A7", "P"),
-    "tic_ppo": EstimatorStyle(_L["tic_ppo"], "#882255", "X"),
-    "token_clip": EstimatorStyle(_L["token_clip"], "#E69F00", "<"),
-    "gspo": EstimatorStyle(_L["gspo"], "#009E73", ">"),
-    "topr": EstimatorStyle(_L["topr"], "#44AA99", "h"),
-    "seq_tis_bn": EstimatorStyle(_L["seq_tis_bn"], "#117733", "p"),
-    "seq_mis": EstimatorStyle(_L["seq_mis"], "#999933", "d"),
-    "cispo": EstimatorStyle(_L["cispo"], "#AA4499", "8"),
-    "m2po": EstimatorStyle(_L["m2po"], "#661100", "H"),
-    "opsm": EstimatorStyle(_L["opsm"], "#6699CC", "1"),
-    "gmc_cap": EstimatorStyle(_L["gmc_cap"], "#F0A070", "o"),
-    "gmc_topr": EstimatorStyle(_L["gmc_topr"], "#B05000", "s"),
-    "topr_gmc": EstimatorStyle(_L["topr_gmc"], "#2E7D6E", "D"),
-    "seq_geo_mask": EstimatorStyle(_L["seq_geo_mask"], "#BBBB00", "s"),
-    "vespo": EstimatorStyle(_L["vespo"], "#EE3377", "D"),
-    "icepop": EstimatorStyle(_L["icepop"], "#33BBEE", "4"),
-    "sapo": EstimatorStyle(_L["sapo"], "#0077BB", "*"),
-    "dppo_tv": EstimatorStyle(_L["dppo_tv"], "#EE7733", "+"),
-    "p3o": EstimatorStyle(_L["p3o"], "#4477AA", "x"),
-    "ctpo": EstimatorStyle(_L["ctpo"], "#228833", "^"),
-    "minpro": EstimatorStyle(_L["minpro"], "#AA3377", "v"),
-    "trm_k2": EstimatorStyle(_L["trm_k2"], "#777777", "<"),
-    "trm_k3": EstimatorStyle(_L["trm_k3"], "#444444", ">"),
-    "dispo": EstimatorStyle(_L["dispo"], "#CCBB44", "P"),
-    "oapl": EstimatorStyle(_L["oapl"], "#66CCEE", "X"),
-}
-"""estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style."""
+def _styles() -> dict[str, EstimatorStyle]:
+    from estimators.records import records
+
+    styled = [(r.style.rank, n, r.style) for n, r in records().items() if r.style is not None]
+    return {n: EstimatorStyle(_L.get(n, n), s.color, s.marker) for _rank, n, s in sorted(styled, key=lambda t: t[0])}
+
+
+STYLES: dict[str, EstimatorStyle] = _styles()
+"""estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style (the
+``style`` of its record, in its own module: :mod:`estimators.records`; GMC's rank is 0)."""
 
 ORDER = list(STYLES)
 """Drawing and legend order: GMC first, so it is never hidden under another line."""

@@ -45,9 +45,9 @@ from estimators.baselines import OPOB_EPS, OPOB_STDS, opob_advantages, otb_advan
 ESS_RULES = ("none", "sqrt", "linear")
 OPOB_WEIGHTS = ("is", "vcpo")
 RECIPES = {
-    "vcpo": {"estimator": "seq_tis", "seq_tis_cap": 8.0, "ess_scaling": "sqrt", "ess_base_ratio": 1.0,
+    "vcpo": {"estimator": "seq_tis", "seq_tis_c": 8.0, "ess_scaling": "sqrt", "ess_base_ratio": 1.0,
              "ess_use_clipped": False, "advantage": "opob", "opob_norm_by_std": True, "max_grad_norm": 1.0},
-    "vcpo_exact": {"estimator": "seq_tis", "seq_tis_cap": 8.0, "ess_scaling": "sqrt", "ess_base_ratio": 1.0,
+    "vcpo_exact": {"estimator": "seq_tis", "seq_tis_c": 8.0, "ess_scaling": "sqrt", "ess_base_ratio": 1.0,
                    "ess_use_clipped": False, "advantage": "opob", "opob_norm_by_std": True, "max_grad_norm": 1.0,
                    "opob_weight": "vcpo", "opob_std": "population", "opob_flat_zero": False,
                    "traj_agg": "token-mean"},

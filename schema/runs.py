@@ -16,6 +16,7 @@ def run_settings(cfg: dict) -> dict:
 
     An asynchronous run is placed at its staleness bound: ``delay`` is ``max_staleness``.
     """
+    cfg = renamed(cfg)
     mode = cfg.get("mode") or "controlled"
     delay = cfg.get("delay")
     if mode != "controlled" and cfg.get("max_staleness") is not None:
@@ -43,17 +44,10 @@ LEGACY_FIELDS: dict[str, tuple] = {
     "gspo_eps_high": (_legacy_gspo_eps_high,
                       ("GSPO's upper clip was eps_high when set, else gspo_loss's default 4e-4 (another estimator: "
                        "today's default)")),
-    **{name: (None, "only the estimator it tunes reads it, and that estimator did not exist yet")
-       for name in ("cispo_eps_low", "cispo_eps_high", "m2po_tau", "opsm_delta", "tis_cap", "mis_low", "mis_high",
-                    "gmc_cap_kappa", "icepop_low", "icepop_high", "geo_low", "geo_high", "geo_length", "geo_cap",
-                    "sapo_tau_pos", "sapo_tau_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
-                    "vespo_lambda_neg", "dppo_delta", "dppo_cap", "ctpo_delta", "trm_k2_delta", "trm_k3_delta",
-                    "dispo_pos_low", "dispo_pos_high", "dispo_neg_low", "dispo_neg_high", "oapl_beta")},
     "optimizer": (lambda cfg: "adam", "every RL update used torch.optim.Adam(params, lr)"),
     "momentum": (lambda cfg: 0.0, "Adam has no heavy-ball momentum knob"),
     "weight_decay": (lambda cfg: 0.0, "Adam without weight decay"),
     "mechanism_diagnostics": (lambda cfg: False, "the mech/ columns did not exist"),
-    "seq_tis_cap": (None, "only the estimator it tunes reads it, and that estimator did not exist yet"),
     "ess_scaling": (lambda cfg: "none", "no step-size control existed: the step was eta"),
     "ess_base_ratio": (lambda cfg: 1.0, "no step-size control existed"),
     "ess_use_clipped": (lambda cfg: False, "no step-size control existed"),
@@ -75,14 +69,53 @@ fills these in, so an old GSPO run of ``eps = 0.2`` reads as the clip range
 ``[1 - 0.2, 1 + 4e-4]`` it was trained with, not today's ``[1 - 3e-4, 1 + 4e-4]``. A field
 missing from a stored config and absent here is filled by nobody: it reads as missing
 (``llm_runs.config.load_run_config`` then takes today's default). Every field added to the
-run configuration must get an entry here (a test checks it against the committed runs)."""
+run configuration must get an entry here (a test checks it against the committed runs), except an
+estimator's knob (:func:`knob_fields`): only its estimator reads it, so a run that lacks it ran
+before that estimator existed and read as today's default (:data:`KNOB_WHY`), with no entry to write."""
+
+KNOB_WHY = "only the estimator it tunes reads it, and that estimator did not exist yet"
+"""Why a run that lacks an estimator's knob field reads it as today's default."""
+
+RENAMED_FIELDS: dict[str, str] = {
+    "tis_cap": "seq_tis_bn_c", "seq_tis_cap": "seq_tis_c", "mis_low": "seq_mis_lo", "mis_high": "seq_mis_hi",
+    "icepop_low": "icepop_lo", "icepop_high": "icepop_hi", "geo_low": "seq_geo_mask_lo",
+    "geo_high": "seq_geo_mask_hi", "geo_length": "seq_geo_mask_length", "geo_cap": "seq_geo_mask_c",
+    "dppo_delta": "dppo_tv_delta", "dppo_cap": "dppo_tv_c",
+}
+"""The one table of renamed config fields, ``{name stored by older runs: today's name}`` (a knob's field
+is ``<estimator>_<knob>``, :func:`estimators.params.knob_field`). Every reader of a stored config, a
+planned one or a ``summary.csv`` goes through :func:`renamed`, so a run stored with ``tis_cap`` is the
+same run as one planned with ``seq_tis_bn_c``."""
+
+
+def renamed(cfg: dict) -> dict:
+    """``cfg`` (a config block or a row of settings) with its old field names (:data:`RENAMED_FIELDS`)
+    written as today's; a block holding both names of one field with different values is a ValueError."""
+    if RENAMED_FIELDS.keys().isdisjoint(cfg):
+        return dict(cfg)
+    out = {RENAMED_FIELDS.get(key, key): value for key, value in cfg.items()}
+    for old, new in RENAMED_FIELDS.items():
+        if old in cfg and new in cfg and cfg[old] != cfg[new]:
+            raise ValueError(f"config holds {old!r} = {cfg[old]!r} and its today's name {new!r} = {cfg[new]!r}")
+    return out
+
+
+def knob_fields() -> dict[str, tuple[str, str]]:
+    """``{config field: (estimator, knob)}`` of every estimator's knob (the records' params)."""
+    from estimators.params import PARAMS, knob_field
+
+    return {knob_field(est, p.name): (est, p.name) for est in sorted(PARAMS) for p in PARAMS[est]}
 
 
 def legacy_fields(cfg: dict) -> dict[str, object]:
     """``{field: value}`` of the :data:`LEGACY_FIELDS` that ``cfg`` (a stored ``config`` block)
-    lacks, with the values the run actually used (``None``: today's default applies)."""
-    return {name: (value(cfg) if value is not None else None)
-            for name, (value, _why) in LEGACY_FIELDS.items() if name not in cfg}
+    lacks, with the values the run actually used (``None``: today's default applies; every knob field not
+    in :data:`LEGACY_FIELDS` is one). Old field names count as today's (:func:`renamed`)."""
+    cfg = renamed(cfg)
+    out = {name: None for name in knob_fields() if name not in cfg}
+    out.update({name: (value(cfg) if value is not None else None)
+                for name, (value, _why) in LEGACY_FIELDS.items() if name not in cfg})
+    return out
 
 
 def read_run_doc(run: Path) -> dict:
@@ -139,15 +172,16 @@ def read_run_config(run: Path, legacy: bool = True) -> dict:
     """The ``config`` block of ``run/config.json`` (``ValueError`` naming the file if it is bad),
     from the run folder or its packed grid (:func:`read_run_doc`).
 
-    With ``legacy`` (the default) a field the run predates takes the value the run actually
-    used (:data:`LEGACY_FIELDS`); ``legacy=False`` gives the stored block as written.
+    A field stored under an older name reads under today's (:func:`renamed`). With ``legacy`` (the
+    default) a field the run predates takes the value the run actually used (:data:`LEGACY_FIELDS`);
+    ``legacy=False`` gives the stored values as written.
     """
     path = Path(run) / "config.json"
     j = read_json(path) if path.is_file() else read_run_doc(run)
     cfg = j.get("config", j) if isinstance(j, dict) else None
     if not isinstance(cfg, dict):
         raise ValueError(f"{path}: expected an object with a 'config' object")
-    cfg = dict(cfg)
+    cfg = renamed(cfg)
     if legacy:
         cfg.update({k: v for k, v in legacy_fields(cfg).items() if v is not None})
     return cfg

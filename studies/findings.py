@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from schema.io import loads_json, write_text
+from schema.runs import renamed
 from studies.drift.section import d1_sentence, d5_sentence, step_control_sentence, step_size_lead, verdict_cell
 from studies.grids import GRIDS
 
@@ -56,13 +57,18 @@ NAMES = {"gmc": "GMC", "topr": "TOPR", "gspo": "GSPO", "vespo": "VESPO", "is": "
 
 
 def load(root: Path = RESULTS) -> dict:
-    """Every source of the bullets, read from ``root`` (JSON through :func:`schema.io.loads_json`)."""
+    """Every source of the bullets, read from ``root`` (JSON through :func:`schema.io.loads_json`; a
+    ``summary.csv`` row's older setting names as today's, :func:`schema.runs.renamed`)."""
     out = {}
     for key in SOURCES:
         path = source_path(key, root)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: a source of the README's findings is missing")
-        out[key] = list(csv.DictReader(path.open())) if path.suffix == ".csv" else loads_json(path.read_text())
+        if path.suffix == ".csv":
+            with path.open() as fh:
+                out[key] = [renamed(row) for row in csv.DictReader(fh)]
+        else:
+            out[key] = loads_json(path.read_text())
     return out
 
 

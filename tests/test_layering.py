@@ -4,9 +4,10 @@ Every ``import``/``from ... import`` of every module (function-level imports inc
 every ``importlib.import_module``/``__import__`` call with a literal (or literal-prefixed)
 name counts. Layers, bottom to top::
 
-    estimators, bounds      pure math
+    estimators              pure math: the estimators and their records
     stats                   generic statistics (intervals, bootstrap, Holm, power)
     execution               where sweep runs execute (imports nothing of the toolkit)
+    bounds                  THEORY's bounds (its tables' rows come from the estimators' records)
     schema                  the results contract
     simulators, llm_runs    producers (llm_runs: the training library)
     grids                   the LLM grids: specification, folders, runner, check, run tables, sweep
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"estimators": 0, "bounds": 0, "execution": 0, "stats": 0, "schema": 1, "simulators": 2, "llm_runs": 2,
+LAYERS = {"estimators": 0, "bounds": 1, "execution": 0, "stats": 0, "schema": 1, "simulators": 2, "llm_runs": 2,
           "grids": 3, "claims": 4, "figures": 5, "report_card": 6, "studies": 7}
 
 

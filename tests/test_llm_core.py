@@ -26,7 +26,7 @@ from llm_runs.config import TrainConfig, config_fields, resolve_config
 from llm_runs.presets import char_tokenizer, load_pretrained, save_pretrained
 from llm_runs.rollout import completion_logprobs, sample_groups, sample_keys
 from llm_runs.tasks import ArithmeticTask, build_task
-from llm_runs.train import build_parser, knob_flag, main
+from llm_runs.train import build_parser, field_flag, main
 from llm_runs.trainer import Trainer
 from llm_runs.update import flat_params, policy_update
 from llm_runs.warmstart import get_warm_start
@@ -233,7 +233,7 @@ def test_existing_output_is_never_overwritten_and_resume_needs_a_run(cache, tmp_
 def test_help_documents_every_flag_with_its_symbol():
     text = build_parser().format_help()
     for f in config_fields():
-        assert knob_flag(f) in text
+        assert field_flag(f) in text
         assert f.metadata["symbol"] and f.metadata["help"]
     for symbol in ("[G]", "[epsilon]", "[d]", "[eta]", "[A_i]", "[c_i]"):
         assert symbol in text

@@ -16,7 +16,7 @@ from estimators._compat import renamed_keywords
 from estimators.losses import check_options, is_batch_coupled, is_bounded, policy_loss, trajectory_loss
 from estimators.params import PARAMS, defaults, params_of, resolve
 from llm_runs.config import config_fields
-from llm_runs.train import build_parser, cli_flags, field_flag, knob_flag
+from llm_runs.train import build_parser, cli_flags, field_flag
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("estimators", "simulators", "llm_runs", "claims", "report_card", "schema", "figures", "studies", "stats",
@@ -60,11 +60,11 @@ def test_an_estimator_s_name_is_called_estimator(fn):
 
 
 def test_the_update_passes_one_name_down():
-    from llm_runs.update import policy_update
+    from llm_runs.update import backward_chunks, policy_update
 
     assert "estimator" in inspect.signature(policy_update).parameters
-    src = inspect.getsource(policy_update)
-    assert "policy_loss(estimator," in src
+    assert "estimator=estimator" in inspect.getsource(policy_update)
+    assert "policy_loss(estimator," in inspect.getsource(backward_chunks)
 
 
 # --------------------------------------------------------------------------- deprecated keywords
@@ -82,6 +82,7 @@ def _warns_and_equals(call_new, call_old):
         warnings.simplefilter("always")
         old = call_old()
     assert [w.category for w in caught] == [DeprecationWarning], caught
+    assert "deprecated since 2026-12-07 and removed after 2027-06-01" in str(caught[0].message)
     new = call_new()
     return new, old
 
@@ -196,43 +197,52 @@ def _knob_fields():
     return [f for f in config_fields() if "knob" in f.metadata]
 
 
-def test_every_knob_flag_is_estimator_dash_knob():
+def test_every_knob_field_and_flag_is_estimator_knob():
+    """One spelling: a knob's field is ``<estimator>_<knob>`` and its flag that field's name, ``-`` for ``_``."""
     fields = _knob_fields()
     assert {f.metadata["knob"] for f in fields} == {(e, p.name) for e, ps in PARAMS.items() for p in ps}
     parser = build_parser()
     shown = parser.format_help()
     for f in fields:
         est, knob = f.metadata["knob"]
+        assert f.name == f"{est}_{knob}".lower()
         flag = f"--{est.replace('_', '-')}-{knob.replace('_', '-').lower()}"
-        assert knob_flag(f) == flag
+        assert field_flag(f) == flag
         assert parser._option_string_actions[flag].dest == f.name
         assert flag in shown
     assert "--seq-geo-mask-c" in shown and "--seq-tis-bn-c" in shown and "--dppo-tv-delta" in shown
 
 
 def test_old_flags_parse_to_the_same_config_and_are_hidden():
+    from schema.runs import RENAMED_FIELDS
+
     parser = build_parser()
     shown = parser.format_help()
-    renamed = [f for f in config_fields() if field_flag(f) != knob_flag(f)]
-    assert {f.name for f in renamed} >= {"geo_cap", "tis_cap", "seq_tis_cap", "mis_low", "dppo_delta",
-                                         "prompts_per_step"}
-    for i, f in enumerate(renamed):
+    fields = {f.name: f for f in config_fields()}
+    olds = {f"--{old.replace('_', '-')}": new for old, new in RENAMED_FIELDS.items()}
+    olds["--num-groups"] = "prompts_per_step"
+    assert {"--geo-cap", "--tis-cap", "--seq-tis-cap", "--mis-low", "--dppo-delta"} <= set(olds)
+    for i, (old, name) in enumerate(sorted(olds.items())):
+        f = fields[name]
         value = "3" if f.type == "int" else repr(1.5 + i / 100)
-        new = vars(parser.parse_args(["--out", "x", f"{knob_flag(f)}={value}"]))
-        old = vars(parser.parse_args(["--out", "x", f"{field_flag(f)}={value}"]))
-        assert new == old and f.name in new
-        assert f"{field_flag(f)} " not in shown and f"{field_flag(f)}\n" not in shown
+        new = vars(parser.parse_args(["--out", "x", f"{field_flag(f)}={value}"]))
+        before = vars(parser.parse_args(["--out", "x", f"{old}={value}"]))
+        assert new == before and name in new
+        assert f"{old} " not in shown and f"{old}\n" not in shown
 
 
 def test_cli_flags_round_trip_through_the_parser():
     parser = build_parser()
-    given = {"estimator": "seq_geo_mask", "geo_cap": 2.0, "geo_low": 0.99, "tis_cap": 3.0, "prompts_per_step": 4,
-             "dppo_delta": 0.1}
-    for field_flags in (False, True):
-        flags = cli_flags(given, field_flags=field_flags)
-        assert ("--seq-geo-mask-c=2.0" in flags) != field_flags and ("--geo-cap=2.0" in flags) == field_flags
-        parsed = vars(parser.parse_args(["--out", "x", *flags]))
-        assert {k: parsed[k] for k in given} == given
+    given = {"estimator": "seq_geo_mask", "seq_geo_mask_c": 2.0, "seq_geo_mask_lo": 0.99, "seq_tis_bn_c": 3.0,
+             "prompts_per_step": 4, "dppo_tv_delta": 0.1}
+    flags = cli_flags(given)
+    assert "--seq-geo-mask-c=2.0" in flags and "--prompts-per-step=4" in flags
+    parsed = vars(parser.parse_args(["--out", "x", *flags]))
+    assert {k: parsed[k] for k in given} == given
+    stored = {"estimator": "seq_geo_mask", "geo_cap": 2.0, "tis_cap": 3.0}  # an older run's stored names
+    assert cli_flags(stored) == ["--estimator=seq_geo_mask", "--geo-cap=2.0", "--tis-cap=3.0"]
+    parsed = vars(parser.parse_args(["--out", "x", *cli_flags(stored)]))
+    assert (parsed["seq_geo_mask_c"], parsed["seq_tis_bn_c"]) == (2.0, 3.0)
 
 
 def test_a_knob_is_defined_once():

@@ -221,12 +221,12 @@ def test_paper_defaults_and_config_fields():
     cfg = TrainConfig()
     for (name, param), f in knobs.items():
         assert getattr(cfg, f.name) == d[name][param] and f.metadata["symbol"]
-    from llm_runs.train import build_parser, knob_flag
+    from llm_runs.train import build_parser, field_flag
 
     text = build_parser().format_help()
     for f in knobs.values():
-        assert knob_flag(f) in text and f"[{f.metadata['symbol']}]" in text
-    assert dataclasses.replace(cfg, estimator="seq_mis", mis_high=3.0).loss_options() == {"lo": 0.5, "hi": 3.0}
+        assert field_flag(f) in text and f"[{f.metadata['symbol']}]" in text
+    assert dataclasses.replace(cfg, estimator="seq_mis", seq_mis_hi=3.0).loss_options() == {"lo": 0.5, "hi": 3.0}
     assert dataclasses.replace(cfg, estimator="gspo").loss_options() == {"eps_low": 3e-4, "eps_high": 4e-4}
     assert dataclasses.replace(cfg, estimator="opsm", eps_high=0.28).loss_options() == {"delta": 0.5, "eps_high": 0.28}
     assert dataclasses.replace(cfg, estimator="gmc").loss_options() == {}
@@ -253,7 +253,7 @@ def test_bad_knobs_refused_by_the_config():
     with pytest.raises(ValueError, match=r"tau .* got 0.0 \(config fields m2po_tau\)"):
         TrainConfig(m2po_tau=0.0).validate()
     with pytest.raises(ValueError, match="needs lo < hi"):
-        TrainConfig(mis_low=2.0, mis_high=2.0).validate()
+        TrainConfig(seq_mis_lo=2.0, seq_mis_hi=2.0).validate()
     with pytest.raises(ValueError, match="micro_batch_groups must be 0"):
         TrainConfig(estimator="m2po", micro_batch_groups=2).validate()
     with pytest.raises(ValueError, match="micro_batch_groups must be 0"):

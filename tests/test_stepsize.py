@@ -179,7 +179,7 @@ def test_opob_runs_in_the_trainer_and_logs_its_cost(tmp_path):
 
     from llm_runs.trainer import Trainer
 
-    cfg = tiny(tmp_path / "cache", delay=1, steps=2, advantage="opob", estimator="seq_tis", seq_tis_cap=8.0,
+    cfg = tiny(tmp_path / "cache", delay=1, steps=2, advantage="opob", estimator="seq_tis", seq_tis_c=8.0,
                ess_scaling="sqrt", max_grad_norm=1.0, drift_diagnostics=True)
     Trainer(cfg, tmp_path / "run", progress=False, log=lambda m: None).run()
     m = pd.read_csv(tmp_path / "run" / "metrics.csv")

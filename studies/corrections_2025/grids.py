@@ -12,8 +12,8 @@ NEWCOMERS_2025 = ("icepop", "seq_geo_mask", "sapo", "vespo", "dppo_tv")
 """The corrections verl, TRL, AReaL and prime-rl added in 2025-2026 (:mod:`estimators.peers_2025`,
 :mod:`estimators.losses`)."""
 
-NEWCOMER_HORIZONS = {"short": {**HORIZONS["short"], "geo_length": 3.0},
-                     "long": {**HORIZONS["long"], "geo_length": 18.0}}
+NEWCOMER_HORIZONS = {"short": {**HORIZONS["short"], "seq_geo_mask_length": 3.0},
+                     "long": {**HORIZONS["long"], "seq_geo_mask_length": 18.0}}
 """The study's horizons with seq_geo_mask's averaging length: L = 18 tokens at the long horizon
 (every completion has 18), L = 3 at the short one (completions of at most 3 tokens). The grids of
 the 2025-2026 corrections run them, so that an intervention on the mask changes nothing else."""

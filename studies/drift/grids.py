@@ -60,7 +60,8 @@ def drift_step_arms() -> tuple[Arm, ...]:
     return (Arm("vcpo", {**clip, **vcpo}, (RECIPES["vcpo"]["estimator"],), zero_delay=False),
             Arm("ess", {**clip, "ess_scaling": "sqrt"}, ("gmc", "is", "topr"), zero_delay=False),
             Arm("gmcstep", {**clip, "gmc_step": True}, ("gmc",), zero_delay=False),
-            Arm("skip0", {"skip_zero_grad": True, "geo_length": NEWCOMER_HORIZONS["long"]["geo_length"]},
+            Arm("skip0", {"skip_zero_grad": True,
+                          "seq_geo_mask_length": NEWCOMER_HORIZONS["long"]["seq_geo_mask_length"]},
                 ("seq_geo_mask",), zero_delay=False))
 
 
