@@ -146,6 +146,23 @@ def with_legacy_settings(cfg: dict, names: tuple[str, ...]) -> dict:
     return {**cfg, **{n: then[n] for n in names if n in then and then[n] is not None}}
 
 
+def record_as_today(settings: dict) -> dict:
+    """A recorded grid's settings (``sweep.json``'s ``settings``) with the settings' older names written as today's
+    (:func:`schema.runs.renamed`) in its base, its horizons and its arms: what a definition's :meth:`Grid.record`
+    is compared with, so that a knob renamed since the grid was recorded does not make it another grid."""
+    from schema.runs import renamed
+
+    out = dict(settings)
+    if isinstance(out.get("base"), dict):
+        out["base"] = renamed(out["base"])
+    if isinstance(out.get("horizons"), dict):
+        out["horizons"] = {h: renamed(t) if isinstance(t, dict) else t for h, t in out["horizons"].items()}
+    if isinstance(out.get("arms"), list):
+        out["arms"] = [{**a, "overrides": renamed(a["overrides"])} if isinstance(a, dict) and
+                       isinstance(a.get("overrides"), dict) else a for a in out["arms"]]
+    return out
+
+
 def grid_out(name: str) -> str:
     """The ``out`` of grid ``name``: ``results/`` + its folder (:func:`grids.folders.grid_relpath`), what the
     studies' grid definitions pass as :attr:`Grid.out`."""
@@ -169,7 +186,7 @@ def recorded_grid(root: str | Path) -> Grid:
     if not path.is_file():
         raise ValueError(f"{path} does not exist: {root} records no grid")
     doc = read_json(path)
-    s = dict(doc.get("settings") or {}) if isinstance(doc, dict) else {}
+    s = record_as_today(dict(doc.get("settings") or {}) if isinstance(doc, dict) else {})
     need = ("name", "base", "horizons", "estimators", "delays", "seeds", "floor", "zero_delay")
     missing = [k for k in need if k not in s]
     if missing:

@@ -44,7 +44,7 @@ from llm_runs.train import cli_flags
 from schema.grid import Grid, as_record, check_plan, settings_product
 
 from .run_table import RUN_COLUMNS, write_summary  # noqa: F401 (the sweep's summary table)
-from .spec import Cell, with_legacy_settings
+from .spec import Cell, record_as_today, with_legacy_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -226,7 +226,7 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
         if not isinstance(stored, dict):
             raise ValueError(f"{settings_file} holds no sweep settings (no 'settings' object): not a sweep's "
                              f"sweep.json; use another --out")
-        if stored != as_record(sweep.record()):
+        if record_as_today(stored) != as_record(sweep.record()):
             raise ValueError(f"{settings_file} holds other sweep settings: use another --out (results are never "
                              f"overwritten)")
     cells, todo, waiting = _prepare(sweep, out, resume, log)
