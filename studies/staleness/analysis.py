@@ -35,7 +35,6 @@ from llm_runs.run_table import (  # noqa: F401  (the rule's names, which the pre
     N_RESAMPLES,
     PRIMARY,
     RAW_BOUND_COLUMNS,
-    STABLE_FRACTION,
     TRAJECTORY,
     _interval,
     _study_folders,
@@ -64,6 +63,7 @@ from llm_runs.run_table import (  # noqa: F401  (the rule's names, which the pre
     with_exploratory,
 )
 from schema.io import dumps_json
+from schema.stability import STABLE_FRACTION
 
 # --------------------------------------------------------------------------- the hypotheses
 

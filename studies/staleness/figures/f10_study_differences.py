@@ -18,7 +18,6 @@ from llm_runs.run_table import (
     MARGIN,
     MIN_SEEDS,
     PRIMARY,
-    STABLE_FRACTION,
     differences,
     exploratory_estimators,
     read_paired,
@@ -27,6 +26,7 @@ from llm_runs.run_table import (
     whole_seeds,
 )
 from schema.results import STUDY, STUDY_2025, source_note
+from schema.stability import STABLE_FRACTION
 
 NAME = "f10_study_differences"
 TITLE = "F10. Staleness study: GMC minus each baseline (paired by seed, 95% bootstrap intervals)"
