@@ -93,7 +93,7 @@ def committed_run(pair: Pair) -> tuple[Path, int, list[dict]]:
     """The committed run the pair retrains: the ``rank``-th lowest seed whose run had not collapsed by
     update :data:`T_PAIR` (seed 0 if none qualifies), with every candidate's collapse update."""
     from schema.results import grid_folder, run_folders
-    from studies.drift.analysis import d5_run
+    from studies.drift.d5 import d5_run
 
     runs = {r.name: r for r in run_folders(grid_folder(pair.grid)) if r.name.startswith(pair.run_prefix + "-s")}
     seeds = sorted(int(n.rsplit("-s", 1)[1]) for n in runs)
