@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 import stats as _stats
+from schema.stability import STABLE_FRACTION  # noqa: F401  (the study's rule, read by the tables' users)
 
 from .folders import grid_folder
 
@@ -32,7 +33,6 @@ ALPHA = 0.05  # two-sided level of every interval (95%)
 MARGIN = 0.03  # the smallest difference in final held-out pc that matters (H2's non-inferiority margin)
 N_RESAMPLES = 10_000  # bootstrap resamples (scipy.stats.bootstrap, percentile method)
 BOOT_SEED = 20261201  # the bootstrap's random state
-STABLE_FRACTION = 0.8  # a baseline is stable in a cell when at least this fraction of its seeds are stable
 TRAJECTORY = ("gmc", "tic_mask")  # H3's pair: the gap between these trajectory corrections
 H4_DIAGNOSTIC, H4_THRESHOLD, H4_WINDOW = "stale/chi2", 1.0, 5  # rolling median over 5 updates above chi^2 = 1
 COLLAPSE_FRACTION = 0.5  # collapse: held-out pc below half its running maximum (and still there at the end)

@@ -161,9 +161,9 @@ def replay_against_commit(run: str | Path, steps: int, commit: str | None = None
 
     from schema.results import METRICS_FILE, read_run_doc
 
+    from .committed_warmstarts import COMMITTED_ENV
     from .train import cli_flags
     from .trainer import Trainer
-    from .warmstart import COMMITTED_ENV
 
     run = Path(run)
     stored = read_run_doc(run)

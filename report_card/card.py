@@ -10,7 +10,7 @@ import estimators
 from estimators.losses import TOKEN_LOSSES
 from estimators.params import params_of
 
-from . import exact, llm, robustness, simulate
+from . import exact, llm, llm_cells, robustness, simulate
 from .load import EPS, Correction
 from .store import Store
 from .verdict import RULES, verdict
@@ -315,7 +315,7 @@ def _render_llm(card: dict) -> list[str]:
         for c in missing:
             why = f" Refused: {c['why']}" if c["state"] == "refused" else ""
             L.append(f"- {c['label']}: {len(c.get('runs_needed', []))} runs of seeds "
-                     f"{', '.join(map(str, llm.FULL_SEEDS))} ({', '.join(c.get('runs_needed', [])[:2])}, ...), "
+                     f"{', '.join(map(str, llm_cells.FULL_SEEDS))} ({', '.join(c.get('runs_needed', [])[:2])}, ...), "
                      f"about {_minutes(c.get('cost_s', 0.0))} at 2 runs at a time (the study's measured step "
                      f"costs, `grids.runner.estimate_seconds`), plus the warm start if this machine has none "
                      f"cached.{why}")

@@ -19,9 +19,10 @@ from pathlib import Path
 
 from figures.style import label
 from schema.io import loads_json, write_text
-from studies.findings import RESULTS, block_arguments, cell_rows, load, stable_count
+from studies.findings import block_arguments
 from studies.grids import GRIDS
-from studies.mechanism.analysis import WARNING_FILE
+from studies.mechanism.warning import WARNING_FILE
+from studies.verdict_files import RESULTS, cell_rows, load, stable_count
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "RESULTS-NARRATIVE.md"
@@ -96,7 +97,7 @@ BLOCKS: dict[str, Callable[[dict], str]] = {
     "delay0-gain": delay0_gain,
     "warning-auc": warning_auc,
 }
-"""Every generated block of the page: its name and its renderer (of :func:`studies.findings.load`'s sources and
+"""Every generated block of the page: its name and its renderer (of :func:`studies.verdict_files.load`'s sources and
 the mechanism study's chosen warning signal, ``warning``)."""
 
 

@@ -89,17 +89,14 @@ def test_imports_point_down_only():
     assert not bad, "upward or sideways imports:\n" + "\n".join(bad)
 
 
-RUN_TABLES = ("grids.run_table", "grids.mechanism_table")
-"""The readers of the LLM grids' run folders (one row per run, traces, whole seeds): they run nothing,
-and the figures draw from them as the studies decide from them."""
+PRODUCERS = ("simulators", "llm_runs")
+"""The packages that make results (simulations, LLM runs) and read their own run folders."""
 
 
 def test_figures_import_no_producer():
-    """Figures read results through schema, claims' outputs and the run tables (:data:`RUN_TABLES`),
-    never a producer's module."""
-    bad = [w for (src, dst), where in package_edges().items()
-           if src == "figures" and dst in ("simulators", "llm_runs") for w in where
-           if w.rsplit(" imports ", 1)[1] not in RUN_TABLES]
+    """Figures read results through schema and claims, never a producer's module: not even the LLM's run
+    tables (claims reads those for them), function-level imports included."""
+    bad = [w for (src, dst), where in package_edges().items() if src == "figures" and dst in PRODUCERS for w in where]
     assert not bad, "figures imports a producer:\n" + "\n".join(map(str, bad))
 
 

@@ -276,7 +276,8 @@ def test_char_tokenizer_and_model_round_trip_through_from_pretrained(cache, tmp_
 def test_a_warm_start_and_a_run_record_their_identity_and_the_machine(cache, tmp_path):
     """The warm start's record names its weights (sha256 of the files) and the machine; a run's
     config.json records the machine; two records differ when pc or weights do."""
-    from llm_runs.warmstart import differs, machine, weights_digest
+    from llm_runs.committed_warmstarts import weights_digest
+    from llm_runs.warmstart import differs, machine
 
     config = tiny(cache, steps=1)
     ws = get_warm_start(config, build_task(config), log=lambda m: None)

@@ -367,7 +367,8 @@ def test_a_sapo_temperature_float32_cannot_hold_is_a_config_error_not_a_torch_er
 def test_verl_plugin_reads_every_knob_from_policy_loss_and_refuses_an_unknown_one():
     """loss_mode gmc_cap, seq_geo_mask, vespo ran at their defaults whatever actor.policy_loss set; and
     seq_geo_mask ran with L = 1 whatever the response length."""
-    from llm_runs.integrations.verl.losses import knob_names, trajectory_policy_loss
+    from llm_runs.integrations.verl.losses import trajectory_policy_loss
+    from llm_runs.integrations.verl.settings import knob_names
 
     old = torch.tensor([[-1.0, -0.5, -0.2], [-0.7, -0.4, -0.9], [-0.3, -0.2, -0.4], [-1.1, -0.9, -0.3]])
     new = old + torch.tensor([[0.9, 0.4, 0.3], [-0.2, 0.1, 0.0], [0.05, -0.3, 0.2], [0.3, 0.2, -0.1]])

@@ -290,7 +290,7 @@ def test_a_committed_simulator_table_reads_with_its_estimator_column():
 def test_verls_knob_reader_has_the_estimators_name_and_the_old_one_warns():
     from types import SimpleNamespace
 
-    from llm_runs.integrations.verl.losses import estimator_options_from, scheme_options_from
+    from llm_runs.integrations.verl.settings import estimator_options_from, scheme_options_from
 
     config = SimpleNamespace(policy_loss={"kappa": 2.0})
     assert estimator_options_from(config, "gmc_cap") == {"kappa": 2.0}

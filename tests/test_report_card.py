@@ -304,7 +304,7 @@ def test_the_drift_of_a_cell_and_its_place_on_the_map(tmp_path, monkeypatch):
     not provisional (llm_runs.drift.place) and not on a provisional one."""
     import llm_runs.drift
     from llm_runs.drift import read_export, summary
-    from report_card import llm
+    from report_card import llm_numbers
 
     runs = [["results/llm/mechanism", f"long-adamwclip-topr-d64-s{s}"] for s in (0, 1, 2)]
     kl = sorted(summary(*read_export(ROOT / r[0] / r[1]))["kl_early"] for r in runs)[1]
@@ -314,7 +314,7 @@ def test_the_drift_of_a_cell_and_its_place_on_the_map(tmp_path, monkeypatch):
     monkeypatch.setattr(llm_runs.drift, "map_path", lambda: path)
     for provisional in (True, False):
         path.write_text(json.dumps({"axis": "kl", "provisional": provisional, "seeds": 10, "boundaries": [row]}))
-        d = llm.drift(runs)
+        d = llm_numbers.drift(runs)
         assert d["kl_early"] == kl and d["kl_runs"] == 3
         if provisional:
             assert d["map"].startswith("pending: the drift study's map is provisional (10 whole seeds)")

@@ -26,7 +26,7 @@ def run_record(run) -> dict | None:
     from llm_runs.drift import EARLY_UPDATES
     from grids.run_table import run_row
     from schema.results import read_run, read_run_config, read_run_doc
-    from studies.drift.analysis import d5_run
+    from studies.drift.d5 import d5_run
 
     row = run_row(run)
     if row is None or not row["complete"]:
@@ -107,7 +107,7 @@ def level_drift(recs, est, level, G, seeds, key="kl_pre") -> tuple[float, bool]:
 
 
 def family_boundary(recs, est, G, seeds, key="kl_pre") -> tuple[float | None, str | None, list]:
-    from studies.drift.analysis import boundary
+    from studies.drift.drift_map import boundary
 
     lv, notes = [], []
     for level in FAMILY_LEVELS:
@@ -128,7 +128,7 @@ GRID_GS = (4, 8, 16, 32)
 def boundaries(recs) -> list[dict]:
     """Descriptive, for F26: each correction's boundary on the pre-collapse early-KL axis at each G over the
     Adam + clip family (:data:`FAMILY_LEVELS`), from the seeds present at every level the correction ran at
-    that G (none: no boundary), censored as :func:`studies.drift.analysis.boundary` says. G4 tests G = 4
+    that G (none: no boundary), censored as :func:`studies.drift.drift_map.boundary` says. G4 tests G = 4
     against 32 for GMC and TIC-trunc; these rows carry no test."""
     out = []
     for est in BOUNDARY_ESTIMATORS:
@@ -213,7 +213,7 @@ def g5(recs) -> dict:
 
 def g6(recs) -> dict:
     from stats import fisher_greater
-    from studies.drift.analysis import _counts
+    from studies.drift.d5 import _counts
     from studies.grids import GRIDS
 
     planned = {c.name for c in GRIDS["group_size"].cells() if c.delay > 0}

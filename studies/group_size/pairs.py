@@ -94,7 +94,7 @@ def committed_run(pair: Pair) -> tuple[Path, int, list[dict]]:
     update :data:`T_PAIR` (seed 0 if none qualifies), with every candidate's collapse update."""
     from grids import grid_folder
     from schema.results import run_folders
-    from studies.drift.analysis import d5_run
+    from studies.drift.d5 import d5_run
 
     runs = {r.name: r for r in run_folders(grid_folder(pair.grid)) if r.name.startswith(pair.run_prefix + "-s")}
     seeds = sorted(int(n.rsplit("-s", 1)[1]) for n in runs)

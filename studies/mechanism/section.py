@@ -191,7 +191,7 @@ def drift_lines(runs, study: Path, root: Path) -> list[str]:
 
 def _drift_map_answer() -> str:
     """D1's answer (the drift map's pre-registered test of rule against drift) once it is decided; "" before."""
-    from studies.drift.section import d1_sentence, read_verdicts
+    from studies.drift.verdict_text import d1_sentence, read_verdicts
 
     return d1_sentence(read_verdicts())
 

@@ -41,7 +41,7 @@ from grids.run_table import (  # noqa: F401
     MIN_SEEDS,
     N_RESAMPLES,
     PRIMARY,
-    STABLE_FRACTION,
+    RAW_BOUND_COLUMNS,
     TRAJECTORY,
     _interval,
     _study_folders,
@@ -66,6 +66,7 @@ from grids.run_table import (  # noqa: F401
     with_exploratory,
 )
 from schema.io import dumps_json
+from schema.stability import STABLE_FRACTION
 
 # --------------------------------------------------------------------------- the hypotheses
 

@@ -5,16 +5,8 @@ from __future__ import annotations
 from estimators._compat import renamed_keywords
 
 from .compat import _cfg
-from .losses import (
-    eps_from,
-    group_ids,
-    group_size_from,
-    policy_loss_names,
-    rollout_log_probs,
-    rows_by_uid,
-    step_controls_from,
-    whole_groups,
-)
+from .losses import group_ids, rollout_log_probs, rows_by_uid, whole_groups
+from .settings import eps_from, group_size_from, policy_loss_names, step_controls_from
 
 
 def _rollout_log_probs(data):

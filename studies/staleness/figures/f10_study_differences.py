@@ -18,7 +18,6 @@ from grids.run_table import (
     MARGIN,
     MIN_SEEDS,
     PRIMARY,
-    STABLE_FRACTION,
     differences,
     exploratory_estimators,
     read_paired,
@@ -28,6 +27,7 @@ from grids.run_table import (
 )
 from grids.folders import STUDY, STUDY_2025
 from schema.results import source_note
+from schema.stability import STABLE_FRACTION
 
 NAME = "f10_study_differences"
 TITLE = "F10. Staleness study: GMC minus each baseline (paired by seed, 95% bootstrap intervals)"
