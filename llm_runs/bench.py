@@ -126,8 +126,8 @@ def step_vs_trl(opts) -> dict[str, float]:
 
 @benchmark
 def long_vs_trl(opts) -> dict[str, float]:
-    from .reference import HORIZONS, STUDY_BASE
     from .metrics import read_metrics
+    from .reference import HORIZONS, STUDY_BASE
 
     config = resolve_config({**STUDY_BASE, **HORIZONS["long"], "warm_start_steps": 50, "estimator": "gmc", "delay": 4,
                              "seed": 0, "cache_dir": opts.cache_dir})

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from estimators._compat import renamed_keywords
+from grids import grid_relpath
 from schema.stability import STABLE_FRACTION
 
 from .llm_cells import ARMS, CELLS, COMMITTED, FULL_SEEDS, QUICK_CELLS, QUICK_SEEDS, REFERENCES, LLMCell
@@ -153,9 +154,8 @@ def grids(corr: Correction, todo: list[LLMCell], seeds, overrides: dict | None =
     """One :class:`grids.Grid` per arm for the cells ``todo`` (the committed grid's
     settings as its folder records them, :func:`grids.recorded_grid`; ``overrides`` on
     top, e.g. a smoke test's fewer updates)."""
-    from grids import Arm, grid_folder
+    from grids import Arm, grid_folder, recorded_grid
     from grids import Grid as Study
-    from grids import recorded_grid
 
     primary, mechanism = recorded_grid(grid_folder("primary")), recorded_grid(grid_folder("mechanism"))
 

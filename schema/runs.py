@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .sources import MissingResults, read_json, results_root
+from .sources import MissingResults, read_json
 
 
 def run_settings(cfg: dict) -> dict:

@@ -141,9 +141,9 @@ def model_sizes() -> list[float]:
     the GPU plan's Qwen3-0.6B shape."""
     import json
 
+    from llm_runs.presets import TINY_CPU_SHAPE
     from studies.gpu.check import QWEN3_0_6B_SHAPE
     from studies.gpu.plan import parameter_counts
-    from llm_runs.presets import TINY_CPU_SHAPE
     from studies.grids import GRIDS
 
     vocabs = {len(json.loads(t.read_text())["model"]["vocab"])

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llm_runs import drift
 from grids.run_table import MARGIN
+from llm_runs import drift
 from studies.drift import analysis, beside, d5, drift_map, verdicts
 
 

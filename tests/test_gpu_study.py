@@ -12,11 +12,11 @@ import time
 import pytest
 import torch
 
-from studies.gpu import run as gpu_study
-from studies.gpu.check import QWEN3_0_6B_SHAPE
 from llm_runs.presets import char_tokenizer
 from llm_runs.tasks import ScratchpadTask
 from schema.results import read_run, read_run_config, run_folders
+from studies.gpu import run as gpu_study
+from studies.gpu.check import QWEN3_0_6B_SHAPE
 from studies.gpu.figures.f14_gpu_pc_vs_delay import read_gpu_runs
 from studies.staleness.analysis import whole_seeds
 
@@ -164,8 +164,8 @@ def test_report_shows_the_gpu_study_or_says_it_has_not_run(tiny, monkeypatch, tm
 def test_warm_start_stops_at_the_target_or_the_deadline_and_is_reused_only_with_its_settings(tiny, tmp_path):
     import dataclasses
 
-    from studies.gpu.check import load_tokenizer
     from llm_runs.presets import load_pretrained
+    from studies.gpu.check import load_tokenizer
 
     tok = load_tokenizer(tiny["tok"])
     plan = gpu_study.PLANS["tiny"]

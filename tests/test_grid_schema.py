@@ -79,8 +79,8 @@ def test_every_committed_run_is_a_run_of_its_recorded_grid(grid):
     """A committed grid's runs match the plan its folder records, a setting added after they were made read as
     the value such runs used (schema.runs.LEGACY_FIELDS) on both sides: the drift grid's VCPO arm ran before
     opob_flat_zero existed, and its analysis must not call those runs foreign."""
-    from grids.check import audit
     from grids import grid_folder
+    from grids.check import audit
 
     found = audit(grid_folder(grid))
     assert found.foreign == {} and found.no_metrics == [] and len(found.runs) > 0

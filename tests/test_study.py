@@ -606,7 +606,6 @@ def test_every_committed_grid_records_the_settings_its_definition_gives(tmp_path
     import json
 
     from grids.spec import record_as_today
-
     from studies.grids import GRIDS
 
     found = 0

@@ -274,8 +274,8 @@ def test_f12_says_when_the_independence_prediction_fails_and_adds_the_study_poin
 
 
 def test_horizon_grid_is_gmc_at_delay_16_over_terms_2_to_7_and_leaves_the_primary_untouched():
-    from llm_runs.config import resolve_config
     from grids.sweep import plan
+    from llm_runs.config import resolve_config
     from studies.grids import GRIDS
     from studies.staleness.grids import HORIZON_TERMS
 

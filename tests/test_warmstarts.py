@@ -232,8 +232,8 @@ def test_check_names_every_committed_warm_start_by_its_settings(tmp_path, monkey
 def test_the_larger_models_warm_start_is_named_by_the_runs_that_started_from_it():
     """Not committed yet: the scale grids record one start (its weights' sha256) and the machine kind
     that made it, which is what ``--commit large`` must reproduce before committing anything."""
-    from llm_runs.reference import committed_config
     from grids import grid_folder
+    from llm_runs.reference import committed_config
 
     cfg = committed_config("large")
     found = committed.recorded_starts(committed.warm_start_key(cfg),

@@ -197,8 +197,8 @@ def points(runs: pd.DataFrame) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    from schema.io import write_json
     from grids import grid_folder
+    from schema.io import write_json
 
     ap = argparse.ArgumentParser(prog="python -m studies.corrections_2026", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", default=None,

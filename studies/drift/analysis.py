@@ -56,8 +56,8 @@ def _level(cfg: dict) -> str | None:
 
 def read(folders: dict[str, Path] | None = None) -> pd.DataFrame:
     """One row per run of the drift grids and the mechanism grid's ``sgd``/``adamclip`` arms."""
-    from llm_runs.drift import summary
     from grids.run_table import _study_folders
+    from llm_runs.drift import summary
     from schema.results import read_run, read_run_config
 
     folders = folders or _folders()

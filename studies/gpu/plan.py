@@ -197,9 +197,8 @@ def cost_model(plan: GpuPlan, params: int, embed: int, prompt_tokens: int, compl
 def task_token_counts(tokenizer=None) -> tuple[int, int]:
     """(prompt tokens, completion tokens with EOS) of the long-horizon task: measured with ``tokenizer`` on
     every held-out problem (one length each, else ValueError), or the character counts without one."""
-    from schema.results import scratchpad_horizon
-
     from llm_runs.tasks import ScratchpadTask
+    from schema.results import scratchpad_horizon
 
     if tokenizer is None:
         return 2 * TASK["terms"], scratchpad_horizon(STUDY_BASE["digits"], TASK["terms"])

@@ -99,11 +99,11 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from .grid import GPU_STUDY, GpuStudy, make_study, run_base  # noqa: F401 (the study as data)
 from .plan import (  # noqa: F401 (the plan's names, quoted by the study's docs)
     CHI2_RANGE,
     CUDA_CONTEXT_GB,
@@ -136,7 +136,6 @@ from .runs import (  # noqa: F401 (the device steps, quoted by the tests)
     summary_table,
     warm_start,
 )
-from .grid import GPU_STUDY, GpuStudy, make_study, run_base  # noqa: F401 (the study as data)
 
 _log = logging.getLogger(__name__)
 

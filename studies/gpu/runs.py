@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 
 from execution import LocalExecutor
+from grids import Grid
 from schema.io import write_json
 from schema.results import read_json
 
 from .plan import CHI2_RANGE, TASK, GpuPlan, plan_shape, task_token_counts
-from grids import Grid
 
 
 class _NotStarted:
@@ -141,11 +141,12 @@ def warm_start(plan: GpuPlan, tokenizer, folder: Path, log, deadline: float | No
     import numpy as np
 
     from llm_runs.config import TrainConfig
-    from .check import build_model
     from llm_runs.presets import save_pretrained
     from llm_runs.rollout import evaluate
     from llm_runs.tasks import build_task
     from llm_runs.warmstart import supervised_loss
+
+    from .check import build_model
 
     done = folder / "warmstart.json"
     if done.is_file():
@@ -220,9 +221,8 @@ def run_rows(out: Path, study: Grid) -> list[dict]:
     """One row per run folder of ``study`` under ``out`` that has metrics: final pc, stability
     (:func:`grids.run_table.run_row`, the study's rule), median ``stale/chi2`` over the updates
     t >= d, median completion tokens per second."""
-    from schema.results import metrics_path, read_run
-
     from grids.run_table import run_row
+    from schema.results import metrics_path, read_run
 
     rows = []
     for cell in study.cells():

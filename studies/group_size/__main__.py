@@ -78,8 +78,8 @@ def decide() -> dict:
 
 
 def main(argv=None) -> int:
-    from schema.io import write_json
     from grids import grid_folder
+    from schema.io import write_json
 
     ap = argparse.ArgumentParser(prog="python -m studies.group_size", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", default=None, help="where to write (default: results/llm/group_size/verdicts.json)")

@@ -23,8 +23,8 @@ def _level_of(cfg: dict) -> str:
 def run_record(run) -> dict | None:
     """One grid run: its per-run record, G and B, level, the early KL over the whole window and cut at the
     collapse, and its D5 record (the ESS signal's trace from the first update)."""
-    from llm_runs.drift import EARLY_UPDATES
     from grids.run_table import run_row
+    from llm_runs.drift import EARLY_UPDATES
     from schema.results import read_run, read_run_config, read_run_doc
     from studies.drift.d5 import d5_run
 

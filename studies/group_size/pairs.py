@@ -288,8 +288,8 @@ def gate_table(rows: list[dict], gate_b: dict, target_sq: float, target_se: floa
 
 
 def main(argv=None) -> int:
-    from schema.io import write_json
     from grids import grid_folder
+    from schema.io import write_json
     from schema.results import read_json, results_root
 
     ap = argparse.ArgumentParser(prog="python -m studies.group_size.pairs", description=__doc__.split("\n\n")[0])

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from grids import grid_folder
 from grids.mechanism_table import (  # noqa: F401  (the table's names, which the analysis' readers use)
     DELAY,
     DRIFT_COLUMNS,
@@ -42,7 +43,6 @@ from grids.mechanism_table import (  # noqa: F401  (the table's names, which the
     replay_check,
     whole_seeds_of,
 )
-from grids import grid_folder
 from grids.run_table import (
     ALPHA,
     MARGIN,

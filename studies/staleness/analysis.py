@@ -41,7 +41,6 @@ from grids.run_table import (  # noqa: F401
     MIN_SEEDS,
     N_RESAMPLES,
     PRIMARY,
-    RAW_BOUND_COLUMNS,
     TRAJECTORY,
     _interval,
     _study_folders,

@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 from figures import style
+from grids.folders import MECHANISM, STUDY
 from grids.mechanism_table import DELAY, load
 from grids.run_table import bootstrap
-from grids.folders import MECHANISM, STUDY
 
 NAME = "f20_mechanism_pc"
 TITLE = "F20. Mechanism study: final held-out pc per optimiser and estimator (long horizon, d = 64)"

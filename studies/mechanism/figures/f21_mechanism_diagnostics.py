@@ -13,9 +13,9 @@ from __future__ import annotations
 import pandas as pd
 
 from figures import style
+from grids.folders import MECHANISM, STUDY
 from grids.mechanism_table import DELAY, GRID, load
 from grids.run_table import read_traces
-from grids.folders import MECHANISM, STUDY
 
 from .f20_mechanism_pc import ARM_LABELS, ARMS
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from figures import style
+from grids.folders import STUDY, STUDY_2025
 from grids.run_table import (
     MARGIN,
     MIN_SEEDS,
@@ -25,7 +26,6 @@ from grids.run_table import (
     stable_in_cell,
     whole_seeds,
 )
-from grids.folders import STUDY, STUDY_2025
 from schema.results import source_note
 from schema.stability import STABLE_FRACTION
 

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from figures import style
-from grids.run_table import MIN_SEEDS, bootstrap, exploratory_estimators, with_exploratory
 from grids.folders import STUDY, STUDY_2025
+from grids.run_table import MIN_SEEDS, bootstrap, exploratory_estimators, with_exploratory
 from schema.results import source_note
 
 from .f10_study_differences import load, tick

@@ -20,8 +20,8 @@ import pandas as pd
 
 from claims.horizon import AGREE_FACTOR, agrees, independence_verdict
 from figures import style
-from grids.run_table import PRIMARY, read_traces
 from grids.folders import STUDY, STUDY_HORIZON
+from grids.run_table import PRIMARY, read_traces
 from schema.results import source_note
 
 NAME = "f12_chi2_vs_horizon"

@@ -21,8 +21,8 @@ import pandas as pd
 
 from figures import style
 from grids.bound_table import BOUND_COLUMNS, RAW_BOUND_COLUMNS, bound_table
-from grids.run_table import PRIMARY, read_traces
 from grids.folders import STUDY
+from grids.run_table import PRIMARY, read_traces
 from schema.results import source_note
 
 NAME = "f13_theory_in_the_loop"
