@@ -30,24 +30,30 @@ import numpy as np
 
 MASS_FORMS = ("tight", "theorem2")
 
-def _mass_bound_rows() -> dict[str, dict[str, str]]:
+
+def mass_bounds() -> dict[str, dict[str, str]]:
+    """scheme -> form -> the registered bound on its mass bias m (THEORY §3); IS (m = 0) is not listed. Each
+    row is the ``mass_bound`` of the scheme's record, in its own module (:mod:`estimators.records`), read when
+    asked (importing :mod:`bounds` imports no estimator, nor torch); also :data:`MASS_BOUNDS`."""
     from estimators.records import records
 
-    rows = {n: r.mass_bound for n, r in records().items() if r.mass_bound is not None}
-    rank = {n: records()[n].style.rank if records()[n].style else float("inf") for n in rows}
+    recs = records()
+    rows = {n: r.mass_bound for n, r in recs.items() if r.mass_bound is not None}
+    rank = {n: recs[n].style.rank if recs[n].style else float("inf") for n in rows}
     return {n: rows[n] for n in sorted(rows, key=lambda n: rank[n])}
 
 
-MASS_BOUNDS = _mass_bound_rows()
-"""scheme -> form -> the registered bound on its mass bias m (THEORY §3); IS (m = 0) is not listed. Each
-row is the ``mass_bound`` of the scheme's record, in its own module (:mod:`estimators.records`)."""
+def __getattr__(name: str):
+    if name == "MASS_BOUNDS":  # the table as a module attribute, read when asked (mass_bounds)
+        return mass_bounds()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def mass_bound_name(scheme: str, form: str = "tight") -> str | None:
     """The registered bound of ``scheme`` in ``form``; None for a scheme without one (IS included)."""
     if form not in MASS_FORMS:
         raise ValueError(f"unknown mass-bound form {form!r}; valid: {', '.join(MASS_FORMS)}")
-    entry = MASS_BOUNDS.get(scheme)
+    entry = mass_bounds().get(scheme)
     return None if entry is None else entry[form]
 
 

@@ -75,6 +75,14 @@ def record(name: str, *, params=(), label: str | None = None, style: Style | Non
     return rec
 
 
+def forget(name: str) -> None:
+    """Remove ``name``'s record and its views (a correction file unloaded, or rolled back after a failed import:
+    :mod:`report_card.load`); an unknown name is left as it is."""
+    RECORDS.pop(name, None)
+    PARAMS.pop(name, None)
+    KNOB_CHECKS.pop(name, None)
+
+
 def interval_check(strict: bool = False) -> Callable[[dict], None]:
     """A ``knob_check`` for knobs ``lo`` and ``hi`` that bound a kept interval: ``lo <= hi`` (``lo < hi``
     with ``strict``), else a ValueError naming both values."""

@@ -19,7 +19,7 @@ matplotlib.use("Agg")  # figures are files; never open a window
 import matplotlib.pyplot as plt
 import numpy as np
 
-from schema.metrics import ESTIMATOR_LABELS as _L
+from schema.metrics import estimator_labels
 from schema.metrics import estimator_label
 
 
@@ -30,19 +30,25 @@ class EstimatorStyle:
     marker: str
 
 
-def _styles() -> dict[str, EstimatorStyle]:
+def styles() -> dict[str, EstimatorStyle]:
+    """estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style (the
+    ``style`` of its record, in its own module: :mod:`estimators.records`; GMC's rank is 0), in drawing and
+    legend order (GMC first, so it is never hidden under another line). Read when asked, so that importing a
+    figure imports no estimator (nor torch); also :data:`STYLES`, and its keys :data:`ORDER`."""
     from estimators.records import records
 
+    labels = estimator_labels()
     styled = [(r.style.rank, n, r.style) for n, r in records().items() if r.style is not None]
-    return {n: EstimatorStyle(_L.get(n, n), s.color, s.marker) for _rank, n, s in sorted(styled, key=lambda t: t[0])}
+    return {n: EstimatorStyle(labels.get(n, n), s.color, s.marker)
+            for _rank, n, s in sorted(styled, key=lambda t: t[0])}
 
 
-STYLES: dict[str, EstimatorStyle] = _styles()
-"""estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style (the
-``style`` of its record, in its own module: :mod:`estimators.records`; GMC's rank is 0)."""
-
-ORDER = list(STYLES)
-"""Drawing and legend order: GMC first, so it is never hidden under another line."""
+def __getattr__(name: str):
+    if name == "STYLES":
+        return styles()
+    if name == "ORDER":
+        return list(styles())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 THEORY_KW = {"linestyle": "--", "linewidth": 1.1, "alpha": 0.9}
 """Keyword arguments of a theory line (a bound or a predicted slope)."""
@@ -50,7 +56,7 @@ THEORY_KW = {"linestyle": "--", "linewidth": 1.1, "alpha": 0.9}
 
 def style(name: str) -> EstimatorStyle:
     """The style of estimator ``name`` (an unknown name gets a grey style, never an error)."""
-    return STYLES.get(name, EstimatorStyle(name, "#555555", "*"))
+    return styles().get(name, EstimatorStyle(name, "#555555", "*"))
 
 
 def label(name: str, mode: str | None = None) -> str:
@@ -66,13 +72,14 @@ def line_kw(name: str, mode: str | None = None) -> dict:
 
 
 def ordered(names, last=()) -> list[str]:
-    """``names`` in :data:`ORDER` (unknown names last, sorted); those in ``last`` (e.g. the
+    """``names`` in the drawing order (:func:`styles`; unknown names last, sorted); those in ``last`` (e.g. the
     exploratory estimators) after all the others, in the same order among themselves."""
     names = list(dict.fromkeys(names))
     if last:
         last = set(last)
         return ordered(n for n in names if n not in last) + ordered(n for n in names if n in last)
-    return [n for n in ORDER if n in names] + sorted(n for n in names if n not in STYLES)
+    known = styles()
+    return [n for n in known if n in names] + sorted(n for n in names if n not in known)
 
 
 RC = {

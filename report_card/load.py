@@ -23,7 +23,7 @@ import numpy as np
 import estimators
 from estimators._compat import renamed_keywords
 from estimators.losses import TOKEN_LOSSES
-from estimators.params import PARAMS
+from estimators.records import RECORDS, forget
 
 EPS = 0.2
 """The threshold every part of the card uses (the study's, the sweeps')."""
@@ -54,17 +54,17 @@ _LOADED: dict[str, list[str]] = {}
 
 
 def _registered() -> tuple[set, set, set]:
-    return set(estimators.SCHEMES), set(TOKEN_LOSSES), set(PARAMS)
+    return set(estimators.SCHEMES), set(TOKEN_LOSSES), set(RECORDS)
 
 
 def _roll_back(before: tuple[set, set, set]) -> None:
-    schemes, losses, params = before
+    schemes, losses, records = before
     for n in set(estimators.SCHEMES) - schemes:
         del estimators.SCHEMES[n]
     for n in set(TOKEN_LOSSES) - losses:
         del TOKEN_LOSSES[n]
-    for n in set(PARAMS) - params:
-        del PARAMS[n]
+    for n in set(RECORDS) - records:
+        forget(n)  # the record and its views (knobs, knob checks)
 
 
 @renamed_keywords(name="estimator")
@@ -135,7 +135,7 @@ def unload(path: str | Path) -> None:
     for n in _LOADED.pop(key, []):
         estimators.SCHEMES.pop(n, None)
         TOKEN_LOSSES.pop(n, None)
-        PARAMS.pop(n, None)
+        forget(n)
 
 
 def card_folder(cards: Path, name: str) -> Path:

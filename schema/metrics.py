@@ -63,18 +63,23 @@ def stale_metrics(diagnostics: dict, prefix: str = "") -> dict[str, float]:
     return {prefix + STALE.get(k, f"stale/{k}"): float(v) for k, v in diagnostics.items()}
 
 
-def _labels() -> dict[str, str]:
+def estimator_labels() -> dict[str, str]:
+    """estimator name (``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> display name (the
+    ``label`` of its record, in its own module: :mod:`estimators.records`), read when asked (so a correction
+    registered later has its label, and importing this module imports no estimator, nor torch); also
+    :data:`ESTIMATOR_LABELS`."""
     from estimators.records import records
 
     return {n: r.label for n, r in records().items() if r.label is not None}
 
 
-ESTIMATOR_LABELS = _labels()
-"""estimator name (``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> display name (the
-``label`` of its record, in its own module: :mod:`estimators.records`)."""
+def __getattr__(name: str):
+    if name == "ESTIMATOR_LABELS":  # the table as a module attribute, read when asked (estimator_labels)
+        return estimator_labels()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def estimator_label(name: str, mode: str | None = None) -> str:
     """``GMC``, ``TIC-mask (async)``: the display name of an estimator run in ``mode``."""
-    base = ESTIMATOR_LABELS.get(name, name)
+    base = estimator_labels().get(name, name)
     return base if mode in (None, "", "controlled") else f"{base} ({mode})"
