@@ -76,4 +76,4 @@ def mass_bound(scheme: str, sigma2, mu4, G, eps, form: str = "tight"):
     return f(**{k: kw[k] for k in f.params})
 
 
-__all__ = ["MASS_BOUNDS", "MASS_FORMS", "mass_bound", "mass_bound_name"]
+__all__ = ["MASS_FORMS", "mass_bound", "mass_bound_name", "mass_bounds"]

@@ -19,8 +19,7 @@ matplotlib.use("Agg")  # figures are files; never open a window
 import matplotlib.pyplot as plt
 import numpy as np
 
-from schema.metrics import estimator_labels
-from schema.metrics import estimator_label
+from schema.metrics import estimator_label, estimator_labels
 
 
 @dataclass(frozen=True)
