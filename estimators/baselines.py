@@ -3,12 +3,12 @@
 * **OPOB** (VCPO's off-policy optimal baseline, Huang et al. 2026, arXiv 2602.17616; mit-han-lab/vcpo
   ``recipe/fully_async_policy/staleness_utils.py:compute_opob_baseline``): one baseline per group,
   ``b* = sum_i W_i R_i / (sum_i W_i + 1e-8)``, ``W_i = w_i^2 ||grad log pi(tau_i)||^2``; advantages
-  ``(num_groups, G)``, one per trajectory (the trainer's ``advantage = "opob"``, :mod:`llm_runs.stepsize`).
+  ``(prompts_per_step, G)``, one per trajectory (the trainer's ``advantage = "opob"``, :mod:`llm_runs.stepsize`).
 * **OTB** (verl's Optimal Token Baseline, verl 0.9.1 ``verl/trainer/ppo/core_algos.py``:
   ``compute_optimal_token_baseline_advantage``): one baseline per group and token position,
   ``B_t = sum_i G_{i,t} W_{i,t} / (sum_i W_{i,t} + 1e-8)`` with ``G_{i,t}`` the return-to-go and ``W_{i,t}``
   the cumulative ``1 - 2 pi_t + sum_v pi_v^2`` (times the IS weight squared); advantages
-  ``(num_groups, G, T)``, one per token. The toolkit's losses take one advantage per trajectory, so OTB is
+  ``(prompts_per_step, G, T)``, one per token. The toolkit's losses take one advantage per trajectory, so OTB is
   no trainer advantage mode: :mod:`simulators.baselines` measures it exactly on E2.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ OTB_EPS = 1e-8
 
 def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_norms: torch.Tensor,
                     norm_by_std: bool = True, flat_zero: bool = True, std: str = "sample") -> torch.Tensor:
-    """VCPO's OPOB advantages, shape (num_groups, G): per group ``b* = sum_i W_i R_i / (sum_i W_i + 1e-8)``
+    """VCPO's OPOB advantages, shape (prompts_per_step, G): per group ``b* = sum_i W_i R_i / (sum_i W_i + 1e-8)``
     with ``W_i = w_i^2 ||grad log pi(tau_i)||^2`` (``grad_sq_norms``), then ``R_i - b*``, divided by the
     group's reward std where ``norm_by_std`` and that std exceeds 1e-8 (``std``: ``sample``, Bessel-corrected,
     or ``population``, VCPO's ``torch.std(unbiased=False)``).
@@ -37,7 +37,7 @@ def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_
     Rewards, log-ratios or gradient norms that are NaN, or negative norms, are refused (ValueError)."""
     r = rewards.double()
     if r.ndim != 2 or seq_log_ratio.shape != r.shape or grad_sq_norms.shape != r.shape:
-        raise ValueError(f"rewards, seq_log_ratio and grad_sq_norms must share one (num_groups, G) shape, got "
+        raise ValueError(f"rewards, seq_log_ratio and grad_sq_norms must share one (prompts_per_step, G) shape, got "
                          f"{tuple(r.shape)}, {tuple(seq_log_ratio.shape)}, {tuple(grad_sq_norms.shape)}")
     lr, g2 = seq_log_ratio.detach().double(), grad_sq_norms.detach().double()
     for name, x in (("rewards", r), ("seq_log_ratio", lr), ("grad_sq_norms", g2)):
@@ -83,7 +83,7 @@ def _check_finite(name: str, x: torch.Tensor, allow_neg_inf: bool = False) -> No
 def otb_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, old_log_probs: torch.Tensor,
                    sum_pi_squared: torch.Tensor, is_weights: torch.Tensor | None = None,
                    handle_zero_tail: bool = True, eps: float = OTB_EPS) -> torch.Tensor:
-    """verl's Optimal Token Baseline advantages, shape ``(num_groups, G, T)``: a transcription of verl 0.9.1
+    """verl's Optimal Token Baseline advantages, shape ``(prompts_per_step, G, T)``: a transcription of verl 0.9.1
     ``verl/trainer/ppo/core_algos.py:compute_optimal_token_baseline_advantage`` for groups laid out on the
     first axis (verl's ``index``: one prompt per group).
 
@@ -103,7 +103,7 @@ def otb_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, old_log_prob
     overflows float64 are refused (ValueError). Computed in float64."""
     r = token_rewards.detach().double()
     if r.ndim != 3:
-        raise ValueError(f"otb: token_rewards must have shape (num_groups, G, T), got {tuple(r.shape)}")
+        raise ValueError(f"otb: token_rewards must have shape (prompts_per_step, G, T), got {tuple(r.shape)}")
     named = {"mask": mask, "old_log_probs": old_log_probs, "sum_pi_squared": sum_pi_squared}
     if is_weights is not None:
         named["is_weights"] = is_weights

@@ -211,7 +211,7 @@ def ess_scale(rule: str, ratio: float, base: float = 1.0) -> float:
 
 def gmc_step_scale(seq_log_ratio: torch.Tensor, eps: float) -> float:
     """GMC's step form: the mean over the batch's groups of ``lambda_g = min(1, (1+eps) / mean_i w_gi)``
-    on the raw trajectory ratios (``seq_log_ratio`` of shape (num_groups, G))."""
+    on the raw trajectory ratios (``seq_log_ratio`` of shape (prompts_per_step, G))."""
     import estimators
 
     return float(estimators.gmc_lambda(seq_log_ratio.detach().double(), eps).mean())
@@ -278,7 +278,7 @@ def scaled_lr(optimizer: torch.optim.Optimizer, scale: float):
 
 def trajectory_grad_sq_norms(model, batch, temperature: float = 1.0) -> torch.Tensor:
     """``||grad_theta sum_t log pi_theta(o_t | q, o_<t)||^2`` of every trajectory of ``batch``, shape
-    (num_groups, G): one forward and backward pass per trajectory (the parameters' ``.grad`` are left
+    (prompts_per_step, G): one forward and backward pass per trajectory (the parameters' ``.grad`` are left
     as they were)."""
     from .rollout import completion_logprobs
 
@@ -291,4 +291,4 @@ def trajectory_grad_sq_norms(model, batch, temperature: float = 1.0) -> torch.Te
         total = (logp * batch.completion_mask[sl]).sum()
         grads = torch.autograd.grad(total, params, allow_unused=True)
         out[i] = sum(float((g.double() ** 2).sum()) for g in grads if g is not None)
-    return out.view(batch.num_groups, batch.group_size)
+    return out.view(batch.prompts_per_step, batch.group_size)

@@ -70,8 +70,8 @@ def ratio_metrics(seq_log_ratio: torch.Tensor, weights: torch.Tensor | None, tok
     """The ``stale/`` theory columns of one batch.
 
     Args:
-        seq_log_ratio: (num_groups, G) trajectory log-ratios log w (detached).
-        weights: (num_groups, G) the estimator's weights c, or None (no trajectory weight).
+        seq_log_ratio: (prompts_per_step, G) trajectory log-ratios log w (detached).
+        weights: (prompts_per_step, G) the estimator's weights c, or None (no trajectory weight).
         token_log_ratio: (N, T) per-token log pi_theta - log mu; token_mask: (N, T) 1 on completion tokens.
         estimator: the run's estimator name; eps: its threshold.
     """
@@ -79,7 +79,7 @@ def ratio_metrics(seq_log_ratio: torch.Tensor, weights: torch.Tensor | None, tok
 
     lr = seq_log_ratio.detach().double().cpu().numpy()
     if lr.ndim != 2:
-        raise ValueError(f"seq_log_ratio must be (num_groups, G), got shape {lr.shape}")
+        raise ValueError(f"seq_log_ratio must be (prompts_per_step, G), got shape {lr.shape}")
     G = lr.shape[1]
     with np.errstate(over="ignore", invalid="ignore"):
         w = np.exp(lr)

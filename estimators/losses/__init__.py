@@ -3,7 +3,7 @@
 Every trajectory-level scheme of :mod:`estimators.schemes` gets one surrogate whose
 autograd gradient is exactly (minus) THEORY §2's estimator, averaged over groups:
 
-    grad(-loss) = (1/num_groups) sum_g (1/G) sum_i c_gi A_gi grad log pi_theta(o_gi | q_g)
+    grad(-loss) = (1/prompts_per_step) sum_g (1/G) sum_i c_gi A_gi grad log pi_theta(o_gi | q_g)
 
 with c = :func:`estimators.weights` evaluated on the detached trajectory log-ratios.
 Stop-gradients sit where THEORY §2 puts them:

@@ -286,7 +286,7 @@ def dispo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | N
 
 
 def oapl_optimal_advantages(adv, beta: float):
-    """OAPL's optimal advantage of each completion from its group's centred rewards ``a`` (num_groups, G):
+    """OAPL's optimal advantage of each completion from its group's centred rewards ``a`` (prompts_per_step, G):
     ``A*_i = a_i - V*``, ``V* = beta log mean_j exp(a_j / beta)`` (the KL-regularised optimal value
     of the group under the behaviour policy, estimated from its G samples). Invariant to a common
     shift of the rewards, so any centred advantage (``drgrpo``, ``loo`` = G/(G-1) times it) gives it
@@ -307,7 +307,7 @@ def oapl_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | No
     ``A*_i = a_i - beta log mean_j exp(a_j / beta)`` (:func:`oapl_optimal_advantages`, ``a`` the
     advantages passed, read as the group's centred rewards):
 
-        loss = (1/(num_groups G)) sum_i (beta l_i - A*_i)^2 / (2 beta)
+        loss = (1/(prompts_per_step G)) sum_i (beta l_i - A*_i)^2 / (2 beta)
 
     Its gradient is ``-(1/N) sum_i (A*_i - beta l_i) grad l_i``: a policy gradient whose advantage
     is ``A*_i - beta l_i``, with no ratio anywhere. What it optimises: the minimiser in ``pi_theta``

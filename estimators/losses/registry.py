@@ -20,9 +20,9 @@ class LossOutput:
     loss: torch.Tensor
     """scalar surrogate; minimise it."""
     seq_log_ratio: torch.Tensor
-    """(num_groups, G) detached trajectory log-ratios sum_t (log pi_theta - log pi_b)."""
+    """(prompts_per_step, G) detached trajectory log-ratios sum_t (log pi_theta - log pi_b)."""
     weights: torch.Tensor | None
-    """(num_groups, G) detached weights c (trajectory schemes only)."""
+    """(prompts_per_step, G) detached weights c (trajectory schemes only)."""
     metrics: dict
     """loss-specific statistics (e.g. ``token_clip_frac``); never the ratio diagnostics."""
 

@@ -39,7 +39,7 @@ def _values(cfg, seq_log_ratio: torch.Tensor, weights: torch.Tensor | None) -> t
 
 def local_statistics(cfg, seq_log_ratio: torch.Tensor | None, weights: torch.Tensor | None) -> torch.Tensor:
     """This rank's float64 vector of :data:`N_STATS` sums (zeros, logsumexps of -inf, for a rank that
-    saw no sequence). ``seq_log_ratio`` has shape (num_groups, G)."""
+    saw no sequence). ``seq_log_ratio`` has shape (prompts_per_step, G)."""
     out = torch.zeros(N_STATS, dtype=torch.float64)
     out[3] = out[4] = -math.inf
     if seq_log_ratio is None or seq_log_ratio.numel() == 0:
