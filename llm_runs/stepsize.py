@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from estimators.baselines import OPOB_EPS, OPOB_STDS, opob_advantages, otb_advantages  # noqa: F401
+from estimators.baselines import OPOB_GUARD, OPOB_STDS, opob_advantages, otb_advantages  # noqa: F401
 
 ESS_RULES = ("none", "sqrt", "linear")
 OPOB_WEIGHTS = ("is", "vcpo")
@@ -65,7 +65,7 @@ gradient averaged over its tokens (``traj_agg = "token-mean"``, their ``seq-mean
 group with equal rewards left at VCPO's ``R (1 - sum W / (sum W + 1e-8))`` (``opob_flat_zero = False``)."""
 TRAINER_ADVANTAGES = ("opob",)
 """Advantage modes the trainer computes itself (they need the model, not only the rewards)."""
-ESS_EPS = 1e-8
+ESS_GUARD = 1e-8
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def ess_ratio(values: torch.Tensor, log_values: torch.Tensor | None = None) -> f
         return 0.0
     s1, s2 = float(w.sum()), float((w * w).sum())
     if math.isfinite(s1) and math.isfinite(s2):
-        return s1 * s1 / (s2 + ESS_EPS) / n
+        return s1 * s1 / (s2 + ESS_GUARD) / n
     lw = torch.log(w) if log_values is None else log_values.detach().double().reshape(-1)
     if not bool(torch.isfinite(lw).logical_or(lw == -math.inf).all()):
         return 1.0 / n

@@ -31,7 +31,7 @@ SEQUENCE_SUM_LOSSES = ("oapl",)
 """Token losses whose gradient sums over a completion's tokens (no ``1/|o|`` average): an exact
 evaluation scales the others' estimates by the completion length, not these."""
 
-P3O_ESS_EPS = 1e-8
+P3O_ESS_GUARD = 1e-8
 """FeynRL's guard in the batch ESS, ``(sum r)^2 / (sum r^2 + 1e-8) / n``."""
 P3O_KL_EXP_CLAMP = 10.0
 """FeynRL's ``compute_kl_distance`` clamps ``log(pi_b / pi_theta)`` to [-10, 10] before its exp."""
@@ -49,7 +49,7 @@ def batch_token_ess(log_r, keep) -> torch.Tensor:
     n = sel.numel()
     lse1 = torch.logsumexp(sel, 0)
     lse2 = torch.logsumexp(2 * sel, 0)
-    guard = -torch.nn.functional.softplus(math.log(P3O_ESS_EPS) - lse2)  # log(S2 / (S2 + 1e-8))
+    guard = -torch.nn.functional.softplus(math.log(P3O_ESS_GUARD) - lse2)  # log(S2 / (S2 + 1e-8))
     return torch.clamp(torch.exp(2 * lse1 - lse2 + guard) / n, max=1.0)
 
 
