@@ -252,7 +252,7 @@ def _vespo_peak(k_pos, lambda_pos, k_neg, lambda_neg):
     return max(phi_peak(k_pos, lambda_pos), phi_peak(k_neg, lambda_neg))
 
 
-@renamed_keywords(ngroups="prompts_per_step")
+@renamed_keywords(ngroups="prompts_per_step")  # deprecated 2026-12-07, removed after 2027-06-01
 def weight_max(scheme: str, G, eps, prompts_per_step=1, **params) -> float:
     """§8.3: ``sup_w max_i c_i``, the largest weight one trajectory can get (exact, from the scheme's
     definition in :mod:`estimators`): IS inf; GMC G(1+eps); TOPR 1; ... (:data:`SIGN_TABLE`). A
@@ -309,7 +309,7 @@ def _value(entry, **kw):
     return f(**{k: kw[k] for k in f.params})
 
 
-@renamed_keywords(ngroups="prompts_per_step")
+@renamed_keywords(ngroups="prompts_per_step")  # deprecated 2026-12-07, removed after 2027-06-01
 def sign_error_bound(scheme: str, grad_abs, M_, sigma2_, G_, eps_, form: str = "mass", mu4_=0.0,
                      prompts_per_step: int = 1, **knobs):
     """§8.3's sign-error bound of ``scheme`` at one coordinate: ``grad_abs = |grad_j J|``, M the A2
@@ -343,7 +343,7 @@ def sign_error_bound(scheme: str, grad_abs, M_, sigma2_, G_, eps_, form: str = "
     return twin("sign_error_iid")(c2=sq, mu=mu_lo, M=M_, G=int(prompts_per_step) * G_)
 
 
-@renamed_keywords(ngroups="prompts_per_step")
+@renamed_keywords(ngroups="prompts_per_step")  # deprecated 2026-12-07, removed after 2027-06-01
 def trajectory_share_bound(scheme: str, G, eps, prompts_per_step=1, **params) -> float:
     """§8.3: ``c_max / (B G)``, the largest share of the batch's nominal mass one trajectory can carry."""
     return weight_max(scheme, G, eps, prompts_per_step, **params) / (int(prompts_per_step) * float(G))

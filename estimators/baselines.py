@@ -83,7 +83,7 @@ def _check_finite(name: str, x: torch.Tensor, allow_neg_inf: bool = False) -> No
                          f"{tuple(torch.nonzero(bad)[0].tolist())}")
 
 
-@renamed_keywords(eps="denominator_guard")
+@renamed_keywords(eps="denominator_guard")  # deprecated 2026-12-07, removed after 2027-06-01
 def otb_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, old_log_probs: torch.Tensor,
                    sum_pi_squared: torch.Tensor, is_weights: torch.Tensor | None = None,
                    handle_zero_tail: bool = True,

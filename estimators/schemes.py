@@ -69,7 +69,7 @@ class Scheme:
     sup_mass: Callable | None = None  # (eps, prompts_per_step, **params) -> sup_w of a group's mass (1/G) sum_i c_i
     family: str = "theory"  # one of FAMILIES: where the scheme comes from
 
-    @renamed_keywords(num_groups="prompts_per_step")
+    @renamed_keywords(num_groups="prompts_per_step")  # deprecated 2026-12-07, removed after 2027-06-01
     def group_mass_sup(self, eps: float, prompts_per_step: int = 1, **params) -> float:
         """The exact supremum over all ratios of one group's mass ``(1/G) sum_i c_i`` when the
         array passed holds ``prompts_per_step`` groups (THEORY §2: member of C_eps iff <= 1+eps)."""
@@ -77,7 +77,7 @@ class Scheme:
 
         return float(self.sup_mass(check_eps(eps), int(prompts_per_step), **resolve(self.name, params)))
 
-    @renamed_keywords(num_groups="prompts_per_step")
+    @renamed_keywords(num_groups="prompts_per_step")  # deprecated 2026-12-07, removed after 2027-06-01
     def member(self, eps: float, prompts_per_step: int = 1, **params) -> bool:
         """Exact membership in C_eps: the mass cap 1+eps holds for every ratio vector."""
         return self.group_mass_sup(eps, prompts_per_step, **params) <= 1 + check_eps(eps)
@@ -144,7 +144,7 @@ def register_scheme(name: str, *, family: str, in_class: bool, sup_mass: Callabl
     return deco
 
 
-@renamed_keywords(name="estimator")
+@renamed_keywords(name="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def get_scheme(estimator: str) -> Scheme:
     """The registered trajectory scheme named ``estimator``."""
     try:
@@ -299,13 +299,13 @@ def _call(spec, lr, eps, adv, ops, p):
     return spec.log_weights(lr, eps, adv, ops, **p) if p else spec.log_weights(lr, eps, adv, ops)
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def log_weights(estimator: str, log_ratio, eps: float, advantages=None, **params):
     """log c for ``estimator`` (``-inf`` where c = 0); same shape and array type as ``log_ratio``."""
     return _apply(_call, estimator, log_ratio, eps, advantages, params)
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def weights(estimator: str, log_ratio, eps: float, advantages=None, **params):
     """Weights c of THEORY §2 for trajectory log-ratios.
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from estimators._compat import renamed_keywords
 
 from .qwen3_forward import logits_fn
 from .tasks import Problem
@@ -48,7 +47,6 @@ def derive_key(*parts) -> np.ndarray:
     return key
 
 
-@renamed_keywords(num_prompts="prompts_per_step", num_groups="prompts_per_step")
 def sample_keys(seed: int, step: int, prompts_per_step: int, group_size: int) -> np.ndarray:
     """Per-sample keys from (seed, step, prompt slot, sample index), shape (prompts_per_step * G,)."""
     slot = np.repeat(np.arange(prompts_per_step), group_size)

@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 
 import estimators
-from estimators._compat import renamed_keywords
 from estimators.losses import is_batch_coupled
 
 from .load import EPS, Correction
@@ -33,7 +32,6 @@ SUP_TOL = 1e-9
 float rounding only."""
 
 
-@renamed_keywords(batch_groups="prompts_per_step", num_groups="prompts_per_step")
 def membership(corr: Correction, eps: float = EPS, prompts_per_step=(1, 8)) -> dict:
     """Declared supremum and class membership against the toolkit's search, per batch size."""
     from simulators.peers import grid_max_mass

@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 
 import estimators
-from estimators._compat import renamed_keywords
 from estimators.losses import TOKEN_LOSSES
 from estimators.params import PARAMS
 
@@ -67,7 +66,6 @@ def _roll_back(before: tuple[set, set, set]) -> None:
         del PARAMS[n]
 
 
-@renamed_keywords(name="estimator")
 def load_correction(path: str | Path, estimator: str | None = None) -> Correction:
     """Import the correction file ``path`` and return what it registered (``estimator`` picks one when it
     registers several). :class:`CorrectionError` when the file does not exist or fails to import,
@@ -153,7 +151,6 @@ def card_folder(cards: Path, name: str) -> Path:
     return folder
 
 
-@renamed_keywords(name="estimator")
 def registered_correction(estimator: str) -> Correction:
     """A correction the toolkit ships (``--estimator``); :class:`CorrectionError` for an unknown name."""
     import inspect

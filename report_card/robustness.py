@@ -23,7 +23,6 @@ import math
 import numpy as np
 import torch
 
-from estimators._compat import renamed_keywords
 from estimators.losses import is_bounded, policy_loss
 
 DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
@@ -32,7 +31,6 @@ N_CASES = 200  # the suite's max_examples
 SEED = 20261203
 
 
-@renamed_keywords(n_groups="prompts_per_step", num_groups="prompts_per_step")
 def padded_batch(dtype, pad, G=2, prompts_per_step=2, T=5, seed=0):
     """``((logp, old), (padded logp, padded old), mask, advantages)``: a batch of ``prompts_per_step`` groups of
     ``G`` completions, ``T`` positions of which the last two (and all but the first of row 1) are
@@ -74,7 +72,6 @@ def _cases(rng: np.random.Generator):
         yield dtype, G, B, T, lr, old, keep, pad, adv
 
 
-@renamed_keywords(name="estimator")
 def sweep(estimator: str, eps: float = 0.2) -> dict:
     """Run both parts of the sweep on ``name``; per dtype the cases run and the failures (each with
     its input), and the totals. Never raises for the correction's own failure: it is a finding."""

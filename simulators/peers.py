@@ -34,7 +34,6 @@ from scipy.special import softmax
 
 import estimators
 from estimators import scheme_names
-from estimators._compat import renamed_keywords
 from estimators.losses import CORRECTIONS_2026, SEQUENCE_SUM_LOSSES, TOKEN_LOSSES, is_batch_coupled, policy_loss
 
 from . import theory
@@ -56,7 +55,6 @@ LENGTH_KNOB = {"seq_geo_mask": "length"}
 environment's H (E1: 1, E2: every completion has H tokens), the rest at their defaults."""
 
 
-@renamed_keywords(name="estimator")
 def options_for(estimator: str, H: int) -> dict | None:
     """The knobs ``name`` runs with on an environment of horizon ``H``."""
     return {LENGTH_KNOB[estimator]: float(H)} if estimator in LENGTH_KNOB else None
@@ -103,7 +101,6 @@ def token_view(env, theta, theta_b) -> dict:
             "grad_J_b": np.asarray(env.grad_J(theta_b)).ravel()}
 
 
-@renamed_keywords(name="estimator", batch_groups="prompts_per_step", num_groups="prompts_per_step")
 def group_estimates(view: dict, tuples: np.ndarray, eps: float, estimator: str, prompts_per_step: int = 1,
                     options: dict | None = None, advantage: str = "loo") -> np.ndarray:
     """``g_hat`` of every group ``tuples (n, G)`` (outcome indices), shape ``(n, P)``.
@@ -156,7 +153,6 @@ def _summary(view, eps, g_mean, cov, second, second_se, max_norm, extra) -> dict
     return out
 
 
-@renamed_keywords(name="estimator")
 def exact_moments(view: dict, G: int, eps: float, estimator: str, options: dict | None = None) -> dict:
     """Exact mean, second moment and max norm of one group's estimate (one group per batch)."""
     K = view["lp"].shape[0]
@@ -168,7 +164,6 @@ def exact_moments(view: dict, G: int, eps: float, estimator: str, options: dict 
                     {"method": "exact", "n": len(counts), "prob_total": float(pmf.sum())})
 
 
-@renamed_keywords(name="estimator", batch_groups="prompts_per_step", num_groups="prompts_per_step")
 def mc_moments(view: dict, G: int, eps: float, estimator: str, prompts_per_step: int, n_batches: int,
                rng: np.random.Generator, options: dict | None = None) -> dict:
     """Monte Carlo over ``n_batches`` iid batches of ``prompts_per_step`` groups (batches are the
@@ -189,7 +184,6 @@ def mc_moments(view: dict, G: int, eps: float, estimator: str, prompts_per_step:
 # --------------------------------------------------------------------------- membership by enumeration
 
 
-@renamed_keywords(name="estimator", batch_groups="prompts_per_step", num_groups="prompts_per_step")
 def grid_max_mass(estimator: str, eps: float, G: int = 3, prompts_per_step: int = 1) -> tuple[float, list]:
     """Largest group mass ``(1/G) sum_i c_i`` over an enumerated grid of ratio vectors (the
     counterexample search of claim 2): every G-tuple of ratios from {1e-9, 0.5, 1, 2, 10, 1e3,

@@ -34,7 +34,6 @@ from scipy.special import log_softmax, softmax
 
 import estimators
 from estimators import get_scheme
-from estimators._compat import renamed_keywords
 
 from ._validate import check_positive_int
 from .optim import Optimizer, OptimizerConfig
@@ -121,7 +120,6 @@ class SharedSoftmaxMDP:
         u = rng.random((G, self.H))
         return (u[..., None] > cdf[:, :-1]).sum(-1)
 
-    @renamed_keywords(scheme="estimator")
     def group_estimate(self, tokens, theta, theta_b, estimator: str, eps: float):
         """``(g_hat (B, V, r), log-ratios (B, G))`` for groups ``tokens`` ``(B, G, H)`` (one group per run)."""
         B, G, H = tokens.shape
@@ -140,7 +138,6 @@ class SharedSoftmaxMDP:
         return np.einsum("bhv,hr->bvr", score_sum, self.psi) / G, lr
 
 
-@renamed_keywords(scheme="estimator")
 def run_async(env: SharedSoftmaxMDP, theta0, estimator: str, cfg: OptimizerConfig, G: int, eps: float, d: int,
               T: int, seeds, setting_seed: int = 0, prompts_per_step: int = 1) -> dict:
     """Every seed's asynchronous run at once (module docstring). Records ``(S, T + 1)`` J, and per step

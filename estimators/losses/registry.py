@@ -63,7 +63,7 @@ def register_token_loss(name: str, *, options: tuple = (), batch_coupled: bool =
     return deco
 
 
-@renamed_keywords(name="estimator")
+@renamed_keywords(name="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def is_bounded(estimator: str) -> bool:
     """True when ``estimator``'s loss and gradient are finite for every finite input in every dtype.
     Unbounded: the schemes ``is`` and ``tic_ppo`` (an overflowing surrogate is a ValueError) and
@@ -81,7 +81,7 @@ def loss_names() -> list[str]:
     return list(SCHEMES) + list(TOKEN_LOSSES)
 
 
-@renamed_keywords(name="estimator")
+@renamed_keywords(name="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def is_batch_coupled(estimator: str) -> bool:
     """True when ``estimator``'s loss on a batch is not the mean of its losses on the batch's groups."""
     if estimator in SCHEMES:
