@@ -60,7 +60,6 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
-from ._compat import renamed_keywords
 
 
 @dataclass(frozen=True)
@@ -106,17 +105,14 @@ def knob_field(estimator: str, param: str) -> str:
     return f"{estimator}_{param}".lower()
 
 
-@renamed_keywords(name="estimator")
 def params_of(estimator: str) -> tuple[Param, ...]:
     return PARAMS.get(estimator, ())
 
 
-@renamed_keywords(name="estimator")
 def defaults(estimator: str) -> dict[str, float]:
     return {p.name: p.default for p in params_of(estimator)}
 
 
-@renamed_keywords(name="estimator")
 def resolve(estimator: str, given: dict | None) -> dict[str, float]:
     """Defaults of ``estimator``'s knobs updated by ``given``; every value checked."""
     specs = {p.name: p for p in params_of(estimator)}

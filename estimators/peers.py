@@ -1,6 +1,6 @@
 """Trajectory-level corrections for stale rollouts from the literature, as registered schemes.
 
-Each is one pure log-space weight function on ``(num_groups, G)`` trajectory log-ratios
+Each is one pure log-space weight function on ``(prompts_per_step, G)`` trajectory log-ratios
 ``l = log pi_theta(o|q) - log pi_b(o|q)`` (numpy or torch, like :mod:`estimators.schemes`),
 registered in the same :data:`estimators.SCHEMES` as GMC and TIC, so the trainer, the
 simulators and both adapters get it. Their knobs live in :data:`estimators.params.PARAMS`.

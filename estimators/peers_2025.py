@@ -1,6 +1,6 @@
 """Trajectory-level stale-rollout corrections that verl, TRL and AReaL ship since late 2025, as
 registered schemes (same contract as :mod:`estimators.peers`: pure log-space weight functions on
-``(num_groups, G)`` trajectory log-ratios, numpy or torch; knobs in :data:`estimators.params.PARAMS`).
+``(prompts_per_step, G)`` trajectory log-ratios, numpy or torch; knobs in :data:`estimators.params.PARAMS`).
 
 ============  ==================================================  ====================================
 name          c_i                                                 group mass sup (C_eps iff <= 1+eps)

@@ -1,7 +1,7 @@
 """Trajectory-level weighting schemes of THEORY.md §2, one pure function each.
 
 Every scheme maps per-trajectory log-ratios ``log_ratio[g, i] = log pi_theta(o_i|q_g)
-- log pi_b(o_i|q_g)``, shape ``(num_groups, G)``, to the **log** of its weights
+- log pi_b(o_i|q_g)``, shape ``(prompts_per_step, G)``, to the **log** of its weights
 ``c_i`` (``-inf`` where a weight is exactly 0). Working in log space keeps every
 bounded scheme finite for log-ratios of +-1000; only ``exp`` of bounded
 quantities is taken. :func:`weights` is the public entry point.
@@ -66,19 +66,21 @@ class Scheme:
     weights_fn: Callable | None = None  # optional faster direct form; must equal exp(log_weights)
     surrogate: str = "detached"  # one of SURROGATES: how the torch surrogate differentiates it
     batch_coupled: bool = False  # a group's weights depend on the other groups of the array passed
-    sup_mass: Callable | None = None  # (eps, num_groups, **params) -> sup_w of a group's mass (1/G) sum_i c_i
+    sup_mass: Callable | None = None  # (eps, prompts_per_step, **params) -> sup_w of a group's mass (1/G) sum_i c_i
     family: str = "theory"  # one of FAMILIES: where the scheme comes from
 
-    def group_mass_sup(self, eps: float, num_groups: int = 1, **params) -> float:
+    @renamed_keywords(num_groups="prompts_per_step")  # deprecated 2026-12-07, removed after 2027-06-01
+    def group_mass_sup(self, eps: float, prompts_per_step: int = 1, **params) -> float:
         """The exact supremum over all ratios of one group's mass ``(1/G) sum_i c_i`` when the
-        array passed holds ``num_groups`` groups (THEORY §2: member of C_eps iff <= 1+eps)."""
+        array passed holds ``prompts_per_step`` groups (THEORY §2: member of C_eps iff <= 1+eps)."""
         from .params import resolve
 
-        return float(self.sup_mass(check_eps(eps), int(num_groups), **resolve(self.name, params)))
+        return float(self.sup_mass(check_eps(eps), int(prompts_per_step), **resolve(self.name, params)))
 
-    def member(self, eps: float, num_groups: int = 1, **params) -> bool:
+    @renamed_keywords(num_groups="prompts_per_step")  # deprecated 2026-12-07, removed after 2027-06-01
+    def member(self, eps: float, prompts_per_step: int = 1, **params) -> bool:
         """Exact membership in C_eps: the mass cap 1+eps holds for every ratio vector."""
-        return self.group_mass_sup(eps, num_groups, **params) <= 1 + check_eps(eps)
+        return self.group_mass_sup(eps, prompts_per_step, **params) <= 1 + check_eps(eps)
 
 
 SCHEMES: dict[str, Scheme] = {}
@@ -126,8 +128,8 @@ def register_scheme(name: str, *, family: str, in_class: bool, sup_mass: Callabl
         check_registration(name, in_class=in_class, needs_advantages=needs_advantages, bounded=bounded,
                            batch_coupled=batch_coupled)
         if not callable(sup_mass):
-            raise ValueError(f"scheme {name!r}: sup_mass must be a function sup_mass(eps, num_groups, **knobs), got "
-                             f"{sup_mass!r}")
+            raise ValueError(f"scheme {name!r}: sup_mass must be a function sup_mass(eps, prompts_per_step, **knobs), "
+                             f"got {sup_mass!r}")
         if weights_fn is not None and not callable(weights_fn):
             raise ValueError(f"scheme {name!r}: weights_fn must be a function or None, got {weights_fn!r}")
         if not isinstance(surrogate, str) or surrogate not in SURROGATES:
@@ -142,7 +144,7 @@ def register_scheme(name: str, *, family: str, in_class: bool, sup_mass: Callabl
     return deco
 
 
-@renamed_keywords(name="estimator")
+@renamed_keywords(name="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def get_scheme(estimator: str) -> Scheme:
     """The registered trajectory scheme named ``estimator``."""
     try:
@@ -217,7 +219,7 @@ def _shifted_lse(log_ratio, ops):
 
 
 def gmc_log_lambda(log_ratio, eps, ops):
-    """log of GMC's group scale (THEORY §2 (d)), lambda = min(1, G(1+eps) / sum_j w_j); shape (num_groups, 1)."""
+    """log of GMC's group scale (THEORY §2 (d)), lambda = min(1, G(1+eps) / sum_j w_j); shape (prompts_per_step, 1)."""
     m, s = _shifted_lse(log_ratio, ops)
     return ops.clamp_max((log1p_scalar(eps) + math.log(log_ratio.shape[-1]) - s) - m, 0.0)
 
@@ -272,7 +274,7 @@ def _prepare(estimator: str, log_ratio, eps, advantages):
     eps = check_eps(eps)
     adv = None
     if spec.needs_advantages and advantages is None:
-        raise ValueError(f"scheme {estimator!r} needs `advantages` (shape (num_groups, G)), got None")
+        raise ValueError(f"scheme {estimator!r} needs `advantages` (shape (prompts_per_step, G)), got None")
     if advantages is not None:
         adv = match_like(lr, advantages, "advantages")
         check_same_shape(lr, adv, "log_ratio", "advantages")
@@ -297,23 +299,23 @@ def _call(spec, lr, eps, adv, ops, p):
     return spec.log_weights(lr, eps, adv, ops, **p) if p else spec.log_weights(lr, eps, adv, ops)
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def log_weights(estimator: str, log_ratio, eps: float, advantages=None, **params):
     """log c for ``estimator`` (``-inf`` where c = 0); same shape and array type as ``log_ratio``."""
     return _apply(_call, estimator, log_ratio, eps, advantages, params)
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def weights(estimator: str, log_ratio, eps: float, advantages=None, **params):
     """Weights c of THEORY §2 for trajectory log-ratios.
 
     Args:
         estimator: a trajectory scheme's name (see :data:`SCHEMES`): ``is``, ``stale``,
             ``tic_mask``, ``tic_trunc``, ``tic_ppo``, ``gmc``, ``snis``.
-        log_ratio: ``(num_groups, G)`` array of log pi_theta(o|q) - log pi_b(o|q),
+        log_ratio: ``(prompts_per_step, G)`` array of log pi_theta(o|q) - log pi_b(o|q),
             numpy or torch; must be finite.
         eps: the threshold eps > 0 of the cap 1+eps.
-        advantages: ``(num_groups, G)``, required by ``tic_ppo`` and ``topr``.
+        advantages: ``(prompts_per_step, G)``, required by ``tic_ppo`` and ``topr``.
         **params: the estimator's knobs (:data:`estimators.params.PARAMS`; defaults otherwise),
             e.g. ``C`` of ``seq_tis_bn``, ``lo``/``hi`` of ``seq_mis``.
 
@@ -335,7 +337,7 @@ def weights(estimator: str, log_ratio, eps: float, advantages=None, **params):
 
 
 def gmc_lambda(log_ratio, eps: float):
-    """GMC's per-group scale lambda in (0, 1], shape (num_groups, 1)."""
+    """GMC's per-group scale lambda in (0, 1], shape (prompts_per_step, 1)."""
     lr = check_groups(log_ratio, "log_ratio")
     eps = check_eps(eps)
     ops = ops_for(lr)

@@ -33,7 +33,7 @@ from .schemes import gmc_log_weights, register_scheme
 
 def _subset_log_lambda(log_ratio, keep, eps, ops):
     """log of GMC's scale computed over the trajectories where ``keep`` holds, per group (shape
-    (num_groups, 1)): ``min(0, log(1+eps) - log mean_{keep} w)``; 0 for a group with none kept."""
+    (prompts_per_step, 1)): ``min(0, log(1+eps) - log mean_{keep} w)``; 0 for a group with none kept."""
     masked = ops.where(keep, log_ratio, ops.full_like(log_ratio, -math.inf))
     m = ops.rowmax(masked)
     empty = m == -math.inf

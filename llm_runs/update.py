@@ -26,8 +26,8 @@ from .theory import drift_metrics, ratio_mechanism, ratio_metrics
 
 
 def group_advantages(batch: RolloutBatch, kind: str) -> torch.Tensor:
-    """A_i of THEORY §1 per group, shape (num_groups, G)."""
-    return estimators.advantages(batch.rewards.view(batch.num_groups, batch.group_size).double(), kind).float()
+    """A_i of THEORY §1 per group, shape (prompts_per_step, G)."""
+    return estimators.advantages(batch.rewards.view(batch.prompts_per_step, batch.group_size).double(), kind).float()
 
 
 def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps: float, advantage: str = "loo",
@@ -50,7 +50,7 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
     """
     model.train()
     adv, step_cols = update_advantages(model, batch, advantage, temperature, control)
-    chunk = chunk_groups(estimator, micro_batch_groups, batch.num_groups)
+    chunk = chunk_groups(estimator, micro_batch_groups, batch.prompts_per_step)
     optimizer.zero_grad(set_to_none=True)
     probe = MechanismProbe(model) if mechanism else None
     passed = backward_chunks(model, batch, adv, estimator=estimator, eps=eps, loss_options=loss_options,
@@ -66,7 +66,7 @@ def policy_update(model, optimizer, batch: RolloutBatch, *, estimator: str, eps:
 
 def update_advantages(model, batch: RolloutBatch, advantage: str, temperature: float, control
                       ) -> tuple[torch.Tensor, dict]:
-    """The advantages of ``batch``, ``(num_groups, G)``: the group advantage ``advantage`` (or the
+    """The advantages of ``batch``, ``(prompts_per_step, G)``: the group advantage ``advantage`` (or the
     trainer's ``opob``, with its cost column), divided by each completion's length under
     ``traj_agg = token-mean``; and the ``step/`` columns made so far."""
     step_cols: dict = {}
@@ -76,7 +76,7 @@ def update_advantages(model, batch: RolloutBatch, advantage: str, temperature: f
         adv = group_advantages(batch, advantage)
     if getattr(control, "traj_agg", "sum") == "token-mean":  # VCPO's seq-mean-token-mean: c_i A_i / |o_i|
         lengths = batch.completion_mask.sum(-1).clamp(min=1)
-        adv = adv / lengths.view(batch.num_groups, batch.group_size).to(adv.dtype)
+        adv = adv / lengths.view(batch.prompts_per_step, batch.group_size).to(adv.dtype)
     return adv, step_cols
 
 
@@ -118,7 +118,7 @@ def backward_chunks(model, batch: RolloutBatch, adv, *, estimator: str, eps: flo
     """For each chunk of ``chunk`` whole groups: the completions' log-probs, the estimator's loss
     (:func:`estimators.losses.policy_loss`), its backward pass scaled by the chunk's share of the
     rows (the summed gradient is the full batch's), and what the metrics need."""
-    G, prompts_per_step = batch.group_size, batch.num_groups
+    G, prompts_per_step = batch.group_size, batch.prompts_per_step
     kw = dict(loss_options or {})
     passed = BackwardPass()
     for g0 in range(0, prompts_per_step, chunk):
@@ -173,7 +173,7 @@ def update_metrics(batch: RolloutBatch, passed: BackwardPass, *, estimator: str,
     tok_lr = torch.cat(passed.token_log_ratio)
     weights = torch.cat(passed.weights) if passed.weights else None
     diag = estimators.diagnostics(lr_all, eps)
-    rewards = batch.rewards.view(batch.num_groups, batch.group_size)
+    rewards = batch.rewards.view(batch.prompts_per_step, batch.group_size)
     row = {DIAGNOSTIC_COLUMNS[k]: v for k, v in diag.items() if k in DIAGNOSTIC_COLUMNS}
     row.update({
         "train/reward_mean": float(batch.rewards.mean()),
@@ -224,7 +224,7 @@ def _opob(model, batch: RolloutBatch, temperature: float, control) -> tuple[torc
                                    batch.group_size)
     lr = (masked_token_log_ratio(logp, batch.behaviour_logp, batch.completion_mask)).sum(-1)
     norms = stepsize.trajectory_grad_sq_norms(model, batch, temperature)
-    rewards = batch.rewards.view(batch.num_groups, batch.group_size)
+    rewards = batch.rewards.view(batch.prompts_per_step, batch.group_size)
     norm_by_std = True if control is None else control.opob_norm_by_std
     flat_zero = True if control is None else getattr(control, "opob_flat_zero", True)
     if getattr(control, "opob_weight", "is") == "vcpo":  # VCPO's norm is that of c_i grad log pi(o_i)

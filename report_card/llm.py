@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimators._compat import renamed_keywords
 from grids import grid_relpath
 from schema.stability import STABLE_FRACTION
 
@@ -93,7 +92,6 @@ def committed_runs(estimators_: tuple[str, ...] = ()) -> pd.DataFrame:
 # --------------------------------------------------------------------------- delay 0
 
 
-@renamed_keywords(name="estimator")
 def delay0_equivalence(estimator: str, T: int = 18, G: int = 8) -> dict:
     """Is ``estimator``'s gradient at ratio 1 (delay 0) IS's? On a batch of 2 groups of G completions of T
     tokens each (the long horizon: every completion has 18), float64: ``same`` (equal to 1e-12

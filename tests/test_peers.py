@@ -142,8 +142,8 @@ def test_gspo_uses_its_own_clip_range_not_eps():
 # ----------------------------------------------------------------- surrogate gradient = closed form
 
 
-def _policy(scale, seed=11, n_groups=3, G=4, T=5, V=3):
-    theta0, theta_b, tokens, mask, rewards = _softmax_policy_batch(seed, n_groups, G, T, V, scale)
+def _policy(scale, seed=11, prompts_per_step=3, G=4, T=5, V=3):
+    theta0, theta_b, tokens, mask, rewards = _softmax_policy_batch(seed, prompts_per_step, G, T, V, scale)
     theta = theta0.clone().requires_grad_(True)
     logp = torch.log_softmax(theta, -1).gather(1, tokens.T).T
     old = torch.log_softmax(theta_b, -1).gather(1, tokens.T).T
@@ -264,7 +264,8 @@ def test_exact_membership_rule_and_counterexamples():
     eps = 0.2
     member = {n: s.member(eps) for n, s in SCHEMES.items()}
     assert member["topr"] and member["seq_tis_bn"] and not member["seq_mis"]  # one group per batch
-    assert not SCHEMES["seq_tis_bn"].member(eps, num_groups=2) and SCHEMES["seq_tis_bn"].member(1.0, num_groups=2)
+    tis_bn = SCHEMES["seq_tis_bn"]
+    assert not tis_bn.member(eps, prompts_per_step=2) and tis_bn.member(1.0, prompts_per_step=2)
     assert SCHEMES["seq_mis"].member(eps, hi=1.2) and not SCHEMES["seq_mis"].member(eps, hi=1.2 + 1e-12)
     for n, s in SCHEMES.items():  # the in_class flag is the rule at the defaults for every eps and batch
         assert s.in_class == all(s.member(e, B) for e in (1e-3, 0.2, 5.0) for B in (1, 2, 8)), n

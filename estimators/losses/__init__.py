@@ -3,7 +3,7 @@
 Every trajectory-level scheme of :mod:`estimators.schemes` gets one surrogate whose
 autograd gradient is exactly (minus) THEORY §2's estimator, averaged over groups:
 
-    grad(-loss) = (1/num_groups) sum_g (1/G) sum_i c_gi A_gi grad log pi_theta(o_gi | q_g)
+    grad(-loss) = (1/prompts_per_step) sum_g (1/G) sum_i c_gi A_gi grad log pi_theta(o_gi | q_g)
 
 with c = :func:`estimators.weights` evaluated on the detached trajectory log-ratios.
 Stop-gradients sit where THEORY §2 puts them:
@@ -63,7 +63,7 @@ from .reference import cispo_loss, gspo_loss, m2po_keep_mask, m2po_loss, opsm_lo
 from .corrections_2025 import LOGPROB_LOSSES, dppo_tv_loss, icepop_loss, sapo_loss
 from .corrections_2026 import (
     CORRECTIONS_2026,
-    P3O_ESS_EPS,
+    P3O_ESS_GUARD,
     P3O_KL_EXP_CLAMP,
     SEQUENCE_SUM_LOSSES,
     TRM_SAFETY_BOUND,
@@ -87,7 +87,7 @@ TOKEN_LEVEL = tuple(TOKEN_LOSSES)
 """Names of the token-level losses (not members of the trajectory family)."""
 
 __all__ = [
-    "CORRECTIONS_2026", "LOGPROB_LOSSES", "P3O_ESS_EPS", "P3O_KL_EXP_CLAMP", "SEQUENCE_SUM_LOSSES", "TOKEN_LEVEL",
+    "CORRECTIONS_2026", "LOGPROB_LOSSES", "P3O_ESS_GUARD", "P3O_KL_EXP_CLAMP", "SEQUENCE_SUM_LOSSES", "TOKEN_LEVEL",
     "TOKEN_LOSSES", "TRM_SAFETY_BOUND", "LossOutput", "TokenLoss", "batch_token_ess", "check_options", "cispo_loss",
     "ctpo_loss", "dispo_loss", "dppo_tv_loss", "gspo_loss", "icepop_loss", "is_batch_coupled", "is_bounded",
     "loss_names", "m2po_keep_mask", "m2po_loss", "masked_token_log_ratio", "minpro_loss", "oapl_loss",

@@ -17,7 +17,7 @@ def _check_advantages(advantages, B: int, group_size: int, dtype, device):
         raise ValueError(f"advantages must be a real numeric tensor, got dtype {adv.dtype}")
     shapes = ((B,), (B // group_size, group_size))
     if tuple(adv.shape) not in shapes:
-        raise ValueError(f"advantages must have shape {shapes[0]} (one per row) or {shapes[1]} (num_groups, G), "
+        raise ValueError(f"advantages must have shape {shapes[0]} (one per row) or {shapes[1]} (prompts_per_step, G), "
                          f"got {tuple(adv.shape)}")
     adv = adv.detach()  # the advantages are data, as the old log-probs are: no gradient flows into them
     wide = adv.to(torch.float64)

@@ -31,7 +31,7 @@ SEQUENCE_SUM_LOSSES = ("oapl",)
 """Token losses whose gradient sums over a completion's tokens (no ``1/|o|`` average): an exact
 evaluation scales the others' estimates by the completion length, not these."""
 
-P3O_ESS_EPS = 1e-8
+P3O_ESS_GUARD = 1e-8
 """FeynRL's guard in the batch ESS, ``(sum r)^2 / (sum r^2 + 1e-8) / n``."""
 P3O_KL_EXP_CLAMP = 10.0
 """FeynRL's ``compute_kl_distance`` clamps ``log(pi_b / pi_theta)`` to [-10, 10] before its exp."""
@@ -49,7 +49,7 @@ def batch_token_ess(log_r, keep) -> torch.Tensor:
     n = sel.numel()
     lse1 = torch.logsumexp(sel, 0)
     lse2 = torch.logsumexp(2 * sel, 0)
-    guard = -torch.nn.functional.softplus(math.log(P3O_ESS_EPS) - lse2)  # log(S2 / (S2 + 1e-8))
+    guard = -torch.nn.functional.softplus(math.log(P3O_ESS_GUARD) - lse2)  # log(S2 / (S2 + 1e-8))
     return torch.clamp(torch.exp(2 * lse1 - lse2 + guard) / n, max=1.0)
 
 
@@ -286,7 +286,7 @@ def dispo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | N
 
 
 def oapl_optimal_advantages(adv, beta: float):
-    """OAPL's optimal advantage of each completion from its group's centred rewards ``a`` (num_groups, G):
+    """OAPL's optimal advantage of each completion from its group's centred rewards ``a`` (prompts_per_step, G):
     ``A*_i = a_i - V*``, ``V* = beta log mean_j exp(a_j / beta)`` (the KL-regularised optimal value
     of the group under the behaviour policy, estimated from its G samples). Invariant to a common
     shift of the rewards, so any centred advantage (``drgrpo``, ``loo`` = G/(G-1) times it) gives it
@@ -307,7 +307,7 @@ def oapl_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | No
     ``A*_i = a_i - beta log mean_j exp(a_j / beta)`` (:func:`oapl_optimal_advantages`, ``a`` the
     advantages passed, read as the group's centred rewards):
 
-        loss = (1/(num_groups G)) sum_i (beta l_i - A*_i)^2 / (2 beta)
+        loss = (1/(prompts_per_step G)) sum_i (beta l_i - A*_i)^2 / (2 beta)
 
     Its gradient is ``-(1/N) sum_i (A*_i - beta l_i) grad l_i``: a policy gradient whose advantage
     is ``A*_i - beta l_i``, with no ratio anywhere. What it optimises: the minimiser in ``pi_theta``

@@ -13,7 +13,7 @@ from .registry import TOKEN_LOSSES, LossOutput, is_bounded, loss_names
 from .trajectory import trajectory_loss
 
 
-@renamed_keywords(name="estimator")
+@renamed_keywords(name="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def check_options(estimator: str, options: dict | None) -> dict:
     """The options ``estimator`` accepts, validated: knobs of :data:`estimators.params.PARAMS`
     (filled with their defaults) plus a token loss's own extra options."""
@@ -26,7 +26,7 @@ def check_options(estimator: str, options: dict | None) -> dict:
     return {**resolve(estimator, options), **extra}
 
 
-@renamed_keywords(name="estimator")
+@renamed_keywords(name="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def policy_loss(estimator: str, logp, old_logp, mask, advantages, group_size: int, eps: float,
                 **options) -> LossOutput:
     """Dispatch by estimator name: any trajectory scheme of :data:`estimators.SCHEMES` or token-level loss of

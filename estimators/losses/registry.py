@@ -20,9 +20,9 @@ class LossOutput:
     loss: torch.Tensor
     """scalar surrogate; minimise it."""
     seq_log_ratio: torch.Tensor
-    """(num_groups, G) detached trajectory log-ratios sum_t (log pi_theta - log pi_b)."""
+    """(prompts_per_step, G) detached trajectory log-ratios sum_t (log pi_theta - log pi_b)."""
     weights: torch.Tensor | None
-    """(num_groups, G) detached weights c (trajectory schemes only)."""
+    """(prompts_per_step, G) detached weights c (trajectory schemes only)."""
     metrics: dict
     """loss-specific statistics (e.g. ``token_clip_frac``); never the ratio diagnostics."""
 
@@ -63,7 +63,7 @@ def register_token_loss(name: str, *, options: tuple = (), batch_coupled: bool =
     return deco
 
 
-@renamed_keywords(name="estimator")
+@renamed_keywords(name="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def is_bounded(estimator: str) -> bool:
     """True when ``estimator``'s loss and gradient are finite for every finite input in every dtype.
     Unbounded: the schemes ``is`` and ``tic_ppo`` (an overflowing surrogate is a ValueError) and
@@ -81,7 +81,7 @@ def loss_names() -> list[str]:
     return list(SCHEMES) + list(TOKEN_LOSSES)
 
 
-@renamed_keywords(name="estimator")
+@renamed_keywords(name="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def is_batch_coupled(estimator: str) -> bool:
     """True when ``estimator``'s loss on a batch is not the mean of its losses on the batch's groups."""
     if estimator in SCHEMES:

@@ -14,7 +14,7 @@ from .batch import _check_batch, _widen, trajectory_log_ratio
 from .registry import LossOutput
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def trajectory_loss(estimator: str, logp, old_logp, mask, advantages, group_size: int, eps: float,
                     **params) -> LossOutput:
     """Surrogate for a trajectory-level estimator (see module docstring).

@@ -39,7 +39,7 @@ class EngineLoss:
     """verl's engine loss (``partial(ppo_loss, config=...)``) with the micro-batch's prompt uids
     handed to the plugin's policy loss, which ``ppo_loss`` calls without them."""
 
-    @renamed_keywords(scheme="estimator")
+    @renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
     def __init__(self, inner, estimator: str):
         self.inner, self.estimator = inner, estimator
         self.keywords = getattr(inner, "keywords", {})  # still looks like the partial verl built

@@ -121,7 +121,7 @@ def group_order(ids, G: int) -> list[int]:
     return [i for r in rows.values() for i in r]
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, response_mask, config,
                            rollout_is_weights=None, group_ids=None, rollout_log_probs=None):
     """``(loss, LossOutput)`` of the trajectory scheme ``estimator`` on one verl micro-batch (see the
@@ -257,7 +257,7 @@ _GROUP_IDS: contextvars.ContextVar = contextvars.ContextVar("gmc_plugin_group_id
 """The prompt uids of the micro-batch whose loss is being computed (set by :class:`EngineLoss`)."""
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def make_policy_loss(estimator: str, style: str = METRICS_STYLE):
     """The verl policy-loss function for ``estimator`` in the given return ``style`` (cached)."""
     import estimators

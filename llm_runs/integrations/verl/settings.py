@@ -182,7 +182,7 @@ def extend_policy_loss_config() -> type | None:
     return ext
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def estimator_options_from(config, estimator: str) -> dict:
     """The knobs of ``estimator`` set in verl's actor config, each under ``actor.policy_loss.<knob>``
     (``+actor_rollout_ref.actor.policy_loss.kappa=2`` for ``gmc_cap``; the names of
