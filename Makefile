@@ -35,7 +35,7 @@ help:
 	@echo "make test            run the whole test suite (main suite in .venv, verl suite in .venv-verl)"
 	@echo "make setup | setup-verl   build .venv | .venv-verl"
 	@echo "make figures | report | llm-smoke | llm-sweep | llm-study | sim-sweeps | tuned-sweep | bench | lint"
-	@echo "make gpu-study       the Qwen3-0.6B study on one CUDA GPU (8 minutes; --dry-run: python -m llm_runs.gpu_study --dry-run)"
+	@echo "make gpu-study       the Qwen3-0.6B study on one CUDA GPU (8 minutes; --dry-run: python -m studies.gpu.run --dry-run)"
 	@echo "make all             every producer, then the figures and the report"
 
 # $(call venv,DIR,EXTRAS,ABSENT,PINS): DIR with torch, the toolkit and EXTRAS (and the requirements PINS), the
@@ -103,13 +103,13 @@ llm-mechanism: $(STAMP)
 
 # One CUDA GPU, at most 8 minutes; needs the [gpu] extra (the Qwen3 tokenizer files).
 gpu-study: $(STAMP)
-	$(PY) -m llm_runs.gpu_study
+	$(PY) -m studies.gpu.run
 
 llm-smoke: $(STAMP)
 	$(PY) -m llm_runs.smoke
 
 llm-sweep: $(STAMP)
-	$(PY) -m llm_runs.sweep
+	$(PY) -m grids.sweep
 
 sim-sweeps: $(STAMP)
 	$(PY) -m simulators.sweep all
@@ -121,7 +121,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PIP) install -q ruff==0.17.6
-	$(VENV)/bin/ruff check estimators bounds stats schema simulators llm_runs claims figures report_card studies execution tests
+	$(VENV)/bin/ruff check estimators bounds stats schema simulators llm_runs grids claims figures report_card studies execution tests
 
 clean-venv:
 	rm -rf $(VENV) $(VERL_VENV)

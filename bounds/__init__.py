@@ -17,10 +17,12 @@ The claims of §5 that these bounds state are checked by :mod:`claims` (``python
 The bounds are THEORY.md's reconstruction ([R]), not the paper's text, except :mod:`bounds.trust_region`,
 which states Li et al.'s bounds as their paper writes them.
 """
-from .mass import MASS_BOUNDS, MASS_FORMS, mass_bound, mass_bound_name
+from .mass import MASS_FORMS, mass_bound, mass_bound_name, mass_bounds
 
 
-def __getattr__(name):  # bounds.delay imports sympy: loaded on first use
+def __getattr__(name):  # bounds.delay imports sympy: loaded on first use; the mass table is read when asked
+    if name == "MASS_BOUNDS":  # (bounds.mass.mass_bounds): importing bounds imports no estimator, nor torch
+        return mass_bounds()
     if name == "DELAY_TERMS":
         from .delay import DELAY_TERMS
 
@@ -36,5 +38,6 @@ def __getattr__(name):  # bounds.delay imports sympy: loaded on first use
     raise AttributeError(name)
 
 
-__all__ = ["DELAY_TERMS", "MASS_BOUNDS", "MASS_FORMS", "SIGN_TABLE", "mass_bound", "mass_bound_name",
+__all__ = ["DELAY_TERMS", "MASS_BOUNDS", "MASS_FORMS", "SIGN_TABLE", "mass_bound", "mass_bound_name", "mass_bounds",
            "sign_error_bound", "trajectory_share_bound", "twin"]
+

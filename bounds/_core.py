@@ -34,7 +34,7 @@ DOMAIN: dict[str, tuple] = {
     "R_max": _NONNEG, "L_pi": _NONNEG, "H_pi": _NONNEG,
     "p": _PROB, "k": _REAL, "mu": _REAL,
     # §8 normalising optimisers
-    "t": _COUNT1, "ngroups": _COUNT1, "m2": _NONNEG, "c2": _NONNEG, "cmax": _NONNEG,
+    "t": _COUNT1, "prompts_per_step": _COUNT1, "m2": _NONNEG, "c2": _NONNEG, "cmax": _NONNEG,
     "beta1": ("in [0, 1)", lambda x: (x >= 0) & (x < 1), lambda v: False if v.is_negative else None),
     "beta2": _PROB,
 }

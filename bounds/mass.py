@@ -30,21 +30,30 @@ import numpy as np
 
 MASS_FORMS = ("tight", "theorem2")
 
-MASS_BOUNDS = {
-    # scheme: {form: registered bound (bounds.numeric.twin name)}
-    "gmc": {"tight": "m_gmc_scarf", "theorem2": "m_gmc_quadratic"},
-    "tic_trunc": {"tight": "m_trunc_scarf", "theorem2": "m_trunc_quadratic"},
-    "tic_mask": {"tight": "m_mask_markov", "theorem2": "m_mask_markov"},
-    "stale": {"tight": "m_stale_bound", "theorem2": "m_stale_bound"},
-}
-"""scheme -> form -> the registered bound on its mass bias m (THEORY §3); IS (m = 0) is not listed."""
+
+def mass_bounds() -> dict[str, dict[str, str]]:
+    """scheme -> form -> the registered bound on its mass bias m (THEORY §3); IS (m = 0) is not listed. Each
+    row is the ``mass_bound`` of the scheme's record, in its own module (:mod:`estimators.records`), read when
+    asked (importing :mod:`bounds` imports no estimator, nor torch); also :data:`MASS_BOUNDS`."""
+    from estimators.records import records
+
+    recs = records()
+    rows = {n: r.mass_bound for n, r in recs.items() if r.mass_bound is not None}
+    rank = {n: recs[n].style.rank if recs[n].style else float("inf") for n in rows}
+    return {n: rows[n] for n in sorted(rows, key=lambda n: rank[n])}
+
+
+def __getattr__(name: str):
+    if name == "MASS_BOUNDS":  # the table as a module attribute, read when asked (mass_bounds)
+        return mass_bounds()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def mass_bound_name(scheme: str, form: str = "tight") -> str | None:
     """The registered bound of ``scheme`` in ``form``; None for a scheme without one (IS included)."""
     if form not in MASS_FORMS:
         raise ValueError(f"unknown mass-bound form {form!r}; valid: {', '.join(MASS_FORMS)}")
-    entry = MASS_BOUNDS.get(scheme)
+    entry = mass_bounds().get(scheme)
     return None if entry is None else entry[form]
 
 
@@ -67,4 +76,4 @@ def mass_bound(scheme: str, sigma2, mu4, G, eps, form: str = "tight"):
     return f(**{k: kw[k] for k in f.params})
 
 
-__all__ = ["MASS_BOUNDS", "MASS_FORMS", "mass_bound", "mass_bound_name"]
+__all__ = ["MASS_FORMS", "mass_bound", "mass_bound_name", "mass_bounds"]

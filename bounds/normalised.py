@@ -29,8 +29,10 @@ import math
 import numpy as np
 import sympy as sp
 
+from estimators._compat import renamed_keywords
+
 from ._core import bound
-from .symbols import G, M, beta1, beta2, c2, cmax, eps, m2, mu, ngroups, sigma2, t
+from .symbols import G, M, beta1, beta2, c2, cmax, eps, m2, mu, prompts_per_step, sigma2, t
 
 # --------------------------------------------------------------------- feasibility checks
 
@@ -151,7 +153,7 @@ def sign_error_mass(mu=mu, M=M, m2=m2):
 
 
 @bound(feasible=_mass_feasible)
-def sign_error_mass_batch(mu=mu, M=M, m2=m2, ngroups=ngroups):
+def sign_error_mass_batch(mu=mu, M=M, m2=m2, prompts_per_step=prompts_per_step):
     """§8.3, B independent groups per batch (the batch's estimate is their mean): the group's variance
     is at most ``M^2 m2 - mu^2`` and is divided by B, so
     ``P(wrong) <= (M^2 m2 - mu^2) / (M^2 m2 - mu^2 + B mu^2)``; :func:`sign_error_mass` at B = 1.
@@ -160,7 +162,7 @@ def sign_error_mass_batch(mu=mu, M=M, m2=m2, ngroups=ngroups):
     1/2
     """
     v = M**2 * m2 - mu**2
-    return sp.Piecewise((v / (v + ngroups * mu**2), mu > 0), (1, True))
+    return sp.Piecewise((v / (v + prompts_per_step * mu**2), mu > 0), (1, True))
 
 
 @bound(feasible=_iid_feasible)
@@ -223,10 +225,10 @@ def m_abs_dev(sigma2=sigma2):
 
 
 @bound
-def trajectory_share(cmax=cmax, G=G, ngroups=ngroups):
+def trajectory_share(cmax=cmax, G=G, prompts_per_step=prompts_per_step):
     """§8.3: the largest share of a batch's nominal mass (B G trajectories of weight 1) that one
     trajectory can carry: ``c_max / (B G)``."""
-    return cmax / (ngroups * G)
+    return cmax / (prompts_per_step * G)
 
 
 # --------------------------------------------------------------------- §8.3 the per-scheme table
@@ -250,7 +252,8 @@ def _vespo_peak(k_pos, lambda_pos, k_neg, lambda_neg):
     return max(phi_peak(k_pos, lambda_pos), phi_peak(k_neg, lambda_neg))
 
 
-def weight_max(scheme: str, G, eps, ngroups=1, **params) -> float:
+@renamed_keywords(ngroups="prompts_per_step")  # deprecated 2026-12-07, removed after 2027-06-01
+def weight_max(scheme: str, G, eps, prompts_per_step=1, **params) -> float:
     """§8.3: ``sup_w max_i c_i``, the largest weight one trajectory can get (exact, from the scheme's
     definition in :mod:`estimators`): IS inf; GMC G(1+eps); TOPR 1; ... (:data:`SIGN_TABLE`). A
     scheme with knobs takes them as keywords; a knob not given takes the default written in the
@@ -260,7 +263,7 @@ def weight_max(scheme: str, G, eps, ngroups=1, **params) -> float:
     if row is None:
         raise ValueError(f"no §8 entry for scheme {scheme!r}; schemes: {', '.join(SIGN_TABLE)}")
     try:
-        return float(row["c_max"](float(G), float(eps), int(ngroups), **params))
+        return float(row["c_max"](float(G), float(eps), int(prompts_per_step), **params))
     except TypeError as e:
         raise ValueError(f"weight_max({scheme!r}): pass exactly its knobs as keywords ({e})") from None
 
@@ -306,12 +309,13 @@ def _value(entry, **kw):
     return f(**{k: kw[k] for k in f.params})
 
 
-def sign_error_bound(scheme: str, grad_abs, M_, sigma2_, G_, eps_, form: str = "mass", mu4_=0.0, ngroups: int = 1,
-                     **knobs):
+@renamed_keywords(ngroups="prompts_per_step")  # deprecated 2026-12-07, removed after 2027-06-01
+def sign_error_bound(scheme: str, grad_abs, M_, sigma2_, G_, eps_, form: str = "mass", mu4_=0.0,
+                     prompts_per_step: int = 1, **knobs):
     """§8.3's sign-error bound of ``scheme`` at one coordinate: ``grad_abs = |grad_j J|``, M the A2
     bound, (sigma^2, mu_4) the ratio law, G, eps. ``form="mass"``: :func:`sign_error_mass` (every
     scheme with a mass_sq entry, leave-one-out); ``"iid"``: :func:`sign_error_iid` (per-sample
-    schemes, fixed baseline; ``knobs``: a scheme's knobs where its row needs them). With ``ngroups = B``
+    schemes, fixed baseline; ``knobs``: a scheme's knobs where its row needs them). With ``prompts_per_step = B``
     independent groups per batch the mass form is :func:`sign_error_mass_batch` and the iid form
     has B G terms. The mean is bounded below by ``(|grad_j J| - M m)_+``, m the
     scheme's mass-bias bound (0 for IS). NaN where the table has no entry (no mass-bias bound, or no
@@ -330,18 +334,19 @@ def sign_error_bound(scheme: str, grad_abs, M_, sigma2_, G_, eps_, form: str = "
         sq = weight_max(scheme, G_, eps_, **knobs) ** 2 if entry == "peak" else _value(entry, **kw)
         if np.all(np.isnan(sq)):
             return np.full_like(mu_lo, np.nan)
-        if ngroups == 1:
+        if prompts_per_step == 1:
             return twin("sign_error_mass")(mu=mu_lo, M=M_, m2=sq)
-        return twin("sign_error_mass_batch")(mu=mu_lo, M=M_, m2=sq, ngroups=ngroups)
+        return twin("sign_error_mass_batch")(mu=mu_lo, M=M_, m2=sq, prompts_per_step=prompts_per_step)
     sq = _value(row["weight_sq"], **kw)
     if np.all(np.isnan(sq)):
         return np.full_like(mu_lo, np.nan)
-    return twin("sign_error_iid")(c2=sq, mu=mu_lo, M=M_, G=int(ngroups) * G_)
+    return twin("sign_error_iid")(c2=sq, mu=mu_lo, M=M_, G=int(prompts_per_step) * G_)
 
 
-def trajectory_share_bound(scheme: str, G, eps, ngroups=1, **params) -> float:
+@renamed_keywords(ngroups="prompts_per_step")  # deprecated 2026-12-07, removed after 2027-06-01
+def trajectory_share_bound(scheme: str, G, eps, prompts_per_step=1, **params) -> float:
     """§8.3: ``c_max / (B G)``, the largest share of the batch's nominal mass one trajectory can carry."""
-    return weight_max(scheme, G, eps, ngroups, **params) / (int(ngroups) * float(G))
+    return weight_max(scheme, G, eps, prompts_per_step, **params) / (int(prompts_per_step) * float(G))
 
 
 def step_form_scale(log_ratio, eps):

@@ -68,4 +68,4 @@ beta2 = sp.Symbol("beta2", positive=True)  # Adam's second-moment decay, in (0, 
 m2 = sp.Symbol("m2", nonnegative=True)  # a second moment E g_j^2 (with its mean mu: m2 >= mu^2)
 c2 = sp.Symbol("c2", nonnegative=True)  # E_b c(w)^2, a scheme's weight second moment
 cmax = sp.Symbol("c_max", nonnegative=True)  # the largest weight one trajectory can get
-ngroups = sp.Symbol("B_g", positive=True, integer=True)  # groups per batch (B in §8)
+prompts_per_step = sp.Symbol("B_g", positive=True, integer=True)  # groups per batch (B in §8)

@@ -19,21 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from grids.folders import STUDY
 from schema.io import check_output, write_json
 from schema.metrics import estimator_label as label
 from schema.provenance import provenance
 from schema.results import (
     ABSTRACT as ABSTRACT_SOURCE,
 )
-from schema.results import (
-    STUDY,
-    TUNED,
-    MissingResults,
-    Sim,
-    read_claims,
-    read_llm_runs,
-    read_sim,
-)
+from schema.results import TUNED, MissingResults, Sim, read_claims, read_llm_runs, read_sim
 
 from . import measures as M
 from .common import REL_EXACT
@@ -164,8 +157,9 @@ def _interval_text(r: dict) -> str:
 def _study_verdict() -> tuple[str, str]:
     """(verdict word, text) for the LLM claim: the staleness study's H2 (and H1 beside it), from its
     verdicts file; whether GMC itself is stable there, from the study's runs."""
-    from llm_runs.run_table import PRIMARY, read_runs, stable_in_cell
-    from schema.results import VERDICTS, read_json
+    from grids.folders import VERDICTS
+    from grids.run_table import PRIMARY, read_runs, stable_in_cell
+    from schema.results import read_json
 
     runs = read_runs(STUDY.require(), PRIMARY)
     res = read_json(VERDICTS.require())

@@ -156,7 +156,8 @@ def g2(doc: dict | None, predicted_b: float) -> dict:
 def _decided(path, decide) -> tuple[Path, dict, dict]:
     """The committed measurement at ``path`` (default: the group-size grid's ``pairs.json``) and ``decide``'s
     verdict on it; a measurement short of the eight pre-registered pairs is an error, never a verdict."""
-    from schema.results import grid_folder, read_json
+    from grids import grid_folder
+    from schema.results import read_json
 
     path = Path(path) if path is not None else grid_folder("group_size") / "pairs.json"
     if not path.exists():

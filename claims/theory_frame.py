@@ -4,14 +4,28 @@ itself is read by :func:`figures.f23_theory_frame.load`; the figure draws it and
 disagreements (``studies.report``), both by this one rule."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
-from llm_runs.run_table import STABLE_FRACTION as LLM_STABLE  # the study's rule: stable in a cell at >= 80% seeds
+from schema.stability import STABLE_FRACTION as LLM_STABLE  # the study's rule: stable in a cell at >= 80% seeds
 
 HOLDS, COLLAPSES = 0.9, 0.5  # an exact model predicts "holds" at >= 90% runs held, "collapses" at >= 50% collapsed
 MODELS = (("exact E2", "e2_collapse"), ("shared-parameter model", "shared_collapse"))
 """The exact models of the frame: their name and the frame table's column of their collapse share."""
+
+
+@functools.cache
+def llm_frame_runs() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The LLM's side of the frame, read once: the staleness study's and the mechanism grid's runs
+    (:func:`grids.mechanism_table.load`) and their drift table (:func:`grids.mechanism_table.drift_table`)."""
+    from grids.folders import MECHANISM, STUDY
+    from grids.mechanism_table import drift_table
+    from grids.mechanism_table import load as load_runs
+
+    runs = load_runs()
+    return runs, drift_table(runs, STUDY.require(), MECHANISM.require())
 
 
 def prediction(collapse: float) -> str:

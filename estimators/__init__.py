@@ -4,11 +4,22 @@
 >>> estimators.weights("gmc", np.log([[3.0, 1.0, 1.0, 1.0]]), 0.2).round(12).tolist()
 [[2.4, 0.8, 0.8, 0.8]]
 """
-from . import (
-    peers,  # noqa: F401  (registers topr, seq_tis, seq_tis_bn, seq_mis)
-    peers_2025,  # noqa: F401  (registers seq_geo_mask, vespo)
-    variants,  # noqa: F401  (registers gmc_cap, gmc_topr, topr_gmc)
-)
+import importlib as _importlib
+import pkgutil as _pkgutil
+
+PROGRAMS = ("bench",)
+"""Modules of the package that are programs (``python -m estimators.bench``), not imported with it."""
+
+
+def _discover() -> None:
+    """Import every module of the package (in name order): each registers its estimators and their
+    records, so a new estimator is one new module and no list names it."""
+    for info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not info.name.startswith("_") and info.name not in PROGRAMS:
+            _importlib.import_module(f"{__name__}.{info.name}")
+
+
+_discover()
 from .advantages import ADVANTAGE_KINDS, advantages
 from .diagnostics import diagnostics
 from .params import PARAMS, Param

@@ -14,6 +14,11 @@ from __future__ import annotations
 import functools
 import warnings
 
+DEPRECATED_ON = "2026-12-07"
+"""The date the keyword aliases were deprecated."""
+REMOVAL_AFTER = "2027-06-01"
+"""The aliases are removed after this date (the warning says so)."""
+
 
 def renamed_keywords(**old_to_new: str):
     """Decorator: each keyword ``old`` is accepted as ``new`` with a ``DeprecationWarning``;
@@ -28,8 +33,8 @@ def renamed_keywords(**old_to_new: str):
                 if old in kwargs:
                     if new in kwargs:
                         raise TypeError(f"{fn.__qualname__}() got both {new!r} and its deprecated alias {old!r}")
-                    warnings.warn(f"{fn.__qualname__}(): the keyword {old!r} is deprecated; use {new!r}",
-                                  DeprecationWarning, stacklevel=2)
+                    warnings.warn(f"{fn.__qualname__}(): the keyword {old!r} is deprecated since {DEPRECATED_ON} "
+                                  f"and removed after {REMOVAL_AFTER}; use {new!r}", DeprecationWarning, stacklevel=2)
                     kwargs[new] = kwargs.pop(old)
             return fn(*args, **kwargs)
 

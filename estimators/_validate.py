@@ -71,11 +71,11 @@ def check_finite(x, name: str) -> None:
 
 
 def check_groups(x, name: str = "log_ratio"):
-    """Check rank 2 ``(num_groups, G)`` with G >= 1 and num_groups >= 1, and finiteness."""
+    """Check rank 2 ``(prompts_per_step, G)`` with G >= 1 and prompts_per_step >= 1, and finiteness."""
     x = as_array(x, name)
     if x.ndim != 2:
         raise ValueError(
-            f"{name} must have shape (num_groups, G) (rank 2), got rank {x.ndim} with shape {tuple(x.shape)}"
+            f"{name} must have shape (prompts_per_step, G) (rank 2), got rank {x.ndim} with shape {tuple(x.shape)}"
         )
     if x.shape[1] < 1:
         raise ValueError(f"{name} has an empty group: G = {x.shape[1]} (need G >= 1), shape {tuple(x.shape)}")

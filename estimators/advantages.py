@@ -1,4 +1,4 @@
-"""Group advantages A_i (THEORY §1), shape ``(num_groups, G)``, numpy or torch."""
+"""Group advantages A_i (THEORY §1), shape ``(prompts_per_step, G)``, numpy or torch."""
 from __future__ import annotations
 
 import math

@@ -3,12 +3,12 @@
 * **OPOB** (VCPO's off-policy optimal baseline, Huang et al. 2026, arXiv 2602.17616; mit-han-lab/vcpo
   ``recipe/fully_async_policy/staleness_utils.py:compute_opob_baseline``): one baseline per group,
   ``b* = sum_i W_i R_i / (sum_i W_i + 1e-8)``, ``W_i = w_i^2 ||grad log pi(tau_i)||^2``; advantages
-  ``(num_groups, G)``, one per trajectory (the trainer's ``advantage = "opob"``, :mod:`llm_runs.stepsize`).
+  ``(prompts_per_step, G)``, one per trajectory (the trainer's ``advantage = "opob"``, :mod:`llm_runs.stepsize`).
 * **OTB** (verl's Optimal Token Baseline, verl 0.9.1 ``verl/trainer/ppo/core_algos.py``:
   ``compute_optimal_token_baseline_advantage``): one baseline per group and token position,
   ``B_t = sum_i G_{i,t} W_{i,t} / (sum_i W_{i,t} + 1e-8)`` with ``G_{i,t}`` the return-to-go and ``W_{i,t}``
   the cumulative ``1 - 2 pi_t + sum_v pi_v^2`` (times the IS weight squared); advantages
-  ``(num_groups, G, T)``, one per token. The toolkit's losses take one advantage per trajectory, so OTB is
+  ``(prompts_per_step, G, T)``, one per token. The toolkit's losses take one advantage per trajectory, so OTB is
   no trainer advantage mode: :mod:`simulators.baselines` measures it exactly on E2.
 """
 from __future__ import annotations
@@ -17,15 +17,18 @@ import math
 
 import torch
 
+from ._compat import renamed_keywords
+
 OPOB_STDS = ("sample", "population")
-OPOB_EPS = 1e-8
-OTB_EPS = 1e-8
-"""verl's ``epsilon`` default of ``compute_optimal_token_baseline_advantage``."""
+OPOB_GUARD = 1e-8
+"""VCPO's guard in OPOB's baseline denominator, ``sum_i W_i + 1e-8``."""
+OTB_GUARD = 1e-8
+"""OTB's baseline denominator guard, verl's ``epsilon`` default of ``compute_optimal_token_baseline_advantage``."""
 
 
 def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_norms: torch.Tensor,
                     norm_by_std: bool = True, flat_zero: bool = True, std: str = "sample") -> torch.Tensor:
-    """VCPO's OPOB advantages, shape (num_groups, G): per group ``b* = sum_i W_i R_i / (sum_i W_i + 1e-8)``
+    """VCPO's OPOB advantages, shape (prompts_per_step, G): per group ``b* = sum_i W_i R_i / (sum_i W_i + 1e-8)``
     with ``W_i = w_i^2 ||grad log pi(tau_i)||^2`` (``grad_sq_norms``), then ``R_i - b*``, divided by the
     group's reward std where ``norm_by_std`` and that std exceeds 1e-8 (``std``: ``sample``, Bessel-corrected,
     or ``population``, VCPO's ``torch.std(unbiased=False)``).
@@ -37,7 +40,7 @@ def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_
     Rewards, log-ratios or gradient norms that are NaN, or negative norms, are refused (ValueError)."""
     r = rewards.double()
     if r.ndim != 2 or seq_log_ratio.shape != r.shape or grad_sq_norms.shape != r.shape:
-        raise ValueError(f"rewards, seq_log_ratio and grad_sq_norms must share one (num_groups, G) shape, got "
+        raise ValueError(f"rewards, seq_log_ratio and grad_sq_norms must share one (prompts_per_step, G) shape, got "
                          f"{tuple(r.shape)}, {tuple(seq_log_ratio.shape)}, {tuple(grad_sq_norms.shape)}")
     lr, g2 = seq_log_ratio.detach().double(), grad_sq_norms.detach().double()
     for name, x in (("rewards", r), ("seq_log_ratio", lr), ("grad_sq_norms", g2)):
@@ -49,14 +52,14 @@ def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_
     if bool((g2 < 0).any()) or not bool(torch.isfinite(g2).all()):
         raise ValueError("opob: grad_sq_norms must be finite and >= 0")
     W = torch.exp(2 * lr) * g2
-    b = (W * r).sum(-1, keepdim=True) / (W.sum(-1, keepdim=True) + OPOB_EPS)
+    b = (W * r).sum(-1, keepdim=True) / (W.sum(-1, keepdim=True) + OPOB_GUARD)
     bad = ~torch.isfinite(b)
     if bool(bad.any()):  # W overflowed (or 0 * inf): the weighted mean in log space
         logw = torch.where(g2 > 0, 2 * lr + torch.log(torch.where(g2 > 0, g2, 1.0)), -math.inf)
         top = logw.max(-1, keepdim=True).values
         shift = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
         Wn = torch.where(top == math.inf, (logw == math.inf).double(), torch.exp(logw - shift))
-        tiny = torch.where(top == math.inf, torch.zeros_like(top), OPOB_EPS * torch.exp(-shift))
+        tiny = torch.where(top == math.inf, torch.zeros_like(top), OPOB_GUARD * torch.exp(-shift))
         stable = (Wn * r).sum(-1, keepdim=True) / (Wn.sum(-1, keepdim=True) + tiny)
         b = torch.where(bad, stable, b)
     adv = r - b
@@ -80,10 +83,12 @@ def _check_finite(name: str, x: torch.Tensor, allow_neg_inf: bool = False) -> No
                          f"{tuple(torch.nonzero(bad)[0].tolist())}")
 
 
+@renamed_keywords(eps="denominator_guard")  # deprecated 2026-12-07, removed after 2027-06-01
 def otb_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, old_log_probs: torch.Tensor,
                    sum_pi_squared: torch.Tensor, is_weights: torch.Tensor | None = None,
-                   handle_zero_tail: bool = True, eps: float = OTB_EPS) -> torch.Tensor:
-    """verl's Optimal Token Baseline advantages, shape ``(num_groups, G, T)``: a transcription of verl 0.9.1
+                   handle_zero_tail: bool = True,
+                   denominator_guard: float = OTB_GUARD) -> torch.Tensor:
+    """verl's Optimal Token Baseline advantages, shape ``(prompts_per_step, G, T)``: a transcription of verl 0.9.1
     ``verl/trainer/ppo/core_algos.py:compute_optimal_token_baseline_advantage`` for groups laid out on the
     first axis (verl's ``index``: one prompt per group).
 
@@ -92,18 +97,18 @@ def otb_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, old_log_prob
     and ``sum_pi_squared`` the vocabulary's ``sum_v pi_v^2`` (``||e_{o_t} - pi||^2``, the squared norm of
     the logits' score), times ``is_weights^2`` when given (verl's ``rollout_is_weights``: the sequence
     ratio broadcast over the tokens under sequence-level rollout IS), ``W_t = sum_{s <= t} w_s mask_s``;
-    per group ``B_t = sum_i G_{i,t} W_{i,t} mask_{i,t} / (sum_i W_{i,t} mask_{i,t} + eps)`` and the
+    per group ``B_t = sum_i G_{i,t} W_{i,t} mask_{i,t} / (sum_i W_{i,t} mask_{i,t} + denominator_guard)`` and the
     advantage ``(G_t - B_t) mask_t``. A group of one trajectory has no baseline (advantage = return).
     ``handle_zero_tail`` (verl's default): in a group whose longest trajectory (length = its mask's sum)
     is unique, that trajectory's baseline is 0 from the second-longest length on (there the baseline
     would be its own return).
 
     Bad shapes, NaN anywhere, non-finite rewards, IS weights or ``sum_pi_squared``, negative
-    ``sum_pi_squared`` or IS weights, a mask other than 0/1, an ``eps`` that is not > 0, or a ``W`` that
+    ``sum_pi_squared`` or IS weights, a mask other than 0/1, a ``denominator_guard`` that is not > 0, or a ``W`` that
     overflows float64 are refused (ValueError). Computed in float64."""
     r = token_rewards.detach().double()
     if r.ndim != 3:
-        raise ValueError(f"otb: token_rewards must have shape (num_groups, G, T), got {tuple(r.shape)}")
+        raise ValueError(f"otb: token_rewards must have shape (prompts_per_step, G, T), got {tuple(r.shape)}")
     named = {"mask": mask, "old_log_probs": old_log_probs, "sum_pi_squared": sum_pi_squared}
     if is_weights is not None:
         named["is_weights"] = is_weights
@@ -120,8 +125,9 @@ def otb_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, old_log_prob
         raise ValueError(f"otb: mask must hold 0 and 1 only, got {float(m[(m != 0) & (m != 1)][0])}")
     if bool((s2 < 0).any()):
         raise ValueError(f"otb: sum_pi_squared must be >= 0, got {float(s2[s2 < 0][0])}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
-        raise ValueError(f"otb: eps must be a finite number > 0, got {eps!r}")
+    guard = denominator_guard
+    if isinstance(guard, bool) or not isinstance(guard, (int, float)) or not math.isfinite(guard) or guard <= 0:
+        raise ValueError(f"otb: denominator_guard must be a finite number > 0, got {guard!r}")
     w = 1 - 2 * torch.exp(lp) + s2
     if is_weights is not None:
         rho = is_weights.detach().double()
@@ -137,7 +143,7 @@ def otb_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, old_log_prob
     if G == 1:
         return returns * m
     num = (returns * W * m).sum(1, keepdim=True)
-    den = (W * m).sum(1, keepdim=True) + eps
+    den = (W * m).sum(1, keepdim=True) + guard
     baseline = (num / den).expand(n, G, T).clone()
     if handle_zero_tail:
         lengths = m.sum(-1)  # (n, G)

@@ -18,7 +18,7 @@ def _f(x) -> float:
 
 
 def diagnostics(log_ratio, eps: float) -> dict[str, float]:
-    """Summary statistics of trajectory log-ratios ``(num_groups, G)``.
+    """Summary statistics of trajectory log-ratios ``(prompts_per_step, G)``.
 
     Returns python floats:
 

@@ -1,8 +1,8 @@
 """The knobs of every estimator with one, each defined once: name, default, symbol, range.
 
-A scheme (:mod:`estimators.schemes`) or a token-level loss (:mod:`estimators.losses`) that
-takes knobs looks its :class:`Param` tuple up in :data:`PARAMS`; the trainer's config builds
-one named field per knob from the same entry (so its default and ``--help`` cannot drift
+Each estimator declares its :class:`Param` tuple where it is registered, in its own module
+(:mod:`estimators.records`); :data:`PARAMS` is the view of them by estimator name. The trainer's
+config builds one field ``<estimator>_<knob>`` per knob from the same entry (so its default and ``--help`` cannot drift
 from the estimator's). :func:`resolve` fills the defaults and refuses an unknown knob or a
 bad value with a ``ValueError`` naming it.
 
@@ -60,7 +60,6 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
-from ._compat import renamed_keywords
 
 
 @dataclass(frozen=True)
@@ -91,75 +90,29 @@ class Param:
         return v
 
 
-PARAMS: dict[str, tuple[Param, ...]] = {
-    "m2po": (Param("tau", 0.04, "tau_M2", "M2PO: mask the tokens of largest (log r)^2 until the batch mean "
-                   "of (log r)^2 over the rest is <= tau"),),
-    "cispo": (Param("eps_low", 10.0, "epsilon_low^IS", "CISPO: lower clip of the detached token ratio, "
-                    "1 - eps_low (>= 1: no lower bound)"),
-              Param("eps_high", 0.2, "epsilon_high^IS", "CISPO: upper clip of the detached token ratio, 1 + eps_high")),
-    "opsm": (Param("delta", 0.5, "delta", "OPSM: drop a sequence with A < 0 whose mean token log(pi_b / pi_theta) "
-                   "exceeds delta"),),
-    "gspo": (Param("eps_low", 3e-4, "epsilon_low (GSPO)", "GSPO: lower clip of the sequence ratio, 1 - eps_low",
-                   hi=1.0),
-             Param("eps_high", 4e-4, "epsilon_high (GSPO)", "GSPO: upper clip of the sequence ratio, 1 + eps_high")),
-    "seq_tis": (Param("C", 2.0, "C", "seq_tis: truncation level of the sequence ratio, c = min(w, C) (verl's "
-                      "rollout_is_threshold; VCPO's recipe uses 8)"),),
-    "seq_tis_bn": (Param("C", 2.0, "C", "seq_tis_bn: truncation level of the sequence ratio before the batch "
-                         "normalisation"),),
-    "gmc_cap": (Param("kappa", 1.0, "kappa", "gmc_cap: per-trajectory cap C = kappa (1+eps) applied after GMC's "
-                      "group rescaling (1: no trajectory above 1+eps)"),),
-    "seq_mis": (Param("lo", 0.5, "w_lo", "seq_mis: keep a sequence when w_lo <= w <= w_hi", lo_open=False),
-                Param("hi", 2.0, "w_hi", "seq_mis: upper end of the kept ratio interval")),
-    "icepop": (Param("lo", 0.5, "alpha", "icepop: keep a token's ratio r_t when alpha <= r_t <= beta (zero "
-                     "elsewhere)"),
-               Param("hi", 5.0, "beta", "icepop: upper end of the kept token-ratio interval")),
-    "seq_geo_mask": (Param("lo", 0.999, "rho_lo", "seq_geo_mask: keep a sequence when its geometric-mean ratio "
-                           "exp(l / L) is >= rho_lo"),
-                     Param("hi", 1.001, "rho_hi", "seq_geo_mask: ... and <= rho_hi"),
-                     Param("length", 1.0, "L", "seq_geo_mask: tokens per completion the geometric mean averages "
-                           "over (exact when every completion has L tokens)", batch_length=True),
-                     Param("C", 0.0, "C_geo", "seq_geo_mask: 0 = kept sequences get weight 1; C > 0 = min(w, C) "
-                           "(verl's sequence-TIS variant)", lo_open=False)),
-    "sapo": (Param("tau_pos", 1.0, "tau_pos", "sapo: gate temperature of tokens with A > 0 (at most 1e30: the "
-                   "loss computes in float32 at least)", hi=1e30, hi_open=False),
-             Param("tau_neg", 1.05, "tau_neg", "sapo: gate temperature of tokens with A <= 0 (at most 1e30)",
-                   hi=1e30, hi_open=False)),
-    "vespo": (Param("k_pos", 2.0, "k_pos", "vespo: power k of phi(w) = w^k exp(lambda (1 - w)) when A >= 0",
-                    lo_open=False, hi=1e6),
-              Param("lambda_pos", 3.0, "lambda_pos", "vespo: decay lambda of phi when A >= 0"),
-              Param("k_neg", 3.0, "k_neg", "vespo: power k of phi when A < 0", lo_open=False, hi=1e6),
-              Param("lambda_neg", 2.0, "lambda_neg", "vespo: decay lambda of phi when A < 0")),
-    "dppo_tv": (Param("delta", 0.15, "delta_TV", "dppo_tv: drop a token when pi - mu > delta (A > 0) or "
-                      "pi - mu < -delta (A <= 0)"),
-                Param("C", 1e4, "C_DPPO", "dppo_tv: truncation of the detached token ratio, min(r, C)")),
-    "ctpo": (Param("delta", 0.2, "delta_CTPO", "ctpo: the prefix log-ratio L_t is clipped to [-delta sqrt(t), "
-                   "delta sqrt(t)] (this toolkit's default; the paper's code was not read)"),),
-    "trm_k2": (Param("delta", 0.05, "delta_TRM", "trm_k2: mask a sequence whose largest token (log r)^2 / 2 "
-                     "exceeds delta (verl seq_max_k2; no default there)"),),
-    "trm_k3": (Param("delta", 0.05, "delta_TRM3", "trm_k3: mask a sequence whose largest token r - 1 - log r "
-                     "exceeds delta (verl seq_max_k3; no default there)"),),
-    "dispo": (Param("pos_low", 0.2, "eps_low^+", "dispo: lower clip 1 - pos_low of the detached token ratio of a "
-                    "correct response (A > 0; >= 1: no lower bound)"),
-              Param("pos_high", 0.28, "eps_high^+", "dispo: upper clip 1 + pos_high, correct responses"),
-              Param("neg_low", 0.2, "eps_low^-", "dispo: lower clip 1 - neg_low, incorrect responses (A <= 0)"),
-              Param("neg_high", 0.2, "eps_high^-", "dispo: upper clip 1 + neg_high, incorrect responses")),
-    "oapl": (Param("beta", 1.0, "beta_OAPL", "oapl: KL-regularisation strength of the optimal-advantage "
-                   "regression, V* = beta log mean exp(a / beta)"),),
-}
-"""Knobs per estimator name (trajectory schemes and token-level losses alike)."""
+PARAMS: dict[str, tuple[Param, ...]] = {}
+"""Knobs per estimator name (trajectory schemes and token-level losses alike): filled by each estimator's
+registration in its own module (:func:`estimators.records.record`), never written here."""
+
+KNOB_CHECKS: dict[str, Any] = {}
+"""estimator name -> its check across knobs (``lo <= hi``), run by :func:`resolve` after each knob's
+range; filled like :data:`PARAMS`, from the estimator's record."""
 
 
-@renamed_keywords(name="estimator")
+def knob_field(estimator: str, param: str) -> str:
+    """The trainer's config field (and, ``_`` written ``-``, its flag) of knob ``param`` of ``estimator``:
+    ``<estimator>_<knob>`` in lower case (``seq_geo_mask`` ``C``: ``seq_geo_mask_c``, ``--seq-geo-mask-c``)."""
+    return f"{estimator}_{param}".lower()
+
+
 def params_of(estimator: str) -> tuple[Param, ...]:
     return PARAMS.get(estimator, ())
 
 
-@renamed_keywords(name="estimator")
 def defaults(estimator: str) -> dict[str, float]:
     return {p.name: p.default for p in params_of(estimator)}
 
 
-@renamed_keywords(name="estimator")
 def resolve(estimator: str, given: dict | None) -> dict[str, float]:
     """Defaults of ``estimator``'s knobs updated by ``given``; every value checked."""
     specs = {p.name: p for p in params_of(estimator)}
@@ -169,10 +122,10 @@ def resolve(estimator: str, given: dict | None) -> dict[str, float]:
         valid = ", ".join(specs) if specs else "none"
         raise ValueError(f"{estimator!r} takes no option(s) {unknown}; its options: {valid}")
     out = {k: p.check(given.get(k, p.default), repr(estimator)) for k, p in specs.items()}
-    if estimator in ("icepop", "seq_geo_mask") and not out["lo"] <= out["hi"]:
-        raise ValueError(f"{estimator!r}: needs lo <= hi (a non-empty kept interval), got lo = {out['lo']!r}, "
-                         f"hi = {out['hi']!r}")
-    if estimator == "seq_mis" and not out["lo"] < out["hi"]:
-        raise ValueError(f"'seq_mis': needs lo < hi (a non-empty kept interval), got lo = {out['lo']!r}, "
-                         f"hi = {out['hi']!r}")
+    check = KNOB_CHECKS.get(estimator)
+    if check is not None:
+        try:
+            check(out)
+        except ValueError as exc:
+            raise ValueError(f"{estimator!r}: {exc}") from None
     return out

@@ -1,6 +1,6 @@
 """Trajectory-level corrections for stale rollouts from the literature, as registered schemes.
 
-Each is one pure log-space weight function on ``(num_groups, G)`` trajectory log-ratios
+Each is one pure log-space weight function on ``(prompts_per_step, G)`` trajectory log-ratios
 ``l = log pi_theta(o|q) - log pi_b(o|q)`` (numpy or torch, like :mod:`estimators.schemes`),
 registered in the same :data:`estimators.SCHEMES` as GMC and TIC, so the trainer, the
 simulators and both adapters get it. Their knobs live in :data:`estimators.params.PARAMS`.
@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import math
 
+from .params import Param
+from .records import Style, interval_check
 from .schemes import register_scheme
 
 
-@register_scheme("topr", family="peer", in_class=True, needs_advantages=True, sup_mass=lambda eps, B: 1.0)
+@register_scheme("topr", family="peer", in_class=True, needs_advantages=True, sup_mass=lambda eps, B: 1.0,
+                 label="TOPR", style=Style("#44AA99", "h", 9))
 def topr_log_weights(log_ratio, eps, advantages, ops):
     """TOPR (Le Roux et al., arXiv 2503.14286, eq. for grad J_TOPR, Sec. 3): trajectories with
     non-negative (baselined) return are unweighted, the others get truncated IS
@@ -44,7 +47,9 @@ def topr_log_weights(log_ratio, eps, advantages, ops):
     return ops.where(neg, ops.clamp_max(log_ratio, 0.0), ops.full_like(log_ratio, 0.0))
 
 
-@register_scheme("seq_tis", family="peer", in_class=False, sup_mass=lambda eps, B, C: float(C))
+@register_scheme("seq_tis", family="peer", in_class=False, sup_mass=lambda eps, B, C: float(C),
+                 params=(Param("C", 2.0, "C", "seq_tis: truncation level of the sequence ratio, c = min(w, C) "
+                               "(verl's rollout_is_threshold; VCPO's recipe uses 8)"),))
 def seq_tis_log_weights(log_ratio, eps, advantages, ops, C):
     """verl rollout correction, sequence-level truncated IS without normalisation
     (``rollout_is="sequence"``, ``rollout_is_threshold=C``; ``compute_rollout_correction_weights``
@@ -58,7 +63,10 @@ def _tis_bn_sup(eps, B, C):
     return float(B)
 
 
-@register_scheme("seq_tis_bn", family="peer", in_class=False, batch_coupled=True, sup_mass=_tis_bn_sup)
+@register_scheme("seq_tis_bn", family="peer", in_class=False, batch_coupled=True, sup_mass=_tis_bn_sup,
+                 label="seq. TIS + batch norm", style=Style("#117733", "p", 10),
+                 params=(Param("C", 2.0, "C", "seq_tis_bn: truncation level of the sequence ratio before the batch "
+                               "normalisation"),))
 def seq_tis_bn_log_weights(log_ratio, eps, advantages, ops, C):
     """verl rollout correction, sequence-level truncated IS with batch normalisation
     (``rollout_is="sequence"``, ``rollout_is_threshold=C``, ``rollout_is_batch_normalize=True``;
@@ -72,7 +80,10 @@ def seq_tis_bn_log_weights(log_ratio, eps, advantages, ops, C):
     return t - (glse - math.log(n))
 
 
-@register_scheme("seq_mis", family="peer", in_class=False, sup_mass=lambda eps, B, lo, hi: float(hi))
+@register_scheme("seq_mis", family="peer", in_class=False, sup_mass=lambda eps, B, lo, hi: float(hi),
+                 label="seq. MIS", style=Style("#999933", "d", 11), knob_check=interval_check(strict=True),
+                 params=(Param("lo", 0.5, "w_lo", "seq_mis: keep a sequence when w_lo <= w <= w_hi", lo_open=False),
+                         Param("hi", 2.0, "w_hi", "seq_mis: upper end of the kept ratio interval")))
 def seq_mis_log_weights(log_ratio, eps, advantages, ops, lo, hi):
     """Sequence-level masked IS (verl rollout correction ``rollout_is="sequence"`` with
     rejection ``rollout_rs="seq_sum_k1"``, ``rollout_rs_threshold="lo_hi"``; IcePop's mask

@@ -1,6 +1,6 @@
 """Trajectory-level stale-rollout corrections that verl, TRL and AReaL ship since late 2025, as
 registered schemes (same contract as :mod:`estimators.peers`: pure log-space weight functions on
-``(num_groups, G)`` trajectory log-ratios, numpy or torch; knobs in :data:`estimators.params.PARAMS`).
+``(prompts_per_step, G)`` trajectory log-ratios, numpy or torch; knobs in :data:`estimators.params.PARAMS`).
 
 ============  ==================================================  ====================================
 name          c_i                                                 group mass sup (C_eps iff <= 1+eps)
@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 import sys
 
+from .params import Param
+from .records import Style, interval_check
 from .schemes import register_scheme
 
 
@@ -28,7 +30,15 @@ def _geo_sup(eps, B, lo, hi, length, C):
     return 1.0 if C == 0 else min(C, math.exp(length * math.log(hi)))
 
 
-@register_scheme("seq_geo_mask", family="peer", in_class=True, sup_mass=_geo_sup)
+@register_scheme("seq_geo_mask", family="peer", in_class=True, sup_mass=_geo_sup,
+                 label="seq. geo-mean mask", style=Style("#BBBB00", "s", 18), knob_check=interval_check(),
+                 params=(Param("lo", 0.999, "rho_lo", "seq_geo_mask: keep a sequence when its geometric-mean ratio "
+                               "exp(l / L) is >= rho_lo"),
+                         Param("hi", 1.001, "rho_hi", "seq_geo_mask: ... and <= rho_hi"),
+                         Param("length", 1.0, "L", "seq_geo_mask: tokens per completion the geometric mean averages "
+                               "over (exact when every completion has L tokens)", batch_length=True),
+                         Param("C", 0.0, "C_geo", "seq_geo_mask: 0 = kept sequences get weight 1; C > 0 = min(w, C) "
+                               "(verl's sequence-TIS variant)", lo_open=False)))
 def seq_geo_mask_log_weights(log_ratio, eps, advantages, ops, lo, hi, length, C):
     """Geometric-mean sequence rejection (verl's Geo-RS, ``rollout_rs="seq_mean_k1"``; AReaL's
     ``rejection_sampling`` with ``level="sequence"``, ``metric="ratio"``, ``agg="mean"``):
@@ -78,7 +88,13 @@ def _vespo_sup(eps, B, k_pos, lambda_pos, k_neg, lambda_neg):
     return max(vespo_phi_max(k_pos, lambda_pos), vespo_phi_max(k_neg, lambda_neg))
 
 
-@register_scheme("vespo", family="peer", in_class=False, needs_advantages=True, sup_mass=_vespo_sup)
+@register_scheme("vespo", family="peer", in_class=False, needs_advantages=True, sup_mass=_vespo_sup,
+                 label="VESPO", style=Style("#EE3377", "D", 19),
+                 params=(Param("k_pos", 2.0, "k_pos", "vespo: power k of phi(w) = w^k exp(lambda (1 - w)) when A >= "
+                               "0", lo_open=False, hi=1000000.0),
+                         Param("lambda_pos", 3.0, "lambda_pos", "vespo: decay lambda of phi when A >= 0"),
+                         Param("k_neg", 3.0, "k_neg", "vespo: power k of phi when A < 0", lo_open=False, hi=1000000.0),
+                         Param("lambda_neg", 2.0, "lambda_neg", "vespo: decay lambda of phi when A < 0")))
 def vespo_log_weights(log_ratio, eps, advantages, ops, k_pos, lambda_pos, k_neg, lambda_neg):
     """VESPO (arXiv 2602.10693), the detached gamma weight of the whole sequence ratio:
     ``c_i = phi(w_i) = w_i^k exp(lambda (1 - w_i))`` (``phi(1) = 1``), with ``(k, lambda) =

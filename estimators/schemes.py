@@ -1,7 +1,7 @@
 """Trajectory-level weighting schemes of THEORY.md §2, one pure function each.
 
 Every scheme maps per-trajectory log-ratios ``log_ratio[g, i] = log pi_theta(o_i|q_g)
-- log pi_b(o_i|q_g)``, shape ``(num_groups, G)``, to the **log** of its weights
+- log pi_b(o_i|q_g)``, shape ``(prompts_per_step, G)``, to the **log** of its weights
 ``c_i`` (``-inf`` where a weight is exactly 0). Working in log space keeps every
 bounded scheme finite for log-ratios of +-1000; only ``exp`` of bounded
 quantities is taken. :func:`weights` is the public entry point.
@@ -43,6 +43,7 @@ from ._validate import (
     check_same_shape,
     match_like,
 )
+from .records import Style, record
 
 SURROGATES = ("detached", "clamp")
 """How :func:`estimators.losses.trajectory_loss` differentiates a scheme:
@@ -65,19 +66,21 @@ class Scheme:
     weights_fn: Callable | None = None  # optional faster direct form; must equal exp(log_weights)
     surrogate: str = "detached"  # one of SURROGATES: how the torch surrogate differentiates it
     batch_coupled: bool = False  # a group's weights depend on the other groups of the array passed
-    sup_mass: Callable | None = None  # (eps, num_groups, **params) -> sup_w of a group's mass (1/G) sum_i c_i
+    sup_mass: Callable | None = None  # (eps, prompts_per_step, **params) -> sup_w of a group's mass (1/G) sum_i c_i
     family: str = "theory"  # one of FAMILIES: where the scheme comes from
 
-    def group_mass_sup(self, eps: float, num_groups: int = 1, **params) -> float:
+    @renamed_keywords(num_groups="prompts_per_step")  # deprecated 2026-12-07, removed after 2027-06-01
+    def group_mass_sup(self, eps: float, prompts_per_step: int = 1, **params) -> float:
         """The exact supremum over all ratios of one group's mass ``(1/G) sum_i c_i`` when the
-        array passed holds ``num_groups`` groups (THEORY §2: member of C_eps iff <= 1+eps)."""
+        array passed holds ``prompts_per_step`` groups (THEORY §2: member of C_eps iff <= 1+eps)."""
         from .params import resolve
 
-        return float(self.sup_mass(check_eps(eps), int(num_groups), **resolve(self.name, params)))
+        return float(self.sup_mass(check_eps(eps), int(prompts_per_step), **resolve(self.name, params)))
 
-    def member(self, eps: float, num_groups: int = 1, **params) -> bool:
+    @renamed_keywords(num_groups="prompts_per_step")  # deprecated 2026-12-07, removed after 2027-06-01
+    def member(self, eps: float, prompts_per_step: int = 1, **params) -> bool:
         """Exact membership in C_eps: the mass cap 1+eps holds for every ratio vector."""
-        return self.group_mass_sup(eps, num_groups, **params) <= 1 + check_eps(eps)
+        return self.group_mass_sup(eps, prompts_per_step, **params) <= 1 + check_eps(eps)
 
 
 SCHEMES: dict[str, Scheme] = {}
@@ -110,12 +113,13 @@ def check_registration(name, **flags) -> None:
 
 def register_scheme(name: str, *, family: str, in_class: bool, sup_mass: Callable, needs_advantages: bool = False,
                     bounded: bool = True, weights_fn: Callable | None = None, surrogate: str = "detached",
-                    batch_coupled: bool = False):
+                    batch_coupled: bool = False, **record_fields):
     """Decorator registering ``fn`` under ``name`` in ``family`` (:data:`FAMILIES`); a taken name is refused.
 
-    ``sup_mass(eps, num_groups, **params)`` is the exact supremum of a group's mass (the
-    membership rule of THEORY §2); the knobs of ``fn`` are :data:`estimators.params.PARAMS`'s
-    entry for ``name``."""
+    ``sup_mass(eps, prompts_per_step, **params)`` is the exact supremum of a group's mass (the
+    membership rule of THEORY §2); ``fn`` takes the knobs of ``record_fields["params"]``, and the other
+    ``record_fields`` (label, style, mass_bound, knob_check) are the estimator's record
+    (:func:`estimators.records.record`)."""
 
     def deco(fn):
         if name in SCHEMES:
@@ -124,14 +128,15 @@ def register_scheme(name: str, *, family: str, in_class: bool, sup_mass: Callabl
         check_registration(name, in_class=in_class, needs_advantages=needs_advantages, bounded=bounded,
                            batch_coupled=batch_coupled)
         if not callable(sup_mass):
-            raise ValueError(f"scheme {name!r}: sup_mass must be a function sup_mass(eps, num_groups, **knobs), got "
-                             f"{sup_mass!r}")
+            raise ValueError(f"scheme {name!r}: sup_mass must be a function sup_mass(eps, prompts_per_step, **knobs), "
+                             f"got {sup_mass!r}")
         if weights_fn is not None and not callable(weights_fn):
             raise ValueError(f"scheme {name!r}: weights_fn must be a function or None, got {weights_fn!r}")
         if not isinstance(surrogate, str) or surrogate not in SURROGATES:
             raise ValueError(f"unknown surrogate {surrogate!r}; valid: {', '.join(SURROGATES)}")
         if not isinstance(family, str) or family not in FAMILIES:
             raise ValueError(f"unknown scheme family {family!r}; valid: {', '.join(FAMILIES)}")
+        record(name, **record_fields)
         SCHEMES[name] = Scheme(name, fn, in_class, needs_advantages, bounded, (fn.__doc__ or "").strip(), weights_fn,
                                surrogate, batch_coupled, sup_mass, family)
         return fn
@@ -139,7 +144,7 @@ def register_scheme(name: str, *, family: str, in_class: bool, sup_mass: Callabl
     return deco
 
 
-@renamed_keywords(name="estimator")
+@renamed_keywords(name="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def get_scheme(estimator: str) -> Scheme:
     """The registered trajectory scheme named ``estimator``."""
     try:
@@ -161,32 +166,40 @@ def scheme_names(*, family: str | None = None, in_class: bool | None = None) -> 
 # --------------------------------------------------------------------------- schemes
 
 
-@register_scheme("is", family="theory", in_class=False, bounded=False, sup_mass=lambda eps, B: math.inf)
+@register_scheme("is", family="theory", in_class=False, bounded=False, sup_mass=lambda eps, B: math.inf,
+                 label="IS", style=Style("#000000", "^", 3))
 def is_log_weights(log_ratio, eps, advantages, ops):
     """(a) plain trajectory IS, c_i = w_i (THEORY §2). Unbiased (Lemma 1); mean weight unbounded."""
     return log_ratio
 
 
-@register_scheme("stale", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0)
+@register_scheme("stale", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0,
+                 label="stale ($c=1$)", style=Style("#999999", "v", 4),
+                 mass_bound={"tight": "m_stale_bound", "theorem2": "m_stale_bound"})
 def stale_log_weights(log_ratio, eps, advantages, ops):
     """(b) stale on-policy, c_i = 1: ignore the policy gap."""
     return ops.full_like(log_ratio, 0.0)
 
 
-@register_scheme("tic_mask", family="theory", in_class=True, surrogate="clamp", sup_mass=lambda eps, B: 1.0 + eps)
+@register_scheme("tic_mask", family="theory", in_class=True, surrogate="clamp", sup_mass=lambda eps, B: 1.0 + eps,
+                 label="TIC-mask", style=Style("#0072B2", "s", 1),
+                 mass_bound={"tight": "m_mask_markov", "theorem2": "m_mask_markov"})
 def tic_mask_log_weights(log_ratio, eps, advantages, ops):
     """(c1) TIC-mask, c_i = w_i 1{w_i <= 1+eps}: the gradient of the clamped surrogate min(w, 1+eps) A."""
     return ops.where(log_ratio <= log1p_scalar(eps), log_ratio, ops.full_like(log_ratio, -math.inf))
 
 
-@register_scheme("tic_trunc", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0 + eps)
+@register_scheme("tic_trunc", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0 + eps,
+                 label="TIC-trunc", style=Style("#56B4E9", "D", 2),
+                 mass_bound={"tight": "m_trunc_scarf", "theorem2": "m_trunc_quadratic"})
 def tic_trunc_log_weights(log_ratio, eps, advantages, ops):
     """(c2) TIC-trunc (truncated IS), c_i = min(w_i, 1+eps)."""
     return ops.clamp_max(log_ratio, log1p_scalar(eps))
 
 
 @register_scheme("tic_ppo", family="theory", in_class=False, needs_advantages=True, bounded=False,
-                 sup_mass=lambda eps, B: math.inf)
+                 sup_mass=lambda eps, B: math.inf,
+                 label="TIC-PPO", style=Style("#882255", "X", 6))
 def tic_ppo_log_weights(log_ratio, eps, advantages, ops):
     """(c3) TIC-PPO, c_i = w_i 1{w_i <= 1+eps or A_i < 0}: literal PPO-min, upper-only clip (reference)."""
     keep = (log_ratio <= log1p_scalar(eps)) | (advantages < 0)
@@ -206,7 +219,7 @@ def _shifted_lse(log_ratio, ops):
 
 
 def gmc_log_lambda(log_ratio, eps, ops):
-    """log of GMC's group scale (THEORY §2 (d)), lambda = min(1, G(1+eps) / sum_j w_j); shape (num_groups, 1)."""
+    """log of GMC's group scale (THEORY §2 (d)), lambda = min(1, G(1+eps) / sum_j w_j); shape (prompts_per_step, 1)."""
     m, s = _shifted_lse(log_ratio, ops)
     return ops.clamp_max((log1p_scalar(eps) + math.log(log_ratio.shape[-1]) - s) - m, 0.0)
 
@@ -232,7 +245,9 @@ def _gmc_weights(log_ratio, eps, advantages, ops):
     return ops.scale_(w, ops.exp(log_lam))  # lambda * w
 
 
-@register_scheme("gmc", family="theory", in_class=True, weights_fn=_gmc_weights, sup_mass=lambda eps, B: 1.0 + eps)
+@register_scheme("gmc", family="theory", in_class=True, weights_fn=_gmc_weights, sup_mass=lambda eps, B: 1.0 + eps,
+                 label="GMC", style=Style("#D55E00", "o", 0),
+                 mass_bound={"tight": "m_gmc_scarf", "theorem2": "m_gmc_quadratic"})
 def gmc_log_weights(log_ratio, eps, advantages, ops):
     """(d) GMC, c_i = lambda w_i with lambda = min(1, (1+eps)/mean_j w_j); group mass min(mean w, 1+eps)."""
     m, s = _shifted_lse(log_ratio, ops)
@@ -242,7 +257,8 @@ def gmc_log_weights(log_ratio, eps, advantages, ops):
     return ops.where(capped, (log_ratio - m) + (log_cap - s), log_ratio)
 
 
-@register_scheme("snis", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0)
+@register_scheme("snis", family="theory", in_class=True, sup_mass=lambda eps, B: 1.0,
+                 label="SNIS", style=Style("#CC79A7", "P", 5))
 def snis_log_weights(log_ratio, eps, advantages, ops):
     """(e) self-normalised IS, c_i = w_i / mean_j w_j (group mass exactly 1)."""
     m, s = _shifted_lse(log_ratio, ops)
@@ -258,7 +274,7 @@ def _prepare(estimator: str, log_ratio, eps, advantages):
     eps = check_eps(eps)
     adv = None
     if spec.needs_advantages and advantages is None:
-        raise ValueError(f"scheme {estimator!r} needs `advantages` (shape (num_groups, G)), got None")
+        raise ValueError(f"scheme {estimator!r} needs `advantages` (shape (prompts_per_step, G)), got None")
     if advantages is not None:
         adv = match_like(lr, advantages, "advantages")
         check_same_shape(lr, adv, "log_ratio", "advantages")
@@ -283,23 +299,23 @@ def _call(spec, lr, eps, adv, ops, p):
     return spec.log_weights(lr, eps, adv, ops, **p) if p else spec.log_weights(lr, eps, adv, ops)
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def log_weights(estimator: str, log_ratio, eps: float, advantages=None, **params):
     """log c for ``estimator`` (``-inf`` where c = 0); same shape and array type as ``log_ratio``."""
     return _apply(_call, estimator, log_ratio, eps, advantages, params)
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def weights(estimator: str, log_ratio, eps: float, advantages=None, **params):
     """Weights c of THEORY §2 for trajectory log-ratios.
 
     Args:
         estimator: a trajectory scheme's name (see :data:`SCHEMES`): ``is``, ``stale``,
             ``tic_mask``, ``tic_trunc``, ``tic_ppo``, ``gmc``, ``snis``.
-        log_ratio: ``(num_groups, G)`` array of log pi_theta(o|q) - log pi_b(o|q),
+        log_ratio: ``(prompts_per_step, G)`` array of log pi_theta(o|q) - log pi_b(o|q),
             numpy or torch; must be finite.
         eps: the threshold eps > 0 of the cap 1+eps.
-        advantages: ``(num_groups, G)``, required by ``tic_ppo`` and ``topr``.
+        advantages: ``(prompts_per_step, G)``, required by ``tic_ppo`` and ``topr``.
         **params: the estimator's knobs (:data:`estimators.params.PARAMS`; defaults otherwise),
             e.g. ``C`` of ``seq_tis_bn``, ``lo``/``hi`` of ``seq_mis``.
 
@@ -321,7 +337,7 @@ def weights(estimator: str, log_ratio, eps: float, advantages=None, **params):
 
 
 def gmc_lambda(log_ratio, eps: float):
-    """GMC's per-group scale lambda in (0, 1], shape (num_groups, 1)."""
+    """GMC's per-group scale lambda in (0, 1], shape (prompts_per_step, 1)."""
     lr = check_groups(log_ratio, "log_ratio")
     eps = check_eps(eps)
     ops = ops_for(lr)

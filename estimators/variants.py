@@ -26,12 +26,14 @@ from __future__ import annotations
 import math
 
 from ._backend import log1p_scalar
+from .params import Param
+from .records import Style
 from .schemes import gmc_log_weights, register_scheme
 
 
 def _subset_log_lambda(log_ratio, keep, eps, ops):
     """log of GMC's scale computed over the trajectories where ``keep`` holds, per group (shape
-    (num_groups, 1)): ``min(0, log(1+eps) - log mean_{keep} w)``; 0 for a group with none kept."""
+    (prompts_per_step, 1)): ``min(0, log(1+eps) - log mean_{keep} w)``; 0 for a group with none kept."""
     masked = ops.where(keep, log_ratio, ops.full_like(log_ratio, -math.inf))
     m = ops.rowmax(masked)
     empty = m == -math.inf
@@ -44,7 +46,10 @@ def _subset_log_lambda(log_ratio, keep, eps, ops):
 
 
 @register_scheme("gmc_cap", family="variant", in_class=True,
-                 sup_mass=lambda eps, B, kappa: (1.0 + eps) * min(1.0, kappa))
+                 sup_mass=lambda eps, B, kappa: (1.0 + eps) * min(1.0, kappa),
+                 label="GMC + trajectory cap", style=Style("#F0A070", "o", 15),
+                 params=(Param("kappa", 1.0, "kappa", "gmc_cap: per-trajectory cap C = kappa (1+eps) applied after "
+                               "GMC's group rescaling (1: no trajectory above 1+eps)"),))
 def gmc_cap_log_weights(log_ratio, eps, advantages, ops, kappa):
     """GMC, then a per-trajectory cap: c_i = min(lambda w_i, C), C = kappa (1+eps). With
     kappa = 1 no single trajectory weighs more than 1+eps (GMC alone allows up to G(1+eps));
@@ -52,7 +57,8 @@ def gmc_cap_log_weights(log_ratio, eps, advantages, ops, kappa):
     return ops.clamp_max(gmc_log_weights(log_ratio, eps, advantages, ops), math.log(kappa) + log1p_scalar(eps))
 
 
-@register_scheme("gmc_topr", family="variant", in_class=True, needs_advantages=True, sup_mass=lambda eps, B: 1.0 + eps)
+@register_scheme("gmc_topr", family="variant", in_class=True, needs_advantages=True, sup_mass=lambda eps, B: 1.0 + eps,
+                 label="GMC(+) / TOPR(-)", style=Style("#B05000", "s", 16))
 def gmc_topr_log_weights(log_ratio, eps, advantages, ops):
     """GMC's rescaling on the positive-advantage trajectories (A_i >= 0: c_i = lambda_+ w_i, the
     mean taken over those trajectories of the group), TOPR's truncation on the negative ones
@@ -62,7 +68,8 @@ def gmc_topr_log_weights(log_ratio, eps, advantages, ops):
     return ops.where(pos, log_ratio + lam, ops.clamp_max(log_ratio, 0.0))
 
 
-@register_scheme("topr_gmc", family="variant", in_class=True, needs_advantages=True, sup_mass=lambda eps, B: 1.0 + eps)
+@register_scheme("topr_gmc", family="variant", in_class=True, needs_advantages=True, sup_mass=lambda eps, B: 1.0 + eps,
+                 label="TOPR(+) / GMC(-)", style=Style("#2E7D6E", "D", 17))
 def topr_gmc_log_weights(log_ratio, eps, advantages, ops):
     """TOPR's ``c = 1`` on the positive-advantage trajectories (A_i >= 0), GMC's rescaling on the
     negative ones (A_i < 0: c_i = lambda_- w_i, the mean taken over those trajectories)."""

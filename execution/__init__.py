@@ -1,6 +1,6 @@
 """Where the runs of a sweep execute: a local process pool or a Ray cluster.
 
-Both sweeps (``python -m llm_runs.sweep``, ``python -m simulators.sweep``) hand their runs to
+Both sweeps (``python -m grids.sweep``, ``python -m simulators.sweep``) hand their runs to
 an executor made by :func:`make_executor` and keep every decision about *what* to run (the
 plan, resume and skip, the folder layout, atomic writes) to themselves; the executor only
 decides *where*. This package imports nothing from the toolkit and no torch, so it sits

@@ -8,9 +8,9 @@ style and placement serve both. Each has
 * ``NAME``: its file stem (``fN_<name>``), under which :func:`figures.style.save` writes the PNG
   and PDF (``figures/out/`` by default);
 * ``TITLE``: the caption's title in the report;
-* ``load()``: the results it draws, read through :mod:`schema.results` (or the run tables
-  :mod:`llm_runs.run_table` and :mod:`llm_runs.mechanism_table`, which compute every statistic: a
-  figure renders, it does not decide), raising
+* ``load()``: the results it draws, read through :mod:`schema.results` (or :mod:`claims`, which reads the
+  LLM's run tables and computes every statistic: a figure renders, it does not decide; this package imports
+  no producer, :mod:`llm_runs` or :mod:`simulators`), raising
   :class:`schema.results.MissingResults` naming the command that makes them when they are absent;
 * ``plot(data, ax=None)``: a matplotlib figure of ``data`` (on the axes given, if any);
 * ``caption(data)``: the report's text under it, with the source (:func:`schema.results.source_note`);

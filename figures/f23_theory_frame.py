@@ -9,8 +9,8 @@ For each (scheme, optimiser) the exact models' prediction sits beside the LLM's 
   runs that collapsed at each optimiser's largest step size, pooled over the shared cells;
 * THEORY §8: the largest single weight ``c_max`` (G = 8, eps = 0.2; ``bounds.normalised``);
 * the LLM at d = 64, long horizon (``results/llm/study`` and ``results/llm/mechanism`` through
-  :func:`llm_runs.mechanism_table.load` and :func:`llm_runs.mechanism_table.drift_table`): stable runs, mean final
-  held-out pc, the median over runs of the run's median plug-in chi^2 and of its mean |log ratio|.
+  :func:`claims.theory_frame.llm_frame_runs`): stable runs, mean final held-out pc, the median over runs of the
+  run's median plug-in chi^2 and of its mean |log ratio|.
 
 The figure puts each exact model's share of runs that held (1 - collapse share) on x and the LLM's
 stable share on y, one point per (scheme, optimiser): on the diagonal the theory transfers.
@@ -19,12 +19,10 @@ under "Disagreements and gaps"); this module reads the frame and draws it.
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pandas as pd
 
-from claims.theory_frame import COLLAPSES, HOLDS, LLM_STABLE, disagreeing_cells
+from claims.theory_frame import COLLAPSES, HOLDS, LLM_STABLE, disagreeing_cells, llm_frame_runs
 from schema.results import MissingResults, Sim, read_sim
 from schema.sources import shown_path
 
@@ -42,22 +40,12 @@ OPT_TITLE = {"sgd": "SGD", "adam": "Adam", "adam_clip": "Adam + clip", "adamw_cl
 E2_H, E2_D, LLM_D = 16, 64, 64
 
 
-@functools.cache
-def _llm() -> tuple[pd.DataFrame, pd.DataFrame]:
-    from llm_runs.mechanism_table import drift_table
-    from llm_runs.mechanism_table import load as load_runs
-    from schema.results import MECHANISM, STUDY
-
-    runs = load_runs()
-    return runs, drift_table(runs, STUDY.require(), MECHANISM.require())
-
-
 def load() -> pd.DataFrame:
     """The frame table: one row per (scheme, optimiser) (module docstring)."""
     e2 = read_sim(E2)
     shared = read_sim(SHARED)
     try:
-        runs, drift = _llm()
+        runs, drift = llm_frame_runs()
     except (MissingResults, ValueError) as e:
         raise MissingResults(f"the LLM study or mechanism runs: {e}") from e
     from bounds.normalised import weight_max

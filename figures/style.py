@@ -19,8 +19,7 @@ matplotlib.use("Agg")  # figures are files; never open a window
 import matplotlib.pyplot as plt
 import numpy as np
 
-from schema.metrics import ESTIMATOR_LABELS as _L
-from schema.metrics import estimator_label
+from schema.metrics import estimator_label, estimator_labels
 
 
 @dataclass(frozen=True)
@@ -30,42 +29,25 @@ class EstimatorStyle:
     marker: str
 
 
-STYLES: dict[str, EstimatorStyle] = {
-    "gmc": EstimatorStyle(_L["gmc"], "#D55E00", "o"),
-    "tic_mask": EstimatorStyle(_L["tic_mask"], "#0072B2", "s"),
-    "tic_trunc": EstimatorStyle(_L["tic_trunc"], "#56B4E9", "D"),
-    "is": EstimatorStyle(_L["is"], "#000000", "^"),
-    "stale": EstimatorStyle(_L["stale"], "#999999", "v"),
-    "snis": EstimatorStyle(_L["snis"], "#CC79A7", "P"),
-    "tic_ppo": EstimatorStyle(_L["tic_ppo"], "#882255", "X"),
-    "token_clip": EstimatorStyle(_L["token_clip"], "#E69F00", "<"),
-    "gspo": EstimatorStyle(_L["gspo"], "#009E73", ">"),
-    "topr": EstimatorStyle(_L["topr"], "#44AA99", "h"),
-    "seq_tis_bn": EstimatorStyle(_L["seq_tis_bn"], "#117733", "p"),
-    "seq_mis": EstimatorStyle(_L["seq_mis"], "#999933", "d"),
-    "cispo": EstimatorStyle(_L["cispo"], "#AA4499", "8"),
-    "m2po": EstimatorStyle(_L["m2po"], "#661100", "H"),
-    "opsm": EstimatorStyle(_L["opsm"], "#6699CC", "1"),
-    "gmc_cap": EstimatorStyle(_L["gmc_cap"], "#F0A070", "o"),
-    "gmc_topr": EstimatorStyle(_L["gmc_topr"], "#B05000", "s"),
-    "topr_gmc": EstimatorStyle(_L["topr_gmc"], "#2E7D6E", "D"),
-    "seq_geo_mask": EstimatorStyle(_L["seq_geo_mask"], "#BBBB00", "s"),
-    "vespo": EstimatorStyle(_L["vespo"], "#EE3377", "D"),
-    "icepop": EstimatorStyle(_L["icepop"], "#33BBEE", "4"),
-    "sapo": EstimatorStyle(_L["sapo"], "#0077BB", "*"),
-    "dppo_tv": EstimatorStyle(_L["dppo_tv"], "#EE7733", "+"),
-    "p3o": EstimatorStyle(_L["p3o"], "#4477AA", "x"),
-    "ctpo": EstimatorStyle(_L["ctpo"], "#228833", "^"),
-    "minpro": EstimatorStyle(_L["minpro"], "#AA3377", "v"),
-    "trm_k2": EstimatorStyle(_L["trm_k2"], "#777777", "<"),
-    "trm_k3": EstimatorStyle(_L["trm_k3"], "#444444", ">"),
-    "dispo": EstimatorStyle(_L["dispo"], "#CCBB44", "P"),
-    "oapl": EstimatorStyle(_L["oapl"], "#66CCEE", "X"),
-}
-"""estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style."""
+def styles() -> dict[str, EstimatorStyle]:
+    """estimator name (as in ``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> style (the
+    ``style`` of its record, in its own module: :mod:`estimators.records`; GMC's rank is 0), in drawing and
+    legend order (GMC first, so it is never hidden under another line). Read when asked, so that importing a
+    figure imports no estimator (nor torch); also :data:`STYLES`, and its keys :data:`ORDER`."""
+    from estimators.records import records
 
-ORDER = list(STYLES)
-"""Drawing and legend order: GMC first, so it is never hidden under another line."""
+    labels = estimator_labels()
+    styled = [(r.style.rank, n, r.style) for n, r in records().items() if r.style is not None]
+    return {n: EstimatorStyle(labels.get(n, n), s.color, s.marker)
+            for _rank, n, s in sorted(styled, key=lambda t: t[0])}
+
+
+def __getattr__(name: str):
+    if name == "STYLES":
+        return styles()
+    if name == "ORDER":
+        return list(styles())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 THEORY_KW = {"linestyle": "--", "linewidth": 1.1, "alpha": 0.9}
 """Keyword arguments of a theory line (a bound or a predicted slope)."""
@@ -73,7 +55,7 @@ THEORY_KW = {"linestyle": "--", "linewidth": 1.1, "alpha": 0.9}
 
 def style(name: str) -> EstimatorStyle:
     """The style of estimator ``name`` (an unknown name gets a grey style, never an error)."""
-    return STYLES.get(name, EstimatorStyle(name, "#555555", "*"))
+    return styles().get(name, EstimatorStyle(name, "#555555", "*"))
 
 
 def label(name: str, mode: str | None = None) -> str:
@@ -89,13 +71,14 @@ def line_kw(name: str, mode: str | None = None) -> dict:
 
 
 def ordered(names, last=()) -> list[str]:
-    """``names`` in :data:`ORDER` (unknown names last, sorted); those in ``last`` (e.g. the
+    """``names`` in the drawing order (:func:`styles`; unknown names last, sorted); those in ``last`` (e.g. the
     exploratory estimators) after all the others, in the same order among themselves."""
     names = list(dict.fromkeys(names))
     if last:
         last = set(last)
         return ordered(n for n in names if n not in last) + ordered(n for n in names if n in last)
-    return [n for n in ORDER if n in names] + sorted(n for n in names if n not in STYLES)
+    known = styles()
+    return [n for n in known if n in names] + sorted(n for n in names if n not in known)
 
 
 RC = {

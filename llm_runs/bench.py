@@ -19,7 +19,7 @@
   two updates (worker start-up) are discarded.
 
 * ``long_vs_trl_ratio``: the same comparison on the staleness study's long horizon
-  (:mod:`llm_runs.study`: the 247k-parameter model, the scratchpad task with completions of
+  (:mod:`llm_runs.reference`: the 247k-parameter model, the scratchpad task with completions of
   H = 18 tokens, B = 16 x G = 8, GMC at delay 4), with completion tokens per second of each
   (TRL's: our completion tokens per update over its step time, the work being the same B x G x H)
   and our step split: ``long_rollout_s``, ``long_update_s`` per update and ``long_eval_s`` per
@@ -126,8 +126,8 @@ def step_vs_trl(opts) -> dict[str, float]:
 
 @benchmark
 def long_vs_trl(opts) -> dict[str, float]:
-    from .grids import HORIZONS, STUDY_BASE
     from .metrics import read_metrics
+    from .reference import HORIZONS, STUDY_BASE
 
     config = resolve_config({**STUDY_BASE, **HORIZONS["long"], "warm_start_steps": 50, "estimator": "gmc", "delay": 4,
                              "seed": 0, "cache_dir": opts.cache_dir})

@@ -9,19 +9,19 @@ download).
 New settings (async mode, GSM8K, ...) are added as fields here, and presets, tasks and
 rollout modes are registered in their own modules; :func:`resolve_config` layers dataclass
 defaults < preset defaults < explicit values. A field added after runs were made also gets
-an entry in :data:`schema.results.LEGACY_FIELDS` (the value those runs actually used).
+an entry in :data:`schema.results.LEGACY_FIELDS` (the value those runs actually used); an estimator's
+knob is not written here: its field is derived from the estimator's record
+(:func:`estimators.params.knob_field`).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-DELAY_MODES = ("fixed", "uniform")
-TRAJ_AGGS = ("sum", "token-mean")
+from .config_checks import CHECKS
 
 
 def _f(default, symbol: str, help: str, **kw):
@@ -29,16 +29,36 @@ def _f(default, symbol: str, help: str, **kw):
     return field(default=default, metadata={"symbol": symbol, "help": help, **kw})
 
 
-def _knob(estimator: str, param: str):
-    """A field for knob ``param`` of ``estimator``: default, symbol and meaning from
-    :data:`estimators.params.PARAMS` (the one definition), tagged ``knob = (estimator, param)``."""
-    from estimators.params import params_of
+def _with_knobs(cls):
+    """``cls`` as a dataclass with one field per knob of :data:`estimators.params.PARAMS` (by estimator name,
+    after ``eps_high``): default, symbol and meaning from the knob's record (the one definition), tagged
+    ``knob = (estimator, param)``. A new estimator's knobs become config fields with no edit here."""
+    from estimators.params import PARAMS, knob_field
 
-    p = next(q for q in params_of(estimator) if q.name == param)
-    return _f(p.default, p.symbol, f"{estimator} only: {p.doc}", knob=(estimator, param))
+    knobs = {knob_field(est, p.name): (est, p) for est in sorted(PARAMS) for p in PARAMS[est]}
+    taken = sorted(set(knobs) & set(cls.__annotations__))
+    if taken:
+        raise ValueError(f"knob field(s) {taken} would shadow config fields of the same name")
+    annotations = {}
+    for name, kind in cls.__annotations__.items():
+        annotations[name] = kind
+        if name == "eps_high":
+            for fname, (est, p) in knobs.items():
+                annotations[fname] = "float"
+                setattr(cls, fname, _f(p.default, p.symbol, f"{est} only: {p.doc}", knob=(est, p.name)))
+    cls.__annotations__ = annotations
+    return dataclass(cls)
 
 
-@dataclass
+def _estimator_help() -> str:
+    from estimators import SCHEMES
+    from estimators.losses import TOKEN_LOSSES
+
+    return (f"estimator (THEORY §2): a trajectory scheme, {', '.join(SCHEMES)}; or a token-level loss: "
+            f"{', '.join(TOKEN_LOSSES)} (token_clip: f)")
+
+
+@_with_knobs
 class TrainConfig:
     """Every setting of one training run (written to ``config.json`` before step 0).
 
@@ -85,50 +105,13 @@ class TrainConfig:
                         "settings)")
 
     # --- GRPO ----------------------------------------------------------------------------
-    estimator: str = _f("gmc", "c_i", "estimator (THEORY §2): a trajectory scheme, is, stale, tic_mask, "
-                        "tic_trunc, tic_ppo, gmc, snis, topr, seq_tis, seq_tis_bn, seq_mis, seq_geo_mask, vespo, "
-                        "gmc_cap, gmc_topr, topr_gmc; or a token-level loss: token_clip (f), gspo, cispo, m2po, opsm, "
-                        "icepop, sapo, dppo_tv, p3o, ctpo, minpro, trm_k2, trm_k3, dispo, oapl")
+    estimator: str = _f("gmc", "c_i", _estimator_help())
     eps: float = _f(0.2, "epsilon", "ratio threshold 1+epsilon (GMC mass cap, TIC clip; token_clip/opsm: lower clip)")
     eps_high: float | None = _f(None, "epsilon_high", "token_clip/opsm/minpro/trm upper clip (None: = eps); ignored "
                                 "by the others", knob_for=("token_clip", "opsm", "minpro", "trm_k2", "trm_k3"))
-    gspo_eps_low: float = _knob("gspo", "eps_low")
-    gspo_eps_high: float = _knob("gspo", "eps_high")
-    cispo_eps_low: float = _knob("cispo", "eps_low")
-    cispo_eps_high: float = _knob("cispo", "eps_high")
-    m2po_tau: float = _knob("m2po", "tau")
-    opsm_delta: float = _knob("opsm", "delta")
-    tis_cap: float = _knob("seq_tis_bn", "C")
-    seq_tis_cap: float = _knob("seq_tis", "C")
-    mis_low: float = _knob("seq_mis", "lo")
-    mis_high: float = _knob("seq_mis", "hi")
-    gmc_cap_kappa: float = _knob("gmc_cap", "kappa")
-    icepop_low: float = _knob("icepop", "lo")
-    icepop_high: float = _knob("icepop", "hi")
-    geo_low: float = _knob("seq_geo_mask", "lo")
-    geo_high: float = _knob("seq_geo_mask", "hi")
-    geo_length: float = _knob("seq_geo_mask", "length")
-    geo_cap: float = _knob("seq_geo_mask", "C")
-    sapo_tau_pos: float = _knob("sapo", "tau_pos")
-    sapo_tau_neg: float = _knob("sapo", "tau_neg")
-    vespo_k_pos: float = _knob("vespo", "k_pos")
-    vespo_lambda_pos: float = _knob("vespo", "lambda_pos")
-    vespo_k_neg: float = _knob("vespo", "k_neg")
-    vespo_lambda_neg: float = _knob("vespo", "lambda_neg")
-    dppo_delta: float = _knob("dppo_tv", "delta")
-    dppo_cap: float = _knob("dppo_tv", "C")
-    ctpo_delta: float = _knob("ctpo", "delta")
-    trm_k2_delta: float = _knob("trm_k2", "delta")
-    trm_k3_delta: float = _knob("trm_k3", "delta")
-    dispo_pos_low: float = _knob("dispo", "pos_low")
-    dispo_pos_high: float = _knob("dispo", "pos_high")
-    dispo_neg_low: float = _knob("dispo", "neg_low")
-    dispo_neg_high: float = _knob("dispo", "neg_high")
-    oapl_beta: float = _knob("oapl", "beta")
     advantage: str = _f("loo", "A_i", "advantage (THEORY §1): loo (canonical), grpo, drgrpo")
     group_size: int = _f(8, "G", "completions per prompt (one group)")
-    prompts_per_step: int = _f(32, "B", "groups (prompts) per update, num_groups; batch = B * G completions",
-                               flag="num_groups")
+    prompts_per_step: int = _f(32, "B", "groups (prompts) per update; batch = B * G completions")
     steps: int = _f(200, "T", "number of updates")
     lr: float = _f(1e-4, "eta", "Adam learning rate (constant)")
     max_grad_norm: float | None = _f(None, "-", "clip the gradient norm (None: never; the estimator's own bound is "
@@ -204,125 +187,11 @@ class TrainConfig:
 
     # ------------------------------------------------------------------------------------------
     def validate(self) -> TrainConfig:
-        """Refuse a bad configuration (ValueError naming the value). Touches no file except
-        the existence check of ``model_path``; never downloads."""
-        from estimators import ADVANTAGE_KINDS, SCHEMES
-        from estimators.losses import is_batch_coupled, loss_names
-
-        from .presets import check_device, get_preset
-        from .rollout_sources import ROLLOUT_SOURCES
-        from .tasks import get_task_factory
-
-        def need(cond: bool, msg: str):
-            if not cond:
-                raise ValueError(msg)
-
-        def is_int(v):
-            return isinstance(v, int) and not isinstance(v, bool)
-
-        for name in ("threads", "digits", "terms", "heldout_size", "warm_start_steps", "warm_start_batch", "group_size",
-                     "prompts_per_step", "steps", "micro_batch_groups", "delay", "top_k", "eval_every",
-                     "eval_train_size", "eval_batch_size", "checkpoint_every", "keep_checkpoints", "seed", "task_seed",
-                     "warm_start_seed"):
-            need(is_int(getattr(self, name)), f"{name} must be an integer, got {getattr(self, name)!r}")
-        need(self.group_size >= 2, f"group_size G must be >= 2 (a group needs a baseline), got G = {self.group_size}")
-        need(isinstance(self.eps, (int, float)) and math.isfinite(self.eps) and self.eps > 0,
-             f"eps must be a finite number > 0 (the threshold is 1+eps), got eps = {self.eps!r}")
-        need(self.eps_high is None or (math.isfinite(self.eps_high) and self.eps_high > 0),
-             f"eps_high must be None or > 0, got {self.eps_high!r}")
-        need(self.delay >= 0, f"delay d must be >= 0 policy versions, got d = {self.delay}")
-        need(self.delay_mode in DELAY_MODES, f"unknown delay_mode {self.delay_mode!r}; valid: {', '.join(DELAY_MODES)}")
-        need(self.estimator in loss_names(), f"unknown estimator {self.estimator!r}; valid: {', '.join(loss_names())}")
-        from estimators.params import resolve
-
-        knobs: dict[str, dict] = {}
-        for f in dataclasses.fields(self):
-            if "knob" in f.metadata:
-                est, param = f.metadata["knob"]
-                knobs.setdefault(est, {})[param] = getattr(self, f.name)
-        for est, given in knobs.items():  # every knob checked, not only the chosen estimator's
-            try:
-                resolve(est, given)
-            except ValueError as exc:
-                names = {f.metadata["knob"][1]: f.name for f in dataclasses.fields(self)
-                         if f.metadata.get("knob", ("",))[0] == est}
-                raise ValueError(f"{exc} (config fields {', '.join(names.values())})") from None
-        if is_batch_coupled(self.estimator):
-            need(self.micro_batch_groups == 0 or self.micro_batch_groups >= self.prompts_per_step,
-                 f"estimator {self.estimator!r} uses a statistic of the whole batch (not separable by group): "
-                 f"micro_batch_groups must be 0 (one chunk), got {self.micro_batch_groups}")
-        from .stepsize import TRAINER_ADVANTAGES, check_step_control
-
-        kinds = (*ADVANTAGE_KINDS, *TRAINER_ADVANTAGES)
-        need(self.advantage in kinds, f"unknown advantage {self.advantage!r}; valid: {', '.join(kinds)}")
-        check_step_control(self)
-        need(self.traj_agg in TRAJ_AGGS, f"unknown traj_agg {self.traj_agg!r}; valid: {', '.join(TRAJ_AGGS)}")
-        need(self.traj_agg == "sum" or self.estimator in SCHEMES,
-             f"traj_agg {self.traj_agg!r} divides a trajectory estimator's term by its length; estimator "
-             f"{self.estimator!r} is a token-level loss with its own aggregation")
-        ROLLOUT_SOURCES.lookup(self.mode)  # unknown mode -> ValueError listing the valid ones
-        need(self.dtype in ("float32", "bfloat16", "float16"),
-             f"unknown dtype {self.dtype!r}; valid: float32, bfloat16, float16")
-        need(self.amp in ("none", "bfloat16"), f"unknown amp {self.amp!r}; valid: none, bfloat16")
-        need(self.amp == "none" or self.dtype == "float32",
-             f"amp {self.amp!r} keeps float32 master weights: use dtype float32, got dtype {self.dtype!r}")
-        need(self.steps >= 1, f"steps T must be >= 1, got {self.steps}")
-        need(self.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {self.prompts_per_step}")
-        need(self.micro_batch_groups >= 0, f"micro_batch_groups must be >= 0, got {self.micro_batch_groups}")
-        need(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
-        need(isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0,
-             f"lr eta must be > 0, got {self.lr!r}")
-        need(self.max_grad_norm is None or self.max_grad_norm > 0,
-             f"max_grad_norm must be None or > 0, got {self.max_grad_norm!r}")
-        from .optim import check_optimizer
-
-        check_optimizer(self.optimizer, self.momentum, self.weight_decay)
-        shrink = 1 - self.lr * self.weight_decay  # the factor the decay applies to the weights each step
-        need(self.optimizer == "adam" or shrink > 0,
-             f"weight_decay {self.weight_decay!r} at lr {self.lr!r}: optimizer {self.optimizer!r} multiplies the "
-             f"weights by 1 - lr * weight_decay = {shrink:.6g} every step, which is no decay (it must be > 0)")
-        need(not (self.dtype == "float16" and self.optimizer in ("adam", "adamw")),
-             f"optimizer {self.optimizer!r} cannot step float16 weights: its state is float16 too, where Adam's eps "
-             f"(1e-8) underflows to 0, so an update with a zero gradient steps by 0/0 = NaN. Use dtype float32 (or "
-             f"amp bfloat16, float32 master weights and state), or optimizer 'sgd'")
-        need(isinstance(self.mechanism_diagnostics, bool),
-             f"mechanism_diagnostics must be true or false, got {self.mechanism_diagnostics!r}")
-        need(self.temperature > 0 and math.isfinite(self.temperature),
-             f"temperature must be > 0, got {self.temperature!r}")
-        need(self.top_k >= 0, f"top_k must be >= 0 (0 disables it), got {self.top_k}")
-        for name in ("max_staleness", "sync_every", "queue_size"):
-            need(is_int(getattr(self, name)), f"{name} must be an integer, got {getattr(self, name)!r}")
-        need(self.max_staleness >= 0, f"max_staleness d must be >= 0, got {self.max_staleness}")
-        need(self.sync_every >= 1, f"sync_every must be >= 1, got {self.sync_every}")
-        need(self.queue_size >= 1, f"queue_size must be >= 1, got {self.queue_size}")
-        need(isinstance(self.worker_timeout_s, (int, float)) and math.isfinite(self.worker_timeout_s)
-             and self.worker_timeout_s > 0,
-             f"worker_timeout_s must be a finite number > 0, got {self.worker_timeout_s!r}")
-        if self.mode == "async":
-            need(self.delay == 0 and self.delay_mode == "fixed",
-                 f"delay = {self.delay}, delay_mode = {self.delay_mode!r} apply to the controlled mode only; async "
-                 f"staleness is set by timing, bounded by max_staleness (leave delay = 0, delay_mode = 'fixed')")
-            need(self.sync_every - 1 <= self.max_staleness,
-                 f"sync_every = {self.sync_every} needs max_staleness >= sync_every - 1 = {self.sync_every - 1}, got "
-                 f"{self.max_staleness}: between syncs the worker's weights fall up to sync_every - 1 versions behind")
-        need(0 < self.top_p <= 1, f"top_p must be in (0, 1] (1 disables it), got {self.top_p}")
-        need(self.max_new_tokens is None or (is_int(self.max_new_tokens) and self.max_new_tokens >= 1),
-             f"max_new_tokens must be None or an integer >= 1, got {self.max_new_tokens!r}")
-        need(self.warm_start_steps >= 0, f"warm_start_steps must be >= 0, got {self.warm_start_steps}")
-        need(self.warm_start_lr > 0, f"warm_start_lr must be > 0, got {self.warm_start_lr}")
-        need(self.warm_start_batch >= 1, f"warm_start_batch must be >= 1, got {self.warm_start_batch}")
-        need(self.eval_every >= 0, f"eval_every must be >= 0, got {self.eval_every}")
-        need(self.eval_train_size >= 0, f"eval_train_size must be >= 0, got {self.eval_train_size}")
-        need(self.eval_batch_size >= 1, f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
-        need(self.checkpoint_every >= 0, f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
-        need(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
-        need(isinstance(self.model_kwargs, dict),
-             f"model_kwargs must be a dict, got {type(self.model_kwargs).__name__}")
-        need(self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")), f"unknown device {self.device!r}")
-        preset = get_preset(self.preset)  # unknown preset -> ValueError listing the valid ones
-        preset.check(self)  # model path exists (never a hub id), kwargs make sense
-        check_device(self.device)  # a device torch cannot see is refused before any folder is made
-        _check_task(self, get_task_factory)  # unknown task / bad knobs -> ValueError (builds the split once)
+        """Refuse a bad configuration (ValueError naming the value): the checks of
+        :data:`llm_runs.config_checks.CHECKS`, in order. Touches no file except the existence check
+        of ``model_path``; never downloads."""
+        for check in CHECKS:
+            check(self)
         return self
 
     # ------------------------------------------------------------------------------------------
@@ -342,6 +211,10 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        """The config of ``d``; a field under an older name (:data:`schema.runs.RENAMED_FIELDS`) reads as today's."""
+        from schema.runs import renamed
+
+        d = renamed(d)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
@@ -355,22 +228,6 @@ class TrainConfig:
         payload = {k: getattr(self, k) for k in keys}
         payload.update(extra or {})
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-_RUN_ONLY = ("seed", "estimator", "delay", "delay_mode", "eps", "eps_high", "lr", "steps", "eval_every",
-             "checkpoint_every", "keep_checkpoints", "mode", "max_staleness", "sync_every", "queue_size", "advantage",
-             "optimizer", "momentum", "weight_decay", "max_grad_norm", "mechanism_diagnostics")
-"""Settings no task factory reads: configurations differing only in them share one task check."""
-_TASK_CHECKED: set[str] = set()
-
-
-def _check_task(config: TrainConfig, get_task_factory) -> None:
-    """Build the task once per distinct task-relevant settings in this process (a grid validates
-    hundreds of configurations that differ only in the estimator, delay or seed)."""
-    key = json.dumps({k: v for k, v in config.to_dict().items() if k not in _RUN_ONLY}, sort_keys=True, default=str)
-    if key not in _TASK_CHECKED:
-        get_task_factory(config.task)(config)
-        _TASK_CHECKED.add(key)
 
 
 def config_fields() -> list[dataclasses.Field]:
@@ -407,7 +264,12 @@ def config_diff(stored: dict[str, Any], given: dict[str, Any]) -> dict[str, tupl
     """``{field: (stored, given)}`` where a run's stored config and the given one differ; a field
     missing from either counts at its default. The one rule for resuming a run. Pass the stored
     config as :func:`schema.results.read_run_config` reads it: a field added after the run was
-    made then holds the value the run used (:data:`schema.results.LEGACY_FIELDS`), not today's default."""
+    made then holds the value the run used (:data:`schema.results.LEGACY_FIELDS`), not today's default.
+    Both sides go through :func:`schema.runs.renamed`: a run stored with ``tis_cap`` is the same run as one
+    planned with ``seq_tis_bn_c``."""
+    from schema.runs import renamed
+
+    stored, given = renamed(stored), renamed(given)
     defaults = TrainConfig().to_dict()
     return {k: (stored.get(k, defaults.get(k)), given.get(k, defaults.get(k)))
             for k in sorted(set(stored) | set(given))

@@ -185,10 +185,24 @@ def run_group_size(path: str | Path) -> int | None:
     return int(G) if G is not None else None
 
 
-def map_path() -> Path:
-    from schema.results import grid_folder
+DRIFT_GRID, GROUP_SIZE_GRID = "drift", "group_size"
+"""The grids whose files the command reads: the drift map (``map.json``, written by ``python -m studies.drift``)
+and the group-size verdicts (``verdicts.json``, ``python -m studies.group_size``). Their folders follow the grids'
+convention, ``llm/<grid name>`` under the results root (:func:`schema.results.llm_relpath`; neither predates it,
+:data:`grids.folders.FOLDERS_BEFORE_THE_CONVENTION`): this floor lies below :mod:`grids`, and a test holds these
+paths to :func:`grids.grid_folder`'s."""
 
-    return grid_folder("drift") / "map.json"
+
+def map_path() -> Path:
+    from schema.results import llm_relpath, results_root
+
+    return results_root() / llm_relpath(DRIFT_GRID) / "map.json"
+
+
+def group_size_verdicts_path() -> Path:
+    from schema.results import llm_relpath, results_root
+
+    return results_root() / llm_relpath(GROUP_SIZE_GRID) / "verdicts.json"
 
 
 def measured_range(table: dict) -> tuple[float, float] | None:
@@ -238,9 +252,9 @@ def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dic
 
 
 def map_group_size() -> int:
-    """The group size of every run of the drift map: the study's setting (``llm_runs.grids.STUDY_BASE``), which
+    """The group size of every run of the drift map: the study's setting (``llm_runs.reference.STUDY_BASE``), which
     the drift grids run under."""
-    from .grids import STUDY_BASE
+    from .reference import STUDY_BASE
 
     return int(STUDY_BASE["group_size"])
 
@@ -248,9 +262,9 @@ def map_group_size() -> int:
 def group_size_cells() -> list[dict]:
     """The group-size grid's cells at d = 64 (``results/llm/group_size/verdicts.json``, written by
     ``python -m studies.group_size``; none before it exists): per level, G and correction, the stable share."""
-    from schema.results import grid_folder, read_json
+    from schema.results import read_json
 
-    path = grid_folder("group_size") / "verdicts.json"
+    path = group_size_verdicts_path()
     if not path.is_file():
         return []
     return [c for c in read_json(path).get("cells", []) if c.get("B", 0) * c.get("G", 0) == 128]

@@ -161,9 +161,9 @@ def replay_against_commit(run: str | Path, steps: int, commit: str | None = None
 
     from schema.results import METRICS_FILE, read_run_doc
 
+    from .committed_warmstarts import COMMITTED_ENV
     from .train import cli_flags
     from .trainer import Trainer
-    from .warmstart import COMMITTED_ENV
 
     run = Path(run)
     stored = read_run_doc(run)
@@ -185,7 +185,7 @@ def replay_against_commit(run: str | Path, steps: int, commit: str | None = None
         then = {**stored["config"], "steps": steps, "cache_dir": str(tmp / "cache-then")}
         env = {**os.environ, "PYTHONPATH": str(src)}
         made = subprocess.run([sys.executable, "-m", "llm_runs.train", "--out", str(tmp / "then"), "--no-progress",
-                               *cli_flags(then, field_flags=True)],  # flags the trainer of any commit parses
+                               *cli_flags(then)],  # flags the trainer of any commit parses
                               check=False, cwd=src, env=env, capture_output=True, text=True)
         if made.returncode != 0:
             raise ValueError(f"the code of {commit} did not run the settings of {run}: {made.stderr.strip()[-800:]}")

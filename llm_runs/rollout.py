@@ -20,7 +20,6 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from estimators._compat import renamed_keywords
 
 from .qwen3_forward import logits_fn
 from .tasks import Problem
@@ -48,11 +47,10 @@ def derive_key(*parts) -> np.ndarray:
     return key
 
 
-@renamed_keywords(num_prompts="num_groups")
-def sample_keys(seed: int, step: int, num_groups: int, group_size: int) -> np.ndarray:
-    """Per-sample keys from (seed, step, prompt slot, sample index), shape (num_groups * G,)."""
-    slot = np.repeat(np.arange(num_groups), group_size)
-    sample = np.tile(np.arange(group_size), num_groups)
+def sample_keys(seed: int, step: int, prompts_per_step: int, group_size: int) -> np.ndarray:
+    """Per-sample keys from (seed, step, prompt slot, sample index), shape (prompts_per_step * G,)."""
+    slot = np.repeat(np.arange(prompts_per_step), group_size)
+    sample = np.tile(np.arange(group_size), prompts_per_step)
     return derive_key(seed, step, slot, sample)
 
 
@@ -140,7 +138,7 @@ class RolloutBatch:
     group_size: int
 
     @property
-    def num_groups(self) -> int:
+    def prompts_per_step(self) -> int:
         return self.prompt_ids.shape[0] // self.group_size
 
     def to(self, device) -> RolloutBatch:

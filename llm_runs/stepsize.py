@@ -40,14 +40,14 @@ from dataclasses import dataclass
 
 import torch
 
-from estimators.baselines import OPOB_EPS, OPOB_STDS, opob_advantages, otb_advantages  # noqa: F401
+from estimators.baselines import OPOB_GUARD, OPOB_STDS, opob_advantages, otb_advantages  # noqa: F401
 
 ESS_RULES = ("none", "sqrt", "linear")
 OPOB_WEIGHTS = ("is", "vcpo")
 RECIPES = {
-    "vcpo": {"estimator": "seq_tis", "seq_tis_cap": 8.0, "ess_scaling": "sqrt", "ess_base_ratio": 1.0,
+    "vcpo": {"estimator": "seq_tis", "seq_tis_c": 8.0, "ess_scaling": "sqrt", "ess_base_ratio": 1.0,
              "ess_use_clipped": False, "advantage": "opob", "opob_norm_by_std": True, "max_grad_norm": 1.0},
-    "vcpo_exact": {"estimator": "seq_tis", "seq_tis_cap": 8.0, "ess_scaling": "sqrt", "ess_base_ratio": 1.0,
+    "vcpo_exact": {"estimator": "seq_tis", "seq_tis_c": 8.0, "ess_scaling": "sqrt", "ess_base_ratio": 1.0,
                    "ess_use_clipped": False, "advantage": "opob", "opob_norm_by_std": True, "max_grad_norm": 1.0,
                    "opob_weight": "vcpo", "opob_std": "population", "opob_flat_zero": False,
                    "traj_agg": "token-mean"},
@@ -65,7 +65,7 @@ gradient averaged over its tokens (``traj_agg = "token-mean"``, their ``seq-mean
 group with equal rewards left at VCPO's ``R (1 - sum W / (sum W + 1e-8))`` (``opob_flat_zero = False``)."""
 TRAINER_ADVANTAGES = ("opob",)
 """Advantage modes the trainer computes itself (they need the model, not only the rewards)."""
-ESS_EPS = 1e-8
+ESS_GUARD = 1e-8
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def ess_ratio(values: torch.Tensor, log_values: torch.Tensor | None = None) -> f
         return 0.0
     s1, s2 = float(w.sum()), float((w * w).sum())
     if math.isfinite(s1) and math.isfinite(s2):
-        return s1 * s1 / (s2 + ESS_EPS) / n
+        return s1 * s1 / (s2 + ESS_GUARD) / n
     lw = torch.log(w) if log_values is None else log_values.detach().double().reshape(-1)
     if not bool(torch.isfinite(lw).logical_or(lw == -math.inf).all()):
         return 1.0 / n
@@ -211,7 +211,7 @@ def ess_scale(rule: str, ratio: float, base: float = 1.0) -> float:
 
 def gmc_step_scale(seq_log_ratio: torch.Tensor, eps: float) -> float:
     """GMC's step form: the mean over the batch's groups of ``lambda_g = min(1, (1+eps) / mean_i w_gi)``
-    on the raw trajectory ratios (``seq_log_ratio`` of shape (num_groups, G))."""
+    on the raw trajectory ratios (``seq_log_ratio`` of shape (prompts_per_step, G))."""
     import estimators
 
     return float(estimators.gmc_lambda(seq_log_ratio.detach().double(), eps).mean())
@@ -278,7 +278,7 @@ def scaled_lr(optimizer: torch.optim.Optimizer, scale: float):
 
 def trajectory_grad_sq_norms(model, batch, temperature: float = 1.0) -> torch.Tensor:
     """``||grad_theta sum_t log pi_theta(o_t | q, o_<t)||^2`` of every trajectory of ``batch``, shape
-    (num_groups, G): one forward and backward pass per trajectory (the parameters' ``.grad`` are left
+    (prompts_per_step, G): one forward and backward pass per trajectory (the parameters' ``.grad`` are left
     as they were)."""
     from .rollout import completion_logprobs
 
@@ -291,4 +291,4 @@ def trajectory_grad_sq_norms(model, batch, temperature: float = 1.0) -> torch.Te
         total = (logp * batch.completion_mask[sl]).sum()
         grads = torch.autograd.grad(total, params, allow_unused=True)
         out[i] = sum(float((g.double() ** 2).sum()) for g in grads if g is not None)
-    return out.view(batch.num_groups, batch.group_size)
+    return out.view(batch.prompts_per_step, batch.group_size)

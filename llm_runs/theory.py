@@ -32,7 +32,6 @@ import torch
 
 import estimators
 from bounds import MASS_BOUNDS, mass_bound
-from estimators._compat import renamed_keywords
 
 BOUND_FORM = "theorem2"
 """The column of :data:`bounds.MASS_BOUNDS` that ``stale/mass_bias_bound`` evaluates.
@@ -43,14 +42,13 @@ reasons. It is the bound the convergence theorem is built from (``bounds.delay.D
 composes exactly these), so a batch above it is a batch where Theorem 2's accounting of the
 bias fails; and it is what every committed run has logged since the column exists, so runs
 replay byte for byte. The tight form is evaluated from the same raw columns (``stale/chi2``,
-``stale/mu4``, ``stale/mass_bias``) afterwards, by ``llm_runs.run_table.bound_table``.
+``stale/mu4``, ``stale/mass_bias``) afterwards, by ``grids.bound_table.bound_table``.
 """
 
 SCHEME_BOUNDS = {s: forms[BOUND_FORM] for s, forms in MASS_BOUNDS.items()}
 """Scheme -> the registered bound this column evaluates (a view of :data:`bounds.MASS_BOUNDS`)."""
 
 
-@renamed_keywords(scheme="estimator")
 def mass_bias_bound(estimator: str, chi2: float, mu4: float, G: int, eps: float) -> float:
     """THEORY §3's bound (:data:`BOUND_FORM`) on the mass bias of ``estimator`` at (chi^2, mu_4);
     NaN if it has none (IS, whose m is 0 exactly, logs no bound)."""
@@ -64,14 +62,13 @@ def mass_bias_bound(estimator: str, chi2: float, mu4: float, G: int, eps: float)
     return float(mass_bound(estimator, chi2, mu4, G, eps, form=BOUND_FORM))
 
 
-@renamed_keywords(scheme="estimator")
 def ratio_metrics(seq_log_ratio: torch.Tensor, weights: torch.Tensor | None, token_log_ratio: torch.Tensor,
                   token_mask: torch.Tensor, estimator: str, eps: float) -> dict:
     """The ``stale/`` theory columns of one batch.
 
     Args:
-        seq_log_ratio: (num_groups, G) trajectory log-ratios log w (detached).
-        weights: (num_groups, G) the estimator's weights c, or None (no trajectory weight).
+        seq_log_ratio: (prompts_per_step, G) trajectory log-ratios log w (detached).
+        weights: (prompts_per_step, G) the estimator's weights c, or None (no trajectory weight).
         token_log_ratio: (N, T) per-token log pi_theta - log mu; token_mask: (N, T) 1 on completion tokens.
         estimator: the run's estimator name; eps: its threshold.
     """
@@ -79,7 +76,7 @@ def ratio_metrics(seq_log_ratio: torch.Tensor, weights: torch.Tensor | None, tok
 
     lr = seq_log_ratio.detach().double().cpu().numpy()
     if lr.ndim != 2:
-        raise ValueError(f"seq_log_ratio must be (num_groups, G), got shape {lr.shape}")
+        raise ValueError(f"seq_log_ratio must be (prompts_per_step, G), got shape {lr.shape}")
     G = lr.shape[1]
     with np.errstate(over="ignore", invalid="ignore"):
         w = np.exp(lr)
@@ -160,7 +157,6 @@ def verl_chi2_seq(seq_log_ratio: torch.Tensor) -> float:
     return float(torch.exp(2.0 * lr).mean() - 1.0)
 
 
-@renamed_keywords(scheme="estimator")
 def batch_metrics(out, logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, estimator: str,
                   eps: float, diagnostics: dict | None = None) -> dict:
     """The per-batch ratio diagnostics a training stack logs with the trainer's names, from one

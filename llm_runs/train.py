@@ -3,9 +3,10 @@
     python -m llm_runs.train --preset tiny-cpu --estimator gmc --eps 0.2 --delay 8 \\
         --group-size 8 --steps 200 --seed 0 --out results/llm/<run>      [--resume]
 
-Every field of :class:`llm_runs.config.TrainConfig` is a ``--flag``; ``--help`` names each one's
-symbol in THEORY.md. An estimator's knob is ``--<estimator>-<knob>`` (``--seq-geo-mask-c``), named
-from :data:`estimators.params.PARAMS`; its config field's own flag (``--geo-cap``) still parses.
+Every field of :class:`llm_runs.config.TrainConfig` is a ``--flag`` of the same name; ``--help`` names
+each one's symbol in THEORY.md. An estimator's knob is field ``<estimator>_<knob>``, flag
+``--<estimator>-<knob>`` (``--seq-geo-mask-c``), derived from its record; a field's older name
+(:data:`schema.runs.RENAMED_FIELDS`: ``--geo-cap``) still parses, hidden, until 2027-06-01.
 Exit status: 0 done, 2 bad settings or a disk fault, 3 a rollout source that failed, 128 + signal
 when stopped by SIGINT/SIGTERM (a checkpoint was written), 130 when a second signal stopped it.
 """
@@ -58,31 +59,36 @@ def train(config: TrainConfig | None = None, out: str | os.PathLike | None = Non
 # --------------------------------------------------------------------------- CLI
 
 
-def knob_flag(field: dataclasses.Field) -> str:
-    """The canonical flag of a config field: ``--<estimator>-<knob>`` for a knob (from its
-    ``knob = (estimator, param)`` metadata, i.e. :data:`estimators.params.PARAMS`), the name of its
-    ``flag`` metadata for a field stored under an older name (``prompts_per_step``: ``--num-groups``),
-    else ``--<field>``; ``_`` written ``-`` and the knob lower-cased (``seq_geo_mask`` ``C``: ``--seq-geo-mask-c``)."""
-    name = "_".join(field.metadata["knob"]) if "knob" in field.metadata else field.metadata.get("flag", field.name)
-    return "--" + name.lower().replace("_", "-")
-
-
 def field_flag(field: dataclasses.Field) -> str:
-    """``--<field>``: the flag every trainer accepts for ``field`` (a hidden, deprecated alias when it
-    differs from :func:`knob_flag`)."""
+    """``--<field>``, ``_`` written ``-``: the one flag of a config field (an estimator's knob's field is
+    ``<estimator>_<knob>``, so its flag is ``--<estimator>-<knob>``: ``--seq-geo-mask-c``)."""
     return f"--{field.name.replace('_', '-')}"
 
 
-def cli_flags(overrides: dict, *, field_flags: bool = False) -> list[str]:
-    """``python -m llm_runs.train`` flags for config values: the canonical flags (:func:`knob_flag`),
-    or with ``field_flags`` the ``--<field>`` form that older trainers parse too."""
-    fields = {f.name: f for f in config_fields()}
+DEPRECATED_FLAGS = {"--num-groups": "prompts_per_step"}
+"""Older flags that still parse, hidden (beside the fields of :data:`schema.runs.RENAMED_FIELDS`, whose
+older names still parse as flags too): ``{flag: config field}``. Deprecated 2026-12-07, removed after
+2027-06-01."""
+
+
+def deprecated_flags(field: dataclasses.Field) -> list[str]:
+    """The hidden older flags of ``field``: its names before :data:`schema.runs.RENAMED_FIELDS` and
+    :data:`DEPRECATED_FLAGS`."""
+    from schema.runs import RENAMED_FIELDS
+
+    olds = [f"--{old.replace('_', '-')}" for old, new in RENAMED_FIELDS.items() if new == field.name]
+    return olds + [flag for flag, name in DEPRECATED_FLAGS.items() if name == field.name]
+
+
+def cli_flags(overrides: dict) -> list[str]:
+    """``python -m llm_runs.train`` flags for config values, ``--<field>=<value>``: the form the trainer
+    of every commit parses (a stored config's older field names give their older flags, which that
+    commit's trainer took)."""
     flags = []
     for k, v in overrides.items():
         text = ("None" if v is None else json.dumps(v) if isinstance(v, dict)
                 else repr(v) if isinstance(v, float) else str(v))
-        flag = field_flag(fields[k]) if field_flags or k not in fields else knob_flag(fields[k])
-        flags.append(f"{flag}={text}")
+        flags.append(f"--{k.replace('_', '-')}={text}")
     return flags
 
 
@@ -93,20 +99,20 @@ def _parse_value(field: dataclasses.Field, text: str):
     if kind.startswith("dict"):
         value = json.loads(text)
         if not isinstance(value, dict):
-            raise argparse.ArgumentTypeError(f"{knob_flag(field)} needs a JSON object, got {text!r}")
+            raise argparse.ArgumentTypeError(f"{field_flag(field)} needs a JSON object, got {text!r}")
         return value
     if kind.startswith("bool"):
         if text.lower() in ("true", "1", "yes"):
             return True
         if text.lower() in ("false", "0", "no"):
             return False
-        raise argparse.ArgumentTypeError(f"{knob_flag(field)}: {text!r} is not true or false")
+        raise argparse.ArgumentTypeError(f"{field_flag(field)}: {text!r} is not true or false")
     for typ in ("int", "float"):
         if kind.startswith(typ):
             try:
                 return {"int": int, "float": float}[typ](text)
             except ValueError:
-                raise argparse.ArgumentTypeError(f"{knob_flag(field)}: {text!r} is not {typ}") from None
+                raise argparse.ArgumentTypeError(f"{field_flag(field)}: {text!r} is not {typ}") from None
     return text
 
 
@@ -123,12 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     for f in config_fields():
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         kind = {"dest": f.name, "default": argparse.SUPPRESS, "type": lambda text, f=f: _parse_value(f, text),
-                "metavar": knob_flag(f)[2:].replace("-", "_").upper()}
-        stored = f" (config.json field {f.name})" if field_flag(f) != knob_flag(f) else ""
-        parser.add_argument(knob_flag(f), **kind,
-                            help=f"[{f.metadata['symbol']}] {f.metadata['help']} (default: {default!r}){stored}")
-        if field_flag(f) != knob_flag(f):  # the older flag, named after the config field: hidden
-            parser.add_argument(field_flag(f), **kind, help=argparse.SUPPRESS)
+                "metavar": f.name.upper()}
+        parser.add_argument(field_flag(f), **kind,
+                            help=f"[{f.metadata['symbol']}] {f.metadata['help']} (default: {default!r})")
+        for old in deprecated_flags(f):  # hidden: deprecated 2026-12-07, removed after 2027-06-01
+            parser.add_argument(old, **kind, help=argparse.SUPPRESS)
     return parser
 
 

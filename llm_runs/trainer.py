@@ -11,38 +11,8 @@ metrics row. Results: ``<out>/config.json`` (before step 0), ``<out>/metrics.csv
 ``<out>/checkpoints/step-NNNNNN/`` (``from_pretrained`` folders + trainer state),
 ``<out>/summary.json`` at the end.
 
-How this differs from textbook GRPO (DeepSeekMath; TRL's ``GRPOTrainer``):
-
-1. The importance ratio is per trajectory, w_i = exp(sum_t [log pi_theta - log mu]) over the
-   completion, and the estimator's weight c_i(w_1..w_G) of THEORY §2 multiplies the whole
-   trajectory's score; there is no per-token ratio or clip (except in the ``token_clip`` and
-   ``gspo`` baselines).
-2. Advantages are leave-one-out, A_i = r_i - mean_{j != i} r_j, with no division by the group
-   std (``grpo`` and ``drgrpo`` are options).
-3. No length normalisation: the loss is -(1/(B G)) sum_i c_i A_i w_i(theta)/sg(w_i), whose
-   gradient is THEORY's g_hat = (1/G) sum_i c_i A_i grad log pi_theta(o_i|q) averaged over the
-   B groups.
-4. One optimiser step per batch: no PPO epochs or mini-batches over the same rollouts, so at
-   delay 0 every ratio is 1 and every trajectory scheme gives the same update.
-5. Off-policyness is a controlled parameter: the rollouts of update t come from the stored
-   snapshot theta_{t-d_t} (d_t = d, or uniform in [0, d]), and the staleness t - version is
-   recorded per sample.
-6. The behaviour log-probs are the ones recorded while sampling, never recomputed, so the
-   ratio is the true pi_theta / mu (sampler-vs-trainer numerical mismatch included; ~1e-6
-   per token here).
-7. Sampling is at temperature 1 with no top-k/top-p truncation by default, so the behaviour
-   policy is exactly pi_{theta_{t-d}} (truncation is optional and warned about: it biases the
-   ratio).
-8. No KL penalty to a reference model and no entropy bonus.
-9. Stop-gradients are placed as THEORY §2 says: GMC's lambda is detached; TIC-mask is the
-   clamped surrogate (clamped trajectories get no gradient); TIC-trunc is detached truncation.
-10. The gradient norm is recorded but not clipped by default: the estimator's own bound is
-    what is being studied.
-11. Randomness is per sample, from keys derived from (seed, step, prompt, sample), so a run
-    resumed after SIGKILL reproduces an uninterrupted run exactly.
-12. (Engineering, not statistics.) The training pass runs each group's shared prompt once and
-    repeats its KV cache G times: the same log-probs and gradient as one pass per completion,
-    for about 40% of the compute.
+How it differs from textbook GRPO (DeepSeekMath; TRL's ``GRPOTrainer``), point by point: docs/LLM.md,
+"How the trainer differs from textbook GRPO".
 """
 from __future__ import annotations
 
@@ -79,7 +49,8 @@ from .run_folder import RunFolder, check_new_run_folder, check_resumable
 from .tasks import build_task
 from .theory import DirectionTracker
 from .update import policy_update, staleness_metrics
-from .warmstart import default_max_new_tokens, get_warm_start, machine, nonfinite_parameter, rounding_note
+from .warmstart import default_max_new_tokens, get_warm_start, machine, rounding_note
+from .warmstart_cache import nonfinite_parameter
 
 
 @dataclass

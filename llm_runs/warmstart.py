@@ -1,7 +1,7 @@
 """Warm start: a short supervised phase so RL starts from a policy that sometimes succeeds.
 
 The result is saved with ``save_pretrained`` under ``<cache_dir>/warmstart/<preset>-<hash>/``
-(the default ``cache_dir`` is ``cache/`` under the results root, :func:`cache_root`),
+(the default ``cache_dir`` is ``cache/`` under the results root, :func:`llm_runs.warmstart_cache.cache_root`),
 the hash covering every setting that changes it (model, task split, SFT settings, threads,
 library versions), and every run with the same settings loads it back with
 :func:`llm_runs.presets.load_pretrained`. It is written to a temporary folder and renamed,
@@ -15,14 +15,9 @@ horizon's warm start reaches held-out pc 0.514 on the machines that made the com
 (:func:`identity`: held-out pc, weights hash, the machine) and :func:`differs` tells two apart;
 the study refuses to mix runs that started from different ones.
 
-The warm starts the committed grids started from are committed themselves
-(:func:`committed_root`, ``llm_runs/warmstarts/<preset>-<key>/``: the weights, split into parts
-of at most 4 MiB, the tokenizer and the record, with the weights' sha256). :func:`get_warm_start`
-takes a committed warm start before any cache or recomputation, so a machine whose CPU rounds
-differently starts from the same weights and says so (``source`` and ``rounding`` in the
-record); weights whose hash is not their record's are refused, never used. ``python -m
-llm_runs.warmstart --check`` recomputes each committed recipe here and says whether this machine
-reproduces the committed bits.
+The warm starts the committed grids started from are committed themselves (:mod:`llm_runs.committed_warmstarts`);
+:func:`get_warm_start` takes one before any cache or recomputation, and ``python -m llm_runs.warmstart
+--check`` recomputes each committed recipe here and says whether this machine reproduces the committed bits.
 """
 from __future__ import annotations
 
@@ -41,18 +36,23 @@ import torch
 
 from schema.io import dumps_json, loads_json
 
+from .committed_warmstarts import (
+    PART_BYTES,
+    WARM_START_KEYS,
+    check_committed_files,
+    committed_configs,
+    committed_path,
+    committed_record,
+    materialise,
+    recorded_starts,
+    warm_start_key,
+    weights_digest,
+)
 from .presets import initial_policy, save_pretrained
 from .rollout import completion_logprobs, encode_answers, encode_prompts, evaluate
+from .warmstart_cache import cache_mismatch, cache_root, cached_problem, nonfinite_parameter
 
-WARM_START_KEYS = ["preset", "model_path", "model_kwargs", "dtype", "task", "digits", "terms", "heldout_size",
-                   "train_size", "task_seed", "warm_start_steps", "warm_start_lr", "warm_start_batch",
-                   "warm_start_seed", "threads", "max_new_tokens"]
 TARGET_ACC = (0.05, 0.60)
-_FORMAT = 1
-COMMITTED_ENV = "GMC_WARMSTARTS"
-"""Environment variable naming another folder of committed warm starts (tests)."""
-PART_BYTES = 4 * 2**20
-"""The committed weights are split into parts of at most this many bytes (no tracked file over 5 MB)."""
 FINGERPRINT_STEPS = 2
 """Supervised steps of :func:`rounding_fingerprint`: enough for a CPU that rounds differently to
 change the weights' bits, few enough to cost about a second."""
@@ -66,13 +66,6 @@ class WarmStart:
 
 def default_max_new_tokens(config, task) -> int:
     return config.max_new_tokens if config.max_new_tokens is not None else task.max_answer_tokens + 1
-
-
-def warm_start_key(config) -> str:
-    import transformers
-
-    return config.hash_of(WARM_START_KEYS, {"torch": torch.__version__, "transformers": transformers.__version__,
-                                            "format": _FORMAT})
 
 
 KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA",
@@ -96,14 +89,6 @@ def machine() -> dict:
     if forced:  # a kernel path forced by the environment (recorded only when set, so records stay comparable)
         out["kernel_env"] = forced
     return out
-
-
-def weights_digest(path: Path) -> str:
-    """sha256 of a warm start's ``*.safetensors`` files, in name order."""
-    h = hashlib.sha256()
-    for f in sorted(Path(path).glob("*.safetensors")):
-        h.update(f.read_bytes())
-    return h.hexdigest()
 
 
 def identity(info: dict) -> dict:
@@ -133,166 +118,11 @@ def supervised_loss(model, tokenizer, problems, device) -> torch.Tensor:
     return -(logp * mask).sum() / mask.sum()
 
 
-def cache_root(cache_dir: str | os.PathLike) -> Path:
-    """The warm-start cache folder a config's ``cache_dir`` names. The default (``results/cache``,
-    the value recorded in run configs) is resolved now, under the results root
-    (:func:`schema.results.results_root`, ``GMC_RESULTS``); any other value is taken as given."""
-    from schema.results import results_root
-
-    from .config import TrainConfig
-
-    if str(cache_dir) == TrainConfig.__dataclass_fields__["cache_dir"].default:
-        return results_root() / "cache"
-    return Path(cache_dir)
-
-
-def nonfinite_parameter(model) -> str | None:
-    """The name of the first parameter holding a NaN or inf, or None."""
-    for name, p in model.named_parameters():
-        if not bool(torch.isfinite(p.detach()).all()):
-            return name
-    return None
-
-
-def cached_problem(path: Path) -> str | None:
-    """Why the cached warm start in ``path`` cannot be used (None: it can): ``warmstart.json`` and
-    every ``*.safetensors`` file must read whole, and every weight must be finite."""
-    try:
-        info = loads_json((path / "warmstart.json").read_text())
-        if not isinstance(info, dict) or "heldout_acc" not in info:
-            return "warmstart.json lacks its record"
-    except (OSError, ValueError) as exc:
-        return f"warmstart.json is unreadable ({type(exc).__name__})"
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        return "it holds no *.safetensors weights"
-    from safetensors import safe_open
-
-    for f in files:
-        try:
-            with safe_open(str(f), framework="pt") as fh:
-                for name in fh.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
-                    if not bool(torch.isfinite(fh.get_tensor(name)).all()):
-                        return f"{f.name}: weight {name} holds NaN or inf"
-        except Exception as exc:  # noqa: BLE001 (SafetensorError, OSError from a truncated file)
-            return f"{f.name} is unreadable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
-    return None
-
-
-def committed_root() -> Path:
-    """The folder of committed warm starts: ``$GMC_WARMSTARTS`` if set, else ``llm_runs/warmstarts``."""
-    env = os.environ.get(COMMITTED_ENV)
-    return Path(env) if env else Path(__file__).resolve().parent / "warmstarts"
-
-
-def committed_path(config) -> Path:
-    return committed_root() / f"{config.preset}-{warm_start_key(config)}"
-
-
-def committed_record(config) -> dict | None:
-    """The record of the committed warm start for ``config``'s settings (None: none committed)."""
-    path = committed_path(config) / "warmstart.json"
-    if not path.is_file():
-        return None
-    try:
-        rec = loads_json(path.read_text())
-    except ValueError as exc:
-        raise ValueError(f"the committed warm start record {path} is unreadable ({exc})") from exc
-    if not isinstance(rec, dict) or not rec.get("weights_sha256") or rec.get("key") != warm_start_key(config):
-        raise ValueError(f"the committed warm start record {path} lacks its weights hash or names another key")
-    return rec
-
-
-def _weight_parts(src: Path) -> dict[str, list[Path]]:
-    """Weight file name -> its parts in order (``model.safetensors.part-00``, ...) in a committed folder."""
-    parts: dict[str, list[Path]] = {}
-    for f in sorted(src.glob("*.safetensors.part-*")):
-        parts.setdefault(f.name.rsplit(".part-", 1)[0], []).append(f)
-    return parts
-
-
-def committed_digest(config) -> str:
-    """sha256 of the committed warm start's weights as the files hold them (the parts reassembled in
-    name order, as :func:`weights_digest` hashes the materialised ``*.safetensors``): what its record's
-    ``weights_sha256`` must equal."""
-    h = hashlib.sha256()
-    for _name, parts in sorted(_weight_parts(committed_path(config)).items()):
-        for part in parts:
-            h.update(part.read_bytes())
-    return h.hexdigest()
-
-
-def check_committed_files(config) -> dict:
-    """The committed record of ``config`` after checking it against its weight files as read: a file
-    that does not hash to the record (a flipped byte, or an edited record) is a ValueError saying the
-    committed warm start is corrupt, which no machine's rounding explains."""
-    rec = committed_record(config)
-    if rec is None:
-        raise ValueError(f"no committed warm start for these settings (key {warm_start_key(config)})")
-    src = committed_path(config)
-    if not _weight_parts(src):
-        raise ValueError(f"the committed warm start {src} has no weight files (*.safetensors.part-*)")
-    digest = committed_digest(config)
-    if digest != rec["weights_sha256"]:
-        raise ValueError(f"the committed warm start {src.name} is corrupt: its weight files hash to {digest[:16]} "
-                         f"but its record says {rec['weights_sha256'][:16]} (a damaged weight file or an edited "
-                         f"record, not a rounding difference of this machine); restore it with "
-                         f"`git checkout -- {src}`")
-    return rec
-
-
-def _materialise(config, path: Path, rec: dict, log) -> dict:
-    """Write the committed warm start for ``config`` into the cache folder ``path`` (through a
-    temporary folder), its weights reassembled and checked against the record's sha256: weights that
-    do not hash to it are refused (``ValueError`` naming both hashes), never used."""
-    src = committed_path(config)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        for f in src.iterdir():
-            if f.is_file() and ".part-" not in f.name and f.name != "warmstart.json":
-                shutil.copyfile(f, tmp / f.name)
-        for name, parts in _weight_parts(src).items():
-            with open(tmp / name, "wb") as out:
-                out.writelines(part.read_bytes() for part in parts)
-        digest = weights_digest(tmp)
-        if digest != rec["weights_sha256"]:
-            raise ValueError(f"the committed warm start {src} is corrupt or edited: its weights hash to "
-                             f"{digest[:16]}, its record says {rec['weights_sha256'][:16]}; refused (restore it "
-                             f"with `git checkout -- {src}`)")
-        info = {**rec, "source": "committed", "committed": f"{src.parent.name}/{src.name}"}
-        (tmp / "warmstart.json").write_text(dumps_json(info))
-        os.rename(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if path.is_dir() and (path / "warmstart.json").is_file():  # another run materialised it first
-            return loads_json((path / "warmstart.json").read_text())
-        raise
-    log(f"warm start: the committed one ({src.name}, held-out pc {rec['heldout_pc']:.3f}), weights sha256 checked")
-    return info
-
-
-def _cache_mismatch(path: Path, info: dict, committed: dict | None) -> str | None:
-    """Why a readable cached warm start cannot be used (None: it can): its weights do not hash to its
-    own record (an edited cache), or it is not the committed warm start of its settings."""
-    digest = weights_digest(path)
-    recorded = info.get("weights_sha256")
-    if recorded and recorded != digest:
-        return (f"its weights hash to {digest[:16]} but its warmstart.json records {str(recorded)[:16]}: the cache "
-                "was edited or corrupted")
-    if committed is not None and digest != committed["weights_sha256"]:
-        return (f"its weights (sha256 {digest[:16]}, held-out pc {info.get('heldout_pc')!r}) are not the committed "
-                f"warm start's ({committed['weights_sha256'][:16]}, pc {committed['heldout_pc']!r}): it was computed "
-                "on a machine that rounds differently")
-    return None
-
-
 def get_warm_start(config, task, log=print) -> WarmStart:
-    """The warm start for ``config``: the committed one (:func:`committed_record`) where its settings
-    have one, else the cached one, else computed once and cached. A cached one is checked before
-    use (:func:`cached_problem`, and its weights against the sha256 its record and the committed
-    record give): a bad one is moved aside (``<name>.corrupt-<time>``, never deleted), saying why.
+    """The warm start for ``config``: the committed one (:func:`llm_runs.committed_warmstarts.committed_record`)
+    where its settings have one, else the cached one, else computed once and cached. A cached one is checked
+    before use (:func:`llm_runs.warmstart_cache.cached_problem`, and its weights against the sha256 its record and
+    the committed record give): a bad one is moved aside (``<name>.corrupt-<time>``, never deleted), saying why.
     A warm start whose weights are not finite is never cached."""
     if config.warm_start_steps == 0 and config.model_path:
         return WarmStart(Path(config.model_path), {"steps": 0, "source": config.model_path})
@@ -303,7 +133,7 @@ def get_warm_start(config, task, log=print) -> WarmStart:
     if path.is_dir() and (done.is_file() or any(path.glob("*.safetensors"))):
         problem = cached_problem(path)
         info = loads_json(done.read_text()) if problem is None else {}
-        problem = problem or _cache_mismatch(path, info, committed)
+        problem = problem or cache_mismatch(path, info, committed)
         if problem is None:
             info.setdefault("weights_sha256", weights_digest(path))  # a record made before weights were hashed
             if committed is not None:
@@ -314,7 +144,7 @@ def get_warm_start(config, task, log=print) -> WarmStart:
         os.replace(path, aside)
         log(f"warning: the cached warm start {path} is unusable ({problem}); moved it to {aside.name}")
     if committed is not None:
-        return WarmStart(path, _materialise(config, path, committed, log))
+        return WarmStart(path, materialise(config, path, committed, log))
     info = _train(config, task, path, log)
     return WarmStart(path, {**info, "source": "computed"})
 
@@ -413,27 +243,6 @@ def rounding_note(config, task, info: dict, log=print) -> str:
     return {True: "same", False: "differs", None: "unknown"}[same]
 
 
-def recorded_starts(key: str, folders: list[Path] | None = None) -> dict[str, dict]:
-    """The warm starts with ``key`` that committed runs record having started from: weights sha256 ->
-    ``{"runs": count, "cpu_flags": [the machines that made them], "folder": the first grid folder}``,
-    over every run of ``folders`` (default: every grid folder, :data:`schema.results.GRID_FOLDERS`)."""
-    from schema.results import GRID_FOLDERS, read_run_doc, results_root, run_dirs
-
-    found: dict[str, dict] = {}
-    for folder in folders if folders is not None else [results_root() / f for f in GRID_FOLDERS.values()]:
-        for run in run_dirs(Path(folder)) if Path(folder).is_dir() else []:
-            doc = read_run_doc(run)
-            ws = doc.get("warm_start") or {}
-            if ws.get("key") != key or not ws.get("weights_sha256"):
-                continue
-            rec = found.setdefault(ws["weights_sha256"], {"runs": 0, "cpu_flags": [], "folder": str(folder)})
-            rec["runs"] += 1
-            flags = (doc.get("machine") or {}).get("cpu_flags")
-            if flags and flags not in rec["cpu_flags"]:
-                rec["cpu_flags"].append(flags)
-    return found
-
-
 def commit(config, task, log=print, expect_sha256: str | None = None) -> Path:
     """Save this machine's warm start for ``config`` (the cached one, computed if need be) as a committed
     one: weights split into :data:`PART_BYTES` parts, the tokenizer, the record with the weights'
@@ -505,29 +314,6 @@ def check(config, task, log=print) -> dict:
             "heldout_pc": (rec["heldout_pc"], here["heldout_pc"]), "wall_s": here["wall_s"]}
 
 
-def committed_configs() -> dict[str, object]:
-    """Folder name -> the run configuration each committed warm start was made for, rebuilt from the
-    settings its record holds (the grids that use them are :data:`llm_runs.grids.COMMITTED_WARM_STARTS`)."""
-    from .config import resolve_config
-
-    out = {}
-    root = committed_root()
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and ".tmp-" not in p.name) if root.is_dir() else []:
-        try:
-            rec = loads_json((folder / "warmstart.json").read_text())
-            settings = dict(rec["settings"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{folder}: its warmstart.json is missing, unreadable or holds no settings "
-                             f"({type(exc).__name__}: {exc}): a corrupt committed warm start; restore it with "
-                             f"`git checkout -- {folder}`") from None
-        cfg = resolve_config(settings)
-        if committed_path(cfg).name != folder.name:
-            raise ValueError(f"{folder}: its recorded settings give the key {warm_start_key(cfg)}, not its name's "
-                             "(another torch or transformers version than the one that made it?)")
-        out[folder.name] = cfg
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -536,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m llm_runs.warmstart", description=(
         "The committed warm starts (llm_runs/warmstarts): --check recomputes each recipe here and says whether "
         "this machine reproduces the committed bits (exit 1 if one does not)."))
-    from .grids import COMMITTED_WARM_STARTS
+    from .reference import COMMITTED_WARM_STARTS
 
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--check", action="store_true",
@@ -575,9 +361,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _commit_recorded(which: str, build_task) -> int:
-    """``--commit WHICH``: the committed-runs' warm start of :data:`llm_runs.grids.COMMITTED_WARM_STARTS`
+    """``--commit WHICH``: the committed-runs' warm start of :data:`llm_runs.reference.COMMITTED_WARM_STARTS`
     ``which``, computed here and committed only if it hashes as they record."""
-    from .grids import committed_config
+    from .reference import committed_config
 
     cfg = committed_config(which)
     if committed_record(cfg) is not None:
@@ -598,7 +384,6 @@ def _commit_recorded(which: str, build_task) -> int:
               f"{here['cpu_flags']} ({here['cpu_capability']}). Computing the recipe here ...")
     commit(cfg, build_task(cfg), expect_sha256=expect)
     return 0
-
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import estimators
 from estimators.losses import TOKEN_LOSSES
 from estimators.params import params_of
 
-from . import exact, llm, robustness, simulate
+from . import exact, llm, llm_cells, robustness, simulate
 from .load import EPS, Correction
 from .store import Store
 from .verdict import RULES, verdict
@@ -271,16 +271,16 @@ def _render_llm(card: dict) -> list[str]:
     name = card["name"]
     eq = lp["delay0"]
     L = ["", "## 7. LLM study", "",
-         "Committed runs read as `llm_runs.run_table.read_runs` reads them (each folder audited by "
-         "`llm_runs.grid_check.audit`, each run of the card's cells by `llm_runs.run_table.run_row`): "
+         "Committed runs read as `grids.run_table.read_runs` reads them (each folder audited by "
+         "`grids.check.audit`, each run of the card's cells by `grids.run_table.run_row`): "
          "results/llm/study and "
          "results/llm/study_2025 under the study's Adam, results/llm/mechanism's adamwclip arm under AdamW + decay "
          "0.01 + clip 1.0. A correction's "
-         "own runs made by `llm_runs.sweep.run_sweep` on the committed grid's settings, after "
-         "`llm_runs.grid_check.check_warm_starts` (refused where this machine's warm start is not the committed "
+         "own runs made by `grids.sweep.run_sweep` on the committed grid's settings, after "
+         "`grids.check.check_warm_starts` (refused where this machine's warm start is not the committed "
          "one). Stable: `schema.results`' rule per run, a cell stable when at least "
          f"{lp['stable_fraction']:.0%} of its seeds are. Differences: final held-out pc, {name} minus the reference, "
-         "paired by seed, 95% percentile bootstrap (`llm_runs.run_table.paired`, `llm_runs.run_table.bootstrap`). "
+         "paired by seed, 95% percentile bootstrap (`grids.run_table.paired`, `grids.run_table.bootstrap`). "
          f"Delay 0: {name}'s gradient at ratio 1 is IS's "
          + {"same": "exactly", "scaled": f"times {eq['scale']:.4g}",
             "different": "NOT (it needs its own delay-0 runs)"}[eq["kind"]]
@@ -315,9 +315,9 @@ def _render_llm(card: dict) -> list[str]:
         for c in missing:
             why = f" Refused: {c['why']}" if c["state"] == "refused" else ""
             L.append(f"- {c['label']}: {len(c.get('runs_needed', []))} runs of seeds "
-                     f"{', '.join(map(str, llm.FULL_SEEDS))} ({', '.join(c.get('runs_needed', [])[:2])}, ...), "
+                     f"{', '.join(map(str, llm_cells.FULL_SEEDS))} ({', '.join(c.get('runs_needed', [])[:2])}, ...), "
                      f"about {_minutes(c.get('cost_s', 0.0))} at 2 runs at a time (the study's measured step "
-                     f"costs, `llm_runs.study.estimate_seconds`), plus the warm start if this machine has none "
+                     f"costs, `grids.runner.estimate_seconds`), plus the warm start if this machine has none "
                      f"cached.{why}")
         L += ["", f"Command: `{lp['command']}` (resumable; `--dry-run` prices it)."]
     drows = [c for c in lp["cells"] if c.get("drift")]

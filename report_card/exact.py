@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 
 import estimators
-from estimators._compat import renamed_keywords
 from estimators.losses import is_batch_coupled
 
 from .load import EPS, Correction
@@ -33,8 +32,7 @@ SUP_TOL = 1e-9
 float rounding only."""
 
 
-@renamed_keywords(batch_groups="num_groups")
-def membership(corr: Correction, eps: float = EPS, num_groups=(1, 8)) -> dict:
+def membership(corr: Correction, eps: float = EPS, prompts_per_step=(1, 8)) -> dict:
     """Declared supremum and class membership against the toolkit's search, per batch size."""
     from simulators.peers import grid_max_mass
 
@@ -43,7 +41,7 @@ def membership(corr: Correction, eps: float = EPS, num_groups=(1, 8)) -> dict:
                                          "C_eps (THEORY §2) is a class of trajectory weightings"}
     spec = estimators.get_scheme(corr.name)
     rows = []
-    for B in num_groups if spec.batch_coupled else (1,):
+    for B in prompts_per_step if spec.batch_coupled else (1,):
         sup = spec.group_mass_sup(eps, B)
         found, arg = grid_max_mass(corr.name, eps, 3, B)
         wrong = found > sup * (1 + SUP_TOL) + SUP_TOL

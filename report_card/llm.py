@@ -6,62 +6,37 @@ study's Adam, and the long horizon at d = 0 and 64 under AdamW + decay 0.01 + cl
 mechanism grid's ``adamwclip`` arm: the only arm of that optimiser the toolkit has run).
 
 Committed runs are read, never rerun: ``results/llm/study`` and ``results/llm/study_2025`` (Adam),
-``results/llm/mechanism`` (its ``adamwclip`` arm), as :func:`llm_runs.run_table.read_runs` reads them (the
-grid audit, then :func:`llm_runs.run_table.run_row` for final pc and stability), only the runs of the
-card's cells, with :func:`llm_runs.mechanism_table.arm_of`. At delay 0 every trajectory
+``results/llm/mechanism`` (its ``adamwclip`` arm), as :func:`grids.run_table.read_runs` reads them (the
+grid audit, then :func:`grids.run_table.run_row` for final pc and stability), only the runs of the
+card's cells, with :func:`grids.mechanism_table.arm_of`. At delay 0 every trajectory
 scheme makes the same update (every ratio is 1), so the study ran one delay-0 run per seed that
-stands for every estimator (:func:`llm_runs.run_table.paired`); the card lets it stand for a correction
+stands for every estimator (:func:`grids.run_table.paired`); the card lets it stand for a correction
 only when the correction's gradient at ratio 1 is IS's (:func:`delay0_equivalence`: exactly, or
 up to a positive factor under unclipped Adam, which does not see a factor).
 
 A correction's own runs (a new correction's, or a registered one's cell the committed grids lack)
-are made by :func:`llm_runs.sweep.run_sweep` on a grid of :class:`llm_runs.grids.Study` (the
+are made by :func:`grids.sweep.run_sweep` on a grid of :class:`grids.Grid` (the
 committed grid's settings, seeds 0-4; ``--quick``: seeds 0-1, the short horizon at d = 64 only),
 under the card's folder, resumable. Before any run, this machine's warm start is computed and
-checked against the committed runs' (:func:`llm_runs.grid_check.check_warm_starts`): where it
-differs the part is refused, never mixed. Paired differences: :func:`llm_runs.run_table.paired` and
-:func:`llm_runs.run_table.bootstrap` (95% percentile bootstrap, the study's seed and resamples).
+checked against the committed runs' (:func:`grids.check.check_warm_starts`): where it
+differs the part is refused, never mixed. Paired differences: :func:`grids.run_table.paired` and
+:func:`grids.run_table.bootstrap` (95% percentile bootstrap, the study's seed and resamples).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from estimators._compat import renamed_keywords
-from schema.results import GRID_FOLDERS
+from grids import grid_relpath
+from schema.stability import STABLE_FRACTION
 
+from .llm_cells import ARMS, CELLS, COMMITTED, FULL_SEEDS, QUICK_CELLS, QUICK_SEEDS, REFERENCES, LLMCell
+from .llm_numbers import cell_stats, drift, paired_difference
 from .load import EPS, Correction
-
-
-@dataclass(frozen=True)
-class LLMCell:
-    horizon: str
-    delay: int
-    arm: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.horizon}, d = {self.delay}, {ARMS[self.arm]}"
-
-
-ARMS = {"adam": "Adam (the study's)", "adamwclip": "AdamW + decay 0.01 + clip 1.0"}
-CELLS = (LLMCell("long", 0, "adam"), LLMCell("long", 64, "adam"), LLMCell("short", 64, "adam"),
-         LLMCell("long", 0, "adamwclip"), LLMCell("long", 64, "adamwclip"))
-QUICK_CELLS = (LLMCell("short", 64, "adam"),)
-REFERENCES = ("topr", "gspo", "vespo", "gmc")
-FULL_SEEDS = (0, 1, 2, 3, 4)
-QUICK_SEEDS = (0, 1)
-COMMITTED = {"adam": (GRID_FOLDERS["primary"], GRID_FOLDERS["peers_2025"]), "adamwclip": (GRID_FOLDERS["mechanism"],)}
-"""Where each arm's committed runs are (under the results root, :data:`schema.results.GRID_FOLDERS`);
-the first folder is the one a new run must share the warm start with, and whose recorded grid
-(:func:`llm_runs.grids.recorded_study`) gives the arm's settings."""
-
 
 # --------------------------------------------------------------------------- committed runs
 
@@ -78,12 +53,12 @@ def _cell_of(run_name: str) -> tuple[str, str, int]:
 def committed_runs(estimators_: tuple[str, ...] = ()) -> pd.DataFrame:
     """The committed runs of the cells' arms (:data:`CELLS`) for ``estimators_`` (every estimator's
     delay-0 runs too), one row each, with ``arm`` and ``source``: each folder audited as
-    :func:`llm_runs.run_table.read_runs` audits it (:func:`llm_runs.grid_check.audit`, foreign runs refused),
-    each run read by :func:`llm_runs.run_table.run_row`; only the runs of the card's cells are read (and each
+    :func:`grids.run_table.read_runs` audits it (:func:`grids.check.audit`, foreign runs refused),
+    each run read by :func:`grids.run_table.run_row`; only the runs of the card's cells are read (and each
     once per process)."""
-    from llm_runs.grid_check import audit, check_pairing
-    from llm_runs.mechanism_table import arm_of
-    from llm_runs.run_table import run_row
+    from grids.check import audit, check_pairing
+    from grids.mechanism_table import arm_of
+    from grids.run_table import run_row
     from schema.results import read_run_config, results_root
 
     root = results_root()
@@ -96,8 +71,8 @@ def committed_runs(estimators_: tuple[str, ...] = ()) -> pd.DataFrame:
             if not path.is_dir():
                 continue
             if f not in _AUDITED:
-                if f != GRID_FOLDERS["primary"]:
-                    check_pairing(path, root / GRID_FOLDERS["primary"])
+                if f != grid_relpath("primary"):
+                    check_pairing(path, root / grid_relpath("primary"))
                 found = audit(path)
                 found.raise_if_foreign(path)
                 _AUDITED[f] = found.runs
@@ -117,7 +92,6 @@ def committed_runs(estimators_: tuple[str, ...] = ()) -> pd.DataFrame:
 # --------------------------------------------------------------------------- delay 0
 
 
-@renamed_keywords(name="estimator")
 def delay0_equivalence(estimator: str, T: int = 18, G: int = 8) -> dict:
     """Is ``estimator``'s gradient at ratio 1 (delay 0) IS's? On a batch of 2 groups of G completions of T
     tokens each (the long horizon: every completion has 18), float64: ``same`` (equal to 1e-12
@@ -175,13 +149,13 @@ def card_folder_llm(card_dir: Path, arm: str) -> Path:
 
 
 def grids(corr: Correction, todo: list[LLMCell], seeds, overrides: dict | None = None) -> list:
-    """One :class:`llm_runs.grids.Study` per arm for the cells ``todo`` (the committed grid's
-    settings as its folder records them, :func:`llm_runs.grids.recorded_study`; ``overrides`` on
+    """One :class:`grids.Grid` per arm for the cells ``todo`` (the committed grid's
+    settings as its folder records them, :func:`grids.recorded_grid`; ``overrides`` on
     top, e.g. a smoke test's fewer updates)."""
-    from llm_runs.grids import Arm, Study, recorded_study
-    from schema.results import grid_folder
+    from grids import Arm, grid_folder, recorded_grid
+    from grids import Grid as Study
 
-    primary, mechanism = recorded_study(grid_folder("primary")), recorded_study(grid_folder("mechanism"))
+    primary, mechanism = recorded_grid(grid_folder("primary")), recorded_grid(grid_folder("mechanism"))
 
     @dataclass(frozen=True)
     class CardGrid(Study):
@@ -190,7 +164,7 @@ def grids(corr: Correction, todo: list[LLMCell], seeds, overrides: dict | None =
         def cells(self):
             return [c for c in super().cells() if [c.horizon, c.delay] in [list(w) for w in self.wanted]]
 
-    horizons_all = recorded_study(grid_folder("peers_2025")).horizons if corr.name == "seq_geo_mask" \
+    horizons_all = recorded_grid(grid_folder("peers_2025")).horizons if corr.name == "seq_geo_mask" \
         else primary.horizons
     out = []
     for arm in ARMS:
@@ -218,8 +192,8 @@ def grids(corr: Correction, todo: list[LLMCell], seeds, overrides: dict | None =
 
 
 def cost_seconds(grid_list, jobs: int = 2) -> float:
-    """:func:`llm_runs.study.estimate_seconds` of every grid's cells (the study's measured step costs)."""
-    from llm_runs.study import estimate_seconds
+    """:func:`grids.runner.estimate_seconds` of every grid's cells (the study's measured step costs)."""
+    from grids.runner import estimate_seconds
 
     return sum(estimate_seconds(g.cells(), jobs) for _, g in grid_list)
 
@@ -248,9 +222,9 @@ def _executor(jobs: int, corr: Correction):
 
 def run_grids(corr: Correction, card_dir: Path, grid_list, jobs: int, log=print) -> dict:
     """Check the warm starts, then run (or continue) each grid; ``{arm: status}``."""
-    from llm_runs.grid_check import check_warm_starts
-    from llm_runs.study import _warm_starts
-    from llm_runs.sweep import run_sweep
+    from grids.check import check_warm_starts
+    from grids.runner import _warm_starts
+    from grids.sweep import run_sweep
     from schema.results import read_run_doc, results_root, run_dirs
 
     status = {}
@@ -275,9 +249,9 @@ def run_grids(corr: Correction, card_dir: Path, grid_list, jobs: int, log=print)
 
 
 def own_runs(corr: Correction, card_dir: Path) -> pd.DataFrame:
-    """The correction's own runs under the card's folder (:func:`llm_runs.run_table.run_row` each)."""
-    from llm_runs.mechanism_table import arm_of
-    from llm_runs.run_table import run_row
+    """The correction's own runs under the card's folder (:func:`grids.run_table.run_row` each)."""
+    from grids.mechanism_table import arm_of
+    from grids.run_table import run_row
     from schema.results import read_run_config, run_dirs
 
     rows = []
@@ -293,146 +267,120 @@ def own_runs(corr: Correction, card_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# --------------------------------------------------------------------------- the numbers
-
-
-def cell_stats(runs: pd.DataFrame, c: LLMCell, estimator: str) -> dict:
-    """Stable seeds, mean final pc (and the seeds) of ``estimator`` in cell ``c``; the delay-0 run of
-    a seed stands for every estimator."""
-    sel = runs[(runs["arm"] == c.arm) & (runs["horizon"] == c.horizon) & runs["complete"]]
-    sel = sel[sel["delay"] == 0] if c.delay == 0 else sel[(sel["delay"] == c.delay) & (sel["estimator"] == estimator)]
-    sel = sel.drop_duplicates("seed")
-    return {"n": len(sel), "stable": int(sel["stable"].sum()), "pc_final": float(sel["pc_final"].mean())
-            if len(sel) else math.nan, "seeds": sorted(int(s) for s in sel["seed"]),
-            "source": ", ".join(sorted(set(sel["source"]))) if len(sel) else "",
-            "runs": [[str(r.source), str(r.run)] for r in sel.itertuples()]}
-
-
-def drift(runs: list) -> dict:
-    """The drift of a cell's runs (:func:`llm_runs.drift.summary`: the early window's median KL per token
-    and trajectory chi^2, each run's, then their median over runs) and, where the drift study's map exists
-    (:func:`llm_runs.drift.map_path`), the place of that KL on it (:func:`llm_runs.drift.place`)."""
-    from llm_runs.drift import map_path, place, read_export, summary
-    from schema.results import results_root
-
-    vals = {"kl": [], "chi2": []}
-    for source, run in runs:
-        folder = Path(source) if Path(source).is_absolute() else results_root() / Path(source).relative_to("results")
-        m, d = read_export(folder / run)
-        s = summary(m, d)
-        for k, v in vals.items():
-            v.append(s[f"{k}_early"])
-    out = {}
-    for k, v in vals.items():
-        v = [x for x in v if math.isfinite(x)]
-        out[f"{k}_early"] = float(np.median(v)) if v else math.nan
-        out[f"{k}_runs"] = len(v)
-    kl = out["kl_early"]
-    if not map_path().is_file():
-        out["map"] = (f"pending: no drift map at {map_path().relative_to(results_root().parent)} "
-                      "yet (python -m studies.drift)")
-    elif not math.isfinite(kl):
-        out["map"] = "not placed: these runs log no KL per token (the map's axis)"
-    elif (table := json.loads(map_path().read_text())).get("provisional"):
-        seeds = table.get("seeds")
-        out["map"] = (f"pending: the drift study's map is provisional "
-                      f"({len(seeds) if isinstance(seeds, list) else seeds} whole seeds); "
-                      "the card places a run on it once it is not")
-    else:
-        try:
-            rows = [r for r in place(kl, table=table) if r.get("outside") is None]  # measured there only
-        except ValueError as exc:  # outside every measured range
-            out["map"] = f"not placed: {exc}"
-            return out
-        out["map"] = "placed"
-        out["held_at_nearest_level"] = sorted({f"{r['estimator']} ({r['optimizer']})" for r in rows
-                                               if r["stable_share"] >= 0.8})
-        out["below_boundary"] = sorted({f"{r['estimator']} ({r['optimizer']})" for r in rows if r["below_boundary"]})
-    return out
-
-
-def paired_difference(runs: pd.DataFrame, c: LLMCell, a: str, b: str) -> dict:
-    """``a - b`` in final pc, paired by seed, with the study's bootstrap interval."""
-    from llm_runs.run_table import bootstrap, paired
-
-    arm = runs[runs["arm"] == c.arm]
-    boot = bootstrap(paired(arm, c.horizon, c.delay, a, b))
-    return {k: boot[k] for k in ("n", "mean", "low", "high")}
+@dataclass
+class _Part:
+    """What every cell of the LLM part reads: the plan (the cells the correction needs, ``todo_all``, and those
+    computed now, ``todo``), each arm's run status and whether its new runs pair with the committed ones,
+    the runs (``both``: the committed and the correction's own; ``mine``: its own only)."""
+    corr: Correction
+    eq: dict
+    todo_all: list
+    todo: list
+    status: dict
+    paired_ok: dict
+    new_runs: bool
+    overrides: dict | None
+    jobs: int
+    both: pd.DataFrame
+    mine: pd.DataFrame
 
 
 def part(corr: Correction, card_dir: Path, *, quick: bool, jobs: int = 2, new_runs: bool = True,
          overrides: dict | None = None, seeds: tuple[int, ...] | None = None, log=print) -> dict:
     """The whole LLM part: what was read, what was run, the numbers (``overrides`` and ``seeds``: a
     smoke test's smaller settings for the correction's own runs)."""
-    from llm_runs.run_table import STABLE_FRACTION
-
-    cells = CELLS
     seeds = seeds or (QUICK_SEEDS if quick else FULL_SEEDS)
     runs = committed_runs((corr.name,))
     eq = delay0_equivalence(corr.name)
-    todo_all = needed(corr, cells, runs, eq)
+    todo_all = needed(corr, CELLS, runs, eq)
     todo = [c for c in todo_all if not quick or c in QUICK_CELLS]
     glist = grids(corr, todo, seeds, overrides)
-    status = {}
-    if todo and new_runs:
-        status = run_grids(corr, card_dir, glist, jobs, log)
-    mine = own_runs(corr, card_dir)
+    status = run_grids(corr, card_dir, glist, jobs, log) if todo and new_runs else {}
     smoke = bool(overrides)
     paired_ok = {arm: s.get("state") == "ran" and s.get("paired", False) and not smoke for arm, s in status.items()}
-    if len(mine):
-        mine = mine[mine["arm"].map(lambda a: paired_ok.get(a, False) or smoke)]
-        mine = mine.assign(estimator=corr.name)
+    mine = _own_runs_used(corr, card_dir, paired_ok, smoke)
     keep = runs if not corr.is_new else runs[runs["estimator"] != corr.name]
     both = pd.concat([keep, mine], ignore_index=True) if len(mine) else keep
-    out_cells = []
-    for c in cells:
-        state = "read"
-        if c in todo_all and c not in todo:
-            state = "not computed"
-        elif c in todo:
-            arm_status = status.get(c.arm, {})
-            if not new_runs or not arm_status:
-                state = "not computed"
-            elif arm_status.get("state") == "refused":
-                state = "refused"
-            else:
-                state = "computed" + ("" if paired_ok.get(c.arm) else " (smoke settings: not paired)")
-        rec = {"cell": dataclasses.asdict(c), "label": c.label, "state": state}
-        if state in ("not computed", "refused"):
-            g = [x for x in grids(corr, todo_all, FULL_SEEDS, overrides) if x[0] == c.arm]
-            one = [cc for cc in g[0][1].cells() if cc.horizon == c.horizon and cc.delay == c.delay] if g else []
-            from llm_runs.study import estimate_seconds
-
-            rec["runs_needed"] = [cc.name for cc in one]
-            rec["cost_s"] = estimate_seconds(one, jobs) if one else 0.0
-            rec["why"] = status.get(c.arm, {}).get("why", "")
-            out_cells.append(rec)
-            continue
-        pool = both if state == "read" or paired_ok.get(c.arm) else mine
-        me = cell_stats(pool, c, corr.name)
-        if c.delay == 0 and c not in todo_all:
-            me["note"] = (f"the committed delay-0 run stands for {corr.name}: its gradient at ratio 1 is IS's "
-                          + ("exactly" if eq["kind"] == "same" else f"times {eq['scale']:.4g} (Adam divides it out)"))
-        rec["self"] = me
-        rec["self"]["stable_cell"] = bool(me["n"]) and me["stable"] / me["n"] >= STABLE_FRACTION
-        if c.delay > 0 and me["n"]:
-            rec["drift"] = drift(me["runs"])
-        refs = {}
-        if c.delay > 0 and (state == "read" or paired_ok.get(c.arm)):
-            for r in REFERENCES:
-                if r == corr.name:
-                    continue
-                st = cell_stats(both, c, r)
-                if not st["n"]:
-                    refs[r] = {"available": False}
-                    continue
-                d = paired_difference(both, c, corr.name, r)
-                refs[r] = {"available": True, **st, "stable_cell": st["stable"] / st["n"] >= STABLE_FRACTION,
-                           "difference": d}
-        rec["references"] = refs
-        out_cells.append(rec)
+    x = _Part(corr, eq, todo_all, todo, status, paired_ok, new_runs, overrides, jobs, both, mine)
+    out_cells = [_cell_record(c, x) for c in CELLS]
     total_cost = sum(r.get("cost_s", 0.0) for r in out_cells)
     return {"cells": out_cells, "seeds_new_runs": list(seeds), "delay0": eq, "status": status,
             "quick": quick, "smoke_overrides": overrides or {}, "not_computed_cost_s": total_cost,
             "command": command(corr, False), "stable_fraction": STABLE_FRACTION,
             "references": list(REFERENCES), "seeds_committed": sorted(int(s) for s in np.unique(runs["seed"]))}
+
+
+def _own_runs_used(corr: Correction, card_dir: Path, paired_ok: dict, smoke: bool) -> pd.DataFrame:
+    """The correction's own runs the part uses: those of arms whose runs pair with the committed ones (all of
+    them under a smoke test's settings), named by the correction."""
+    mine = own_runs(corr, card_dir)
+    if len(mine):
+        mine = mine[mine["arm"].map(lambda a: paired_ok.get(a, False) or smoke)]
+        mine = mine.assign(estimator=corr.name)
+    return mine
+
+
+def _cell_state(c: LLMCell, x: _Part) -> str:
+    """``read`` (committed runs only), ``computed`` (the correction's own runs, made now), ``not computed`` or
+    ``refused`` (this machine's warm start differs from the committed runs')."""
+    if c in x.todo_all and c not in x.todo:
+        return "not computed"
+    if c not in x.todo:
+        return "read"
+    arm_status = x.status.get(c.arm, {})
+    if not x.new_runs or not arm_status:
+        return "not computed"
+    if arm_status.get("state") == "refused":
+        return "refused"
+    return "computed" + ("" if x.paired_ok.get(c.arm) else " (smoke settings: not paired)")
+
+
+def _cell_record(c: LLMCell, x: _Part) -> dict:
+    """One cell of the part: its state and, where it has runs, the correction's numbers, drift and references."""
+    state = _cell_state(c, x)
+    rec = {"cell": dataclasses.asdict(c), "label": c.label, "state": state}
+    if state in ("not computed", "refused"):
+        return {**rec, **_not_computed(c, x)}
+    paired = state == "read" or x.paired_ok.get(c.arm)
+    rec["self"] = me = _own_numbers(x.both if paired else x.mine, c, x)
+    if c.delay > 0 and me["n"]:
+        rec["drift"] = drift(me["runs"])
+    rec["references"] = _references(x.both, c, x.corr.name) if c.delay > 0 and paired else {}
+    return rec
+
+
+def _not_computed(c: LLMCell, x: _Part) -> dict:
+    """What a cell not computed would take: its runs at the full seeds, their cost here, and why not."""
+    from grids.runner import estimate_seconds
+
+    g = [gr for gr in grids(x.corr, x.todo_all, FULL_SEEDS, x.overrides) if gr[0] == c.arm]
+    one = [cc for cc in g[0][1].cells() if cc.horizon == c.horizon and cc.delay == c.delay] if g else []
+    return {"runs_needed": [cc.name for cc in one], "cost_s": estimate_seconds(one, x.jobs) if one else 0.0,
+            "why": x.status.get(c.arm, {}).get("why", "")}
+
+
+def _own_numbers(pool: pd.DataFrame, c: LLMCell, x: _Part) -> dict:
+    """The correction's numbers in the cell (:func:`report_card.llm_numbers.cell_stats`) and whether the cell
+    is stable; at delay 0, when the committed run stands for it, why it may."""
+    me = cell_stats(pool, c, x.corr.name)
+    if c.delay == 0 and c not in x.todo_all:
+        me["note"] = (f"the committed delay-0 run stands for {x.corr.name}: its gradient at ratio 1 is IS's "
+                      + ("exactly" if x.eq["kind"] == "same" else f"times {x.eq['scale']:.4g} (Adam divides it out)"))
+    me["stable_cell"] = bool(me["n"]) and me["stable"] / me["n"] >= STABLE_FRACTION
+    return me
+
+
+def _references(both: pd.DataFrame, c: LLMCell, name: str) -> dict:
+    """Each reference's numbers in the cell and the correction's paired difference from it (``available``:
+    False where the reference has no run there)."""
+    refs = {}
+    for r in REFERENCES:
+        if r == name:
+            continue
+        st = cell_stats(both, c, r)
+        if not st["n"]:
+            refs[r] = {"available": False}
+            continue
+        refs[r] = {"available": True, **st, "stable_cell": st["stable"] / st["n"] >= STABLE_FRACTION,
+                   "difference": paired_difference(both, c, name, r)}
+    return refs

@@ -21,9 +21,8 @@ from pathlib import Path
 import numpy as np
 
 import estimators
-from estimators._compat import renamed_keywords
 from estimators.losses import TOKEN_LOSSES
-from estimators.params import PARAMS
+from estimators.records import RECORDS, forget
 
 EPS = 0.2
 """The threshold every part of the card uses (the study's, the sweeps')."""
@@ -54,20 +53,19 @@ _LOADED: dict[str, list[str]] = {}
 
 
 def _registered() -> tuple[set, set, set]:
-    return set(estimators.SCHEMES), set(TOKEN_LOSSES), set(PARAMS)
+    return set(estimators.SCHEMES), set(TOKEN_LOSSES), set(RECORDS)
 
 
 def _roll_back(before: tuple[set, set, set]) -> None:
-    schemes, losses, params = before
+    schemes, losses, records = before
     for n in set(estimators.SCHEMES) - schemes:
         del estimators.SCHEMES[n]
     for n in set(TOKEN_LOSSES) - losses:
         del TOKEN_LOSSES[n]
-    for n in set(PARAMS) - params:
-        del PARAMS[n]
+    for n in set(RECORDS) - records:
+        forget(n)  # the record and its views (knobs, knob checks)
 
 
-@renamed_keywords(name="estimator")
 def load_correction(path: str | Path, estimator: str | None = None) -> Correction:
     """Import the correction file ``path`` and return what it registered (``estimator`` picks one when it
     registers several). :class:`CorrectionError` when the file does not exist or fails to import,
@@ -135,7 +133,7 @@ def unload(path: str | Path) -> None:
     for n in _LOADED.pop(key, []):
         estimators.SCHEMES.pop(n, None)
         TOKEN_LOSSES.pop(n, None)
-        PARAMS.pop(n, None)
+        forget(n)
 
 
 def card_folder(cards: Path, name: str) -> Path:
@@ -153,7 +151,6 @@ def card_folder(cards: Path, name: str) -> Path:
     return folder
 
 
-@renamed_keywords(name="estimator")
 def registered_correction(estimator: str) -> Correction:
     """A correction the toolkit ships (``--estimator``); :class:`CorrectionError` for an unknown name."""
     import inspect
@@ -180,7 +177,7 @@ drifts, the cap's edge log(1+eps), and ratios that overflow float32 and nearly f
 
 
 def _scheme_cases(G: int = 4):
-    """(log-ratio array (num_groups, G), advantages or None) pairs of the battery."""
+    """(log-ratio array (prompts_per_step, G), advantages or None) pairs of the battery."""
     vals = np.array(BATTERY_LOG_RATIOS)
     rng = np.random.default_rng(20261203)
     arrays = [np.tile(vals[:, None], (1, G)),  # every trajectory of a group at one value
@@ -248,7 +245,7 @@ def _validate_scheme(estimator: str, eps: float) -> list[dict]:
         c = np.asarray(c)
         if c.shape != lr.shape:
             raise CorrectionError(f"scheme {estimator!r} returns weights of shape {c.shape} for log-ratios of shape "
-                                  f"{lr.shape}: a scheme maps (num_groups, G) to (num_groups, G)")
+                                  f"{lr.shape}: a scheme maps (prompts_per_step, G) to (prompts_per_step, G)")
         if np.isnan(c).any():
             raise CorrectionError(f"scheme {estimator!r} gives a NaN weight for {_first_bad(np.isnan(c), lr, a)}")
         if (c < 0).any():
@@ -261,7 +258,7 @@ def _validate_scheme(estimator: str, eps: float) -> list[dict]:
     try:  # the declared supremum must be a number
         sup = spec.group_mass_sup(eps, 1)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 (the correction's own failure, named)
-        raise CorrectionError(f"scheme {estimator!r}: its sup_mass(eps, num_groups, **knobs) fails: "
+        raise CorrectionError(f"scheme {estimator!r}: its sup_mass(eps, prompts_per_step, **knobs) fails: "
                               f"{type(exc).__name__}: {exc}") from None
     if math.isnan(sup):
         raise CorrectionError(f"scheme {estimator!r}: its declared supremum of a group's mass is NaN")
@@ -314,7 +311,7 @@ def _validate_token(estimator: str, eps: float) -> list[dict]:
                                   f"tensor")
         if tuple(out.seq_log_ratio.shape) != (2, G):
             raise CorrectionError(f"token loss {estimator!r} returns seq_log_ratio of shape "
-                                  f"{tuple(out.seq_log_ratio.shape)}: it must be (num_groups, G) = (2, {G})")
+                                  f"{tuple(out.seq_log_ratio.shape)}: it must be (prompts_per_step, G) = (2, {G})")
         if bool(torch.isnan(out.loss)):
             raise CorrectionError(f"token loss {estimator!r} gives a NaN loss at {what}")
         if out.loss.requires_grad:
@@ -323,4 +320,4 @@ def _validate_token(estimator: str, eps: float) -> list[dict]:
                 raise CorrectionError(f"token loss {estimator!r} gives a NaN gradient at {what}")
         n += 1
     return [{"check": "loss and gradient on the battery (float64)", "evaluated": n,
-             "result": "scalar, not NaN, seq_log_ratio (num_groups, G)"}]
+             "result": "scalar, not NaN, seq_log_ratio (prompts_per_step, G)"}]

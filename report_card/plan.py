@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import llm
+from . import llm, llm_cells
 from .load import Correction
 
 EXACT_S = 2.0  # E1 + E2 at every delta, measured (0.1 s) with margin; the search over ratios 0.01 s
@@ -82,10 +82,10 @@ def describe(corr: Correction, card_dir: Path, *, quick: bool, jobs: int, new_ru
              f" -> {card_dir}")]
     lines += local_parts(corr)
     eq = llm.delay0_equivalence(corr.name)
-    todo_all = llm.needed(corr, llm.CELLS, llm.committed_runs((corr.name,)), eq)
-    todo = [c for c in todo_all if not quick or c in llm.QUICK_CELLS]
-    seeds = llm.QUICK_SEEDS if quick else llm.FULL_SEEDS
-    for c in llm.CELLS:
+    todo_all = llm.needed(corr, llm_cells.CELLS, llm.committed_runs((corr.name,)), eq)
+    todo = [c for c in todo_all if not quick or c in llm_cells.QUICK_CELLS]
+    seeds = llm_cells.QUICK_SEEDS if quick else llm_cells.FULL_SEEDS
+    for c in llm_cells.CELLS:
         state = ("read (committed)" if c not in todo_all else
                  "to run" if c in todo and new_runs else "not computed")
         lines.append(f"  LLM {c.label}: {state}")
@@ -94,12 +94,12 @@ def describe(corr: Correction, card_dir: Path, *, quick: bool, jobs: int, new_ru
     cost = llm.cost_seconds(glist, jobs) if new_runs else 0.0
     lines.append(f"  LLM runs to make: {len(runs) if new_runs else 0} "
                  f"({', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''}),"
-                 f" about {cost / 60:.0f} min at {jobs} at a time (llm_runs.study.estimate_seconds), plus a warm start "
+                 f" about {cost / 60:.0f} min at {jobs} at a time (grids.runner.estimate_seconds), plus a warm start "
                  "per horizon if this machine has none cached; finished runs are skipped on a rerun")
     if quick and todo_all != todo:
-        full = llm.cost_seconds(llm.grids(corr, todo_all, llm.FULL_SEEDS), jobs)
+        full = llm.cost_seconds(llm.grids(corr, todo_all, llm_cells.FULL_SEEDS), jobs)
         lines.append("  the full card's LLM runs: "
-                     f"{sum(len(g.cells()) for _, g in llm.grids(corr, todo_all, llm.FULL_SEEDS))}"
+                     f"{sum(len(g.cells()) for _, g in llm.grids(corr, todo_all, llm_cells.FULL_SEEDS))}"
                      f", about {full / 60:.0f} min")
     return "\n".join(lines)
 

@@ -23,7 +23,6 @@ import math
 import numpy as np
 import torch
 
-from estimators._compat import renamed_keywords
 from estimators.losses import is_bounded, policy_loss
 
 DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
@@ -32,13 +31,12 @@ N_CASES = 200  # the suite's max_examples
 SEED = 20261203
 
 
-@renamed_keywords(n_groups="num_groups")
-def padded_batch(dtype, pad, G=2, num_groups=2, T=5, seed=0):
-    """``((logp, old), (padded logp, padded old), mask, advantages)``: a batch of ``num_groups`` groups of
+def padded_batch(dtype, pad, G=2, prompts_per_step=2, T=5, seed=0):
+    """``((logp, old), (padded logp, padded old), mask, advantages)``: a batch of ``prompts_per_step`` groups of
     ``G`` completions, ``T`` positions of which the last two (and all but the first of row 1) are
     padding holding ``pad`` in the padded copy (the suite's padding test uses it too)."""
     gen = torch.Generator().manual_seed(seed)
-    B = G * num_groups
+    B = G * prompts_per_step
     old = (torch.rand(B, T, generator=gen, dtype=torch.float64) * -2.0 - 0.1)
     logp = old + torch.randn(B, T, generator=gen, dtype=torch.float64) * 0.3
     mask = torch.ones(B, T)
@@ -74,7 +72,6 @@ def _cases(rng: np.random.Generator):
         yield dtype, G, B, T, lr, old, keep, pad, adv
 
 
-@renamed_keywords(name="estimator")
 def sweep(estimator: str, eps: float = 0.2) -> dict:
     """Run both parts of the sweep on ``name``; per dtype the cases run and the failures (each with
     its input), and the totals. Never raises for the correction's own failure: it is a finding."""

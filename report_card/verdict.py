@@ -21,7 +21,7 @@ RULES = (
                   "collapses (final J below half of J0), and is behind GMC, TIC-trunc or TOPR there when the "
                   "paired 95% t-interval of its final J minus theirs lies below 0 (ahead: above 0).")),
     ("llm_breaks", ("In an LLM cell (horizon, d > 0, optimiser) it breaks when fewer than 80% of its seeds are "
-                   "stable (llm_runs.run_table.STABLE_FRACTION with schema.results' stability rule).")),
+                   "stable (grids.run_table.STABLE_FRACTION with schema.results' stability rule).")),
     ("llm_ranks", ("In an LLM cell it is in the top group when it is stable there and its paired 95% bootstrap "
                   "interval (it minus the best other stable reference among TOPR, GSPO, VESPO and GMC, by mean "
                   "final pc) reaches 0 or above; behind when that interval lies below 0. A reference is beaten "

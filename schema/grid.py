@@ -10,9 +10,9 @@ the record as stored (:func:`as_record`). The kinds built on it:
 
 * :class:`simulators.sweep_spec.Sweep`: a product of setting axes per scale (``full``, ``quick``); a
   cell is one setting run for every seed in one call; its record is ``results/sim/NAME/config.json``.
-* :class:`llm_runs.grids.Study`: the LLM grids of the studies (horizons, estimators, delays, arms,
+* :class:`grids.spec.Grid`: the LLM grids of the studies (horizons, estimators, delays, arms,
   seeds); a cell is one training run in its own process; its record is ``sweep.json``.
-* :class:`llm_runs.sweep.Sweep`: the first LLM delay sweep, a product of estimators x delays x seeds
+* :class:`grids.sweep.Sweep`: the first LLM delay sweep, a product of estimators x delays x seeds
   (and its asynchronous cells); record ``sweep.json`` as the studies'.
 
 The stored records keep their formats (the committed folders are read as they are).

@@ -63,20 +63,23 @@ def stale_metrics(diagnostics: dict, prefix: str = "") -> dict[str, float]:
     return {prefix + STALE.get(k, f"stale/{k}"): float(v) for k, v in diagnostics.items()}
 
 
-ESTIMATOR_LABELS = {
-    "gmc": "GMC", "tic_mask": "TIC-mask", "tic_trunc": "TIC-trunc", "is": "IS", "stale": "stale ($c=1$)",
-    "snis": "SNIS", "tic_ppo": "TIC-PPO", "token_clip": "token GRPO (clip)", "gspo": "GSPO",
-    "topr": "TOPR", "seq_tis_bn": "seq. TIS + batch norm", "seq_mis": "seq. MIS", "cispo": "CISPO", "m2po": "M2PO",
-    "opsm": "OPSM", "gmc_cap": "GMC + trajectory cap", "gmc_topr": "GMC(+) / TOPR(-)", "topr_gmc": "TOPR(+) / GMC(-)",
-    "icepop": "IcePop", "seq_geo_mask": "seq. geo-mean mask", "sapo": "SAPO", "vespo": "VESPO",
-    "dppo_tv": "DPPO-TV",
-    "p3o": "P3O", "ctpo": "CTPO", "minpro": "MinPRO", "trm_k2": "TRM (k2)", "trm_k3": "TRM (k3)",
-    "dispo": "DISPO", "oapl": "OAPL",
-}
-"""estimator name (``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> display name."""
+def estimator_labels() -> dict[str, str]:
+    """estimator name (``estimators.SCHEMES`` / ``estimators.losses.loss_names()``) -> display name (the
+    ``label`` of its record, in its own module: :mod:`estimators.records`), read when asked (so a correction
+    registered later has its label, and importing this module imports no estimator, nor torch); also
+    :data:`ESTIMATOR_LABELS`."""
+    from estimators.records import records
+
+    return {n: r.label for n, r in records().items() if r.label is not None}
+
+
+def __getattr__(name: str):
+    if name == "ESTIMATOR_LABELS":  # the table as a module attribute, read when asked (estimator_labels)
+        return estimator_labels()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def estimator_label(name: str, mode: str | None = None) -> str:
     """``GMC``, ``TIC-mask (async)``: the display name of an estimator run in ``mode``."""
-    base = ESTIMATOR_LABELS.get(name, name)
+    base = estimator_labels().get(name, name)
     return base if mode in (None, "", "controlled") else f"{base} ({mode})"

@@ -156,7 +156,7 @@ def pack_grid(root, log=print) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m schema.packing FOLDER [FOLDER ...]``: pack each finished grid folder (:func:`pack_grid`);
-    a grid of :mod:`llm_runs.grids` is packed with ``python -m studies.run --grid G --pack-grid``,
+    a grid of :mod:`grids.spec` is packed with ``python -m studies.run --grid G --pack-grid``,
     which also checks that every cell finished."""
     import argparse
     import sys

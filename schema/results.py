@@ -1,6 +1,6 @@
 """Where the results live, how to read them, and which command makes each of them: the results
-contract, in three modules (:mod:`schema.sources`, :mod:`schema.runs`, :mod:`schema.stability`)
-whose names this module gathers.
+contract, in five modules (:mod:`schema.sources`, :mod:`schema.runs`, :mod:`schema.llm_sources`,
+:mod:`schema.horizons`, :mod:`schema.stability`) whose names this module gathers.
 
 The results root is ``results/`` of the repository, or the folder in the environment
 variable ``GMC_RESULTS`` (tests use a temporary one); every producer writes and every reader
@@ -13,13 +13,9 @@ Sources:
   ``results/sim/NAME-quick/results.parquet``; made by ``python -m simulators.sweep NAME``.
 * ``TUNED``: ``results/sim/tuned_delay/results.parquet``; made by ``python -m simulators.tuned_sweep``.
 * ``LLM``: run folders ``results/llm/sweep/<run>/`` (full) or ``results/llm/sweep_quick/<run>/``,
-  each with ``config.json`` and ``metrics.csv``; made by ``python -m llm_runs.sweep``.
-* ``STUDY``: the staleness study's run folders ``results/llm/study/<run>/``; made by
-  ``python -m studies.run``. ``STUDY_HORIZON``: its horizon grid ``results/llm/horizon/<run>/``;
-  made by ``python -m studies.run --grid horizon``. ``GPU_STUDY``: the Qwen3-0.6B study's run folders
-  ``results/llm/gpu_study/<run>/``; made by ``python -m llm_runs.gpu_study`` on one GPU. ``VERDICTS``: the
-  pre-registered analysis' verdicts ``results/llm/study/verdicts.json``; made by
-  ``python -m studies.staleness --json``.
+  each with ``config.json`` and ``metrics.csv``; made by ``python -m grids.sweep``. Every LLM grid's
+  runs live under ``results/llm/`` (:func:`llm_relpath`); which grid lives where, and the sources of the
+  studies' grids, are :mod:`grids.folders`'.
 * ``VERIFY``: ``results/verify/claims.json``; made by ``python -m claims`` (``make verify-bounds``).
 * ``ABSTRACT``: ``results/verify/abstract.json``; made by ``python -m claims.abstract``.
 
@@ -37,47 +33,35 @@ A configuration field the run predates reads as the value the run actually used
 """
 from __future__ import annotations
 
+from .horizons import HORIZON_TASKS, horizon_of, horizon_tokens, scratchpad_horizon, sum_width  # noqa: F401
+from .llm_sources import LLM, LLM_FOLDER, LLMSource, llm_relpath, read_llm_runs  # noqa: F401
 from .runs import (  # noqa: F401
-    GPU_STUDY,
-    GRID_FOLDERS,
-    GRID_PAIRS,
-    HORIZON_TASKS,
     LEGACY_FIELDS,
-    LLM,
-    MECHANISM,
     METRICS_FILE,
     PACKED_METRICS_FILE,
-    STUDY,
-    STUDY_2025,
-    STUDY_HORIZON,
+    RENAMED_FIELDS,
     check_steps,
-    grid_folder,
-    horizon_of,
-    horizon_tokens,
     is_packed_run,
     legacy_fields,
     metrics_path,
     metrics_text,
     pack_metrics,
-    read_llm_runs,
     read_metrics_csv,
     read_run,
     read_run_config,
     read_run_doc,
     read_run_summary,
+    renamed,
     run_dirs,
     run_finished,
     run_folders,
     run_settings,
     run_stamp,
-    scratchpad_horizon,
-    sum_width,
 )
 from .sources import (  # noqa: F401
     ABSTRACT,
     ROOT,
     TUNED,
-    VERDICTS,
     VERIFY,
     MissingResults,
     Sim,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .sources import MissingResults, Source, read_json, results_root
+from .sources import MissingResults, read_json
 
 
 def run_settings(cfg: dict) -> dict:
@@ -16,6 +16,7 @@ def run_settings(cfg: dict) -> dict:
 
     An asynchronous run is placed at its staleness bound: ``delay`` is ``max_staleness``.
     """
+    cfg = renamed(cfg)
     mode = cfg.get("mode") or "controlled"
     delay = cfg.get("delay")
     if mode != "controlled" and cfg.get("max_staleness") is not None:
@@ -43,17 +44,10 @@ LEGACY_FIELDS: dict[str, tuple] = {
     "gspo_eps_high": (_legacy_gspo_eps_high,
                       ("GSPO's upper clip was eps_high when set, else gspo_loss's default 4e-4 (another estimator: "
                        "today's default)")),
-    **{name: (None, "only the estimator it tunes reads it, and that estimator did not exist yet")
-       for name in ("cispo_eps_low", "cispo_eps_high", "m2po_tau", "opsm_delta", "tis_cap", "mis_low", "mis_high",
-                    "gmc_cap_kappa", "icepop_low", "icepop_high", "geo_low", "geo_high", "geo_length", "geo_cap",
-                    "sapo_tau_pos", "sapo_tau_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
-                    "vespo_lambda_neg", "dppo_delta", "dppo_cap", "ctpo_delta", "trm_k2_delta", "trm_k3_delta",
-                    "dispo_pos_low", "dispo_pos_high", "dispo_neg_low", "dispo_neg_high", "oapl_beta")},
     "optimizer": (lambda cfg: "adam", "every RL update used torch.optim.Adam(params, lr)"),
     "momentum": (lambda cfg: 0.0, "Adam has no heavy-ball momentum knob"),
     "weight_decay": (lambda cfg: 0.0, "Adam without weight decay"),
     "mechanism_diagnostics": (lambda cfg: False, "the mech/ columns did not exist"),
-    "seq_tis_cap": (None, "only the estimator it tunes reads it, and that estimator did not exist yet"),
     "ess_scaling": (lambda cfg: "none", "no step-size control existed: the step was eta"),
     "ess_base_ratio": (lambda cfg: 1.0, "no step-size control existed"),
     "ess_use_clipped": (lambda cfg: False, "no step-size control existed"),
@@ -75,14 +69,53 @@ fills these in, so an old GSPO run of ``eps = 0.2`` reads as the clip range
 ``[1 - 0.2, 1 + 4e-4]`` it was trained with, not today's ``[1 - 3e-4, 1 + 4e-4]``. A field
 missing from a stored config and absent here is filled by nobody: it reads as missing
 (``llm_runs.config.load_run_config`` then takes today's default). Every field added to the
-run configuration must get an entry here (a test checks it against the committed runs)."""
+run configuration must get an entry here (a test checks it against the committed runs), except an
+estimator's knob (:func:`knob_fields`): only its estimator reads it, so a run that lacks it ran
+before that estimator existed and read as today's default (:data:`KNOB_WHY`), with no entry to write."""
+
+KNOB_WHY = "only the estimator it tunes reads it, and that estimator did not exist yet"
+"""Why a run that lacks an estimator's knob field reads it as today's default."""
+
+RENAMED_FIELDS: dict[str, str] = {
+    "tis_cap": "seq_tis_bn_c", "seq_tis_cap": "seq_tis_c", "mis_low": "seq_mis_lo", "mis_high": "seq_mis_hi",
+    "icepop_low": "icepop_lo", "icepop_high": "icepop_hi", "geo_low": "seq_geo_mask_lo",
+    "geo_high": "seq_geo_mask_hi", "geo_length": "seq_geo_mask_length", "geo_cap": "seq_geo_mask_c",
+    "dppo_delta": "dppo_tv_delta", "dppo_cap": "dppo_tv_c",
+}
+"""The one table of renamed config fields, ``{name stored by older runs: today's name}`` (a knob's field
+is ``<estimator>_<knob>``, :func:`estimators.params.knob_field`). Every reader of a stored config, a
+planned one or a ``summary.csv`` goes through :func:`renamed`, so a run stored with ``tis_cap`` is the
+same run as one planned with ``seq_tis_bn_c``."""
+
+
+def renamed(cfg: dict) -> dict:
+    """``cfg`` (a config block or a row of settings) with its old field names (:data:`RENAMED_FIELDS`)
+    written as today's; a block holding both names of one field with different values is a ValueError."""
+    if RENAMED_FIELDS.keys().isdisjoint(cfg):
+        return dict(cfg)
+    out = {RENAMED_FIELDS.get(key, key): value for key, value in cfg.items()}
+    for old, new in RENAMED_FIELDS.items():
+        if old in cfg and new in cfg and cfg[old] != cfg[new]:
+            raise ValueError(f"config holds {old!r} = {cfg[old]!r} and its today's name {new!r} = {cfg[new]!r}")
+    return out
+
+
+def knob_fields() -> dict[str, tuple[str, str]]:
+    """``{config field: (estimator, knob)}`` of every estimator's knob (the records' params)."""
+    from estimators.params import PARAMS, knob_field
+
+    return {knob_field(est, p.name): (est, p.name) for est in sorted(PARAMS) for p in PARAMS[est]}
 
 
 def legacy_fields(cfg: dict) -> dict[str, object]:
     """``{field: value}`` of the :data:`LEGACY_FIELDS` that ``cfg`` (a stored ``config`` block)
-    lacks, with the values the run actually used (``None``: today's default applies)."""
-    return {name: (value(cfg) if value is not None else None)
-            for name, (value, _why) in LEGACY_FIELDS.items() if name not in cfg}
+    lacks, with the values the run actually used (``None``: today's default applies; every knob field not
+    in :data:`LEGACY_FIELDS` is one). Old field names count as today's (:func:`renamed`)."""
+    cfg = renamed(cfg)
+    out = {name: None for name in knob_fields() if name not in cfg}
+    out.update({name: (value(cfg) if value is not None else None)
+                for name, (value, _why) in LEGACY_FIELDS.items() if name not in cfg})
+    return out
 
 
 def read_run_doc(run: Path) -> dict:
@@ -139,15 +172,16 @@ def read_run_config(run: Path, legacy: bool = True) -> dict:
     """The ``config`` block of ``run/config.json`` (``ValueError`` naming the file if it is bad),
     from the run folder or its packed grid (:func:`read_run_doc`).
 
-    With ``legacy`` (the default) a field the run predates takes the value the run actually
-    used (:data:`LEGACY_FIELDS`); ``legacy=False`` gives the stored block as written.
+    A field stored under an older name reads under today's (:func:`renamed`). With ``legacy`` (the
+    default) a field the run predates takes the value the run actually used (:data:`LEGACY_FIELDS`);
+    ``legacy=False`` gives the stored values as written.
     """
     path = Path(run) / "config.json"
     j = read_json(path) if path.is_file() else read_run_doc(run)
     cfg = j.get("config", j) if isinstance(j, dict) else None
     if not isinstance(cfg, dict):
         raise ValueError(f"{path}: expected an object with a 'config' object")
-    cfg = dict(cfg)
+    cfg = renamed(cfg)
     if legacy:
         cfg.update({k: v for k, v in legacy_fields(cfg).items() if v is not None})
     return cfg
@@ -336,139 +370,3 @@ def run_folders(root: Path) -> list[Path]:
     table, plain or packed (:func:`metrics_path`), and the runs of its packed tables
     (:func:`run_dirs`). None if ``root`` is not a folder."""
     return [p for p in run_dirs(root) if metrics_path(p) is not None]
-
-
-def _run_index(root: Path) -> list[dict]:
-    """Run folders under ``root`` (:func:`run_folders`) with their settings, sweep runs only."""
-    out = []
-    for run in run_folders(root):
-        metrics = metrics_path(run)
-        cfg = run_settings(read_run_config(run))
-        if cfg["estimator"] is None or cfg["delay"] is None:
-            continue
-        done = run_finished(run)
-        out.append({"run": run.name, "path": run, "metrics": metrics, "complete": done, **cfg})
-    return out
-
-
-class _LLMSource(Source):
-    """The LLM sweep: a folder of run folders; the full sweep counts only once it holds a finished run."""
-
-    def find(self) -> Path | None:
-        for rel in self.candidates:
-            p = results_root() / rel
-            if any(r["complete"] for r in _run_index(p)):
-                return p
-        for rel in self.candidates:  # no finished run anywhere: take any run folder
-            p = results_root() / rel
-            if _run_index(p):
-                return p
-        return None
-
-
-GRID_FOLDERS = {
-    "primary": "llm/study", "horizon": "llm/horizon", "pilot": "llm/pilot", "pilot_short": "llm/pilot_short",
-    "pilot_long_steps": "llm/pilot_long_steps", "mechanism": "llm/mechanism", "pilot_sgd": "llm/pilot_sgd",
-    "pilot_large": "llm/pilot_large", "scale": "llm/scale", "scale_mech": "llm/scale_mech",
-    "scale_variants": "llm/scale_variants", "peers_2025": "llm/study_2025", "geo_sgd": "llm/geo_sgd",
-    "pilot_drift": "llm/pilot_drift", "drift": "llm/drift", "drift_decisive": "llm/drift_decisive",
-    "replicate_avx2": "llm/replicate_avx2", "group_size": "llm/group_size",
-    "group_size_decisive": "llm/group_size_decisive", "corrections_2026": "llm/corrections_2026",
-}
-"""Grid name -> its results folder under the results root: the one table that names where every
-LLM grid's runs live. The studies define the grids (``studies.grids``) and run them
-(``python -m studies.run --grid NAME``) into these folders; every analysis, figure and report card
-finds a grid's runs through :func:`grid_folder`, never by a path of its own."""
-
-
-GRID_PAIRS = {
-    "mechanism": ("primary",), "scale_mech": ("scale",), "scale_variants": ("scale",), "peers_2025": ("primary",),
-    "geo_sgd": ("primary",), "pilot_drift": ("primary", "mechanism"),
-    "drift": ("primary", "mechanism", "peers_2025"), "drift_decisive": ("primary", "mechanism", "drift"),
-    "replicate_avx2": ("primary", "mechanism"), "group_size_decisive": ("group_size",),
-    "corrections_2026": ("primary", "mechanism", "drift"),
-}
-"""Grid name -> the grids whose runs its analysis pairs with its own by seed (the same warm starts
-and seeds; a grid not listed pairs with none): before a grid adds runs, each paired folder is checked
-to have started from the warm start this machine uses (:func:`llm_runs.grid_check.check_warm_starts`)."""
-
-
-def grid_folder(grid: str) -> Path:
-    """The results folder of grid ``grid`` (:data:`GRID_FOLDERS`) under the results root."""
-    if grid not in GRID_FOLDERS:
-        raise ValueError(f"unknown grid {grid!r}; valid: {', '.join(GRID_FOLDERS)}")
-    return results_root() / GRID_FOLDERS[grid]
-
-
-def _grid_source(label: str, grid: str) -> _LLMSource:
-    arg = "" if grid == "primary" else f" --grid {grid}"
-    return _LLMSource(label, (GRID_FOLDERS[grid],), f"python -m studies.run{arg}")
-
-
-LLM = _LLMSource("llm sweep", ("llm/sweep", "llm/sweep_quick"), "python -m llm_runs.sweep")
-STUDY = _grid_source("llm study", "primary")
-STUDY_HORIZON = _grid_source("llm horizon grid", "horizon")
-MECHANISM = _grid_source("llm mechanism grid", "mechanism")
-STUDY_2025 = _grid_source("llm 2025-2026 corrections grid", "peers_2025")
-GPU_STUDY = _LLMSource("llm gpu study", ("llm/gpu_study",), "python -m llm_runs.gpu_study")
-
-
-def read_llm_runs() -> pd.DataFrame:
-    """Every run's metrics, long: one row per (run, step), the run's settings as columns.
-
-    Columns: run, estimator, mode, delay, seed, eps, steps, complete, step and every metric
-    column (``train/...``, ``eval/...``, ``stale/...``, ``perf/...``). A run is complete when
-    its metrics reach step = steps (the final evaluation row) or it wrote ``summary.json``.
-    A run whose files are corrupt (duplicated steps, a garbage line) raises ``ValueError``.
-    """
-    root = LLM.require()
-    frames = []
-    for r in _run_index(root):
-        _, m = read_run(r["path"])
-        if m.empty:
-            continue
-        complete = r["complete"] or (r["steps"] is not None and m["step"].max() >= r["steps"])
-        meta = {k: r[k] for k in ("run", "estimator", "mode", "delay", "seed", "eps", "steps", "heldout_size")}
-        frames.append(m.assign(**meta, complete=bool(complete)))
-    if not frames:
-        raise MissingResults(f"no run under {root} has a non-empty metrics file; make them with `{LLM.command}`")
-    df = pd.concat(frames, ignore_index=True)
-    df.attrs["source"] = str(root)
-    df.attrs["quick"] = LLM.is_quick()
-    return df
-
-
-HORIZON_TASKS = {"short": "arithmetic", "long": "scratchpad"}
-"""The staleness study's horizon labels and the task each names (``llm_runs.grids.HORIZONS``
-holds the rest of each horizon's settings)."""
-
-
-def horizon_of(config: dict) -> str:
-    """The horizon label of a run's settings (from its task), else the task name itself."""
-    label = {task: h for h, task in HORIZON_TASKS.items()}
-    return label.get(config.get("task"), str(config.get("task")))
-
-
-def sum_width(digits: int, terms: int) -> int:
-    """Characters of the largest sum of ``terms`` operands of ``digits`` digits: the arithmetic
-    task's longest answer and the scratchpad's zero-padded field width (one definition, read by
-    :mod:`llm_runs.tasks` and by the figures)."""
-    return len(str((10**int(digits) - 1) * int(terms)))
-
-
-def scratchpad_horizon(digits: int, terms: int) -> int:
-    """H, the number of completion tokens (EOS included) of every scratchpad completion:
-    ``terms - 1`` partial sums of :func:`sum_width` characters, each followed by a comma or EOS."""
-    return (int(terms) - 1) * (sum_width(digits, terms) + 1)
-
-
-def horizon_tokens(config: dict) -> int:
-    """The horizon H of a run from its stored settings: exactly :func:`scratchpad_horizon` for
-    the scratchpad tasks, and for the arithmetic task its longest completion (answer and EOS:
-    ``sum_width + 1``; shorter sums finish earlier). Another task is a ``ValueError``."""
-    task, digits, terms = config.get("task"), config.get("digits"), config.get("terms")
-    if task in ("scratchpad", "scratchpad_answer"):
-        return scratchpad_horizon(digits, terms)
-    if task == "arithmetic":
-        return sum_width(digits, terms) + 1
-    raise ValueError(f"no fixed horizon for task {task!r} (scratchpad, scratchpad_answer or arithmetic)")

@@ -60,10 +60,6 @@ VERIFY = Source("verify/claims.json", ("verify/claims.json",), "python -m claims
 ABSTRACT = Source("verify/abstract.json", ("verify/abstract.json",), "python -m claims.abstract")
 
 
-VERDICTS = Source("llm/study/verdicts.json", ("llm/study/verdicts.json",),
-                  "python -m studies.staleness --json results/llm/study/verdicts.json")
-
-
 ESTIMATOR_COLUMN, LEGACY_ESTIMATOR_COLUMN = "estimator", "scheme"
 """The estimator's column (docs/GLOSSARY.md) and the name the simulator tables store it under."""
 

@@ -19,6 +19,11 @@ UNSTABLE_RULE = (f"unstable = a non-finite loss or gradient norm (or a skipped u
                  f"max({UNSTABLE_DROP:.2f}, {UNSTABLE_SE:g} sqrt(p0 (1 - p0) / n_heldout))")
 
 
+STABLE_FRACTION = 0.8
+"""A correction is stable in a cell (horizon, delay, optimiser) when at least this fraction of its seeds' runs are
+stable (:data:`UNSTABLE_RULE`): the staleness study's pre-registered rule, which every study, card and figure reads."""
+
+
 def drop_threshold(acc0: float, n_heldout) -> float:
     """The accuracy drop beyond which a run is unstable, ``acc_drop`` (see :data:`UNSTABLE_RULE`)."""
     n = pd.to_numeric(n_heldout, errors="coerce")

@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from estimators._compat import renamed_keywords
 
 from . import theory
 from .core import PER_SAMPLE_SCHEMES
@@ -21,7 +20,6 @@ def _norm_se(b: np.ndarray, cov: np.ndarray) -> float:
     return _proj_se(b / n, cov) if n > 0 else float(np.sqrt(max(np.trace(cov), 0.0)))
 
 
-@renamed_keywords(schemes="estimator_names")
 def moment_rows(env, theta, theta_b, G, eps, estimator_names, seeds, n_groups, seed_of) -> pd.DataFrame:
     """One row per (seed, scheme): exact moments (``*_exact``) and Monte Carlo (``*_mc``, ``*_mc_se``).
 

@@ -24,7 +24,6 @@ import numpy as np
 from scipy.special import gammaln, log_softmax, softmax
 
 from estimators import get_scheme, gmc_lambda
-from estimators._compat import renamed_keywords
 
 from .core.counts import configurations
 from .core.groups import _chunks, group_terms
@@ -43,7 +42,6 @@ def group_schemes(names=None) -> list[str]:
     return [s for s in names if not get_scheme(s).batch_coupled]
 
 
-@renamed_keywords(schemes="estimator_names")
 def coordinate_sign_law(log_ratio, log_p_b, rewards, scores, grad, G: int, eps: float, estimator_names,
                         advantage: str = "loo") -> dict:
     """Exact per-coordinate moments and sign probabilities of each scheme's g_hat (module docstring).
@@ -86,7 +84,6 @@ def coordinate_sign_law(log_ratio, log_p_b, rewards, scores, grad, G: int, eps: 
     return out
 
 
-@renamed_keywords(scheme="estimator")
 def fixed_baseline_moments(log_ratio, log_p_b, rewards, scores, eps: float, estimator: str) -> dict:
     """Per-coordinate ``mu = E_b[c(w) X]`` and ``a = E_b[c(w)^2 X^2]`` with ``X = (r - E_b r) s``
     (exact outcome sums) for a per-sample scheme; the iid estimator's Cantelli quantity at group
@@ -153,7 +150,6 @@ class SignSGD:
         return theta + self.lr * np.sign(g)
 
 
-@renamed_keywords(scheme="estimator")
 def invariance_paths(transform, cfg: OptimizerConfig | SignSGD, *, H: int = 8, p: float = 0.8, G: int = 8,
                      groups: int = 1, eps: float = 0.2, d: int = 8, T: int = 60, seed: int = 0,
                      estimator: str = "is") -> dict:

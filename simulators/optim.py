@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 OPTIMIZERS = ("sgd", "adam", "adam_clip", "adamw_clip")
-CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s guard in max_norm / (total_norm + 1e-6)
+CLIP_GUARD = 1e-6  # torch.nn.utils.clip_grad_norm_'s guard in max_norm / (total_norm + 1e-6)
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def clip_rows(g: np.ndarray, max_norm: float) -> np.ndarray:
     """``g`` (runs, ...) with each run's norm clipped as ``clip_grad_norm_`` does."""
     flat = g.reshape(g.shape[0], -1)
     norm = np.sqrt((flat**2).sum(-1))
-    coef = np.minimum(max_norm / (norm + CLIP_EPS), 1.0)
+    coef = np.minimum(max_norm / (norm + CLIP_GUARD), 1.0)
     return g * coef.reshape((-1,) + (1,) * (g.ndim - 1))
 
 

@@ -34,7 +34,6 @@ from scipy.special import softmax
 
 import estimators
 from estimators import scheme_names
-from estimators._compat import renamed_keywords
 from estimators.losses import CORRECTIONS_2026, SEQUENCE_SUM_LOSSES, TOKEN_LOSSES, is_batch_coupled, policy_loss
 
 from . import theory
@@ -56,7 +55,6 @@ LENGTH_KNOB = {"seq_geo_mask": "length"}
 environment's H (E1: 1, E2: every completion has H tokens), the rest at their defaults."""
 
 
-@renamed_keywords(name="estimator")
 def options_for(estimator: str, H: int) -> dict | None:
     """The knobs ``name`` runs with on an environment of horizon ``H``."""
     return {LENGTH_KNOB[estimator]: float(H)} if estimator in LENGTH_KNOB else None
@@ -103,18 +101,17 @@ def token_view(env, theta, theta_b) -> dict:
             "grad_J_b": np.asarray(env.grad_J(theta_b)).ravel()}
 
 
-@renamed_keywords(name="estimator", batch_groups="num_groups")
-def group_estimates(view: dict, tuples: np.ndarray, eps: float, estimator: str, num_groups: int = 1,
+def group_estimates(view: dict, tuples: np.ndarray, eps: float, estimator: str, prompts_per_step: int = 1,
                     options: dict | None = None, advantage: str = "loo") -> np.ndarray:
     """``g_hat`` of every group ``tuples (n, G)`` (outcome indices), shape ``(n, P)``.
 
-    A batch-coupled loss is called on consecutive blocks of ``num_groups`` groups (one batch
+    A batch-coupled loss is called on consecutive blocks of ``prompts_per_step`` groups (one batch
     each; ``n`` must be a multiple); any other loss on all groups at once (its value is the
     mean of the groups' values, so the split does not matter).
     """
     n, G = tuples.shape
     coupled = is_batch_coupled(estimator)
-    B = num_groups if coupled else n
+    B = prompts_per_step if coupled else n
     if n % B:
         raise ValueError(f"{n} groups do not split into batches of {B}")
     H = view["lp"].shape[1]
@@ -156,7 +153,6 @@ def _summary(view, eps, g_mean, cov, second, second_se, max_norm, extra) -> dict
     return out
 
 
-@renamed_keywords(name="estimator")
 def exact_moments(view: dict, G: int, eps: float, estimator: str, options: dict | None = None) -> dict:
     """Exact mean, second moment and max norm of one group's estimate (one group per batch)."""
     K = view["lp"].shape[0]
@@ -168,33 +164,32 @@ def exact_moments(view: dict, G: int, eps: float, estimator: str, options: dict 
                     {"method": "exact", "n": len(counts), "prob_total": float(pmf.sum())})
 
 
-@renamed_keywords(name="estimator", batch_groups="num_groups")
-def mc_moments(view: dict, G: int, eps: float, estimator: str, num_groups: int, n_batches: int,
+def mc_moments(view: dict, G: int, eps: float, estimator: str, prompts_per_step: int, n_batches: int,
                rng: np.random.Generator, options: dict | None = None) -> dict:
-    """Monte Carlo over ``n_batches`` iid batches of ``num_groups`` groups (batches are the
+    """Monte Carlo over ``n_batches`` iid batches of ``prompts_per_step`` groups (batches are the
     independent units of the standard errors: groups of one batch share its statistic)."""
     K = view["lp"].shape[0]
     p_b = np.exp(view["log_p_b"])
     p_b = p_b / p_b.sum()
-    tuples = rng.choice(K, size=(n_batches * num_groups, G), p=p_b)
-    g = group_estimates(view, tuples, eps, estimator, num_groups, options).reshape(n_batches, num_groups, -1)
+    tuples = rng.choice(K, size=(n_batches * prompts_per_step, G), p=p_b)
+    g = group_estimates(view, tuples, eps, estimator, prompts_per_step, options)
+    g = g.reshape(n_batches, prompts_per_step, -1)
     per_batch = g.mean(1)  # (n_batches, P)
     sq = (g**2).sum(-1).mean(1)
     cov = np.cov(per_batch, rowvar=False, ddof=1) / n_batches
     return _summary(view, eps, per_batch.mean(0), np.atleast_2d(cov), sq.mean(), sq.std(ddof=1) / math.sqrt(n_batches),
-                    math.sqrt((g**2).sum(-1).max()), {"method": "mc", "n": n_batches * num_groups})
+                    math.sqrt((g**2).sum(-1).max()), {"method": "mc", "n": n_batches * prompts_per_step})
 
 
 # --------------------------------------------------------------------------- membership by enumeration
 
 
-@renamed_keywords(name="estimator", batch_groups="num_groups")
-def grid_max_mass(estimator: str, eps: float, G: int = 3, num_groups: int = 1) -> tuple[float, list]:
+def grid_max_mass(estimator: str, eps: float, G: int = 3, prompts_per_step: int = 1) -> tuple[float, list]:
     """Largest group mass ``(1/G) sum_i c_i`` over an enumerated grid of ratio vectors (the
     counterexample search of claim 2): every G-tuple of ratios from {1e-9, 0.5, 1, 2, 10, 1e3,
     1e9}, the edges of the scheme's thresholds (1+eps, C, lo, hi, each +-1e-9) and the ratios where
     its weight peaks (:func:`_extremal_ratios`), with every
-    advantage sign pattern for schemes that read advantages. With ``num_groups`` B > 1 the
+    advantage sign pattern for schemes that read advantages. With ``prompts_per_step`` B > 1 the
     other B - 1 groups of the batch hold ratios 1e-9 (the extremal batch of a batch-normalised
     scheme) or 1; a batch-coupled scheme is called on one batch at a time. Returns the maximum and
     the ratio vector (and advantages) attaining it."""
@@ -217,9 +212,9 @@ def grid_max_mass(estimator: str, eps: float, G: int = 3, num_groups: int = 1) -
             if mass[i] > best:
                 best, arg = float(mass[i]), [np.exp(lr[i]).tolist(), None if A is None else A.tolist()]
             continue
-        for fill in ((1e-9, 1.0) if num_groups > 1 else (1.0,)):
+        for fill in ((1e-9, 1.0) if prompts_per_step > 1 else (1.0,)):
             for i, row in enumerate(lr):
-                batch = np.full((num_groups, G), math.log(fill))
+                batch = np.full((prompts_per_step, G), math.log(fill))
                 batch[0] = row
                 a = None if A is None else np.broadcast_to(A, batch.shape)
                 m = float(estimators.weights(estimator, batch, eps, a)[0].mean())

@@ -34,7 +34,6 @@ from scipy.special import log_softmax, softmax
 
 import estimators
 from estimators import get_scheme
-from estimators._compat import renamed_keywords
 
 from ._validate import check_positive_int
 from .optim import Optimizer, OptimizerConfig
@@ -121,7 +120,6 @@ class SharedSoftmaxMDP:
         u = rng.random((G, self.H))
         return (u[..., None] > cdf[:, :-1]).sum(-1)
 
-    @renamed_keywords(scheme="estimator")
     def group_estimate(self, tokens, theta, theta_b, estimator: str, eps: float):
         """``(g_hat (B, V, r), log-ratios (B, G))`` for groups ``tokens`` ``(B, G, H)`` (one group per run)."""
         B, G, H = tokens.shape
@@ -140,14 +138,13 @@ class SharedSoftmaxMDP:
         return np.einsum("bhv,hr->bvr", score_sum, self.psi) / G, lr
 
 
-@renamed_keywords(scheme="estimator")
 def run_async(env: SharedSoftmaxMDP, theta0, estimator: str, cfg: OptimizerConfig, G: int, eps: float, d: int,
-              T: int, seeds, setting_seed: int = 0, num_groups: int = 1) -> dict:
+              T: int, seeds, setting_seed: int = 0, prompts_per_step: int = 1) -> dict:
     """Every seed's asynchronous run at once (module docstring). Records ``(S, T + 1)`` J, and per step
     chi^2, drift ``||theta_t - theta_{t-d}||``, ``||g_hat||`` and the step norm, ``(S, T)``. Each step
-    draws ``num_groups`` groups of ``G`` (B = ``num_groups``) and averages their estimates; one group
+    draws ``prompts_per_step`` groups of ``G`` (B = ``prompts_per_step``) and averages their estimates; one group
     draws exactly the random numbers it drew before the option existed."""
-    B = check_positive_int(num_groups, "num_groups (groups per step)", 1)
+    B = check_positive_int(prompts_per_step, "prompts_per_step (groups per step)", 1)
     S = len(seeds)
     rngs = [np.random.default_rng([setting_seed, int(s)]) for s in seeds]
     theta = np.broadcast_to(theta0, (S,) + theta0.shape).copy()

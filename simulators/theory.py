@@ -12,7 +12,6 @@ from bounds import mass_bound as _mass_bound
 from bounds.delay import (
     DELAY_TERMS,  # scheme -> the bounds/ name of Theorem 2's delay term D
 )
-from estimators._compat import renamed_keywords
 
 FP_SLACK = 1e-9
 """Relative slack when comparing an exact bias with its bound (floating-point rounding of
@@ -26,7 +25,6 @@ def _twin(name):
     return twin(name)
 
 
-@renamed_keywords(scheme="estimator")
 def mass_bound(estimator: str, sigma2, mu4, G: int, eps: float):
     """THEORY §3's tightest bound on the mass bias m of ``scheme`` (0 for IS, NaN for schemes
     without one): :func:`bounds.mass_bound` in its ``"tight"`` form, the one table every reader uses."""
@@ -48,7 +46,6 @@ def gmc_quadratic(sigma2, G: int, eps: float):
     return _twin("m_gmc_quadratic")(sigma2=sigma2, G=G, eps=eps)
 
 
-@renamed_keywords(scheme="estimator")
 def delay_term(estimator: str, eta, d, G, eps, C2, C4, r0, M):
     """Theorem 2's D for ``scheme`` with constants (C2, C4, r0, M) estimated by the caller."""
     if estimator == "is":

@@ -1,51 +1,53 @@
-"""The README's "What it found": five bullets rendered from the committed verdict files.
+"""The findings, rendered from the committed verdict files: the README's "What it found" (one line per study, its
+headline verdict and a link to the study, :func:`render_summary`) and the full block with every number behind
+them in docs/RESULTS-NARRATIVE.md (:func:`render`).
 
-No number in the bullets is typed by hand: each is read from the file named beside it
+No number in either is typed by hand: each is read from the file named beside it
 (``results/verify/claims.json``, ``results/llm/study/verdicts.json`` and the study grids'
 ``summary.csv``, ``results/llm/mechanism/verdicts.json``, ``results/llm/drift/verdicts.json``,
-``results/llm/replicate_avx2/comparison.json``). README.md holds the rendered block between
-:data:`START` and :data:`END`; ``tests/test_readme.py`` asserts it equals :func:`render`.
+``results/llm/replicate_avx2/comparison.json``, ``results/llm/group_size/verdicts.json``). README.md holds the
+summary between :data:`SUMMARY_START` and :data:`SUMMARY_END`, docs/RESULTS-NARRATIVE.md the full block between
+:data:`START` and :data:`END`; ``tests/test_readme.py`` asserts each equals its renderer's, and that the
+README's section stays within :data:`SECTION_LIMIT` characters.
 
-    python -m studies.findings            # print the block
-    python -m studies.findings --write    # rewrite README.md's block
-    python -m studies.findings --check    # exit 1 if README.md's block is not the rendered one
+    python -m studies.findings            # print both blocks
+    python -m studies.findings --write    # rewrite both pages' blocks
+    python -m studies.findings --check    # exit 1 if a page's block is not the rendered one
 """
 from __future__ import annotations
 
 import argparse
-import csv
+import os
+import re
 import statistics
 import sys
 from pathlib import Path
 
-from schema.io import loads_json, write_text
-from studies.drift.section import d1_sentence, d5_sentence, step_control_sentence, step_size_lead, verdict_cell
-from studies.grids import STUDIES
+from schema.io import write_text
+from studies.drift.verdict_text import (
+    D7_ESTIMATORS,
+    _rate,
+    _stable_of,
+    d1_sentence,
+    d5_sentence,
+    level_entry,
+    step_control_sentence,
+    step_size_lead,
+    verdict_cell,
+)
+from studies.grids import GRIDS
+from studies.verdict_files import RESULTS, cell_rows, load, stable_count
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "results"  # the committed results: the README describes these, whatever GMC_RESULTS says
 README = REPO / "README.md"
+NARRATIVE = REPO / "docs" / "RESULTS-NARRATIVE.md"
 START = "<!-- findings:start (python -m studies.findings --write; generated from the verdict files, do not edit) -->"
 END = "<!-- findings:end -->"
-
-SOURCES = {
-    "claims": (None, "verify/claims.json"),
-    "study": ("primary", "verdicts.json"),
-    "study_runs": ("primary", "summary.csv"),
-    "peers_2025_runs": ("peers_2025", "summary.csv"),
-    "mechanism": ("mechanism", "verdicts.json"),
-    "drift": ("drift", "verdicts.json"),
-    "replicate": ("replicate_avx2", "comparison.json"),
-    "group_size": ("group_size", "verdicts.json"),
-}
-"""Each source: (grid of :data:`studies.grids.STUDIES`, whose folder the grid table names; file in it),
-or (None, path under the results root)."""
-
-
-def source_path(key: str, root: Path = RESULTS) -> Path:
-    grid, name = SOURCES[key]
-    return root / name if grid is None else STUDIES[grid].default_out(root) / name
-
+SUMMARY_START = "<!-- findings-summary:start (python -m studies.findings --write) -->"
+SUMMARY_END = "<!-- findings-summary:end -->"
+SECTION = "## What it found"
+SECTION_LIMIT = 1500
+"""The README's findings section (its heading to the next one) holds at most this many characters."""
 
 OPTIMISERS = {"sgd": "SGD with a small fixed step", "adam": "Adam (the study's)",
               "adamclip": "Adam + gradient clipping",
@@ -55,34 +57,12 @@ NAMES = {"gmc": "GMC", "topr": "TOPR", "gspo": "GSPO", "vespo": "VESPO", "is": "
          "gmc_topr": "`gmc_topr`"}
 
 
-def load(root: Path = RESULTS) -> dict:
-    """Every source of the bullets, read from ``root`` (JSON through :func:`schema.io.loads_json`)."""
-    out = {}
-    for key in SOURCES:
-        path = source_path(key, root)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: a source of the README's findings is missing")
-        out[key] = list(csv.DictReader(path.open())) if path.suffix == ".csv" else loads_json(path.read_text())
-    return out
-
-
 def _ci(r: dict) -> str:
     return f"{r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]"
 
 
 def _share(pair) -> str:
     return f"{pair[0]} of {pair[1]}"
-
-
-def cell_rows(rows: list[dict], horizon: str, delay: int, estimator: str | None = None) -> list[dict]:
-    """The rows of a grid's ``summary.csv`` in one cell (horizon, delay; one estimator's, if named)."""
-    return [r for r in rows if r["horizon"] == horizon and int(r["delay"]) == delay
-            and (estimator is None or r["estimator"] == estimator)]
-
-
-def stable_count(rows: list[dict]) -> tuple[int, int]:
-    """(stable runs, runs) of summary rows."""
-    return sum(r["stable"] == "True" for r in rows), len(rows)
 
 
 def _stable(rows: list[dict], horizon: str, delay: int) -> dict[str, tuple[int, int]]:
@@ -146,7 +126,7 @@ def optimiser(mechanism: dict, drift: dict) -> str:
     topr_text = (f"{_share(topr[0])} under every optimiser" if len(topr) == 1 else
                  ", ".join(f"{OPTIMISERS[a]} {_share(shares[f'{a}/topr'])}" for a in OPTIMISERS))
     m2b = hyp["M2b"]["baselines"]
-    delays = "/".join(str(d) for d in STUDIES["mechanism"].delays)
+    delays = "/".join(str(d) for d in GRIDS["mechanism"].delays)
     why = d1_sentence(drift)
     head = "The optimiser decides, through the drift it causes" if drift.get("D1", {}).get(
         "verdict") == "CONFIRMED" else "The optimiser decides"
@@ -181,7 +161,7 @@ def mechanism_rest(mechanism: dict, drift: dict) -> str:
 def in_progress(drift: dict, replicate: dict) -> str:
     hyps = sorted((k for k in drift if k.startswith("D") and k[1:].isdigit()), key=lambda k: int(k[1:]))
     verdicts = sorted({drift[k]["verdict"] for k in hyps})
-    planned = len(STUDIES["drift"].seeds)
+    planned = len(GRIDS["drift"].seeds)
     cells = replicate["cells"]
     agree = sum(bool(c["shares_agree"]) for c in cells)
     pc = [abs(c["pc_difference"]["mean"]) for c in cells]
@@ -203,11 +183,11 @@ def in_progress(drift: dict, replicate: dict) -> str:
                 f"{hyps[0]}-{hyps[-1]} {' / '.join(verdicts)}, {len(drift['seeds_drift'])} of its {planned} seeds "
                 "whole.")
     if lead or decided:
-        n_decisive = len(STUDIES["drift_decisive"].seeds)
+        n_decisive = len(GRIDS["drift_decisive"].seeds)
         head += (f" Not yet run: {', '.join(undecided)} ({len(drift.get('seeds_decisive', []))} of the {n_decisive} "
                  "decisive seeds whole)." if undecided else "")
     return (f"{head} The second-rounding replicate ([pre-registration](docs/PREREGISTRATION-REPLICATE.md), {state}, "
-            f"{len(replicate['seeds_whole'])} of {len(STUDIES['replicate_avx2'].seeds)} seeds whole): "
+            f"{len(replicate['seeds_whole'])} of {len(GRIDS['replicate_avx2'].seeds)} seeds whole): "
             f"{agree} of {len(cells)} cells have the committed stability outcome, {same_sign} of {len(signs)} "
             f"GMC-minus-baseline differences the committed sign, and a cell's final held-out pc differs from the "
             "committed one by a median "
@@ -226,7 +206,7 @@ def machines_sentence(replicate: dict) -> str:
 def group_size(v: dict) -> str:
     """The group-size study's line: its verdicts so far, the pairs measured (GMC's bias at the smallest and the
     largest G against TIC-trunc's) and the grid's runs."""
-    from studies.grids import STUDIES as GRIDS
+    from studies.grids import GRIDS
 
     hyps = [f"G{i}" for i in range(1, 8)]
     pending = [h for h in hyps if str(v[h].get("why", "")).startswith("not yet run")]
@@ -248,21 +228,109 @@ def group_size(v: dict) -> str:
     return head + text + f". The iso-samples G grid: {v['runs']} of its {planned} runs complete."
 
 
-def render(root: Path = RESULTS) -> str:
-    """The README block, markers included."""
+def theory_line(claims: dict) -> str:
+    """The README's line on the theory: how many claims pass, and whether every outcome is the ledger's."""
+    rows = claims["claims"]
+    passed = sum(r["status"] == "PASS" for r in rows)
+    if rows and all(r.get("matches") for r in rows):
+        rest = f", the other {len(rows) - passed} refuted as its ledger records" if passed < len(rows) else ""
+    else:
+        rest = ", not every outcome as its ledger records" if all("matches" in r for r in rows) else ""
+    return (f"**Theory** ([claims](results/verify/claims.md)): {passed} of the {len(rows)} claims of "
+            f"[THEORY](docs/THEORY.md) §5 PASS{rest}.")
+
+
+def staleness_line(study: dict, runs: list[dict]) -> str:
+    """The README's line on the staleness study: GMC's and the stable baselines' seeds at the long horizon, and
+    H2 (GMC at least as good as every stable baseline, the abstract's claim)."""
+    delay = study["H1"]["delay"]
+    long_ = _stable(runs, "long", delay)
+    return (f"**Staleness** ([study](studies/staleness/README.md)): with long completions under Adam at d = {delay}, "
+            f"GMC is stable in {_share(long_['gmc'])} seeds, TOPR in {_share(long_['topr'])}, GSPO in "
+            f"{_share(long_['gspo'])}; GMC as good as every stable baseline (H2): {study['H2']['verdict']}.")
+
+
+def mechanism_line(mechanism: dict, drift: dict) -> str:
+    """The README's line on the mechanism study: GMC's stable seeds under SGD (M1) and under the Adam arms."""
+    hyp, shares = mechanism["hypotheses"], mechanism["stable_shares"]
+    through = " through the drift it causes" if drift.get("D1", {}).get("verdict") == "CONFIRMED" else ""
+    adam = ", ".join(f"{_share(shares[f'{a}/gmc'])} under {name}" for a, name in
+                     (("adam", "Adam"), ("adamclip", "Adam + clip")))
+    return (f"**Mechanism** ([study](studies/mechanism/README.md)): the optimiser decides{through}: GMC is stable "
+            f"in {_share(hyp['M1']['gmc_stable'])} seeds under SGD (M1 {hyp['M1']['verdict']}), {adam}.")
+
+
+def drift_line(drift: dict) -> str:
+    """The README's line on the drift map: D7's answer where it is CONFIRMED (the step size first), and the
+    count of its verdicts."""
+    hyps = [k for k in drift if re.fullmatch(r"D\d+", k)]
+    counts = {}
+    for k in hyps:
+        v = "not yet run" if str(drift[k].get("why", "")).startswith("not yet run") else drift[k]["verdict"]
+        counts[v] = counts.get(v, 0) + 1
+    tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    d7 = drift.get("D7", {})
+    lead = ""
+    if d7.get("verdict") == "CONFIRMED":
+        shares = sorted({_stable_of(level_entry(drift, e, d7["level"])) for e in D7_ESTIMATORS})
+        held = shares[0] if len(shares) == 1 else " to ".join((shares[0], shares[-1]))
+        lead = (f"lower the step first: under Adam + clip at {_rate(d7['level'])} the {len(D7_ESTIMATORS)} corrections "
+                f"D7 tests are each stable in {held} seeds at d = 64 (D7 CONFIRMED); ")
+    return f"**Drift map** ([study](studies/drift/README.md)): {lead}of its {len(hyps)} verdicts, {tally}."
+
+
+def group_size_line(v: dict) -> str:
+    """The README's line on the group-size study: its pre-registered verdicts so far (G7 is exploratory) and those
+    not yet run."""
+    hyps = [f"G{i}" for i in range(1, 7)]
+    pending = [h for h in hyps if str(v[h].get("why", "")).startswith("not yet run")]
+    done = [f"{h} {v[h]['verdict']}" for h in hyps if h not in pending]
+    state = "in progress" if pending else "decided"
+    return (f"**Group size** ([study](studies/group_size/README.md), {state}): "
+            f"{', '.join(done) or 'no verdict yet'}" + (f"; not yet run: {', '.join(pending)}." if pending else "."))
+
+
+def render_summary(root: Path = RESULTS) -> str:
+    """The README's block, markers included: one line per study (:data:`SECTION_LIMIT` bounds the section)."""
+    s = load(root)
+    lines = (theory_line(s["claims"]), staleness_line(s["study"], s["study_runs"]),
+             mechanism_line(s["mechanism"], s["drift"]), drift_line(s["drift"]), group_size_line(s["group_size"]))
+    return "\n".join((SUMMARY_START, *(f"* {b}" for b in lines), SUMMARY_END))
+
+
+def relative_links(text: str, page: Path) -> str:
+    """``text``'s markdown links, written from the repository's root, rewritten from ``page``'s folder."""
+    def one(m):
+        target = m.group(1)
+        if "://" in target or target.startswith(("#", "/")):
+            return m.group(0)
+        return "](" + os.path.relpath(REPO / target, page.parent).replace(os.sep, "/") + ")"
+
+    return re.sub(r"\]\(([^)\s]+)\)", one, text)
+
+
+def render(root: Path = RESULTS, page: Path = NARRATIVE) -> str:
+    """The full block, markers included, with its links written from ``page``'s folder."""
     s = load(root)
     bullets = (theory(s["claims"]), staleness(s["study"], s["study_runs"], s["peers_2025_runs"], s["mechanism"]),
                optimiser(s["mechanism"], s["drift"]), mechanism_rest(s["mechanism"], s["drift"]),
                in_progress(s["drift"], s["replicate"]), group_size(s["group_size"]))
-    return "\n".join((START, *(f"* {b}" for b in bullets), END))
+    return relative_links("\n".join((START, *(f"* {b}" for b in bullets), END)), page)
 
 
-def readme_block(text: str) -> str:
-    """The block between the markers (markers included) of ``text``; a ValueError when absent."""
-    i, j = text.find(START), text.find(END)
+def page_block(text: str, start: str = START, end: str = END, name: str = "README.md") -> str:
+    """The block between the markers (markers included) of ``text``; a ValueError naming the page when absent."""
+    i, j = text.find(start), text.find(end)
     if i < 0 or j < i:
-        raise ValueError(f"README.md has no findings block ({START!r} ... {END!r})")
-    return text[i:j + len(END)]
+        raise ValueError(f"{name} has no findings block ({start!r} ... {end!r})")
+    return text[i:j + len(end)]
+
+
+def readme_section(text: str) -> str:
+    """The README's findings section: from its heading (:data:`SECTION`) to the next heading of its level."""
+    i = text.index(SECTION)
+    j = text.find("\n## ", i + len(SECTION))
+    return text[i:] if j < 0 else text[i:j + 1]
 
 
 def block_arguments(prog: str, doc: str, what: str, argv=None) -> argparse.Namespace:
@@ -276,22 +344,27 @@ def block_arguments(prog: str, doc: str, what: str, argv=None) -> argparse.Names
 
 
 def main(argv=None) -> int:
-    args = block_arguments("python -m studies.findings", __doc__, "README.md's findings block", argv)
-    block = render()
+    args = block_arguments("python -m studies.findings", __doc__, "README.md's and RESULTS-NARRATIVE.md's findings",
+                           argv)
+    pages = ((README, SUMMARY_START, SUMMARY_END, render_summary()),
+             (NARRATIVE, START, END, render(page=NARRATIVE)))
     if not (args.write or args.check):
-        print(block)
+        print("\n\n".join(block for *_, block in pages))
         return 0
-    text = README.read_text()
-    old = readme_block(text)
-    if args.check:
+    stale = 0
+    for page, start, end, block in pages:
+        text = page.read_text()
+        old = page_block(text, start, end, page.name)
+        if args.check:
+            if old != block:
+                print(f"{page.name}'s findings block is out of date: run python -m studies.findings --write",
+                      file=sys.stderr)
+                stale += 1
+            continue
         if old != block:
-            print("README.md's findings block is out of date: run python -m studies.findings --write", file=sys.stderr)
-            return 1
-        return 0
-    if old != block:
-        write_text(README, text.replace(old, block))
-    print(f"{README}: findings block {'rewritten' if old != block else 'already up to date'}")
-    return 0
+            write_text(page, text.replace(old, block))
+        print(f"{page}: findings block {'rewritten' if old != block else 'already up to date'}")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

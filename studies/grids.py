@@ -1,7 +1,7 @@
-"""Every LLM grid of the studies, by name (:data:`STUDIES`): each study's ``grids.py`` defines its own
-(:class:`llm_runs.grids.Study`, data), and this table collects them for ``python -m studies.run``
-and the analyses. Where each grid's runs live is :data:`schema.results.GRID_FOLDERS`; a test holds
-the two to one another and every grid to the settings its committed folder records."""
+"""Every LLM grid of the studies, by name (:data:`GRIDS`): each study's ``grids.py`` defines its own
+(:class:`grids.spec.Grid`, data), and this table collects them for ``python -m studies.run``
+and the analyses. Where each grid's runs live is :func:`grids.grid_folder` (``results/llm/<grid name>`` by
+convention); a test holds every grid to its folder and to the settings its committed folder records."""
 from __future__ import annotations
 
 from .corrections_2025.grids import GRIDS as _CORRECTIONS_2025
@@ -13,6 +13,6 @@ from .replicate.grids import GRIDS as _REPLICATE
 from .scale.grids import GRIDS as _SCALE
 from .staleness.grids import GRIDS as _STALENESS
 
-STUDIES = {**_STALENESS, **_MECHANISM, **_SCALE, **_CORRECTIONS_2025, **_DRIFT, **_REPLICATE, **_GROUP_SIZE,
+GRIDS = {**_STALENESS, **_MECHANISM, **_SCALE, **_CORRECTIONS_2025, **_DRIFT, **_REPLICATE, **_GROUP_SIZE,
            **_CORRECTIONS_2026}
-"""Grid name -> :class:`llm_runs.grids.Study`, every study's grids."""
+"""Grid name -> :class:`grids.spec.Grid`, every study's grids."""

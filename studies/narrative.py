@@ -19,9 +19,10 @@ from pathlib import Path
 
 from figures.style import label
 from schema.io import loads_json, write_text
-from studies.findings import RESULTS, block_arguments, cell_rows, load, stable_count
-from studies.grids import STUDIES
-from studies.mechanism.analysis import WARNING_FILE
+from studies.findings import block_arguments
+from studies.grids import GRIDS
+from studies.mechanism.warning import WARNING_FILE
+from studies.verdict_files import RESULTS, cell_rows, load, stable_count
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "RESULTS-NARRATIVE.md"
@@ -96,7 +97,7 @@ BLOCKS: dict[str, Callable[[dict], str]] = {
     "delay0-gain": delay0_gain,
     "warning-auc": warning_auc,
 }
-"""Every generated block of the page: its name and its renderer (of :func:`studies.findings.load`'s sources and
+"""Every generated block of the page: its name and its renderer (of :func:`studies.verdict_files.load`'s sources and
 the mechanism study's chosen warning signal, ``warning``)."""
 
 
@@ -107,7 +108,7 @@ def block_pattern(name: str) -> re.Pattern:
 def render(root: Path = RESULTS) -> dict[str, str]:
     """Every block's body, rendered from the committed results under ``root``. A table gets a line of its own
     before and after it, so that the page's markdown reads it as a table."""
-    s = {**load(root), "warning": loads_json((STUDIES["mechanism"].default_out(root) / WARNING_FILE).read_text())}
+    s = {**load(root), "warning": loads_json((GRIDS["mechanism"].default_out(root) / WARNING_FILE).read_text())}
     return {name: (f"\n{body}\n" if body.startswith("|") else body) for name, f in BLOCKS.items()
             for body in [f(s)]}
 

@@ -91,7 +91,7 @@ def _metrics_without_perf(out) -> list[list[str]]:
     return [[row.split(",")[i] for i in keep] for row in lines]
 
 
-def _softmax_policy_batch(seed, n_groups, G, T, V, scale):
+def _softmax_policy_batch(seed, prompts_per_step, G, T, V, scale):
     """Tabular per-position softmax policy: theta (T, V). Returns sampled tokens and two thetas."""
     import torch
 
@@ -99,8 +99,8 @@ def _softmax_policy_batch(seed, n_groups, G, T, V, scale):
     theta = torch.randn(T, V, generator=g, dtype=torch.float64)
     theta_b = theta - scale * torch.randn(T, V, generator=g, dtype=torch.float64)
     probs_b = torch.softmax(theta_b, -1)
-    tokens = torch.multinomial(probs_b, n_groups * G, replacement=True, generator=g).T  # (B, T)
-    lengths = torch.randint(1, T + 1, (n_groups * G,), generator=g)
+    tokens = torch.multinomial(probs_b, prompts_per_step * G, replacement=True, generator=g).T  # (B, T)
+    lengths = torch.randint(1, T + 1, (prompts_per_step * G,), generator=g)
     mask = (torch.arange(T)[None] < lengths[:, None]).to(torch.float64)
-    rewards = torch.randint(0, 2, (n_groups, G), generator=g).to(torch.float64)
+    rewards = torch.randint(0, 2, (prompts_per_step, G), generator=g).to(torch.float64)
     return theta, theta_b, tokens, mask, rewards

@@ -149,10 +149,10 @@ def test_otb_refuses_bad_input(change, match):
         otb_advantages(*args)
 
 
-def test_otb_refuses_a_bad_eps_and_takes_minus_infinite_log_probs():
+def test_otb_refuses_a_bad_denominator_guard_and_takes_minus_infinite_log_probs():
     args = _otb_inputs()
-    for eps in (0.0, -1.0, math.nan, True):
-        with pytest.raises(ValueError, match="eps must be a finite number > 0"):
-            otb_advantages(*args, eps=eps)
+    for guard in (0.0, -1.0, math.nan, True):
+        with pytest.raises(ValueError, match="denominator_guard must be a finite number > 0"):
+            otb_advantages(*args, denominator_guard=guard)
     args[2][0, 0, 0] = -math.inf  # a token of probability 0: w_t = 1 + sum pi^2
     assert bool(torch.isfinite(otb_advantages(*args)).all())

@@ -12,9 +12,9 @@ from estimators.losses import CORRECTIONS_2026
 
 def test_the_grid_is_the_pre_registered_one():
     from studies.corrections_2026.analysis import LEVELS, SEEDS
-    from studies.grids import STUDIES
+    from studies.grids import GRIDS
 
-    cells = STUDIES["corrections_2026"].cells()
+    cells = GRIDS["corrections_2026"].cells()
     assert len(cells) == 7 * 3 * 5 and {c.seed for c in cells} == set(SEEDS)
     assert {c.overrides["estimator"] for c in cells} == set(CORRECTIONS_2026)
     assert all(c.overrides["delay"] == 64 and c.overrides["drift_diagnostics"] for c in cells)

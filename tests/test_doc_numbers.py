@@ -6,7 +6,7 @@ Every number of the README, ``docs/`` and each study's README is either
 - written, digit for digit, in a committed result the code wrote (``results/REPORT.md``, every JSON under
   ``results/``: verdicts, comparisons, maps, claims, cards, grid records), or
 - a setting defined in code, equal as a number: an estimator's knob (:data:`estimators.params.PARAMS`), a
-  trainer default (:class:`llm_runs.config.TrainConfig`), a grid's setting (:data:`studies.grids.STUDIES`), a
+  trainer default (:class:`llm_runs.config.TrainConfig`), a grid's setting (:data:`studies.grids.GRIDS`), a
   version pinned in ``pyproject.toml`` or the Makefile, or
 - with a k or M suffix, a model's size: the parameter count of a model the trainer or the grids or the GPU plan
   build (counted on the meta device), rounded as written ("247k", "2.07M").
@@ -114,7 +114,7 @@ def settings() -> set[float]:
     """Every setting defined in code, as a number."""
     from estimators.params import PARAMS
     from llm_runs.config import TrainConfig
-    from studies.grids import STUDIES
+    from studies.grids import GRIDS
 
     out: list[float] = []
     for params in PARAMS.values():
@@ -122,7 +122,7 @@ def settings() -> set[float]:
             out += _numbers_in([p.default, p.lo, p.hi])
     out += _numbers_in([f.default for f in dataclasses.fields(TrainConfig)
                         if f.default is not dataclasses.MISSING])
-    for grid in STUDIES.values():
+    for grid in GRIDS.values():
         out += _numbers_in(grid.record())
     for pins in ("pyproject.toml", "Makefile"):
         out += _numbers_in(re.findall(r"==\s*([\d.]+)", (REPO / pins).read_text()))
@@ -141,15 +141,15 @@ def model_sizes() -> list[float]:
     the GPU plan's Qwen3-0.6B shape."""
     import json
 
-    from llm_runs.gpu_check import QWEN3_0_6B_SHAPE
-    from llm_runs.gpu_plan import parameter_counts
     from llm_runs.presets import TINY_CPU_SHAPE
-    from studies.grids import STUDIES
+    from studies.gpu.check import QWEN3_0_6B_SHAPE
+    from studies.gpu.plan import parameter_counts
+    from studies.grids import GRIDS
 
     vocabs = {len(json.loads(t.read_text())["model"]["vocab"])
               for t in (REPO / "llm_runs" / "warmstarts").glob("*/tokenizer.json")}
     shapes = {"{}", *(json.dumps(g.record()["base"].get("model_kwargs") or {}, sort_keys=True)
-                       for g in STUDIES.values())}
+                       for g in GRIDS.values())}
     sizes = [parameter_counts({**TINY_CPU_SHAPE, **json.loads(k)}, v)[0] for k in shapes for v in vocabs]
     return [float(n) for n in sizes] + [float(parameter_counts(QWEN3_0_6B_SHAPE, 0)[0])]
 

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from grids.run_table import MARGIN
 from llm_runs import drift
-from studies.drift import analysis
+from studies.drift import analysis, beside, d5, drift_map, verdicts
 
 
 def _table(n=100, d=10):
@@ -137,7 +138,7 @@ def test_place_reads_the_map():
     ([(0.1, 0.0), (0.01, 0.8), (0.05, 0.8)], 0.05, None),  # unordered input; exactly 0.8 holds
 ])
 def test_the_failure_boundary(levels, want, censored):
-    b, c = analysis.boundary(levels)
+    b, c = drift_map.boundary(levels)
     assert b == pytest.approx(want) and c == censored
 
 
@@ -162,12 +163,12 @@ def _runs(shares_sgd, shares_clip, drifts_sgd, drifts_clip, n=5):
 
 def test_d1_confirms_matching_boundaries_and_refutes_sgd_holding_beyond_adam():
     same = _runs([1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.01, 0.03, 0.06], [0.01, 0.03, 0.08])
-    bounds = analysis.boundaries(same, list(range(5)), n_boot=200)
-    v = analysis.d1(bounds, analysis.cell_table(same, list(range(5))), adam_level=0.05)
+    bounds = drift_map.boundaries(same, list(range(5)), n_boot=200)
+    v = verdicts.d1(bounds, drift_map.cell_table(same, list(range(5))), adam_level=0.05)
     assert v["verdict"] == "CONFIRMED"
     apart = _runs([1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.01, 0.04, 0.08], [0.01, 0.03, 0.08])
-    bounds = analysis.boundaries(apart, list(range(5)), n_boot=200)
-    v = analysis.d1(bounds, analysis.cell_table(apart, list(range(5))), adam_level=0.05)
+    bounds = drift_map.boundaries(apart, list(range(5)), n_boot=200)
+    v = verdicts.d1(bounds, drift_map.cell_table(apart, list(range(5))), adam_level=0.05)
     assert v["verdict"] == "REFUTED" and v["refuting_pairs"]
 
 
@@ -201,17 +202,17 @@ def test_d5_chooses_a_threshold_on_training_runs_and_counts_held_out_hits():
 
     train = [rec(True, True) for _ in range(10)] + [rec(False, False) for _ in range(10)]
     held = [rec(True, True) for _ in range(8)] + [rec(False, False) for _ in range(12)]
-    r = analysis.d5(train, held, decided=True)
+    r = d5.d5(train, held, decided=True)
     ess = r["signals"]["stale/ess"]
     assert r["verdict"] == "CONFIRMED" and ess["hits"] == [8, 8] and ess["false_alarms"] == [0, 12]
     assert ess["lead_median"] == 30 and 0.1 <= ess["threshold"] < 0.6
-    assert analysis.d5(train, held, decided=False)["verdict"] == "INCONCLUSIVE"
+    assert d5.d5(train, held, decided=False)["verdict"] == "INCONCLUSIVE"
     useless = [rec(True, False) for _ in range(8)] + [rec(False, True) for _ in range(12)]
-    assert analysis.d5(train, useless, decided=True)["verdict"] == "REFUTED"
+    assert d5.d5(train, useless, decided=True)["verdict"] == "REFUTED"
 
 
 def test_the_report_section_shows_saved_non_finite_values_as_not_available():
-    from studies.drift.section import _num
+    from studies.fmt import num as _num
 
     assert _num("nan") == "n/a" and _num(None) == "n/a" and _num(float("inf")) == "n/a" and _num(0.01234) == "0.0123"
 
@@ -230,11 +231,11 @@ def test_d5_reports_the_training_set_as_counted_in_the_text_beside_the_rule():
                                                                          for i in range(5)]
     floor = [rec(f"long-stale-d64-s{i}", True, True) for i in range(3)]
     held = [rec("h", True, True), rec("h", False, False)]
-    r = analysis.d5(train + floor, held, decided=False)
+    r = d5.d5(train + floor, held, decided=False)
     assert r["train_runs"] == 13 and r["deviation"]["train_runs"] == 10
     assert "selects 13, the 3 more" in r["deviation"]["text"]
-    assert set(r["deviation"]["signals"]) == set(analysis.D5_SIGNALS)
-    assert "deviation" not in analysis.d5(train, held, decided=False)
+    assert set(r["deviation"]["signals"]) == set(d5.D5_SIGNALS)
+    assert "deviation" not in d5.d5(train, held, decided=False)
 
 
 def test_the_map_file_holds_every_level_run_as_a_point_and_the_chi2_view():
@@ -242,7 +243,7 @@ def test_the_map_file_holds_every_level_run_as_a_point_and_the_chi2_view():
     runs["chi2_early"] = 10 * runs["kl_early"]
     runs["grid"], runs["run"] = "drift", [f"r{i}" for i in range(len(runs))]
     res = {"seeds_drift": list(range(5)), "provisional": False,
-           "boundaries": analysis.boundaries(runs, list(range(5)), n_boot=50)}
+           "boundaries": drift_map.boundaries(runs, list(range(5)), n_boot=50)}
     m = analysis.map_table(res, runs)
     assert len(m["points"]) == len(runs) and {p["optimizer"] for p in m["points"]} == {"sgd", "adamclip"}
     assert sum(p["stable"] for p in m["points"]) == int(runs["stable"].sum())
@@ -259,7 +260,7 @@ def test_the_exact_model_s_boundaries_come_from_its_chi2_levels(monkeypatch):
             for sc, fails in (("gmc", True), ("topr", False)) for lr, x in ((0.1, 0.1), (1.0, 1.0))
             for c in (False, fails and lr == 1.0)]
     monkeypatch.setattr(schema.results, "read_sim", lambda source, steps=False: pd.DataFrame(rows))
-    ex = analysis.exact_model()
+    ex = drift_map.exact_model()
     b = {r["estimator"]: r for r in ex["boundaries"]}
     assert b["topr"]["censored"] == "right" and b["topr"]["boundary"] == pytest.approx(1.0)
     assert b["gmc"]["censored"] is None and 0.1 < b["gmc"]["boundary"] < 1.0  # 100% at 0.1, 50% at 1.0
@@ -296,8 +297,8 @@ def test_a_correction_with_fewer_seeds_is_resampled_over_its_own_seeds():
     extra = five[five["estimator"] == "gmc"].assign(seed=lambda d: d["seed"] + 5)
     other = five.assign(estimator="is")
     both = pd.concat([five, extra, other], ignore_index=True)
-    alone = {(b["estimator"], b["optimizer"]): b for b in analysis.boundaries(other, list(range(5)), n_boot=100)}
-    mixed = {(b["estimator"], b["optimizer"]): b for b in analysis.boundaries(both, list(range(10)), n_boot=100)}
+    alone = {(b["estimator"], b["optimizer"]): b for b in drift_map.boundaries(other, list(range(5)), n_boot=100)}
+    mixed = {(b["estimator"], b["optimizer"]): b for b in drift_map.boundaries(both, list(range(10)), n_boot=100)}
     for key in (("is", "sgd"), ("is", "adamclip")):
         assert (mixed[key]["low"], mixed[key]["high"]) == (alone[key]["low"], alone[key]["high"])
         assert {x["n"] for x in mixed[key]["levels"]} == {5}
@@ -307,9 +308,9 @@ def test_a_correction_with_fewer_seeds_is_resampled_over_its_own_seeds():
 def test_a_level_s_own_delay_zero_runs_are_kept_beside_it():
     runs = _runs([1.0, 0.0], [1.0, 0.2], [0.01, 0.03], [0.02, 0.05])
     zero = runs[runs["estimator"] == "gmc"].assign(delay=0, stable=lambda d: d["seed"] < 1)
-    cells = analysis.cell_table(pd.concat([runs, zero], ignore_index=True), list(range(5)))
+    cells = drift_map.cell_table(pd.concat([runs, zero], ignore_index=True), list(range(5)))
     assert (cells["delay0_n"] == 5).all() and (cells["delay0_stable_share"] == 0.2).all()
-    assert analysis.cell_table(runs, list(range(5)))["delay0_stable_share"].isna().all()
+    assert drift_map.cell_table(runs, list(range(5)))["delay0_stable_share"].isna().all()
 
 
 def _decided(d1_verdict="CONFIRMED", d7_verdict="CONFIRMED", delay0_share=0.2):
@@ -326,7 +327,7 @@ def _decided(d1_verdict="CONFIRMED", d7_verdict="CONFIRMED", delay0_share=0.2):
 
 
 def test_d1_s_sentence_says_what_was_found_and_when_a_level_fails_without_delay():
-    from studies.drift.section import d1_sentence
+    from studies.drift.verdict_text import d1_sentence
 
     text = d1_sentence(_decided())
     assert "D1 CONFIRMED" in text and "0.016 [0.013, 0.043] under SGD" in text
@@ -338,7 +339,7 @@ def test_d1_s_sentence_says_what_was_found_and_when_a_level_fails_without_delay(
 
 
 def test_the_plain_answer_leads_with_the_step_size_only_when_d7_holds():
-    from studies.drift.section import step_size_lead
+    from studies.drift.verdict_text import step_size_lead
 
     text = step_size_lead(_decided(), name=str.upper)
     assert text.startswith("Lower the step first (D7 CONFIRMED") and "lr 1e-05" in text
@@ -349,7 +350,7 @@ def test_the_plain_answer_leads_with_the_step_size_only_when_d7_holds():
 
 
 def test_d2_s_numbers_name_a_correction_short_of_gmc():
-    from studies.drift.section import d2_sentence
+    from studies.drift.verdict_text import d2_sentence
 
     bounds = {e: 0.05 for e in ("gmc", "topr", "vespo")}
     d2 = {"verdict": "INCONCLUSIVE", "spearman": 0.64, "low": -0.18, "high": 0.79, "below_gmc": [],
@@ -371,7 +372,7 @@ def test_the_section_shows_the_decided_hypotheses_numbers(tmp_path):
 
 
 def test_the_guide_says_below_which_drift_each_correction_held():
-    from studies.drift.section import drift_guide
+    from studies.drift.verdict_text import drift_guide
 
     v = _decided()
     v["boundaries"] = [
@@ -404,9 +405,9 @@ def test_runs_are_found_by_name_in_a_packed_grid_too():
     from pathlib import Path
 
     study = Path(__file__).resolve().parents[1] / "results" / "llm" / "study"
-    found = analysis._runs_named(study, "long-gmc-d0-s*")
+    found = verdicts._runs_named(study, "long-gmc-d0-s*")
     assert [r.name for r in found] == [f"long-gmc-d0-s{s}" for s in range(10)]
-    assert math.isfinite(analysis.study_gain())
+    assert math.isfinite(verdicts.study_gain())
 
 
 def test_verdicts_written_elsewhere_take_their_map_with_them(tmp_path, monkeypatch):
@@ -436,7 +437,7 @@ def _step_arms():
 
 
 def test_the_step_size_arms_are_said_with_their_shares_and_paired_differences():
-    from studies.drift.section import step_control_sentence
+    from studies.drift.verdict_text import step_control_sentence
 
     text = step_control_sentence(_step_arms())
     assert "(10 of 10 and 9 of 10 seeds)" in text and "+0.073 [+0.052, +0.091]" in text and "D3 CONFIRMED" in text
@@ -447,7 +448,7 @@ def test_the_step_size_arms_are_said_with_their_shares_and_paired_differences():
 
 
 def test_d5_s_sentence_says_when_the_disclosed_deviation_would_change_the_verdict():
-    from studies.drift.section import d5_sentence
+    from studies.drift.verdict_text import d5_sentence
 
     def sig(h, f, p):
         return {"hits": h, "false_alarms": f, "p_fisher": p, "lead_median": 14}
@@ -466,13 +467,13 @@ def test_d5_s_sentence_says_when_the_disclosed_deviation_would_change_the_verdic
 
 @pytest.mark.parametrize("decided", [True, False])
 def test_the_mechanism_section_takes_d1_s_answer_once_it_is_decided(monkeypatch, decided):
-    import studies.drift.section as drift_section
+    import studies.drift.verdict_text as drift_text
     from studies.mechanism import section as mech
 
     row = {"arm": "sgd", "estimator": "gmc", "stable": 1, "runs": 1}
-    monkeypatch.setattr("llm_runs.mechanism_table.drift_table", lambda *a: pd.DataFrame([row]))
+    monkeypatch.setattr("grids.mechanism_table.drift_table", lambda *a: pd.DataFrame([row]))
     monkeypatch.setattr(mech, "_drift_cells", lambda v: "cells")
-    monkeypatch.setattr(drift_section, "read_verdicts", lambda root=None: _decided() if decided else None)
+    monkeypatch.setattr(drift_text, "read_verdicts", lambda root=None: _decided() if decided else None)
     text = "\n".join(mech.drift_lines(None, None, None))
     assert ("alone could not separate" in text and "D1 CONFIRMED" in text) is decided
     assert ("intervention does not separate the update rule" in text) is not decided
@@ -482,9 +483,9 @@ def test_d5_s_rule_reads_the_counts_as_the_verdicts_file_saves_them():
     def sig(h, f, p):
         return {"hits": h, "false_alarms": f, "p_fisher": p}
 
-    assert analysis.d5_rule({"a": sig([87, 202], [112, 468], 7.7e-7), "b": sig([0, 0], [1, 468], "NaN")}) == "CONFIRMED"
-    assert analysis.d5_rule({"a": sig([0, 202], [1, 468], 1.0), "b": sig([1, 202], [4, 468], 0.83)}) == "REFUTED"
-    assert analysis.d5_rule({"a": sig([10, 202], [20, 468], 0.1)}) == "INCONCLUSIVE"
+    assert d5.d5_rule({"a": sig([87, 202], [112, 468], 7.7e-7), "b": sig([0, 0], [1, 468], "NaN")}) == "CONFIRMED"
+    assert d5.d5_rule({"a": sig([0, 202], [1, 468], 1.0), "b": sig([1, 202], [4, 468], 0.83)}) == "REFUTED"
+    assert d5.d5_rule({"a": sig([10, 202], [20, 468], 0.1)}) == "INCONCLUSIVE"
 
 
 # --- the reader's edge cases: outside the measured range, missing values, things that are not runs ----------
@@ -591,11 +592,11 @@ def test_a_group_size_below_two_is_refused(tmp_path, capsys):
 
 def test_the_pre_collapse_window_ends_at_the_collapse():
     m = _table(n=120, d=10)
-    assert analysis.precollapse_kl(m, 10, None) == pytest.approx(drift.summary(m, 10)["kl_early"])
-    assert analysis.precollapse_kl(m, 10, 200) == pytest.approx(drift.summary(m, 10)["kl_early"])  # after the window
+    assert d5.precollapse_kl(m, 10, None) == pytest.approx(drift.summary(m, 10)["kl_early"])
+    assert d5.precollapse_kl(m, 10, 200) == pytest.approx(drift.summary(m, 10)["kl_early"])  # after the window
     # collapsed at update 15: the 20 updates before it (0..14), not the window d..d+19 that follows it
-    assert analysis.precollapse_kl(m, 10, 15) == pytest.approx(np.median(m["drift/kl"].iloc[:15]))
-    assert math.isnan(analysis.precollapse_kl(m, 10, 0))
+    assert d5.precollapse_kl(m, 10, 15) == pytest.approx(np.median(m["drift/kl"].iloc[:15]))
+    assert math.isnan(d5.precollapse_kl(m, 10, 0))
 
 
 def test_the_stability_rule_s_collapse_update(monkeypatch):
@@ -605,10 +606,10 @@ def test_the_stability_rule_s_collapse_update(monkeypatch):
     steps = np.arange(0, 101)
     m = pd.DataFrame({"step": steps, "train/loss": 1.0, "train/grad_norm": 1.0,
                       "eval/heldout_acc": np.where(steps % 20 == 0, np.where(steps >= 60, 0.2, 0.5), np.nan)})
-    assert analysis.rule_collapse(m, {"steps": 100}) == 60
+    assert d5.rule_collapse(m, {"steps": 100}) == 60
     m.loc[m["step"] == 33, "train/loss"] = np.nan  # a non-finite loss before
-    assert analysis.rule_collapse(m, {"steps": 100}) == 33
-    assert analysis.rule_collapse(m.assign(**{"eval/heldout_acc": 0.5, "train/loss": 1.0}), {"steps": 100}) is None
+    assert d5.rule_collapse(m, {"steps": 100}) == 33
+    assert d5.rule_collapse(m.assign(**{"eval/heldout_acc": 0.5, "train/loss": 1.0}), {"steps": 100}) is None
 
 
 def _level_runs():
@@ -628,15 +629,15 @@ def _level_runs():
 
 
 def test_gains_say_held_and_learned_apart():
-    g = {(x["level"], x["estimator"]): x for x in analysis.gains(_level_runs(), list(range(4)))}
+    g = {(x["level"], x["estimator"]): x for x in beside.gains(_level_runs(), list(range(4)))}
     a, b = g[("sgd0.0001", "a")], g[("sgd0.0001", "b")]
-    assert a["gain"] == pytest.approx(0.115) and a["held"] and a["learned"] and a["low"] > analysis.MARGIN
+    assert a["gain"] == pytest.approx(0.115) and a["held"] and a["learned"] and a["low"] > MARGIN
     assert b["held"] and not b["learned"] and b["gain"] == pytest.approx(0.01)  # held, learned nothing
     assert not g[("sgd0.0002", "b")]["held"] and g[("sgd0.0002", "b")]["gain"] == pytest.approx(-0.5)
 
 
 def test_points_read_after_their_run_s_collapse_are_counted():
-    ac = analysis.after_collapse(_level_runs(), list(range(4)))["sgd"]
+    ac = beside.after_collapse(_level_runs(), list(range(4)))["sgd"]
     # b at sgd0.0002: 4 unstable, 3 collapsed at update 40 (before the window 64..83), 1 at 80 (inside it)
     assert ac == {"points": 16, "unstable": 4, "after_collapse": 4, "whole_window_after": 3, "collapse_unknown": 0}
 
@@ -644,22 +645,22 @@ def test_points_read_after_their_run_s_collapse_are_counted():
 def test_levels_are_ordered_by_their_step():
     runs = _level_runs()
     runs = pd.concat([runs, runs[runs["level"] == "sgd0.0001"].assign(level="sgd1e-05")], ignore_index=True)
-    assert [g["level"] for g in analysis.gains(runs, list(range(4)))][::2] == ["sgd1e-05", "sgd0.0001", "sgd0.0002"]
-    dep = analysis.axis_dependence(analysis.cell_table(runs, list(range(4))))
+    assert [g["level"] for g in beside.gains(runs, list(range(4)))][::2] == ["sgd1e-05", "sgd0.0001", "sgd0.0002"]
+    dep = beside.axis_dependence(drift_map.cell_table(runs, list(range(4))))
     assert [x["level"] for x in dep] == ["sgd1e-05", "sgd0.0001", "sgd0.0002"]
 
 
 def test_the_axis_s_dependence_on_the_correction():
-    dep = analysis.axis_dependence(analysis.cell_table(_level_runs(), list(range(4))))
+    dep = beside.axis_dependence(drift_map.cell_table(_level_runs(), list(range(4))))
     first = next(x for x in dep if x["level"] == "sgd0.0001")
     assert first["min"] == ["b", 0.001] and first["max"] == ["a", 0.01] and first["ratio"] == pytest.approx(10)
 
 
 def test_an_interpolated_boundary_names_the_tested_levels_around_it():
-    assert analysis.bracket([(0.0148, 1.0), (0.0107, 1.0), (0.0845, 0.2)]) == [0.0148, 0.0845]
-    assert analysis.bracket([(0.01, 0.5), (0.02, 0.0)]) is None  # left-censored
-    assert analysis.bracket([(0.01, 1.0), (0.02, 0.9)]) is None  # right-censored
-    b = analysis.boundaries(_runs([1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.01, 0.03, 0.06], [0.01, 0.03, 0.08]),
+    assert drift_map.bracket([(0.0148, 1.0), (0.0107, 1.0), (0.0845, 0.2)]) == [0.0148, 0.0845]
+    assert drift_map.bracket([(0.01, 0.5), (0.02, 0.0)]) is None  # left-censored
+    assert drift_map.bracket([(0.01, 1.0), (0.02, 0.9)]) is None  # right-censored
+    b = drift_map.boundaries(_runs([1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.01, 0.03, 0.06], [0.01, 0.03, 0.08]),
                             list(range(5)), n_boot=50)
     assert {x["optimizer"]: x["bracket"] for x in b} == {"sgd": [0.03, 0.06], "adamclip": [0.01, 0.03]}
 
@@ -675,9 +676,9 @@ def test_d2_s_whole_seed_interval_resamples_seeds_for_every_correction_together(
                                  "complete": True, "stable": bool(rng.random() < 1 - 0.4 * i),
                                  "kl_early": d * (1 + 0.1 * rng.random())})
     runs = pd.DataFrame(rows)
-    w = analysis.d2_whole_seeds(runs, list(range(10)), n_boot=200)
+    w = beside.d2_whole_seeds(runs, list(range(10)), n_boot=200)
     assert w["resampling"] == "whole seeds" and w["draws"] > 150 and -1 <= w["low"] <= w["high"] <= 1
-    assert analysis.d2_whole_seeds(runs, list(range(10)), n_boot=200) == w  # fixed seed: the same interval
+    assert beside.d2_whole_seeds(runs, list(range(10)), n_boot=200) == w  # fixed seed: the same interval
 
 
 def test_the_resampled_boundary_is_the_boundary_of_the_drawn_seeds_runs():
@@ -687,9 +688,9 @@ def test_the_resampled_boundary_is_the_boundary_of_the_drawn_seeds_runs():
                 for lv, g in sub.groupby("level")}
     pick = [0, 0, 3, 4, 4]
     rows = pd.concat([sub[sub["seed"] == s] for s in pick])
-    expect = analysis.boundary([(float(x["kl_early"].median()), float(x["stable"].mean()))
+    expect = drift_map.boundary([(float(x["kl_early"].median()), float(x["stable"].mean()))
                                 for _, x in rows.groupby("level")])[0]
-    assert analysis._resampled_boundary(by_level, pick) == expect
+    assert drift_map._resampled_boundary(by_level, pick) == expect
 
 
 def _beside():
@@ -719,7 +720,8 @@ def _beside():
 
 def test_the_section_shows_what_is_beside_the_verdicts(tmp_path):
     from schema.io import write_json
-    from studies.drift.section import drift_guide, drift_lines
+    from studies.drift.section import drift_lines
+    from studies.drift.verdict_text import drift_guide
 
     v = _decided()
     v["boundaries"][0].update({"bracket": [0.0148, 0.0845], "censored": None})
@@ -740,7 +742,7 @@ def test_the_section_shows_what_is_beside_the_verdicts(tmp_path):
 
 
 def test_d2_says_which_resampling_and_shows_whole_seeds():
-    from studies.drift.section import d2_sentence
+    from studies.drift.verdict_text import d2_sentence
 
     bounds = {e: 0.05 for e in ("gmc", "topr", "vespo")}
     d2 = {"verdict": "INCONCLUSIVE", "spearman": 0.43, "low": -0.14, "high": 0.79, "below_gmc": [],
@@ -752,7 +754,7 @@ def test_d2_says_which_resampling_and_shows_whole_seeds():
 
 
 def test_d5_s_cell_names_both_readings_when_they_disagree():
-    from studies.drift.section import verdict_cell
+    from studies.drift.verdict_text import verdict_cell
 
     def sig(h, f, p):
         return {"hits": h, "false_alarms": f, "p_fisher": p}

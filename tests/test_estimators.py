@@ -291,8 +291,8 @@ def test_diagnostics_use_raw_ratios():
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("scale", [0.05, 0.8])
 def test_surrogate_gradient_equals_closed_form(name, scale):
-    n_groups, G, T, V, eps = 3, 4, 5, 3, 0.2
-    theta0, theta_b, tokens, mask, rewards = _softmax_policy_batch(7, n_groups, G, T, V, scale)
+    prompts_per_step, G, T, V, eps = 3, 4, 5, 3, 0.2
+    theta0, theta_b, tokens, mask, rewards = _softmax_policy_batch(7, prompts_per_step, G, T, V, scale)
     theta = theta0.clone().requires_grad_(True)
     logp = torch.log_softmax(theta, -1).gather(1, tokens.T).T  # (B, T)
     old_logp = torch.log_softmax(theta_b, -1).gather(1, tokens.T).T
@@ -300,18 +300,18 @@ def test_surrogate_gradient_equals_closed_form(name, scale):
     out = policy_loss(name, logp, old_logp, mask, A.reshape(-1), G, eps)
     (grad,) = torch.autograd.grad(out.loss, theta)
     # closed form: hat g(c) = mean over groups of (1/G) sum_i c_i A_i grad log pi(o_i)
-    lr = (((logp - old_logp) * mask).sum(-1)).detach().reshape(n_groups, G)
+    lr = (((logp - old_logp) * mask).sum(-1)).detach().reshape(prompts_per_step, G)
     c = weights(name, lr, eps, A).reshape(-1)
     pi = torch.softmax(theta0, -1)
     score = torch.nn.functional.one_hot(tokens, V).to(torch.float64) - pi[None]  # (B, T, V)
     score = (score * mask[..., None]).detach()
-    g_hat = (c * A.reshape(-1))[:, None, None].mul(score).sum(0) / (n_groups * G)
+    g_hat = (c * A.reshape(-1))[:, None, None].mul(score).sum(0) / (prompts_per_step * G)
     torch.testing.assert_close(-grad, g_hat, rtol=1e-10, atol=1e-12)
     if name == "tic_mask":  # its value is the clamped surrogate min(w, 1+eps) A
         w = torch.exp(lr)
         torch.testing.assert_close(out.loss, -(torch.clamp(w, max=1 + eps) * A).mean())
     elif SCHEMES[name].bounded:
-        torch.testing.assert_close(out.loss, -(c.reshape(n_groups, G) * A).mean())
+        torch.testing.assert_close(out.loss, -(c.reshape(prompts_per_step, G) * A).mean())
 
 
 def test_surrogate_finite_and_exact_for_huge_log_ratios():
@@ -335,8 +335,8 @@ def test_surrogate_finite_and_exact_for_huge_log_ratios():
 
 
 def test_token_level_baselines():
-    n_groups, G, T, V = 2, 4, 5, 3
-    theta0, _theta_b, tokens, mask, rewards = _softmax_policy_batch(3, n_groups, G, T, V, 0.01)
+    prompts_per_step, G, T, V = 2, 4, 5, 3
+    theta0, _theta_b, tokens, mask, rewards = _softmax_policy_batch(3, prompts_per_step, G, T, V, 0.01)
     theta = theta0.clone().requires_grad_(True)
     logp = torch.log_softmax(theta, -1).gather(1, tokens.T).T
     old = torch.log_softmax(theta0, -1).gather(1, tokens.T).T.detach()  # on-policy: ratio 1, no clipping
@@ -346,7 +346,7 @@ def test_token_level_baselines():
                                    retain_graph=True)
     pi = torch.softmax(theta0, -1)
     score = ((torch.nn.functional.one_hot(tokens, V).to(torch.float64) - pi[None]) * mask[..., None]).detach()
-    expected = (A / mask.sum(-1))[:, None, None].mul(score).sum(0) / (n_groups * G)
+    expected = (A / mask.sum(-1))[:, None, None].mul(score).sum(0) / (prompts_per_step * G)
     torch.testing.assert_close(-g_tok, expected)
     # GSPO on-policy: gradient of s_i = exp(mean_t log r_t) is (1/|o_i|) grad log pi(o_i): the same
     (g_gspo,) = torch.autograd.grad(policy_loss("gspo", logp, old, mask, A, G, 3e-4).loss, theta)

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import execution
-from llm_runs import sweep as llm_sweep
+from grids import sweep as llm_sweep
 from simulators import sweep as sim_sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,7 +111,7 @@ def test_ray_task_passes_a_stop_on_to_its_command(tmp_path, ray_cluster):
 
 DRIVER = """
 import sys
-from llm_runs import sweep
+from grids import sweep
 import execution
 spec = sweep.Sweep("ray-test", sys.argv[1], {base}, estimators=("gmc", "is"), delays=(1,), seeds=(0,))
 with execution.make_executor("ray", ray_address=sys.argv[2]) as ex:

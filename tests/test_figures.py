@@ -375,7 +375,7 @@ def test_no_torch_and_no_simulator_imported():
     """The figures import no producer: of the LLM track only its lazy package and the run tables."""
     code = ("import sys; import figures.__main__, figures.registry\n"
             + "".join(f"import {m if '.' in m else 'figures.' + m}\n" for m in MODULES)
-            + "tables = ('llm_runs', 'llm_runs.run_table', 'llm_runs.mechanism_table')\n"
+            + "tables = ('llm_runs', 'grids.run_table', 'grids.mechanism_table')\n"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'simulators', 'llm_runs', 'transformers')\n"
             "       and m not in tables]\n"
             "assert not bad, bad\n")

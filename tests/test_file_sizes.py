@@ -1,5 +1,6 @@
 """No committed file is larger than schema.io.MAX_FILE_BYTES (5 MB): a large table is written as
-row-range parts (schema.io.write_parquet_parts), a finished LLM grid as packed tables."""
+row-range parts (schema.io.write_parquet_parts), a finished LLM grid as packed tables. No Python line is longer
+than ruff's line length, and no module outside the tests longer than MAX_MODULE_LINES."""
 import subprocess
 from pathlib import Path
 
@@ -48,8 +49,37 @@ def test_no_python_line_is_longer_than_ruffs_line_length():
     import tomllib
 
     limit = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["line-length"]
-    packages = ("estimators", "bounds", "stats", "schema", "simulators", "llm_runs", "claims", "figures",
+    packages = ("estimators", "bounds", "stats", "schema", "simulators", "llm_runs", "grids", "claims", "figures",
                 "report_card", "studies", "execution", "tests")
     long = [f"{path.relative_to(ROOT)}:{i}" for pkg in packages for path in sorted((ROOT / pkg).rglob("*.py"))
             for i, line in enumerate(path.read_text().splitlines(), 1) if len(line) > limit]
     assert not long, f"lines over {limit} characters: {long[:20]}"
+
+
+PACKAGES = ("estimators", "bounds", "stats", "schema", "simulators", "llm_runs", "grids", "claims", "figures",
+            "report_card", "studies", "execution")
+MAX_MODULE_LINES = 400
+
+
+def long_modules(root: Path = ROOT, limit: int = MAX_MODULE_LINES) -> dict[str, int]:
+    """Every Python module of the toolkit's packages (tests excepted) longer than ``limit`` lines: path -> lines."""
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            n = len(path.read_text().splitlines())
+            if n > limit:
+                out[path.relative_to(root).as_posix()] = n
+    return out
+
+
+def test_no_module_is_longer_than_the_limit():
+    """A module over MAX_MODULE_LINES is split along its seams (named modules, its callers updated)."""
+    over = long_modules()
+    assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}"
+
+
+def test_the_module_length_check_counts_lines(tmp_path):
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "studies" / "short.py").write_text("x = 1\n" * 400)
+    (tmp_path / "studies" / "long.py").write_text("x = 1\n" * 401)
+    assert long_modules(tmp_path) == {"studies/long.py": 401}

@@ -1,4 +1,4 @@
-"""llm_runs.gpu_study: the Qwen3-0.6B study's whole code path at a tiny shape on the CPU, its plan and cost
+"""studies.gpu.run: the Qwen3-0.6B study's whole code path at a tiny shape on the CPU, its plan and cost
 model, its deadline, and its section of the report."""
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import time
 import pytest
 import torch
 
-from llm_runs import gpu_study
-from llm_runs.gpu_check import QWEN3_0_6B_SHAPE
 from llm_runs.presets import char_tokenizer
 from llm_runs.tasks import ScratchpadTask
 from schema.results import read_run, read_run_config, run_folders
+from studies.gpu import run as gpu_study
+from studies.gpu.check import QWEN3_0_6B_SHAPE
 from studies.gpu.figures.f14_gpu_pc_vs_delay import read_gpu_runs
 from studies.staleness.analysis import whole_seeds
 
@@ -153,7 +153,7 @@ def test_report_shows_the_gpu_study_or_says_it_has_not_run(tiny, monkeypatch, tm
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path / "empty"))
     md = "\n".join(report.gpu_study_section(tmp_path, tmp_path / "figs", draw_missing=False))
-    assert "Not yet run on a GPU: `python -m llm_runs.gpu_study`" in md
+    assert "Not yet run on a GPU: `python -m studies.gpu.run`" in md
     monkeypatch.setenv("GMC_RESULTS", str(tiny["root"] / "results"))
     md = "\n".join(report.gpu_study_section(tmp_path, tmp_path / "figs", draw_missing=True))
     assert "| model | plain answer |" in md and "At the largest delay (d = 2) and the long horizon" in md
@@ -164,8 +164,8 @@ def test_report_shows_the_gpu_study_or_says_it_has_not_run(tiny, monkeypatch, tm
 def test_warm_start_stops_at_the_target_or_the_deadline_and_is_reused_only_with_its_settings(tiny, tmp_path):
     import dataclasses
 
-    from llm_runs.gpu_check import load_tokenizer
     from llm_runs.presets import load_pretrained
+    from studies.gpu.check import load_tokenizer
 
     tok = load_tokenizer(tiny["tok"])
     plan = gpu_study.PLANS["tiny"]

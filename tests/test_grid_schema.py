@@ -37,11 +37,11 @@ def test_keys_and_seeds_are_stable():
 
 
 def test_every_kind_of_grid_is_a_grid_of_the_schema():
-    from llm_runs.sweep import SWEEPS
+    from grids.sweep import SWEEPS
     from simulators.sweep import registry
-    from studies.grids import STUDIES
+    from studies.grids import GRIDS
 
-    grids = [*registry().values(), *SWEEPS.values(), *STUDIES.values()]
+    grids = [*registry().values(), *SWEEPS.values(), *GRIDS.values()]
     for g in grids:
         assert isinstance(g.name, str) and isinstance(g.doc, str), g
         cells = g.cells()
@@ -67,7 +67,7 @@ def test_a_simulator_sweep_records_what_its_committed_config_holds():
 
 
 def test_the_first_llm_sweep_plans_the_runs_its_committed_folder_holds():
-    from llm_runs.sweep import SWEEPS, plan
+    from grids.sweep import SWEEPS, plan
 
     stored = json.loads((RESULTS / "llm" / "sweep" / "sweep.json").read_text())
     assert stored["settings"] == as_record(SWEEPS["full"].record())
@@ -79,8 +79,8 @@ def test_every_committed_run_is_a_run_of_its_recorded_grid(grid):
     """A committed grid's runs match the plan its folder records, a setting added after they were made read as
     the value such runs used (schema.runs.LEGACY_FIELDS) on both sides: the drift grid's VCPO arm ran before
     opob_flat_zero existed, and its analysis must not call those runs foreign."""
-    from llm_runs.grid_check import audit
-    from schema.results import grid_folder
+    from grids import grid_folder
+    from grids.check import audit
 
     found = audit(grid_folder(grid))
     assert found.foreign == {} and found.no_metrics == [] and len(found.runs) > 0

@@ -131,8 +131,8 @@ def test_the_on_policy_target_coefficients_are_leave_one_out():
 def test_per_completion_gradients_give_the_same_update_vectors_as_backward_passes():
     import torch
 
-    from llm_runs.grids import committed_config
     from llm_runs.presets import load_pretrained
+    from llm_runs.reference import committed_config
     from llm_runs.tasks import build_task
     from llm_runs.warmstart import default_max_new_tokens, get_warm_start
     from studies.group_size.pool import per_sample_vectors, pool_prompts, sample_pool, update_vectors

@@ -4,11 +4,13 @@ Every ``import``/``from ... import`` of every module (function-level imports inc
 every ``importlib.import_module``/``__import__`` call with a literal (or literal-prefixed)
 name counts. Layers, bottom to top::
 
-    estimators, bounds      pure math
+    estimators              pure math: the estimators and their records
     stats                   generic statistics (intervals, bootstrap, Holm, power)
     execution               where sweep runs execute (imports nothing of the toolkit)
+    bounds                  THEORY's bounds (its tables' rows come from the estimators' records)
     schema                  the results contract
-    simulators, llm_runs    producers
+    simulators, llm_runs    producers (llm_runs: the training library)
+    grids                   the LLM grids: specification, folders, runner, check, run tables, sweep
     claims                  claim checks and verdicts
     figures                 readers
     report_card             a card for one correction from every layer below
@@ -22,8 +24,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"estimators": 0, "bounds": 0, "execution": 0, "stats": 0, "schema": 1, "simulators": 2, "llm_runs": 2,
-          "claims": 3, "figures": 4, "report_card": 5, "studies": 6}
+LAYERS = {"estimators": 0, "bounds": 1, "execution": 0, "stats": 0, "schema": 1, "simulators": 2, "llm_runs": 2,
+          "grids": 3, "claims": 4, "figures": 5, "report_card": 6, "studies": 7}
 
 
 def _module_name(path: Path) -> str:
@@ -87,17 +89,14 @@ def test_imports_point_down_only():
     assert not bad, "upward or sideways imports:\n" + "\n".join(bad)
 
 
-RUN_TABLES = ("llm_runs.run_table", "llm_runs.mechanism_table")
-"""The readers of the LLM grids' run folders (one row per run, traces, whole seeds): they run nothing,
-and the figures draw from them as the studies decide from them."""
+PRODUCERS = ("simulators", "llm_runs")
+"""The packages that make results (simulations, LLM runs) and read their own run folders."""
 
 
 def test_figures_import_no_producer():
-    """Figures read results through schema, claims' outputs and the run tables (:data:`RUN_TABLES`),
-    never a producer's module."""
-    bad = [w for (src, dst), where in package_edges().items()
-           if src == "figures" and dst in ("simulators", "llm_runs") for w in where
-           if w.rsplit(" imports ", 1)[1] not in RUN_TABLES]
+    """Figures read results through schema and claims, never a producer's module: not even the LLM's run
+    tables (claims reads those for them), function-level imports included."""
+    bad = [w for (src, dst), where in package_edges().items() if src == "figures" and dst in PRODUCERS for w in where]
     assert not bad, "figures imports a producer:\n" + "\n".join(map(str, bad))
 
 

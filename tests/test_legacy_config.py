@@ -11,7 +11,18 @@ import pytest
 
 from llm_runs.config import TrainConfig, config_diff, load_run_config
 from schema.packing import unpack_run
-from schema.results import LEGACY_FIELDS, legacy_fields, read_run, read_run_config, read_run_doc, run_dirs, run_folders
+from schema.results import (
+    LEGACY_FIELDS,
+    RENAMED_FIELDS,
+    legacy_fields,
+    read_run,
+    read_run_config,
+    read_run_doc,
+    renamed,
+    run_dirs,
+    run_folders,
+)
+from schema.runs import knob_fields
 
 SWEEP = Path(__file__).resolve().parents[1] / "results" / "llm" / "sweep"
 GSPO_RUN = SWEEP / "gspo-controlled-d2-s0"
@@ -63,10 +74,29 @@ def test_every_field_a_committed_run_lacks_has_a_legacy_entry():
     assert runs, f"no committed runs under {SWEEP.parent}"
     missing = set()
     for run in runs:
-        missing |= fields - set(read_run_doc(run)["config"])
+        missing |= fields - set(renamed(read_run_doc(run)["config"]))
     assert missing, "every committed run records every field: the legacy table is not exercised"
-    assert missing <= set(LEGACY_FIELDS), \
-        f"fields committed runs lack with no legacy entry: {sorted(missing - set(LEGACY_FIELDS))}"
+    covered = set(LEGACY_FIELDS) | set(knob_fields())  # a knob a run lacks: today's default, never read
+    assert missing <= covered, f"fields committed runs lack with no legacy entry: {sorted(missing - covered)}"
+    assert all(legacy_fields({})[k] is None for k in knob_fields() if k not in LEGACY_FIELDS)
+
+
+def test_a_run_stored_under_old_field_names_reads_and_compares_under_todays():
+    """Committed runs store ``tis_cap``, ``geo_cap``, ...: every reader gives today's names
+    (:data:`schema.runs.RENAMED_FIELDS`), and the resume rule finds no difference with a plan that
+    spells them today's way."""
+    run = SWEEP.parent / "drift" / "long-vcpo-seq_tis-d64-s0"
+    stored = read_run_doc(run)["config"]
+    assert stored["seq_tis_cap"] == 8.0 and "seq_tis_c" not in stored  # the file as written
+    cfg = read_run_config(run)
+    assert cfg["seq_tis_c"] == 8.0 and not set(RENAMED_FIELDS) & set(cfg)
+    assert read_run_config(run, legacy=False)["seq_tis_c"] == 8.0
+    assert load_run_config(run).seq_tis_c == 8.0
+    planned = read_run_config(run, legacy=False)  # today's names, the stored values
+    assert config_diff(stored, planned) == {}
+    assert config_diff(stored, {**planned, "seq_tis_c": 2.0}) == {"seq_tis_c": (8.0, 2.0)}
+    with pytest.raises(ValueError, match="seq_tis_cap"):
+        renamed({"seq_tis_cap": 8.0, "seq_tis_c": 2.0})
 
 
 def test_gspos_legacy_clip_range_is_filled_only_into_gspo_runs(tmp_path):
@@ -82,8 +112,40 @@ def test_gspos_legacy_clip_range_is_filled_only_into_gspo_runs(tmp_path):
     assert load_run_config(run).gspo_eps_low == TrainConfig().gspo_eps_low
 
 
-@pytest.mark.parametrize("grid", ["pilot", "pilot_short"])
-def test_the_committed_pilots_pass_their_own_grids_dry_run(grid, capsys):
+def _committed_grids() -> list[str]:
+    from grids import grid_folder
+    from studies.grids import GRIDS
+
+    return [name for name in GRIDS if (grid_folder(name) / "sweep.json").is_file()]
+
+
+@pytest.mark.parametrize("grid", _committed_grids())
+def test_every_committed_grid_passes_its_own_dry_run(grid, capsys):
+    """A committed grid can be continued: its definition plans each committed run with the settings the run
+    stored (a setting the grid's record predates planned as its runs used it, Grid.legacy_settings: the drift
+    map's VCPO arm ran before opob_flat_zero existed and left a flat group at OPOB's value)."""
     from studies.run import main
 
     assert main(["--grid", grid, "--dry-run"]) == 0, capsys.readouterr().err
+
+
+def test_the_first_sweep_passes_its_own_dry_run(capsys):
+    """Its GSPO runs clipped at 1 - eps (gspo_eps_low 0.2), before the setting existed: planned so."""
+    from grids.sweep import SWEEPS, main, plan
+
+    gspo = [c for c in plan(SWEEPS["full"]) if c.estimator == "gspo"]
+    assert gspo and all(c.overrides["gspo_eps_low"] == 0.2 for c in gspo)
+    assert all("gspo_eps_low" not in c.overrides for c in plan(SWEEPS["full"]) if c.estimator != "gspo")
+    assert main(["--dry-run"]) == 0, capsys.readouterr().err
+
+
+def test_committed_summary_tables_keep_their_headers_and_read_under_todays_names():
+    """The committed grids' summary.csv files were written with the older setting names (``tis_cap``,
+    ``geo_length``, ...) and are not rewritten; their reader (studies.findings.load) maps each row's
+    names through schema.runs.RENAMED_FIELDS."""
+    from studies.findings import load
+
+    header = (SWEEP.parent / "study_2025" / "summary.csv").read_text().split("\n", 1)[0].split(",")
+    assert {"tis_cap", "geo_length"} <= set(header)
+    row = load()["peers_2025_runs"][0]
+    assert "seq_tis_bn_c" in row and "seq_geo_mask_length" in row and not set(RENAMED_FIELDS) & set(row)

@@ -26,7 +26,7 @@ from llm_runs.config import TrainConfig, config_fields, resolve_config
 from llm_runs.presets import char_tokenizer, load_pretrained, save_pretrained
 from llm_runs.rollout import completion_logprobs, sample_groups, sample_keys
 from llm_runs.tasks import ArithmeticTask, build_task
-from llm_runs.train import build_parser, knob_flag, main
+from llm_runs.train import build_parser, field_flag, main
 from llm_runs.trainer import Trainer
 from llm_runs.update import flat_params, policy_update
 from llm_runs.warmstart import get_warm_start
@@ -233,7 +233,7 @@ def test_existing_output_is_never_overwritten_and_resume_needs_a_run(cache, tmp_
 def test_help_documents_every_flag_with_its_symbol():
     text = build_parser().format_help()
     for f in config_fields():
-        assert knob_flag(f) in text
+        assert field_flag(f) in text
         assert f.metadata["symbol"] and f.metadata["help"]
     for symbol in ("[G]", "[epsilon]", "[d]", "[eta]", "[A_i]", "[c_i]"):
         assert symbol in text
@@ -276,7 +276,8 @@ def test_char_tokenizer_and_model_round_trip_through_from_pretrained(cache, tmp_
 def test_a_warm_start_and_a_run_record_their_identity_and_the_machine(cache, tmp_path):
     """The warm start's record names its weights (sha256 of the files) and the machine; a run's
     config.json records the machine; two records differ when pc or weights do."""
-    from llm_runs.warmstart import differs, machine, weights_digest
+    from llm_runs.committed_warmstarts import weights_digest
+    from llm_runs.warmstart import differs, machine
 
     config = tiny(cache, steps=1)
     ws = get_warm_start(config, build_task(config), log=lambda m: None)

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
-from llm_runs import gpu_check, sweep
+from grids import sweep
 from llm_runs.config import TrainConfig, resolve_config
 from llm_runs.data import gsm8k
 from llm_runs.presets import (
@@ -29,6 +29,7 @@ from llm_runs.presets import (
 from llm_runs.tasks import ArithmeticTask, GSM8KTask, build_task
 from llm_runs.train import main as train_main
 from llm_runs.trainer import Trainer
+from studies.gpu import check as gpu_check
 
 TINY_MODEL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
               "num_key_value_heads": 1, "head_dim": 16}

@@ -3,7 +3,7 @@ bit (logits, KV cache, gradients), and the trainer reproduces byte for byte the 
 that made the pre-registered grid's runs (commit 83f36ef) wrote.
 
 ``tests/reference_runs/`` holds two runs made by that code from two cells of
-``studies.grids.STUDIES['primary']`` (one per horizon) with only their size cut (warm start,
+``studies.grids.GRIDS['primary']`` (one per horizon) with only their size cut (warm start,
 task pool, updates, evaluation and checkpoint period; :data:`SMALL`): ``config.json`` (with the
 commit that made it) and ``metrics.csv``. The slow test replays the first updates of a run the
 grid itself produced (``results/llm/study/``), warm start included.
@@ -20,11 +20,11 @@ import torch
 
 from llm_runs import qwen3_forward
 from llm_runs.config import config_diff, resolve_config
-from llm_runs.grids import STUDY_MODEL
+from llm_runs.reference import STUDY_MODEL
 from llm_runs.replay import ReplaySkipped, compare_metrics, replay, replay_against_commit
 from llm_runs.rollout import completion_logprobs, decode
 from schema.results import metrics_path, read_json, read_run_config
-from studies.grids import STUDIES
+from studies.grids import GRIDS
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCES = Path(__file__).resolve().parent / "reference_runs"
@@ -152,7 +152,7 @@ def _fields(path):
 
 
 def test_the_reference_runs_are_study_cells_cut_small_made_by_the_grids_code():
-    cells = {c.name: c for c in STUDIES["primary"].cells()}
+    cells = {c.name: c for c in GRIDS["primary"].cells()}
     for name in REFERENCE_RUNS:
         run = REFERENCES / name
         info = read_json(run / "config.json")

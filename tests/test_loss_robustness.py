@@ -69,9 +69,9 @@ def _cases(draw):
     name = draw(st.sampled_from(loss_names()))
     dtype = draw(st.sampled_from(DTYPES))
     G = draw(st.sampled_from([2, 4]))
-    n_groups = draw(st.integers(1, 2))
+    prompts_per_step = draw(st.integers(1, 2))
     T = draw(st.integers(1, 4))
-    B = G * n_groups
+    B = G * prompts_per_step
     lr = draw(st.lists(st.one_of(st.floats(-1e4, 1e4, **_FINITE), st.sampled_from([1e4, -1e4, 0.0, 30.0, -30.0])),
                        min_size=B * T, max_size=B * T))
     old = draw(st.lists(st.floats(-30.0, 0.0, **_FINITE), min_size=B * T, max_size=B * T))
@@ -187,12 +187,12 @@ def test_advantages_finite_but_beyond_half_range_are_not_blamed():
 
 @pytest.mark.parametrize("name", ["gmc", "token_clip"])
 def test_advantages_of_another_shape_are_refused(name):
-    G, n_groups, T = 4, 2, 3
-    logp = torch.zeros(G * n_groups, T, requires_grad=True)
-    ok = torch.arange(G * n_groups, dtype=torch.float32) - 3.5
+    G, prompts_per_step, T = 4, 2, 3
+    logp = torch.zeros(G * prompts_per_step, T, requires_grad=True)
+    ok = torch.arange(G * prompts_per_step, dtype=torch.float32) - 3.5
     policy_loss(name, logp, torch.zeros_like(logp), torch.ones_like(logp), ok, G, 0.2)
-    policy_loss(name, logp, torch.zeros_like(logp), torch.ones_like(logp), ok.reshape(n_groups, G), G, 0.2)
-    for bad in (ok.reshape(G, n_groups), ok.reshape(1, -1), ok.reshape(-1, 1), ok.reshape(2, 2, 2)):
+    policy_loss(name, logp, torch.zeros_like(logp), torch.ones_like(logp), ok.reshape(prompts_per_step, G), G, 0.2)
+    for bad in (ok.reshape(G, prompts_per_step), ok.reshape(1, -1), ok.reshape(-1, 1), ok.reshape(2, 2, 2)):
         with pytest.raises(ValueError, match=r"advantages must have shape \(8,\) .* or \(2, 4\)"):
             policy_loss(name, logp, torch.zeros_like(logp), torch.ones_like(logp), bad, G, 0.2)
 
@@ -367,7 +367,8 @@ def test_a_sapo_temperature_float32_cannot_hold_is_a_config_error_not_a_torch_er
 def test_verl_plugin_reads_every_knob_from_policy_loss_and_refuses_an_unknown_one():
     """loss_mode gmc_cap, seq_geo_mask, vespo ran at their defaults whatever actor.policy_loss set; and
     seq_geo_mask ran with L = 1 whatever the response length."""
-    from llm_runs.integrations.verl.losses import knob_names, trajectory_policy_loss
+    from llm_runs.integrations.verl.losses import trajectory_policy_loss
+    from llm_runs.integrations.verl.settings import knob_names
 
     old = torch.tensor([[-1.0, -0.5, -0.2], [-0.7, -0.4, -0.9], [-0.3, -0.2, -0.4], [-1.1, -0.9, -0.3]])
     new = old + torch.tensor([[0.9, 0.4, 0.3], [-0.2, 0.1, 0.0], [0.05, -0.3, 0.2], [0.3, 0.2, -0.1]])

@@ -70,7 +70,8 @@ def test_simulators_and_llm_read_the_one_table():
 
 def test_the_committed_study_logged_exactly_the_recomputed_theorem2_bound():
     """The trainer's logged bound is the table's theorem2 form at the logged chi^2 and mu_4."""
-    from schema.results import STUDY, MissingResults
+    from grids.folders import STUDY
+    from schema.results import MissingResults
     from studies.staleness.analysis import BOUND_COLUMNS, RAW_BOUND_COLUMNS, read_traces, recomputed_bound
 
     try:

@@ -16,7 +16,7 @@ from estimators._compat import renamed_keywords
 from estimators.losses import check_options, is_batch_coupled, is_bounded, policy_loss, trajectory_loss
 from estimators.params import PARAMS, defaults, params_of, resolve
 from llm_runs.config import config_fields
-from llm_runs.train import build_parser, cli_flags, field_flag, knob_flag
+from llm_runs.train import build_parser, cli_flags, field_flag
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("estimators", "simulators", "llm_runs", "claims", "report_card", "schema", "figures", "studies", "stats",
@@ -60,11 +60,11 @@ def test_an_estimator_s_name_is_called_estimator(fn):
 
 
 def test_the_update_passes_one_name_down():
-    from llm_runs.update import policy_update
+    from llm_runs.update import backward_chunks, policy_update
 
     assert "estimator" in inspect.signature(policy_update).parameters
-    src = inspect.getsource(policy_update)
-    assert "policy_loss(estimator," in src
+    assert "estimator=estimator" in inspect.getsource(policy_update)
+    assert "policy_loss(estimator," in inspect.getsource(backward_chunks)
 
 
 # --------------------------------------------------------------------------- deprecated keywords
@@ -82,6 +82,7 @@ def _warns_and_equals(call_new, call_old):
         warnings.simplefilter("always")
         old = call_old()
     assert [w.category for w in caught] == [DeprecationWarning], caught
+    assert "deprecated since 2026-12-07 and removed after 2027-06-01" in str(caught[0].message)
     new = call_new()
     return new, old
 
@@ -106,15 +107,33 @@ def test_name_keyword_still_gives_the_same_loss():
                                                          advantages=adv, group_size=4, eps=0.2))
     assert torch.equal(new.loss, old.loss)
     pairs = [(lambda: estimators.get_scheme("seq_tis"), lambda: estimators.get_scheme(name="seq_tis")),
-             (lambda: resolve("seq_tis", {"C": 3.0}), lambda: resolve(name="seq_tis", given={"C": 3.0})),
              (lambda: check_options("sapo", {}), lambda: check_options(name="sapo", options={})),
              (lambda: is_bounded("gspo"), lambda: is_bounded(name="gspo")),
-             (lambda: is_batch_coupled("m2po"), lambda: is_batch_coupled(name="m2po")),
-             (lambda: params_of("seq_mis"), lambda: params_of(name="seq_mis")),
-             (lambda: defaults("vespo"), lambda: defaults(name="vespo"))]
+             (lambda: is_batch_coupled("m2po"), lambda: is_batch_coupled(name="m2po"))]
     for call_new, call_old in pairs:
         new, old = _warns_and_equals(call_new, call_old)
         assert new == old
+
+
+@pytest.mark.parametrize("call", [lambda: resolve(name="seq_tis", given={"C": 3.0}),
+                                  lambda: params_of(name="seq_mis"), lambda: defaults(name="vespo")])
+def test_an_internal_function_takes_today_s_names_only(call):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'name'"):
+        call()
+
+
+def test_the_groups_per_batch_keywords_still_give_the_same_values():
+    from bounds.normalised import trajectory_share_bound
+
+    spec = estimators.get_scheme("seq_tis_bn")
+    for call_new, call_old in [(lambda: spec.group_mass_sup(0.2, prompts_per_step=4),
+                                lambda: spec.group_mass_sup(0.2, num_groups=4)),
+                               (lambda: spec.member(0.2, prompts_per_step=4), lambda: spec.member(0.2, num_groups=4)),
+                               (lambda: trajectory_share_bound("gmc", 8, 0.2, prompts_per_step=4),
+                                lambda: trajectory_share_bound("gmc", 8, 0.2, ngroups=4))]:
+        new, old = _warns_and_equals(call_new, call_old)
+        assert new == old
+    assert spec.group_mass_sup(0.2, 4) == 4.0 and trajectory_share_bound("gmc", 8, 0.2, 4) == pytest.approx(1.2 / 4)
 
 
 def test_an_alias_and_its_name_together_are_refused():
@@ -135,7 +154,7 @@ def _renamed_functions():
     import pkgutil
 
     out = []
-    for pkg in ("estimators", "simulators", "llm_runs", "claims", "report_card", "schema"):
+    for pkg in ("estimators", "bounds", "simulators", "llm_runs", "claims", "report_card", "schema"):
         mod = importlib.import_module(pkg)
         names = [pkg] + [m.name for m in pkgutil.walk_packages(mod.__path__, pkg + ".")
                          if ".integrations.verl" not in m.name and not m.name.endswith("__main__")]
@@ -151,10 +170,52 @@ def _renamed_functions():
     return out
 
 
+PUBLIC_ALIASED = {
+    "bounds.normalised": {"sign_error_bound", "trajectory_share_bound", "weight_max"},
+    "estimators.baselines": {"otb_advantages"},
+    "estimators.losses.dispatch": {"check_options", "policy_loss"},
+    "estimators.losses.registry": {"is_batch_coupled", "is_bounded"},
+    "estimators.losses.trajectory": {"trajectory_loss"},
+    "estimators.schemes": {"Scheme.group_mass_sup", "Scheme.member", "get_scheme", "log_weights", "weights"},
+    "llm_runs.integrations.trl": {"TrajectoryGRPOTrainer.__init__"},
+    "simulators.bandit.env": {"exact_all", "exact_moments", "mc_moments", "per_sample_moments"},
+    "simulators.token_mdp.env": {"exact_moments", "mc_moments", "per_sample_moments"},
+}
+"""The functions (verl's plugin aside: ``llm_runs.integrations.verl`` imports verl) that keep deprecated
+keywords: the public API only, each named in docs/ or README.md or exported by its package's ``__all__``."""
+
+
+def _is_public(module: str, qualname: str, docs: str) -> bool:
+    import importlib
+    import re
+
+    owner = qualname.split(".")[0]
+    if re.search(rf"(?:[`.]|import ){re.escape(owner)}\b", docs):  # `name`, module.name, import name
+        return True
+    parts = module.split(".")
+    return any(owner in getattr(importlib.import_module(".".join(parts[:k])), "__all__", ())
+               for k in range(1, len(parts)))
+
+
+def test_only_the_public_api_keeps_deprecated_keywords_each_with_its_dates():
+    docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+                     if p.name != "GLOSSARY.md")
+    found = _renamed_functions()
+    got: dict[str, set] = {}
+    for module, qualname, _ in found:
+        got.setdefault(module, set()).add(qualname)
+        assert _is_public(module, qualname, docs), (module, qualname)
+        src = inspect.getsource(importlib_attr(module, qualname).__wrapped__)
+        deco = next(line for line in src.splitlines() if "@renamed_keywords(" in line)
+        assert deco.endswith("# deprecated 2026-12-07, removed after 2027-06-01"), (module, qualname, deco)
+    assert got == PUBLIC_ALIASED
+    assert not _is_public("simulators.core.env", "OutcomeEnv.mc_moments", docs)  # the check can fail
+
+
 def test_every_alias_is_in_the_glossary_and_names_today_s_parameter():
     glossary = (ROOT / "docs" / "GLOSSARY.md").read_text()
     found = _renamed_functions()
-    assert len(found) > 40 and {"weights", "policy_loss", "exact_moments"} <= {q.split(".")[-1] for _, q, _ in found}
+    assert len(found) == sum(map(len, PUBLIC_ALIASED.values())) == 22
     for module, qualname, renamed in found:
         fn = importlib_attr(module, qualname)
         params = inspect.signature(fn).parameters
@@ -196,43 +257,52 @@ def _knob_fields():
     return [f for f in config_fields() if "knob" in f.metadata]
 
 
-def test_every_knob_flag_is_estimator_dash_knob():
+def test_every_knob_field_and_flag_is_estimator_knob():
+    """One spelling: a knob's field is ``<estimator>_<knob>`` and its flag that field's name, ``-`` for ``_``."""
     fields = _knob_fields()
     assert {f.metadata["knob"] for f in fields} == {(e, p.name) for e, ps in PARAMS.items() for p in ps}
     parser = build_parser()
     shown = parser.format_help()
     for f in fields:
         est, knob = f.metadata["knob"]
+        assert f.name == f"{est}_{knob}".lower()
         flag = f"--{est.replace('_', '-')}-{knob.replace('_', '-').lower()}"
-        assert knob_flag(f) == flag
+        assert field_flag(f) == flag
         assert parser._option_string_actions[flag].dest == f.name
         assert flag in shown
     assert "--seq-geo-mask-c" in shown and "--seq-tis-bn-c" in shown and "--dppo-tv-delta" in shown
 
 
 def test_old_flags_parse_to_the_same_config_and_are_hidden():
+    from schema.runs import RENAMED_FIELDS
+
     parser = build_parser()
     shown = parser.format_help()
-    renamed = [f for f in config_fields() if field_flag(f) != knob_flag(f)]
-    assert {f.name for f in renamed} >= {"geo_cap", "tis_cap", "seq_tis_cap", "mis_low", "dppo_delta",
-                                         "prompts_per_step"}
-    for i, f in enumerate(renamed):
+    fields = {f.name: f for f in config_fields()}
+    olds = {f"--{old.replace('_', '-')}": new for old, new in RENAMED_FIELDS.items()}
+    olds["--num-groups"] = "prompts_per_step"
+    assert {"--geo-cap", "--tis-cap", "--seq-tis-cap", "--mis-low", "--dppo-delta"} <= set(olds)
+    for i, (old, name) in enumerate(sorted(olds.items())):
+        f = fields[name]
         value = "3" if f.type == "int" else repr(1.5 + i / 100)
-        new = vars(parser.parse_args(["--out", "x", f"{knob_flag(f)}={value}"]))
-        old = vars(parser.parse_args(["--out", "x", f"{field_flag(f)}={value}"]))
-        assert new == old and f.name in new
-        assert f"{field_flag(f)} " not in shown and f"{field_flag(f)}\n" not in shown
+        new = vars(parser.parse_args(["--out", "x", f"{field_flag(f)}={value}"]))
+        before = vars(parser.parse_args(["--out", "x", f"{old}={value}"]))
+        assert new == before and name in new
+        assert f"{old} " not in shown and f"{old}\n" not in shown
 
 
 def test_cli_flags_round_trip_through_the_parser():
     parser = build_parser()
-    given = {"estimator": "seq_geo_mask", "geo_cap": 2.0, "geo_low": 0.99, "tis_cap": 3.0, "prompts_per_step": 4,
-             "dppo_delta": 0.1}
-    for field_flags in (False, True):
-        flags = cli_flags(given, field_flags=field_flags)
-        assert ("--seq-geo-mask-c=2.0" in flags) != field_flags and ("--geo-cap=2.0" in flags) == field_flags
-        parsed = vars(parser.parse_args(["--out", "x", *flags]))
-        assert {k: parsed[k] for k in given} == given
+    given = {"estimator": "seq_geo_mask", "seq_geo_mask_c": 2.0, "seq_geo_mask_lo": 0.99, "seq_tis_bn_c": 3.0,
+             "prompts_per_step": 4, "dppo_tv_delta": 0.1}
+    flags = cli_flags(given)
+    assert "--seq-geo-mask-c=2.0" in flags and "--prompts-per-step=4" in flags
+    parsed = vars(parser.parse_args(["--out", "x", *flags]))
+    assert {k: parsed[k] for k in given} == given
+    stored = {"estimator": "seq_geo_mask", "geo_cap": 2.0, "tis_cap": 3.0}  # an older run's stored names
+    assert cli_flags(stored) == ["--estimator=seq_geo_mask", "--geo-cap=2.0", "--tis-cap=3.0"]
+    parsed = vars(parser.parse_args(["--out", "x", *cli_flags(stored)]))
+    assert (parsed["seq_geo_mask_c"], parsed["seq_tis_bn_c"]) == (2.0, 3.0)
 
 
 def test_a_knob_is_defined_once():
@@ -280,7 +350,7 @@ def test_a_committed_simulator_table_reads_with_its_estimator_column():
 def test_verls_knob_reader_has_the_estimators_name_and_the_old_one_warns():
     from types import SimpleNamespace
 
-    from llm_runs.integrations.verl.losses import estimator_options_from, scheme_options_from
+    from llm_runs.integrations.verl.settings import estimator_options_from, scheme_options_from
 
     config = SimpleNamespace(policy_loss={"kappa": 2.0})
     assert estimator_options_from(config, "gmc_cap") == {"kappa": 2.0}

@@ -113,14 +113,14 @@ def test_weight_max_is_the_supremum_of_the_scheme_s_weights(scheme):
 def test_batch_form_by_hand_and_at_one_group():
     """B independent groups divide the group's variance by B: checked on a two-point group law."""
     f1, fB = twin("sign_error_mass"), twin("sign_error_mass_batch")
-    assert float(fB(mu=0.3, M=1.0, m2=0.5, ngroups=1)) == pytest.approx(float(f1(mu=0.3, M=1.0, m2=0.5)))
+    assert float(fB(mu=0.3, M=1.0, m2=0.5, prompts_per_step=1)) == pytest.approx(float(f1(mu=0.3, M=1.0, m2=0.5)))
     # a group estimate in {-1, 1} with mean 0.3: Var 0.91; mean of B = 4 groups: Var 0.91/4
     var, mu_ = 1 - 0.09, 0.3
-    assert float(fB(mu=mu_, M=1.0, m2=1.0, ngroups=4)) == pytest.approx((var / 4) / (var / 4 + mu_**2))
-    assert float(nb.sign_error_bound("tic_trunc", 0.9, 1.0, 2.0, 4, 0.2, "iid", ngroups=2)) == pytest.approx(
+    assert float(fB(mu=mu_, M=1.0, m2=1.0, prompts_per_step=4)) == pytest.approx((var / 4) / (var / 4 + mu_**2))
+    assert float(nb.sign_error_bound("tic_trunc", 0.9, 1.0, 2.0, 4, 0.2, "iid", prompts_per_step=2)) == pytest.approx(
         float(nb.sign_error_bound("tic_trunc", 0.9, 1.0, 2.0, 8, 0.2, "iid")))
     with pytest.raises(ValueError, match="infeasible moments"):
-        fB(mu=2.0, M=1.0, m2=1.0, ngroups=2)
+        fB(mu=2.0, M=1.0, m2=1.0, prompts_per_step=2)
 
 
 def test_table_knob_defaults_are_the_estimators():

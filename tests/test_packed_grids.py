@@ -66,7 +66,7 @@ def _same(before: dict, after: dict) -> None:
 
 
 def test_a_packed_grid_reads_exactly_as_its_folders(grid):
-    from llm_runs.grid_check import audit
+    from grids.check import audit
 
     logs = {p.name: p.read_bytes() for p in (grid / "logs").iterdir()}
     before, audit_before = _everything(grid), audit(grid)
@@ -104,17 +104,17 @@ def test_values_keep_their_text_nan_inf_and_integers_included(grid):
 def test_a_packed_run_is_complete_for_resume_and_never_resumed(grid):
     from llm_runs.config import load_run_config, resolve_config
     from llm_runs.run_folder import check_resumable, run_state
-    from studies.grids import STUDIES
+    from studies.grids import GRIDS
 
     pack_grid(grid, log=lambda m: None)
-    for cell in STUDIES["pilot"].cells():
+    for cell in GRIDS["pilot"].cells():
         planned = resolve_config(cell.overrides).to_dict()
         assert run_state(grid / cell.name, planned) == "complete"
         with pytest.raises(ValueError, match="nothing to resume"):
             check_resumable(grid / cell.name, planned)
         assert load_run_config(grid / cell.name).to_dict() == load_run_config_dict(grid / cell.name)
-    name = STUDIES["pilot"].cells()[0].name
-    other = {**resolve_config(STUDIES["pilot"].cells()[0].overrides).to_dict(), "lr": 0.5}
+    name = GRIDS["pilot"].cells()[0].name
+    other = {**resolve_config(GRIDS["pilot"].cells()[0].overrides).to_dict(), "lr": 0.5}
     with pytest.raises(ValueError, match="other settings"):
         run_state(grid / name, other)
 
@@ -154,12 +154,12 @@ def test_a_grid_packed_in_two_steps_holds_every_run_once(grid, tmp_path):
 
 
 def test_pack_study_refuses_a_grid_with_unfinished_cells(grid):
-    from llm_runs.study import pack_study
-    from studies.grids import STUDIES
+    from grids.runner import pack_finished_grid
+    from studies.grids import GRIDS
 
     shutil.rmtree(run_folders(grid)[0])
     with pytest.raises(ValueError, match="have not finished"):
-        pack_study(STUDIES["pilot"], grid)
+        pack_finished_grid(GRIDS["pilot"], grid)
     assert not (grid / PACKED_RUNS).exists()
 
 

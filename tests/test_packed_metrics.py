@@ -126,11 +126,11 @@ def test_a_packed_run_is_never_resumed(run, capsys):
 def test_the_study_packs_only_its_finished_runs_and_reads_them_unchanged(finished_run, tmp_path):
     """``python -m studies.run --pack``: every finished run packed, an unfinished one left; the
     analysis reads the same numbers and the plan sees the packed runs as complete."""
-    from studies.grids import STUDIES
+    from studies.grids import GRIDS
     from studies.run import main as study_main
     from studies.staleness.analysis import read_runs
 
-    study = STUDIES["pilot"]
+    study = GRIDS["pilot"]
     out = tmp_path / "study"
     names = [c.name for c in study.cells()]
     for cell in study.cells():  # one finished run stands for each cell (its seed set to the cell's)

@@ -142,8 +142,8 @@ def test_gspo_uses_its_own_clip_range_not_eps():
 # ----------------------------------------------------------------- surrogate gradient = closed form
 
 
-def _policy(scale, seed=11, n_groups=3, G=4, T=5, V=3):
-    theta0, theta_b, tokens, mask, rewards = _softmax_policy_batch(seed, n_groups, G, T, V, scale)
+def _policy(scale, seed=11, prompts_per_step=3, G=4, T=5, V=3):
+    theta0, theta_b, tokens, mask, rewards = _softmax_policy_batch(seed, prompts_per_step, G, T, V, scale)
     theta = theta0.clone().requires_grad_(True)
     logp = torch.log_softmax(theta, -1).gather(1, tokens.T).T
     old = torch.log_softmax(theta_b, -1).gather(1, tokens.T).T
@@ -221,12 +221,12 @@ def test_paper_defaults_and_config_fields():
     cfg = TrainConfig()
     for (name, param), f in knobs.items():
         assert getattr(cfg, f.name) == d[name][param] and f.metadata["symbol"]
-    from llm_runs.train import build_parser, knob_flag
+    from llm_runs.train import build_parser, field_flag
 
     text = build_parser().format_help()
     for f in knobs.values():
-        assert knob_flag(f) in text and f"[{f.metadata['symbol']}]" in text
-    assert dataclasses.replace(cfg, estimator="seq_mis", mis_high=3.0).loss_options() == {"lo": 0.5, "hi": 3.0}
+        assert field_flag(f) in text and f"[{f.metadata['symbol']}]" in text
+    assert dataclasses.replace(cfg, estimator="seq_mis", seq_mis_hi=3.0).loss_options() == {"lo": 0.5, "hi": 3.0}
     assert dataclasses.replace(cfg, estimator="gspo").loss_options() == {"eps_low": 3e-4, "eps_high": 4e-4}
     assert dataclasses.replace(cfg, estimator="opsm", eps_high=0.28).loss_options() == {"delta": 0.5, "eps_high": 0.28}
     assert dataclasses.replace(cfg, estimator="gmc").loss_options() == {}
@@ -253,7 +253,7 @@ def test_bad_knobs_refused_by_the_config():
     with pytest.raises(ValueError, match=r"tau .* got 0.0 \(config fields m2po_tau\)"):
         TrainConfig(m2po_tau=0.0).validate()
     with pytest.raises(ValueError, match="needs lo < hi"):
-        TrainConfig(mis_low=2.0, mis_high=2.0).validate()
+        TrainConfig(seq_mis_lo=2.0, seq_mis_hi=2.0).validate()
     with pytest.raises(ValueError, match="micro_batch_groups must be 0"):
         TrainConfig(estimator="m2po", micro_batch_groups=2).validate()
     with pytest.raises(ValueError, match="micro_batch_groups must be 0"):
@@ -264,7 +264,8 @@ def test_exact_membership_rule_and_counterexamples():
     eps = 0.2
     member = {n: s.member(eps) for n, s in SCHEMES.items()}
     assert member["topr"] and member["seq_tis_bn"] and not member["seq_mis"]  # one group per batch
-    assert not SCHEMES["seq_tis_bn"].member(eps, num_groups=2) and SCHEMES["seq_tis_bn"].member(1.0, num_groups=2)
+    tis_bn = SCHEMES["seq_tis_bn"]
+    assert not tis_bn.member(eps, prompts_per_step=2) and tis_bn.member(1.0, prompts_per_step=2)
     assert SCHEMES["seq_mis"].member(eps, hi=1.2) and not SCHEMES["seq_mis"].member(eps, hi=1.2 + 1e-12)
     for n, s in SCHEMES.items():  # the in_class flag is the rule at the defaults for every eps and batch
         assert s.in_class == all(s.member(e, B) for e in (1e-3, 0.2, 5.0) for B in (1, 2, 8)), n

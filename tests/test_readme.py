@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from studies import findings
+from studies.verdict_files import load
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -74,16 +75,37 @@ def test_every_docs_python_block_runs(name, code, tmp_path):
     assert proc.returncode == 0, (name, proc.stdout[-2000:] + proc.stderr[-4000:])
 
 
-def test_the_findings_block_is_the_rendered_one():
-    """No number of "What it found" is typed by hand: rerun ``python -m studies.findings --write``
-    after a verdict file changes."""
-    assert findings.readme_block(README.read_text()) == findings.render()
+def test_the_findings_blocks_are_the_rendered_ones():
+    """No number of "What it found" or of the narrative's findings is typed by hand: rerun
+    ``python -m studies.findings --write`` after a verdict file changes."""
+    text = README.read_text()
+    assert findings.page_block(text, findings.SUMMARY_START, findings.SUMMARY_END) == findings.render_summary()
+    assert findings.page_block(findings.NARRATIVE.read_text()) == findings.render()
+    assert findings.START not in text  # the full block lives in the narrative only
+
+
+def test_the_readme_s_findings_are_one_short_line_per_study():
+    """The README's "What it found", heading to the next heading, stays within the limit: five generated lines,
+    each a study's headline verdict with a link to the study; the numbers behind them are the narrative's."""
+    section = findings.readme_section(README.read_text())
+    assert section.startswith("## What it found\n") and "\n## " not in section
+    assert len(section) <= findings.SECTION_LIMIT == 1500, len(section)
+    lines = findings.page_block(section, findings.SUMMARY_START, findings.SUMMARY_END).splitlines()[1:-1]
+    assert len(lines) == 5 and all(line.startswith("* **") for line in lines)
+    assert all(re.search(r"\]\((studies/\w+/README\.md|results/verify/claims\.md)\)", line) for line in lines)
+    assert "docs/RESULTS-NARRATIVE.md" in section
+
+
+def test_the_section_limit_reads_to_the_next_heading():
+    text = "# t\n\n## What it found\n\nabc\n### sub\n\n## Layout\n\nx\n"
+    assert findings.readme_section(text) == "## What it found\n\nabc\n### sub\n\n"
+    assert findings.readme_section("## What it found\nend") == "## What it found\nend"
 
 
 def test_the_findings_say_what_the_files_say():
     block = findings.render()
     assert block.count("\n* ") == 6  # theory, staleness, optimiser, mechanism, drift map and replicate, group size
-    drift = findings.load()["drift"]
+    drift = load()["drift"]
     if all(drift[k]["verdict"] == "INCONCLUSIVE" for k in drift if re.fullmatch(r"D\d+", k)):
         assert "In progress, no verdict yet" in block and "INCONCLUSIVE" in block
     from claims.registry import CLAIMS
@@ -111,7 +133,7 @@ def test_the_two_commands_state_the_committed_claims_table():
     section = text[text.index("## The two commands"):text.index("## Quickstart")]
     assert f"checks the {len(CLAIMS)} claims of THEORY" in section
     assert "**Exit 0 means every outcome is as recorded**" in section
-    rows = findings.load()["claims"]["claims"]
+    rows = load()["claims"]["claims"]
     assert len(rows) == len(CLAIMS)
     assert all(r["matches"] for r in rows), [r["id"] for r in rows if not r["matches"]]
     refuted = sorted(i for i, e in read_ledger().items() if e.recorded == "refuted")
@@ -121,16 +143,23 @@ def test_the_two_commands_state_the_committed_claims_table():
 
 
 def test_findings_check_and_write(tmp_path, monkeypatch):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{findings.START}\nstale\n{findings.END}\n\nafter\n")
+    readme, page = tmp_path / "README.md", tmp_path / "docs" / "RESULTS-NARRATIVE.md"
+    page.parent.mkdir()
+    readme.write_text(f"# x\n\n{findings.SUMMARY_START}\nstale\n{findings.SUMMARY_END}\n\nafter\n")
+    page.write_text(f"# y\n\n{findings.START}\nstale\n{findings.END}\n")
     monkeypatch.setattr(findings, "README", readme)
+    monkeypatch.setattr(findings, "NARRATIVE", page)
+    monkeypatch.setattr(findings, "REPO", tmp_path)  # the links are written from the page's folder in the repository
     assert findings.main(["--check"]) == 1
     assert findings.main(["--write"]) == 0
     assert findings.main(["--check"]) == 0
     text = readme.read_text()
-    assert text.startswith("# x\n\n") and text.endswith("\n\nafter\n") and findings.render() in text
+    assert text.startswith("# x\n\n") and text.endswith("\n\nafter\n") and findings.render_summary() in text
+    assert findings.render(page=page) in page.read_text() and "](../results/verify/claims.md)" in page.read_text()
+    page.write_text(f"# y\n\n{findings.START}\nstale\n{findings.END}\n")
+    assert findings.main(["--check"]) == 1  # one page out of date is enough
     readme.write_text("no block\n")
-    with pytest.raises(ValueError, match="no findings block"):
+    with pytest.raises(ValueError, match="README.md has no findings block"):
         findings.main(["--check"])
 
 

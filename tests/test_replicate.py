@@ -13,17 +13,17 @@ def test_the_committed_run_of_a_replicate_cell():
 def test_the_replicate_grid_forces_its_kernel_path_and_others_record_none(monkeypatch):
     import os
 
-    from llm_runs import study
-    from llm_runs.grids import AVX2_KERNELS
-    from studies.grids import STUDIES
+    from grids import runner as study
+    from llm_runs.reference import AVX2_KERNELS
+    from studies.grids import GRIDS
 
-    assert STUDIES["replicate_avx2"].record()["kernel_env"] == [list(kv) for kv in AVX2_KERNELS]
-    assert "kernel_env" not in STUDIES["primary"].record()  # recorded settings of earlier grids unchanged
+    assert GRIDS["replicate_avx2"].record()["kernel_env"] == [list(kv) for kv in AVX2_KERNELS]
+    assert "kernel_env" not in GRIDS["primary"].record()  # recorded settings of earlier grids unchanged
     for k, _ in AVX2_KERNELS:  # set, then removed: monkeypatch restores each to its state before the test
         monkeypatch.setenv(k, "unset")
         monkeypatch.delenv(k)
     monkeypatch.setattr(study, "_warm_starts", lambda s: (_ for _ in ()).throw(ValueError("stop here")))
-    assert study.main(["--grid", "replicate_avx2", "--out", "/nonexistent/never-made"], STUDIES) == 2
+    assert study.main(["--grid", "replicate_avx2", "--out", "/nonexistent/never-made"], GRIDS) == 2
     assert all(os.environ.get(k) == v for k, v in AVX2_KERNELS)
 
 
@@ -41,7 +41,8 @@ def test_the_machine_record_names_a_forced_kernel_path(monkeypatch):
 
 
 def test_the_machines_that_made_the_committed_replicate_runs_are_counted():
-    from llm_runs.run_table import grid_folder, read_runs
+    from grids import grid_folder
+    from grids.run_table import read_runs
 
     rep = read_runs(grid_folder("replicate_avx2"), "replicate_avx2")
     made = replicate.machines(rep)

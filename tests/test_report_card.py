@@ -262,9 +262,9 @@ def test_the_frontier_place_equals_f9s_summary():
 
 
 def test_a_machine_whose_warm_start_differs_is_refused(tmp_path, loaded, monkeypatch):
-    """The LLM part runs nothing where llm_runs.grid_check.check_warm_starts refuses this machine's warm start."""
-    import llm_runs.grid_check
-    import llm_runs.study
+    """The LLM part runs nothing where grids.check.check_warm_starts refuses this machine's warm start."""
+    import grids.check
+    import grids.runner
     from report_card import llm
 
     corr = loaded("seq_is_trunc")
@@ -273,8 +273,8 @@ def test_a_machine_whose_warm_start_differs_is_refused(tmp_path, loaded, monkeyp
     def refuse(folder, warm):
         raise ValueError("this machine's warm start is not the one the runs in X started from")
 
-    monkeypatch.setattr(llm_runs.study, "_warm_starts", lambda grid: {})
-    monkeypatch.setattr(llm_runs.grid_check, "check_warm_starts", refuse)
+    monkeypatch.setattr(grids.runner, "_warm_starts", lambda grid: {})
+    monkeypatch.setattr(grids.check, "check_warm_starts", refuse)
     part = llm.part(corr, tmp_path, quick=True, log=lambda *_: None)
     cell = _cell(part, "short", 64, "adam")
     assert cell["state"] == "refused" and "warm start is not the one" in cell["why"] and "self" not in cell
@@ -304,7 +304,7 @@ def test_the_drift_of_a_cell_and_its_place_on_the_map(tmp_path, monkeypatch):
     not provisional (llm_runs.drift.place) and not on a provisional one."""
     import llm_runs.drift
     from llm_runs.drift import read_export, summary
-    from report_card import llm
+    from report_card import llm_numbers
 
     runs = [["results/llm/mechanism", f"long-adamwclip-topr-d64-s{s}"] for s in (0, 1, 2)]
     kl = sorted(summary(*read_export(ROOT / r[0] / r[1]))["kl_early"] for r in runs)[1]
@@ -314,7 +314,7 @@ def test_the_drift_of_a_cell_and_its_place_on_the_map(tmp_path, monkeypatch):
     monkeypatch.setattr(llm_runs.drift, "map_path", lambda: path)
     for provisional in (True, False):
         path.write_text(json.dumps({"axis": "kl", "provisional": provisional, "seeds": 10, "boundaries": [row]}))
-        d = llm.drift(runs)
+        d = llm_numbers.drift(runs)
         assert d["kl_early"] == kl and d["kl_runs"] == 3
         if provisional:
             assert d["map"].startswith("pending: the drift study's map is provisional (10 whole seeds)")

@@ -3,10 +3,10 @@ from pathlib import Path
 
 from claims import __main__ as claims_cli
 from claims.abstract import ABSTRACT_SOURCE_PATH
+from grids import sweep as llm_sweep
 from llm_runs import smoke
-from llm_runs import sweep as llm_sweep
 from llm_runs.config import TrainConfig
-from llm_runs.warmstart import cache_root
+from llm_runs.warmstart_cache import cache_root
 from schema.results import results_root
 from simulators import sweep as sim_sweep
 from simulators import tuned_sweep

@@ -117,15 +117,15 @@ def test_gmc_float32_at_100_is_the_capped_value():
 
 @pytest.mark.parametrize("dtype_name,backend", CASES)
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(scheme=st.sampled_from(BOUNDED), G=st.integers(1, 12), n_groups=st.integers(1, 3),
+@given(scheme=st.sampled_from(BOUNDED), G=st.integers(1, 12), prompts_per_step=st.integers(1, 3),
        eps=st.sampled_from([0.01, 0.2, 1.0]), data=st.data())
-def test_hypothesis_bounded_schemes_match_exact_reference(dtype_name, backend, scheme, G, n_groups, eps, data):
+def test_hypothesis_bounded_schemes_match_exact_reference(dtype_name, backend, scheme, G, prompts_per_step, eps, data):
     """Any dtype, group size, eps and log-ratios in [-1e4, 1e4] (derandomized: the same examples
     every run): bounded schemes are finite and equal the exact answer to the dtype's rounding."""
     scale = data.draw(st.sampled_from([1.0, 30.0, 100.0, 1e3, 1e4]))
-    vals = data.draw(st.lists(st.floats(-scale, scale, allow_nan=False), min_size=G * n_groups,
-                              max_size=G * n_groups))
-    lr64 = np.array(vals, dtype=np.float64).reshape(n_groups, G)
+    vals = data.draw(st.lists(st.floats(-scale, scale, allow_nan=False), min_size=G * prompts_per_step,
+                              max_size=G * prompts_per_step))
+    lr64 = np.array(vals, dtype=np.float64).reshape(prompts_per_step, G)
     x = _as(lr64, dtype_name, backend)
     got = weights(scheme, x, eps, np.ones(lr64.shape) if scheme == "tic_ppo" else None)
     assert got.dtype == x.dtype

@@ -77,7 +77,7 @@ def test_empty_gmc_results_means_unset(monkeypatch, tmp_path):
 
 def test_default_cache_dir_follows_the_results_root(monkeypatch, tmp_path):
     from llm_runs.config import TrainConfig
-    from llm_runs.warmstart import cache_root
+    from llm_runs.warmstart_cache import cache_root
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path / "res"))
     assert TrainConfig().cache_dir == "results/cache"  # the value recorded in run configs is unchanged

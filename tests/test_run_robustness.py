@@ -145,7 +145,7 @@ def test_second_trainer_on_a_folder_is_refused_and_steps_are_written_once(cache,
 
 
 def _tiny_sweep(out: Path, cache: Path):
-    from llm_runs.sweep import Sweep
+    from grids.sweep import Sweep
 
     base = {"preset": "tiny-cpu", **SMALL, "cache_dir": str(cache), "steps": 150, "checkpoint_every": 10}
     return Sweep("t", str(out), base, ("gmc",), (0,), (0,))
@@ -153,7 +153,7 @@ def _tiny_sweep(out: Path, cache: Path):
 
 def _sweep_cmd(out: Path, cache: Path) -> list[str]:
     sw = _tiny_sweep(out, cache)
-    code = ("import sys; from llm_runs.sweep import Sweep, run_sweep; "
+    code = ("import sys; from grids.sweep import Sweep, run_sweep; "
             f"o = run_sweep(Sweep('t', {str(out)!r}, {sw.base!r}, ('gmc',), (0,), (0,)), {str(out)!r}, "
             f"jobs=1, progress=False); sys.exit(1 if o.failed else 0)")
     return [sys.executable, "-c", code]
@@ -185,7 +185,7 @@ def test_kill9_of_a_sweep_stops_its_trainer_and_resume_finishes_the_run(cache, t
     assert not (run / "summary.json").exists(), "the trainer ran on to the end after its sweep was killed"
     done = _rows(run)
     assert 3 <= done < 151
-    from llm_runs.sweep import run_sweep
+    from grids.sweep import run_sweep
 
     outcome = run_sweep(_tiny_sweep(out, cache), out, resume=True, jobs=1, progress=False, log=lambda m: None)
     assert outcome.ran == ["gmc-controlled-d0-s0"] and not outcome.failed
@@ -217,7 +217,7 @@ def test_a_sweep_never_starts_a_second_trainer_on_a_held_folder(tmp_path):
 def test_two_sweeps_on_one_folder_the_second_is_refused(cache, tmp_path):
     """The sweep holds its folder's lock: a second sweep on the same --out is refused naming the
     first one's pid (before, each started trainers and reported the other's runs FAILED)."""
-    from llm_runs.sweep import run_sweep
+    from grids.sweep import run_sweep
 
     out = tmp_path / "sweep"
     out.mkdir()

@@ -23,7 +23,7 @@ CONTROLS = {
 
 
 def shards(seed: int = 0):
-    """Two ranks' ratios (num_groups, G) of different sizes and spreads, and their weights."""
+    """Two ranks' ratios (prompts_per_step, G) of different sizes and spreads, and their weights."""
     import estimators
 
     g = torch.Generator().manual_seed(seed)

@@ -179,7 +179,7 @@ def test_opob_runs_in_the_trainer_and_logs_its_cost(tmp_path):
 
     from llm_runs.trainer import Trainer
 
-    cfg = tiny(tmp_path / "cache", delay=1, steps=2, advantage="opob", estimator="seq_tis", seq_tis_cap=8.0,
+    cfg = tiny(tmp_path / "cache", delay=1, steps=2, advantage="opob", estimator="seq_tis", seq_tis_c=8.0,
                ess_scaling="sqrt", max_grad_norm=1.0, drift_diagnostics=True)
     Trainer(cfg, tmp_path / "run", progress=False, log=lambda m: None).run()
     m = pd.read_csv(tmp_path / "run" / "metrics.csv")
@@ -455,7 +455,7 @@ def test_the_vcpo_exact_recipe_steps_as_vcpo_s_code_does(trained, tmp_path):
     # here: opob_flat_zero is VCPO's, but this batch cannot tell it from 0)
     g = torch.Generator().manual_seed(3)
     batch.rewards = (torch.rand(batch.rewards.shape, generator=g) < 0.5).to(batch.rewards.dtype)
-    batch.rewards.view(batch.num_groups, -1)[0] = 1.0
+    batch.rewards.view(batch.prompts_per_step, -1)[0] = 1.0
     want, want_s = _vcpo_update_direction(model, batch)
     assert 0.05 < want_s < 0.999 and float(want.norm()) > 0  # the ESS step and the gradient both act
 

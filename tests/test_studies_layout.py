@@ -1,7 +1,7 @@
 """studies/: every study has a README whose links resolve, whose commands name modules that exist,
-and whose results folders are the ones studies.grids.STUDIES names; each study defines its grids
-(``studies/<study>/grids.py``), the toolkit's one table names their folders
-(schema.results.GRID_FOLDERS), and each committed folder's record reads back as its grid."""
+and whose results folders are the ones studies.grids.GRIDS names; each study defines its grids
+(``studies/<study>/grids.py``) and lives in ``results/llm/<grid name>`` (or its frozen entry in
+grids.folders.FOLDERS_BEFORE_THE_CONVENTION), and each committed folder's record reads back as its grid."""
 from __future__ import annotations
 
 import importlib
@@ -25,7 +25,7 @@ def test_every_study_has_a_readme():
 
 @pytest.mark.parametrize("readme", READMES, ids=lambda p: p.parent.name)
 def test_readme_links_commands_and_folders(readme):
-    from studies.grids import STUDIES
+    from studies.grids import GRIDS
 
     text = readme.read_text()
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
@@ -33,9 +33,9 @@ def test_readme_links_commands_and_folders(readme):
     for mod in re.findall(r"python -m (studies(?:\.[a-z_0-9]+)+)", text):
         m = importlib.import_module(mod)
         assert hasattr(m, "main") or importlib.util.find_spec(mod + ".__main__"), mod
-    folders = {s.out for s in STUDIES.values()}
+    folders = {s.out for s in GRIDS.values()}
     for name, folder in re.findall(r"^\| `([a-z_0-9]+)` \| `(results/llm/[a-z_0-9]+)/` \|", text, re.MULTILINE):
-        assert name in STUDIES and STUDIES[name].out == folder and folder in folders, (readme, name, folder)
+        assert name in GRIDS and GRIDS[name].out == folder and folder in folders, (readme, name, folder)
 
 
 def test_study_commands_resolve():
@@ -55,71 +55,101 @@ def test_the_report_finds_the_figures_where_python_m_figures_draws_them():
     assert "style.OUT" in inspect.getsource(report.write_report)
 
 
-def test_each_study_defines_its_grids_and_the_one_table_names_their_folders():
-    import llm_runs.grids
-    from schema.results import GRID_FOLDERS, GRID_PAIRS
-    from studies.grids import STUDIES
+def test_each_study_defines_its_grids_and_each_grid_lives_in_its_folder():
+    import grids.spec
+    from grids import FOLDERS_BEFORE_THE_CONVENTION, grid_out
+    from studies.grids import GRIDS
 
-    assert sorted(STUDIES) == sorted(GRID_FOLDERS)
-    for name, grid in STUDIES.items():
-        assert grid.name == name and grid.out == f"results/{GRID_FOLDERS[name]}", name
-    for name, paired in GRID_PAIRS.items():
-        assert name in STUDIES and set(paired) <= set(STUDIES) - {name}, name
+    for name, grid in GRIDS.items():
+        folder = FOLDERS_BEFORE_THE_CONVENTION.get(name, f"llm/{name}")
+        assert grid.name == name and grid.out == grid_out(name) == f"results/{folder}", name
+        assert set(grid.pairs) <= set(GRIDS) - {name}, name
+    assert set(FOLDERS_BEFORE_THE_CONVENTION) <= set(GRIDS)
+    outs = [g.out for g in GRIDS.values()]
+    assert len(set(outs)) == len(outs)  # no two grids share a folder
     defined = {}
     for d in STUDY_DIRS:
         if (d / "grids.py").is_file():
             for name, grid in importlib.import_module(f"studies.{d.name}.grids").GRIDS.items():
                 assert name not in defined, f"{name} defined by {defined.get(name)} and {d.name}"
-                assert STUDIES[name] is grid
+                assert GRIDS[name] is grid
                 defined[name] = d.name
-    assert sorted(defined) == sorted(STUDIES)
-    assert not hasattr(llm_runs.grids, "STUDIES")  # the toolkit holds the schema, never a study's grid
+    assert sorted(defined) == sorted(GRIDS)
+    assert not hasattr(grids.spec, "GRIDS")  # the toolkit holds the schema, never a study's grid
+
+
+def test_the_folders_named_before_the_convention_are_frozen_and_a_new_grid_needs_no_entry(tmp_path, monkeypatch):
+    from grids import FOLDERS_BEFORE_THE_CONVENTION, grid_folder, grid_out
+
+    assert dict(FOLDERS_BEFORE_THE_CONVENTION) == {"primary": "llm/study", "peers_2025": "llm/study_2025"}
+    with pytest.raises(TypeError):
+        FOLDERS_BEFORE_THE_CONVENTION["new"] = "llm/elsewhere"
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+    assert grid_folder("a_new_grid") == tmp_path / "llm" / "a_new_grid"
+    assert grid_out("a_new_grid") == "results/llm/a_new_grid"
+    assert grid_folder("primary") == tmp_path / "llm" / "study"
+    for bad in ("", "..", "a/b", None):
+        with pytest.raises(ValueError, match="not a grid name"):
+            grid_folder(bad)
+
+
+def test_the_pairs_a_grid_declares_are_what_the_runner_checks():
+    from grids import pairing_with
+    from grids.run_table import PRIMARY
+    from studies.grids import GRIDS
+
+    assert GRIDS["drift"].pairs == ("primary", "mechanism", "peers_2025")
+    assert GRIDS["group_size_decisive"].paired_folders() == [GRIDS["group_size"].default_out()]
+    assert GRIDS["primary"].pairs == () and GRIDS["primary"].paired_folders() == []
+    assert "pairs" not in GRIDS["drift"].record()  # what a folder records does not depend on it
+    assert pairing_with(GRIDS.values(), PRIMARY) == ("mechanism", "peers_2025", "geo_sgd", "pilot_drift", "drift",
+                                                     "drift_decisive", "replicate_avx2", "corrections_2026")
+
+
+def test_the_drift_command_reads_the_grids_folders():
+    from grids import grid_folder
+    from llm_runs import drift
+
+    assert drift.map_path() == grid_folder("drift") / "map.json"
+    assert drift.group_size_verdicts_path() == grid_folder("group_size") / "verdicts.json"
 
 
 def test_every_committed_grid_folder_reads_back_as_the_grid_that_defines_it():
-    from llm_runs.grids import recorded_study
-    from schema.results import grid_folder
-    from studies.grids import STUDIES
+    from grids import grid_folder, recorded_grid
+    from grids.spec import with_legacy_settings
+    from studies.grids import GRIDS
 
     read = 0
-    for name, grid in STUDIES.items():
+    for name, grid in GRIDS.items():
         if not (grid_folder(name) / "sweep.json").is_file():
             continue
-        found = recorded_study(grid_folder(name))
+        found = recorded_grid(grid_folder(name))
         assert found.name == name and found.record() == grid.record(), name
-        assert [(c.name, c.overrides) for c in found.cells()] == [(c.name, c.overrides) for c in grid.cells()], name
+        # the settings its record predates are the definition's (Grid.legacy_settings): as its runs used them
+        recorded = [(c.name, with_legacy_settings(c.overrides, grid.legacy_settings)) for c in found.cells()]
+        assert recorded == [(c.name, c.overrides) for c in grid.cells()], name
         read += 1
     assert read >= 15
 
 
 def test_a_folder_without_a_grid_record_is_named(tmp_path):
-    from llm_runs.grids import recorded_study
+    from grids import recorded_grid
 
     with pytest.raises(ValueError, match=f"{tmp_path / 'sweep.json'} does not exist"):
-        recorded_study(tmp_path)
+        recorded_grid(tmp_path)
     (tmp_path / "sweep.json").write_text('{"settings": {"name": "x"}}')
-    with pytest.raises(ValueError, match="records no study grid .*base"):
-        recorded_study(tmp_path)
-
-
-@pytest.mark.filterwarnings("ignore:'llm_runs.study' found in sys.modules:RuntimeWarning")
-def test_the_toolkit_runner_names_the_studies_command(capsys):
-    import runpy
-
-    with pytest.raises(SystemExit) as stop:
-        runpy.run_module("llm_runs.study", run_name="__main__")
-    assert stop.value.code == 2
-    assert "python -m studies.run" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="records no grid of this kind .*base"):
+        recorded_grid(tmp_path)
 
 
 def test_every_committed_grid_summary_has_each_setting_as_a_column():
     import pandas as pd
 
-    from schema.results import grid_folder
-    from studies.grids import STUDIES
+    from grids import grid_folder
+    from studies.grids import GRIDS
 
     seen = 0
-    for name in STUDIES:
+    for name in GRIDS:
         path = grid_folder(name) / "summary.csv"
         if not (grid_folder(name) / "sweep.json").is_file() or not path.is_file():
             continue

@@ -239,11 +239,11 @@ def test_trainer_logs_theory_columns_zero_at_delay_zero_and_positive_under_delay
 
 
 def test_primary_grid_is_seed_major_paired_and_runs_delay_zero_once():
-    from llm_runs.sweep import plan
-    from studies.grids import STUDIES
+    from grids.sweep import plan
+    from studies.grids import GRIDS
     from studies.staleness.grids import ESTIMATORS
 
-    study = STUDIES["primary"]
+    study = GRIDS["primary"]
     cells = plan(study)
     per_seed = 2 * (1 + len(ESTIMATORS) * 2 + 1)
     assert len(cells) == 10 * per_seed == 480
@@ -262,25 +262,25 @@ def test_primary_grid_is_seed_major_paired_and_runs_delay_zero_once():
 
 
 def test_study_folders_honour_the_results_root(tmp_path, monkeypatch):
-    from studies.grids import STUDIES
+    from studies.grids import GRIDS
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
-    assert STUDIES["primary"].default_out() == tmp_path / "llm" / "study"
-    assert STUDIES["pilot"].default_out() == tmp_path / "llm" / "pilot"
+    assert GRIDS["primary"].default_out() == tmp_path / "llm" / "study"
+    assert GRIDS["pilot"].default_out() == tmp_path / "llm" / "pilot"
 
 
 def test_dry_run_prices_the_plan_and_names_missing_estimators(capsys):
-    from llm_runs.study import estimate_seconds, missing_estimators
-    from studies.grids import STUDIES
+    from grids.runner import estimate_seconds, missing_estimators
+    from studies.grids import GRIDS
     from studies.run import main
 
     assert main(["--dry-run", "--grid", "pilot", "--out", "/nonexistent/pilot"]) == 0
     out = capsys.readouterr().out
     assert "long-gmc-d0-s0" in out and "3 runs (3 long)" in out and "estimated" in out
-    cells = STUDIES["primary"].cells()
+    cells = GRIDS["primary"].cells()
     one = estimate_seconds(cells, 1, {"short": 0.1, "long": 0.2}, {"short": 0.0, "long": 0.0})
     two = estimate_seconds(cells, 2, {"short": 0.1, "long": 0.2}, {"short": 0.0, "long": 0.0})
-    from llm_runs.study import RUN_OVERHEAD_S
+    from grids.runner import RUN_OVERHEAD_S
 
     assert one == pytest.approx(240 * 200 * 0.1 + 240 * 200 * 0.2 + 480 * RUN_OVERHEAD_S) \
         and two == pytest.approx(one / 2)
@@ -288,7 +288,7 @@ def test_dry_run_prices_the_plan_and_names_missing_estimators(capsys):
         estimate_seconds(cells, 1, {"short": 0.1})
     from estimators.losses import loss_names
 
-    assert set(missing_estimators(STUDIES["primary"])) == set(STUDIES["primary"].estimators) - set(loss_names())
+    assert set(missing_estimators(GRIDS["primary"])) == set(GRIDS["primary"].estimators) - set(loss_names())
 
 
 # --------------------------------------------------------------------------- the pre-registered analysis
@@ -538,7 +538,7 @@ def test_a_run_folder_without_metrics_is_named_not_dropped(tmp_path, caplog):
     metrics_path(root / "long-gmc-d64-s0").unlink()
     with caplog.at_level(logging.WARNING, logger="llm_runs"):
         assert len(read_runs(root)) == 1
-    warned = [r for r in caplog.records if r.name == "llm_runs.run_table" and r.levelno == logging.WARNING]
+    warned = [r for r in caplog.records if r.name == "grids.run_table" and r.levelno == logging.WARNING]
     assert len(warned) == 1 and "no metrics table and are not analysed: long-gmc-d64-s0" in warned[0].getMessage()
 
 
@@ -585,7 +585,7 @@ def test_analysis_refuses_a_run_that_started_from_another_machines_warm_start(tm
 def test_the_grid_refuses_to_add_runs_from_a_machine_whose_warm_start_differs(tmp_path):
     import json
 
-    from llm_runs.study import check_warm_starts
+    from grids.runner import check_warm_starts
 
     root = _copy_committed(tmp_path, ["long-gmc-d0-s0", "long-gmc-d64-s0"])
     theirs = json.loads((root / "long-gmc-d64-s0" / "config.json").read_text())["warm_start"]
@@ -601,16 +601,18 @@ def test_the_grid_refuses_to_add_runs_from_a_machine_whose_warm_start_differs(tm
 
 def test_every_committed_grid_records_the_settings_its_definition_gives(tmp_path):
     """One grid protocol (cells, settings, default_out) for the sweep and the study: each committed
-    grid's sweep.json holds exactly what its definition's record() gives, so it can be continued."""
+    grid's sweep.json holds exactly what its definition's record() gives (settings renamed since read as today's),
+    so it can be continued."""
     import json
 
-    from studies.grids import STUDIES
+    from grids.spec import record_as_today
+    from studies.grids import GRIDS
 
     found = 0
     for settings_file in sorted((REPO / "results" / "llm").glob("*/sweep.json")):
         stored = json.loads(settings_file.read_text())["settings"]
-        if stored.get("name") in STUDIES:
-            assert stored == STUDIES[stored["name"]].record(), settings_file
+        if stored.get("name") in GRIDS:
+            assert record_as_today(stored) == GRIDS[stored["name"]].record(), settings_file
             found += 1
     assert found >= 5
 
@@ -632,10 +634,10 @@ def test_a_grid_paired_with_another_refuses_a_machine_whose_warm_start_differs_f
                                                                                                capsys):
     """peers_2025 (and the mechanism grid) pair their runs with the committed study's: the check covers
     the study's folder too, even when the grid's own folder is still empty."""
-    import llm_runs.study as study_cli
+    import grids.runner as study_cli
     from schema.packing import unpack_run
     from schema.results import read_run_doc
-    from studies.grids import STUDIES
+    from studies.grids import GRIDS
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     src = REPO / "results" / "llm" / "study" / "long-gmc-d64-s0"
@@ -645,7 +647,7 @@ def test_a_grid_paired_with_another_refuses_a_machine_whose_warm_start_differs_f
     other = {**theirs, "heldout_pc": 0.010061427227023785}
     monkeypatch.setattr(study_cli, "_warm_starts", lambda study: {"long": other, "short": {"key": "elsewhere"}})
     out = tmp_path / "llm" / "study_2025"
-    assert study_cli.main(["--grid", "peers_2025", "--out", str(out)], STUDIES) == 2
+    assert study_cli.main(["--grid", "peers_2025", "--out", str(out)], GRIDS) == 2
     err = capsys.readouterr().err
     assert f"the runs in {tmp_path / 'llm' / 'study'} started from" in err and "nothing was run" in err
     assert not out.exists()
@@ -658,7 +660,7 @@ def test_a_grid_paired_with_another_refuses_a_machine_whose_warm_start_differs_f
 
     monkeypatch.setattr(study_cli, "run_sweep", reached)
     with pytest.raises(Reached):  # the same warm start: the check lets the grid run
-        study_cli.main(["--grid", "peers_2025", "--out", str(out)], STUDIES)
+        study_cli.main(["--grid", "peers_2025", "--out", str(out)], GRIDS)
 
 
 def _fake_newcomers(root, effect, seeds):
@@ -737,7 +739,7 @@ def test_a_paired_grid_run_from_another_warm_start_is_refused(tmp_path):
     import json
     import shutil
 
-    from llm_runs.grid_check import check_pairing
+    from grids.check import check_pairing
     from studies.staleness.analysis import read_paired, read_runs, whole_seeds
 
     root = _copy_committed(tmp_path, ["long-gmc-d0-s0", "long-gmc-d64-s0"])
@@ -750,12 +752,14 @@ def test_a_paired_grid_run_from_another_warm_start_is_refused(tmp_path):
     check_pairing(other, root)
     primary = read_runs(root)
     primary.attrs.update(source=str(root), seeds=whole_seeds(primary))
-    assert list(read_paired(other, primary)["estimator"]) == ["icepop"]
+    from studies.grids import GRIDS
+
+    assert list(read_paired(other, primary, GRIDS.values())["estimator"]) == ["icepop"]
     _set_warm_start(other / "long-icepop-d64-s0", heldout_pc=0.010061427227023785)
     with pytest.raises(ValueError, match=r"1 run\(s\) under .*study_2025 started from another warm start .*"
                                          r"long-icepop-d64-s0: held-out pc 0\.010061427227023785 vs "
                                          r"0\.514326903992187"):
-        read_paired(other, primary)
+        read_paired(other, primary, GRIDS.values())
 
 
 # --------------------------------------------------------------------------- each analysis reads its own grid
@@ -831,9 +835,9 @@ def test_a_truncated_or_foreign_sweep_json_is_named_by_path(tmp_path, capsys, te
 def test_the_grid_runner_names_a_truncated_or_foreign_sweep_json(tmp_path, text):
     import re
 
-    from llm_runs.sweep import run_sweep
-    from studies.grids import STUDIES
+    from grids.sweep import run_sweep
+    from studies.grids import GRIDS
 
     (tmp_path / "sweep.json").write_text(text)
     with pytest.raises(ValueError, match=re.escape(str(tmp_path / "sweep.json"))):
-        run_sweep(STUDIES["pilot"], tmp_path, resume=True, progress=False, log=lambda m: None)
+        run_sweep(GRIDS["pilot"], tmp_path, resume=True, progress=False, log=lambda m: None)

@@ -274,12 +274,12 @@ def test_f12_says_when_the_independence_prediction_fails_and_adds_the_study_poin
 
 
 def test_horizon_grid_is_gmc_at_delay_16_over_terms_2_to_7_and_leaves_the_primary_untouched():
+    from grids.sweep import plan
     from llm_runs.config import resolve_config
-    from llm_runs.sweep import plan
-    from studies.grids import STUDIES
+    from studies.grids import GRIDS
     from studies.staleness.grids import HORIZON_TERMS
 
-    grid = STUDIES["horizon"]
+    grid = GRIDS["horizon"]
     cells = plan(grid)
     assert len(cells) == len(HORIZON_TERMS) * 3 and {(c.estimator, c.delay) for c in cells} == {("gmc", 16)}
     for c in cells:
@@ -287,11 +287,11 @@ def test_horizon_grid_is_gmc_at_delay_16_over_terms_2_to_7_and_leaves_the_primar
         assert c.horizon == f"H{data.horizon_tokens(cfg)}" and cfg["task"] == "scratchpad"
         assert cfg["steps"] == 60 and cfg["eval_every"] == 0
     long = next(c for c in cells if c.horizon == "H18").overrides
-    primary = next(c for c in plan(STUDIES["primary"]) if c.horizon == "long").overrides
+    primary = next(c for c in plan(GRIDS["primary"]) if c.horizon == "long").overrides
     warm = ("terms", "train_size", "heldout_size", "warm_start_steps", "warm_start_lr", "warm_start_batch")
     assert {k: long[k] for k in warm} == {k: primary[k] for k in warm}  # H = 18 is the long horizon's warm start
     committed = data.ROOT / "results" / "llm" / "study" / "sweep.json"
-    assert json.loads(committed.read_text())["settings"] == json.loads(json.dumps(STUDIES["primary"].record()))
+    assert json.loads(committed.read_text())["settings"] == json.loads(json.dumps(GRIDS["primary"].record()))
 
 
 # --------------------------------------------------------------------------- the report's headline

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from llm_runs.run_table import RUN_COLUMNS, read_runs, run_row, summary_table
+from grids.run_table import RUN_COLUMNS, read_runs, run_row, summary_table
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "llm"
 OUTCOMES = [c for c in RUN_COLUMNS if c != "run"]

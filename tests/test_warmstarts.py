@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from llm_runs import committed_warmstarts as committed
 from llm_runs import warmstart
 from llm_runs.config import resolve_config
 from llm_runs.tasks import build_task
@@ -33,28 +34,28 @@ def _small(cache, **kw):
 def test_the_committed_warm_starts_are_the_ones_the_committed_runs_started_from(which, run, tmp_path):
     import dataclasses
 
-    from llm_runs.grids import committed_config
+    from llm_runs.reference import committed_config
 
     cfg = dataclasses.replace(committed_config(which), cache_dir=str(tmp_path))
-    if not warmstart.committed_path(cfg).is_dir():
-        pytest.fail(f"no committed warm start for {which} ({warmstart.committed_path(cfg)})")
+    if not committed.committed_path(cfg).is_dir():
+        pytest.fail(f"no committed warm start for {which} ({committed.committed_path(cfg)})")
     from schema.results import read_run_doc
 
     used = read_run_doc(ROOT / run)["warm_start"]  # packed or not
     ws = warmstart.get_warm_start(cfg, build_task(cfg), log=lambda m: None)
     assert ws.info["source"] == "committed"
-    assert warmstart.weights_digest(ws.path) == ws.info["weights_sha256"]  # reassembled and checked
+    assert committed.weights_digest(ws.path) == ws.info["weights_sha256"]  # reassembled and checked
     assert warmstart.differs(used, ws.info) is None  # same key, held-out pc to every bit (and hash where recorded)
-    for part in warmstart.committed_path(cfg).iterdir():
-        assert part.stat().st_size <= warmstart.PART_BYTES
+    for part in committed.committed_path(cfg).iterdir():
+        assert part.stat().st_size <= committed.PART_BYTES
 
 
 def _commit_small(tmp_path, monkeypatch):
     root = tmp_path / "committed"
-    monkeypatch.setenv(warmstart.COMMITTED_ENV, str(root))
+    monkeypatch.setenv(committed.COMMITTED_ENV, str(root))
     cfg = _small(tmp_path / "made-here")
     warmstart.commit(cfg, build_task(cfg), log=lambda m: None)
-    return cfg, warmstart.committed_path(cfg)
+    return cfg, committed.committed_path(cfg)
 
 
 def test_a_corrupted_committed_warm_start_is_refused_by_its_hash(tmp_path, monkeypatch):
@@ -83,12 +84,12 @@ def _other_weights(path: Path) -> None:
 def test_a_cached_warm_start_whose_weights_were_swapped_is_refused_and_named(tmp_path):
     cfg = _small(tmp_path)
     ws = warmstart.get_warm_start(cfg, build_task(cfg), log=lambda m: None)
-    original = warmstart.weights_digest(ws.path)
+    original = committed.weights_digest(ws.path)
     _other_weights(ws.path)
     said = []
     again = warmstart.get_warm_start(cfg, build_task(cfg), log=said.append)
     assert "the cache was edited or corrupted" in "\n".join(said)
-    assert warmstart.weights_digest(again.path) == original == again.info["weights_sha256"]  # recomputed
+    assert committed.weights_digest(again.path) == original == again.info["weights_sha256"]  # recomputed
     assert [p for p in ws.path.parent.iterdir() if ".corrupt-" in p.name]  # kept aside, never deleted
 
 
@@ -109,7 +110,7 @@ def test_a_machine_that_rounds_differently_uses_the_committed_weights_and_its_ru
     """The committed weights stand for what another CPU computed: other bits than this machine's recipe
     gives, and another rounding fingerprint. A run here starts from them and says so; the analysis
     takes it as the same design; the byte-for-byte replay is skipped with the reason."""
-    from llm_runs.grid_check import check_pairing, check_warm_starts
+    from grids.check import check_pairing, check_warm_starts
     from llm_runs.replay import ReplaySkipped, replay
     from llm_runs.trainer import Trainer
 
@@ -123,7 +124,7 @@ def test_a_machine_that_rounds_differently_uses_the_committed_weights_and_its_ru
         old.unlink()
     (folder / "model.safetensors.part-00").write_bytes((work / "model.safetensors").read_bytes())
     record = json.loads((folder / "warmstart.json").read_text())
-    record.update(weights_sha256=warmstart.weights_digest(work), heldout_pc=0.123, rounding_fingerprint="f" * 64)
+    record.update(weights_sha256=committed.weights_digest(work), heldout_pc=0.123, rounding_fingerprint="f" * 64)
     (folder / "warmstart.json").write_text(json.dumps(record))
 
     grid = tmp_path / "grid"
@@ -221,7 +222,7 @@ def test_check_names_every_committed_warm_start_by_its_settings(tmp_path, monkey
     """``python -m llm_runs.warmstart --check`` rebuilds each committed recipe from its record and
     recomputes it here (a small one: this machine made it, so it reproduces the bits)."""
     _, folder = _commit_small(tmp_path, monkeypatch)
-    assert list(warmstart.committed_configs()) == [folder.name]
+    assert list(committed.committed_configs()) == [folder.name]
     assert warmstart.main(["--check"]) == 0
     assert "reproduces the committed bits" in capsys.readouterr().out
     assert warmstart.main(["--check", "--only", "nothing"]) == 2
@@ -231,11 +232,11 @@ def test_check_names_every_committed_warm_start_by_its_settings(tmp_path, monkey
 def test_the_larger_models_warm_start_is_named_by_the_runs_that_started_from_it():
     """Not committed yet: the scale grids record one start (its weights' sha256) and the machine kind
     that made it, which is what ``--commit large`` must reproduce before committing anything."""
-    from llm_runs.grids import committed_config
-    from schema.results import grid_folder
+    from grids import grid_folder
+    from llm_runs.reference import committed_config
 
     cfg = committed_config("large")
-    found = warmstart.recorded_starts(warmstart.warm_start_key(cfg),
+    found = committed.recorded_starts(committed.warm_start_key(cfg),
                                       [grid_folder(g) for g in ("scale", "scale_mech", "scale_variants")])
     assert list(found) == ["03f620f0824341f6cb695a175d34c25123ee0cb7103f74121e4932f3cd098d12"]
     assert found[next(iter(found))]["runs"] == 55 and found[next(iter(found))]["cpu_flags"] == ["fc7df03f53a7dec4"]
@@ -243,27 +244,27 @@ def test_the_larger_models_warm_start_is_named_by_the_runs_that_started_from_it(
 
 def test_a_warm_start_other_than_the_one_the_committed_runs_started_from_is_never_committed(tmp_path, monkeypatch):
     root = tmp_path / "committed"
-    monkeypatch.setenv(warmstart.COMMITTED_ENV, str(root))
+    monkeypatch.setenv(committed.COMMITTED_ENV, str(root))
     cfg = _small(tmp_path / "made-here")
     with pytest.raises(ValueError, match=r"committed runs started from 0000000000000000: .* nothing was committed"):
         warmstart.commit(cfg, build_task(cfg), log=lambda m: None, expect_sha256="0" * 64)
     assert not root.exists() or not any(root.iterdir())
     here = warmstart.get_warm_start(cfg, build_task(cfg), log=lambda m: None).info["weights_sha256"]
     warmstart.commit(cfg, build_task(cfg), log=lambda m: None, expect_sha256=here)
-    assert warmstart.committed_record(cfg)["weights_sha256"] == here
+    assert committed.committed_record(cfg)["weights_sha256"] == here
 
 
 def test_commit_of_a_warm_start_already_committed_changes_nothing(capsys):
-    before = sorted((p.name, p.stat().st_mtime_ns) for p in warmstart.committed_root().rglob("*"))
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in committed.committed_root().rglob("*"))
     assert warmstart.main(["--commit", "long"]) == 0
     assert "already committed" in capsys.readouterr().out
-    assert sorted((p.name, p.stat().st_mtime_ns) for p in warmstart.committed_root().rglob("*")) == before
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in committed.committed_root().rglob("*")) == before
 
 
 def _committed_copy(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "warmstarts"
-    shutil.copytree(warmstart.committed_root(), root)
-    monkeypatch.setenv(warmstart.COMMITTED_ENV, str(root))
+    shutil.copytree(committed.committed_root(), root)
+    monkeypatch.setenv(committed.COMMITTED_ENV, str(root))
     return root
 
 
@@ -273,8 +274,8 @@ def test_check_hashes_the_committed_files_as_read(tmp_path, monkeypatch, capsys)
     blames the CPU."""
     root = _committed_copy(tmp_path, monkeypatch)
     folder = sorted(p for p in root.iterdir() if p.is_dir())[0]
-    cfg = warmstart.committed_configs()[folder.name]
-    assert warmstart.committed_digest(cfg) == warmstart.committed_record(cfg)["weights_sha256"]  # intact
+    cfg = committed.committed_configs()[folder.name]
+    assert committed.committed_digest(cfg) == committed.committed_record(cfg)["weights_sha256"]  # intact
     part = sorted(folder.glob("*.safetensors.part-*"))[0]
     data = bytearray(part.read_bytes())
     data[len(data) // 2] ^= 0x01

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from estimators._compat import renamed_keywords
 from estimators.params import params_of
 from schema.metrics import stale_metrics
 
@@ -66,7 +65,6 @@ def check_contiguous_groups(ids: Sequence[Any], group_size: int | None = None, w
     return group_size
 
 
-@renamed_keywords(scheme="estimator")
 def batch_options(estimator: str, given: dict | None, mask) -> dict:
     """The knobs ``estimator`` gets on one batch: ``given`` (the user's), and each knob that is a
     completion length (:attr:`estimators.params.Param.batch_length`: ``seq_geo_mask``'s ``L``) the user

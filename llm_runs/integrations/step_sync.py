@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from ..stepsize import ESS_EPS, ess_scale, step_scale
+from ..stepsize import ESS_GUARD, ess_scale, step_scale
 
 N_STATS = 7
 """sum v, sum v^2, N, logsumexp log v, logsumexp 2 log v, sum_g lambda_g, number of groups."""
@@ -39,7 +39,7 @@ def _values(cfg, seq_log_ratio: torch.Tensor, weights: torch.Tensor | None) -> t
 
 def local_statistics(cfg, seq_log_ratio: torch.Tensor | None, weights: torch.Tensor | None) -> torch.Tensor:
     """This rank's float64 vector of :data:`N_STATS` sums (zeros, logsumexps of -inf, for a rank that
-    saw no sequence). ``seq_log_ratio`` has shape (num_groups, G)."""
+    saw no sequence). ``seq_log_ratio`` has shape (prompts_per_step, G)."""
     out = torch.zeros(N_STATS, dtype=torch.float64)
     out[3] = out[4] = -math.inf
     if seq_log_ratio is None or seq_log_ratio.numel() == 0:
@@ -68,7 +68,7 @@ def scale_from_statistics(cfg, stats: torch.Tensor) -> dict[str, float]:
         if n == 0:
             rho = 0.0
         elif math.isfinite(s1) and math.isfinite(s2):
-            rho = s1 * s1 / (s2 + ESS_EPS) / n
+            rho = s1 * s1 / (s2 + ESS_GUARD) / n
         else:  # sum w^2 overflows float64: the same quantity in log space (the 1e-8 is negligible there)
             rho = math.exp(float(2 * torch.logsumexp(stats[:, 3], 0) - torch.logsumexp(stats[:, 4], 0))) / n
         out["step/ess_ratio"] = rho

@@ -39,7 +39,7 @@ class StepSizeCallback(TrainerCallback):
         trainer.step_ratios.clear()
 
     def _take(self):
-        """The ratios (num_groups, G) and weights of every loss call since the last optimiser step."""
+        """The ratios (prompts_per_step, G) and weights of every loss call since the last optimiser step."""
         import torch
 
         seen = list(self.trainer.step_ratios)

@@ -165,7 +165,7 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
         *args, **kwargs: passed to ``trl.GRPOTrainer``.
     """
 
-    @renamed_keywords(scheme="estimator", scheme_options="knobs")
+    @renamed_keywords(scheme="estimator", scheme_options="knobs")  # deprecated 2026-12-07, removed after 2027-06-01
     def __init__(self, *args, estimator: str = "gmc", eps: float | None = None, advantage: str = "loo",
                  knobs: dict | None = None, behaviour: str = "rollout", **kwargs):
         if estimator not in loss_names():

@@ -15,7 +15,7 @@ REGISTERED: list[str] = install() if core_algos_or_none() is not None else []
 
 PolicyLossConfig = extend_policy_loss_config() if REGISTERED else None
 """verl's ``PolicyLossConfig`` taking every knob and the plugin's settings (:data:`~llm_runs.integrations.verl.
-losses.PLUGIN_SETTINGS`). Point the actor's policy-loss config at it and Hydra imports this module (so
+settings.PLUGIN_SETTINGS`). Point the actor's policy-loss config at it and Hydra imports this module (so
 installs the plugin) wherever verl builds that config, in ``validate_config`` in the driver first:
 
     actor_rollout_ref.actor.policy_loss._target_=llm_runs.integrations.verl_plugin.PolicyLossConfig

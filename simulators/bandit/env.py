@@ -87,7 +87,7 @@ def rare_arm_instance(K: int = 4, p_rare: float = 0.02, boost: float = 3.0):
     return theta, theta_b, rewards
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def exact_moments(theta, theta_b, rewards, G, eps, estimator, advantage="loo", max_entries=MAX_ENTRIES):
     """Exact moments of ``scheme``'s estimator on E1, by enumerating count vectors.
 
@@ -110,7 +110,7 @@ def exact_moments(theta, theta_b, rewards, G, eps, estimator, advantage="loo", m
     return SoftmaxBandit(rewards).exact_moments(theta, theta_b, G, eps, estimator, advantage, max_entries)
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def mc_moments(theta, theta_b, rewards, G, eps, estimator, n_groups, seed, advantage="loo"):
     """Monte Carlo version of :func:`exact_moments` from ``n_groups`` groups.
 
@@ -123,13 +123,13 @@ def mc_moments(theta, theta_b, rewards, G, eps, estimator, n_groups, seed, advan
     return SoftmaxBandit(rewards, seed).mc_moments(theta, theta_b, G, eps, estimator, n_groups, advantage)
 
 
-@renamed_keywords(schemes="estimator_names")
+@renamed_keywords(schemes="estimator_names")  # deprecated 2026-12-07, removed after 2027-06-01
 def exact_all(theta, theta_b, rewards, G, eps, estimator_names, advantage="loo", max_entries=MAX_ENTRIES):
     """:func:`exact_moments` for several schemes sharing one enumeration: ``{scheme: dict}``."""
     return SoftmaxBandit(rewards).exact_all(theta, theta_b, G, eps, estimator_names, advantage, max_entries)
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def per_sample_moments(theta, theta_b, rewards, G, eps, estimator):
     """Exact moments of a per-sample scheme (is, stale, tic_mask, tic_trunc), leave-one-out, any G."""
     return SoftmaxBandit(rewards).per_sample_moments(theta, theta_b, G, eps, estimator)

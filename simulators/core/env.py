@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from estimators import get_scheme
-from estimators._compat import renamed_keywords
 
 from .counts import MAX_ENTRIES
 from .exact import bound_M, exact_batch, per_sample_batch, ratio_moments
@@ -66,7 +65,6 @@ class OutcomeEnv:
         one = (lambda x: float(x[0])) if lr.shape[0] == 1 else (lambda x: x)
         return {"grad_J": self.grad_J(theta), "sigma2": one(sigma2), "mu4": one(mu4), "M": one(M)}
 
-    @renamed_keywords(schemes="estimator_names")
     def exact_all(self, theta, theta_b, G, eps, estimator_names, advantage="loo", max_entries=MAX_ENTRIES):
         """Exact moments of several schemes at once (the enumeration is shared)."""
         for s in estimator_names:
@@ -91,13 +89,11 @@ class OutcomeEnv:
             }
         return out
 
-    @renamed_keywords(scheme="estimator")
     def exact_moments(self, theta, theta_b, G, eps, estimator, advantage="loo", max_entries=MAX_ENTRIES):
         """Exact ``mean_grad``, ``grad_J``, ``second_moment``, ``max_norm`` (plus ``bias``,
         ``bias_norm``, ``mass_bias``, ``sigma2``, ``mu4``, ``M``, ``n_configs``)."""
         return self.exact_all(theta, theta_b, G, eps, [estimator], advantage, max_entries)[estimator]
 
-    @renamed_keywords(scheme="estimator")
     def per_sample_moments(self, theta, theta_b, G, eps, estimator):
         """Exact moments of a per-sample scheme with leave-one-out advantages, any G (no max_norm)."""
         theta, theta_b = self.check_theta(theta), self.check_theta(theta_b, "theta_b")
@@ -113,7 +109,6 @@ class OutcomeEnv:
             **self._common(theta, theta_b, lr, lpb, rew, S),
         }
 
-    @renamed_keywords(scheme="estimator")
     def mc_moments(self, theta, theta_b, G, eps, estimator, n_groups, advantage="loo"):
         """Monte Carlo estimates with standard errors from ``n_groups`` groups drawn with ``self.rng``.
 

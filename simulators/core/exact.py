@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 import estimators
-from estimators._compat import renamed_keywords
 
 from .._validate import check_eps, check_G
 from .counts import (
@@ -48,7 +47,6 @@ def bound_M(rewards, scores):
     return (rew.max(-1) - rew.min(-1)) * np.sqrt((S**2).sum(-1).max(-1))
 
 
-@renamed_keywords(schemes="estimator_names")
 def exact_batch(log_ratio, log_p_b, rewards, scores, G, eps, estimator_names, advantage="loo", max_entries=MAX_ENTRIES,
                 second: bool = True):
     """Exact moments of every scheme in ``schemes`` for B instances at once.
@@ -102,7 +100,6 @@ def exact_batch(log_ratio, log_p_b, rewards, scores, G, eps, estimator_names, ad
     return out
 
 
-@renamed_keywords(scheme="estimator")
 def per_sample_batch(log_ratio, log_p_b, rewards, scores, G, eps, estimator):
     """Exact moments of a per-sample scheme with leave-one-out advantages, for any G.
 

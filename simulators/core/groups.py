@@ -10,7 +10,6 @@ import numpy as np
 import estimators
 from estimators import advantages as compute_advantages
 from estimators import get_scheme
-from estimators._compat import renamed_keywords
 
 from .counts import CHUNK_ENTRIES
 
@@ -43,7 +42,6 @@ class GroupTerms:
                            minlength=B * self.K).reshape(B, self.K)
 
 
-@renamed_keywords(schemes="estimator_names")
 def group_terms(tuples, log_ratio, rewards, eps, estimator_names, advantage="loo", with_gap=True) -> GroupTerms:
     """Weights and advantages of groups given as outcome tuples.
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from estimators._compat import renamed_keywords
 
 from .._validate import check_eps, check_G, check_positive_int
 from .counts import _RADIX_LIMIT, expand_counts
@@ -42,7 +41,6 @@ class MCGroups:
     freq: np.ndarray
 
 
-@renamed_keywords(scheme="estimator")
 def mc_groups(counts, log_ratio, rewards, scores, eps, estimator, advantage="loo") -> MCGroups:
     """Estimates of ``scheme`` for the count vectors drawn for one instance."""
     uniq, freq = distinct_counts(counts)

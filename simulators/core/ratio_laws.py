@@ -8,14 +8,12 @@ import numpy as np
 
 import estimators
 from estimators import get_scheme
-from estimators._compat import renamed_keywords
 
 from .._validate import check_eps, check_G
 from .counts import MAX_ENTRIES, check_enumeration_size, configurations
 from .groups import _chunks
 
 
-@renamed_keywords(schemes="estimator_names")
 def exact_mass_batch(log_ratio, log_p_b, G, eps, estimator_names, wbar_powers=(), max_entries=MAX_ENTRIES):
     """Scalar ratio-law quantities by enumerating count vectors (no scores, no rewards).
 
@@ -56,7 +54,6 @@ def _check_ratio_only(estimator_names):
             raise ValueError(f"scheme {s!r} needs advantages; ratio laws carry no rewards")
 
 
-@renamed_keywords(scheme="estimator")
 def mc_mass(log_w: np.ndarray, eps: float, estimator: str):
     """Monte Carlo mass-bias ``mean, se`` of ``(1/G) sum_i (w_i - c_i)`` over groups ``log_w (n_groups, G)``."""
     _check_ratio_only([estimator])

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from estimators._compat import renamed_keywords
 
 from .._validate import (
     check_eps,
@@ -67,7 +66,6 @@ class RatioLaw:
     def mu4(self) -> float:
         return float(self.probs @ (self.values - 1) ** 4)
 
-    @renamed_keywords(schemes="estimator_names")
     def mass_bias(self, estimator_names, G: int, eps: float) -> dict:
         """Exact ``{scheme: m}`` at group size G (any G >= 1)."""
         out = exact_mass_batch(np.log(self.values), np.log(self.probs), G, eps, list(estimator_names))
@@ -78,7 +76,6 @@ class RatioLaw:
         out = exact_mass_batch(np.log(self.values), np.log(self.probs), G, 1.0, [], wbar_powers=(k,))
         return float(out[("wbar", k)][0])
 
-    @renamed_keywords(scheme="estimator")
     def mc_mass_bias(self, estimator: str, G: int, eps: float, n_groups: int, rng: np.random.Generator):
         """Monte Carlo ``(mean, se)`` of the mass-bias from ``n_groups`` groups."""
         counts = draw_counts(rng, check_G(G), self.probs, check_positive_int(n_groups, "n_groups", 2))

@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 
-from estimators._compat import renamed_keywords
 
 from .._validate import check_eps, check_G, check_positive_int, finite_array
 from ..core import mc_mass
@@ -57,7 +56,6 @@ class GaussianPolicy:
         out["m_trunc"] = mc_mass(lw[:, None], eps, "tic_trunc")
         return out
 
-    @renamed_keywords(scheme="estimator")
     def mc_mass_bias(self, estimator: str, G: int, eps: float, n_groups: int):
         """``(mean, se)`` of E[(1/G) sum_i (w_i - c_i)] over ``n_groups`` groups (m_GMC for ``gmc``)."""
         G = check_G(G)

@@ -150,7 +150,7 @@ class TokenTreeMDP(OutcomeEnv):
         return np.exp(2 * lp - lpb).sum(-1)
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def exact_moments(theta, theta_b, rewards, G, eps, estimator, advantage="loo", param="position",
                   max_entries=MAX_ENTRIES):
     """Exact moments on E2 by enumerating compositions of G over the ``V^H`` outcomes.
@@ -163,7 +163,7 @@ def exact_moments(theta, theta_b, rewards, G, eps, estimator, advantage="loo", p
     return mdp.exact_moments(theta, theta_b, G, eps, estimator, advantage, max_entries)
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def mc_moments(theta, theta_b, rewards, G, eps, estimator, n_groups, seed, advantage="loo", param="position"):
     """Monte Carlo moments on E2 from ``n_groups`` groups, with standard errors."""
     from ..core import check_mc_args
@@ -173,7 +173,7 @@ def mc_moments(theta, theta_b, rewards, G, eps, estimator, n_groups, seed, advan
     return mdp.mc_moments(theta, theta_b, G, eps, estimator, n_groups, advantage)
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def per_sample_moments(theta, theta_b, rewards, G, eps, estimator, param="position"):
     """Exact moments of a per-sample scheme with leave-one-out advantages, any G (THEORY §6)."""
     mdp = TokenTreeMDP.from_rewards(theta, rewards, param)

@@ -37,7 +37,6 @@ from scipy.special import log_softmax, softmax
 
 import estimators
 from estimators import get_scheme
-from estimators._compat import renamed_keywords
 
 from .._validate import check_positive_int
 from ..core import PER_SAMPLE_SCHEMES
@@ -121,7 +120,6 @@ class FactorisedTokenMDP(TokenTreeMDP):
             out = (f @ self.onehot).reshape(pi.shape)
         return out - total[:, None, None] * pi
 
-    @renamed_keywords(scheme="estimator")
     def per_sample_bias(self, theta, theta_b, G: int, eps: float, estimator: str):
         """Exact ``(bias (B, H, V), mass_bias (B,))`` of a per-sample scheme with leave-one-out
         advantages, by enumerating the outcomes: ``b = E_b[(c(w) - w)(r - E_b r) s]``,
@@ -146,7 +144,6 @@ class FactorisedTokenMDP(TokenTreeMDP):
         u = rng.random(tuple(shape) + (self.H,))
         return (u[..., None] > cdf[:, :-1]).sum(-1)
 
-    @renamed_keywords(schemes="estimator_names")
     def group_estimates(self, tokens, theta, theta_b, eps: float, estimator_names, advantage="loo"):
         """Per-group estimates ``g_hat`` of several schemes on the same groups.
 

@@ -7,7 +7,8 @@ corrections_2026``."""
 from __future__ import annotations
 
 from estimators.losses import CORRECTIONS_2026
-from llm_runs.grids import HORIZONS, Arm, Study, grid_out
+from grids import Arm, Grid, grid_out
+from llm_runs.reference import HORIZONS
 
 from ..drift.grids import DRIFT_BASE, DRIFT_OPTIMIZERS
 
@@ -23,9 +24,10 @@ def corrections_2026_arms() -> tuple[Arm, ...]:
 
 
 GRIDS = {
-    "corrections_2026": Study(
+    "corrections_2026": Grid(
         "corrections_2026", grid_out("corrections_2026"), DRIFT_BASE, {"long": HORIZONS["long"]}, (),
         delays=(64,), seeds=tuple(range(5)), floor=(), zero_delay=None, arms=corrections_2026_arms(),
+        pairs=("primary", "mechanism", "drift"),
         doc="the 2026 corrections on the drift map (docs/PREREGISTRATION-2026.md): p3o, ctpo, minpro, trm_k2, "
             "trm_k3, dispo and oapl at their registered defaults under Adam + clip 1.0 at 3e-5 and 1e-4 and SGD at "
             "3e-4, d = 64, long horizon, the drift grid's settings, seeds 0-4 (105 runs), paired by seed with the "

@@ -28,7 +28,7 @@ DEPARTURES = [
 
 
 def verdicts_path() -> Path:
-    from schema.results import grid_folder
+    from grids import grid_folder
 
     return grid_folder("corrections_2026") / "verdicts.json"
 

@@ -2,7 +2,8 @@
 cells (seeds 5-9), docs/PREREGISTRATION-DRIFT.md. Run with ``python -m studies.run --grid NAME``."""
 from __future__ import annotations
 
-from llm_runs.grids import HORIZONS, STUDY_BASE, Arm, Study, grid_out
+from grids import Arm, Grid, grid_out
+from llm_runs.reference import HORIZONS, STUDY_BASE
 
 from ..corrections_2025.grids import NEWCOMER_HORIZONS
 from ..mechanism.grids import MECHANISM_ESTIMATORS, SGD_LR
@@ -59,7 +60,8 @@ def drift_step_arms() -> tuple[Arm, ...]:
     return (Arm("vcpo", {**clip, **vcpo}, (RECIPES["vcpo"]["estimator"],), zero_delay=False),
             Arm("ess", {**clip, "ess_scaling": "sqrt"}, ("gmc", "is", "topr"), zero_delay=False),
             Arm("gmcstep", {**clip, "gmc_step": True}, ("gmc",), zero_delay=False),
-            Arm("skip0", {"skip_zero_grad": True, "geo_length": NEWCOMER_HORIZONS["long"]["geo_length"]},
+            Arm("skip0", {"skip_zero_grad": True,
+                          "seq_geo_mask_length": NEWCOMER_HORIZONS["long"]["seq_geo_mask_length"]},
                 ("seq_geo_mask",), zero_delay=False))
 
 
@@ -80,21 +82,25 @@ def drift_decisive_arms() -> tuple[Arm, ...]:
 
 
 GRIDS = {
-    "pilot_drift": Study("pilot_drift", grid_out("pilot_drift"), {**STUDY_BASE, "mechanism_diagnostics": True},
+    "pilot_drift": Grid("pilot_drift", grid_out("pilot_drift"), {**STUDY_BASE, "mechanism_diagnostics": True},
                          {"long": HORIZONS["long"]}, (), delays=(64,), seeds=(0,), floor=(), arms=drift_pilot_arms(),
+                         pairs=("primary", "mechanism"),
                          doc="the drift map's pilot (docs/PREREGISTRATION-DRIFT.md): SGD at 3e-4, 6e-4, 1e-3 and "
                              "Adam + clip 1.0 at 1e-5, 3e-5, 3e-4, each a delay-0 run and gmc, topr at d = 64, long "
                              "horizon, seed 0 (18 runs; the mechanism grid's seed 0 gives the 1e-4 rates): which "
                              "rates collapse at d = 0 and the drift each reaches at d = 64"),
-    "drift": Study("drift", grid_out("drift"), DRIFT_BASE, {"long": HORIZONS["long"]}, (), delays=(64,),
+    "drift": Grid("drift", grid_out("drift"), DRIFT_BASE, {"long": HORIZONS["long"]}, (), delays=(64,),
                    seeds=tuple(range(5)), floor=(), arms=(*drift_level_arms(), *drift_step_arms()),
+                   pairs=("primary", "mechanism", "peers_2025"),
+                   legacy_settings=("opob_flat_zero",),  # its VCPO arm ran before the setting existed
                    doc="the drift map (docs/PREREGISTRATION-DRIFT.md): SGD at 1e-4, 2e-4, 3e-4, 6e-4 and Adam + clip "
                        "1.0 at 1e-5, 3e-5, 1e-4, each with gmc, is, tic_mask, tic_trunc, topr, gspo, vespo at d = 64 "
                        "and a delay-0 run (the 1e-4 levels' first five estimators are the mechanism grid's runs), plus "
                        "the step-size arms (VCPO's recipe; ESS sqrt scaling on gmc, is, topr; GMC's step form; the "
                        "zero-gradient skip on seq_geo_mask under Adam), long horizon, seeds 0-4 (250 runs)"),
-    "drift_decisive": Study("drift_decisive", grid_out("drift_decisive"), DRIFT_BASE, {"long": HORIZONS["long"]}, (),
+    "drift_decisive": Grid("drift_decisive", grid_out("drift_decisive"), DRIFT_BASE, {"long": HORIZONS["long"]}, (),
                             delays=(64,), seeds=tuple(range(5, 10)), floor=(), arms=drift_decisive_arms(),
+                            pairs=("primary", "mechanism", "drift"), legacy_settings=("opob_flat_zero",),
                             doc="seeds 5-9 of the drift map's decisive cells (docs/PREREGISTRATION-DRIFT.md): gmc and "
                                 "topr at every level with the delay-0 runs, every drift estimator at Adam + clip "
                                 "1e-5, and the step-size arms"),

@@ -1,4 +1,4 @@
-"""The Qwen3-0.6B study's section of the report (``python -m llm_runs.gpu_study`` on one CUDA GPU): its
+"""The Qwen3-0.6B study's section of the report (``python -m studies.gpu.run`` on one CUDA GPU): its
 warm start, plan and plain answer (the staleness study's rule, :func:`studies.staleness.section.plain_answer`)
 and F14. Renders only."""
 from __future__ import annotations
@@ -14,9 +14,10 @@ from studies.staleness.section import plain_answer
 
 
 def gpu_study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> list[str]:
-    """The Qwen3-0.6B study (``python -m llm_runs.gpu_study``), beside the CPU study's figures: its row of the
+    """The Qwen3-0.6B study (``python -m studies.gpu.run``), beside the CPU study's figures: its row of the
     plain answer (:func:`plain_answer`, the same rule) and F14; "not yet run on a GPU" without its folder."""
-    from schema.results import GPU_STUDY, read_json
+    from schema.results import read_json
+    from studies.gpu.grid import GPU_STUDY
 
     md = ["### Qwen3-0.6B on one GPU", ""]
     root = GPU_STUDY.find()

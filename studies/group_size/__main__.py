@@ -57,7 +57,8 @@ def pairs_summary(doc: dict | None) -> list[dict]:
 
 
 def decide() -> dict:
-    from schema.results import grid_folder, read_json
+    from grids import grid_folder
+    from schema.results import read_json
     from studies.group_size import analysis as A
     from studies.group_size import grid_verdicts as V
     from studies.group_size.predictions import OUT as PRED
@@ -77,8 +78,8 @@ def decide() -> dict:
 
 
 def main(argv=None) -> int:
+    from grids import grid_folder
     from schema.io import write_json
-    from schema.results import grid_folder
 
     ap = argparse.ArgumentParser(prog="python -m studies.group_size", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", default=None, help="where to write (default: results/llm/group_size/verdicts.json)")

@@ -23,10 +23,10 @@ def _level_of(cfg: dict) -> str:
 def run_record(run) -> dict | None:
     """One grid run: its per-run record, G and B, level, the early KL over the whole window and cut at the
     collapse, and its D5 record (the ESS signal's trace from the first update)."""
+    from grids.run_table import run_row
     from llm_runs.drift import EARLY_UPDATES
-    from llm_runs.run_table import run_row
     from schema.results import read_run, read_run_config, read_run_doc
-    from studies.drift.analysis import d5_run
+    from studies.drift.d5 import d5_run
 
     row = run_row(run)
     if row is None or not row["complete"]:
@@ -107,7 +107,7 @@ def level_drift(recs, est, level, G, seeds, key="kl_pre") -> tuple[float, bool]:
 
 
 def family_boundary(recs, est, G, seeds, key="kl_pre") -> tuple[float | None, str | None, list]:
-    from studies.drift.analysis import boundary
+    from studies.drift.drift_map import boundary
 
     lv, notes = [], []
     for level in FAMILY_LEVELS:
@@ -128,7 +128,7 @@ GRID_GS = (4, 8, 16, 32)
 def boundaries(recs) -> list[dict]:
     """Descriptive, for F26: each correction's boundary on the pre-collapse early-KL axis at each G over the
     Adam + clip family (:data:`FAMILY_LEVELS`), from the seeds present at every level the correction ran at
-    that G (none: no boundary), censored as :func:`studies.drift.analysis.boundary` says. G4 tests G = 4
+    that G (none: no boundary), censored as :func:`studies.drift.drift_map.boundary` says. G4 tests G = 4
     against 32 for GMC and TIC-trunc; these rows carry no test."""
     out = []
     for est in BOUNDARY_ESTIMATORS:
@@ -145,7 +145,7 @@ def boundaries(recs) -> list[dict]:
 
 
 def g4(recs, n_boot: int = 2000) -> dict:
-    from llm_runs.run_table import BOOT_SEED as DRIFT_BOOT_SEED
+    from grids.run_table import BOOT_SEED as DRIFT_BOOT_SEED
 
     seeds = list(range(5))
     need = [(e, lv, G) for e in ("gmc", "tic_trunc") for lv in FAMILY_LEVELS for G in (4, 32)]
@@ -213,10 +213,10 @@ def g5(recs) -> dict:
 
 def g6(recs) -> dict:
     from stats import fisher_greater
-    from studies.drift.analysis import _counts
-    from studies.grids import STUDIES
+    from studies.drift.d5 import _counts
+    from studies.grids import GRIDS
 
-    planned = {c.name for c in STUDIES["group_size"].cells() if c.delay > 0}
+    planned = {c.name for c in GRIDS["group_size"].cells() if c.delay > 0}
     have = {r["run"] for r in recs if r["delay"] > 0}
     if not planned <= have:
         return _not_run(f"G6 reads every d = 64 run of seeds 0-4 ({len(planned & have)} of {len(planned)} complete)")
@@ -268,7 +268,8 @@ SETTINGS_IGNORED = ("out", "cache_dir")
 def committed_counterpart(name: str):
     """The committed drift-map run (folder or packed) with a G = 8 cell's settings: the drift grid's levels, the
     mechanism grid's Adam + clip 1e-4 arm; None for a cell the map did not run."""
-    from schema.results import grid_folder, is_packed_run
+    from grids import grid_folder
+    from schema.results import is_packed_run
 
     head, rest = name.split("_G8-", 1) if "_G8-" in name else (None, None)
     if head is None:

@@ -9,7 +9,8 @@ rounds otherwise than the machine this grid started on), so that every cell shar
 seeds pair across G."""
 from __future__ import annotations
 
-from llm_runs.grids import HORIZONS, Arm, Study, grid_out
+from grids import Arm, Grid, grid_out
+from llm_runs.reference import HORIZONS
 
 from ..drift.grids import DRIFT_BASE
 
@@ -64,16 +65,17 @@ def decisive_arms() -> tuple[Arm, ...]:
 
 
 GRIDS = {
-    "group_size": Study("group_size", grid_out("group_size"), DRIFT_BASE, {"long": HORIZONS["long"]}, (), delays=(64,),
+    "group_size": Grid("group_size", grid_out("group_size"), DRIFT_BASE, {"long": HORIZONS["long"]}, (), delays=(64,),
                         seeds=tuple(range(5)), floor=(), arms=group_size_arms(),
                         doc="the iso-samples group-size grid (docs/PREREGISTRATION-GROUP-SIZE.md): G = 4, 8, 16, 32 "
                             "with 128 / G prompts per update; gmc, tic_trunc, tic_mask, topr, is at Adam + clip 3e-5 "
                             "and 1e-4 and SGD 3e-4, gmc and tic_trunc at Adam + clip 5.5e-5, d = 64; the d = 0 control "
                             "at Adam + clip 1e-4 per G; 16 prompts x G = 32 for gmc and tic_trunc at Adam + clip 1e-4; "
                             "long horizon, seeds 0-4"),
-    "group_size_decisive": Study("group_size_decisive", grid_out("group_size_decisive"), DRIFT_BASE,
+    "group_size_decisive": Grid("group_size_decisive", grid_out("group_size_decisive"), DRIFT_BASE,
                                  {"long": HORIZONS["long"]}, (), delays=(64,), seeds=tuple(range(5, 10)), floor=(),
                                  arms=decisive_arms(),
+                                 pairs=("group_size",),
                                  doc="seeds 5-9 of G3's cells (docs/PREREGISTRATION-GROUP-SIZE.md): gmc and tic_trunc "
                                      "at "
                                      "Adam + clip 1e-4, d = 64, G = 4, 8, 16, 32 with 128 / G prompts per update"),

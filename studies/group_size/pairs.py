@@ -92,8 +92,9 @@ def pair_Gs(pair: Pair) -> tuple[int, ...]:
 def committed_run(pair: Pair) -> tuple[Path, int, list[dict]]:
     """The committed run the pair retrains: the ``rank``-th lowest seed whose run had not collapsed by
     update :data:`T_PAIR` (seed 0 if none qualifies), with every candidate's collapse update."""
-    from schema.results import grid_folder, run_folders
-    from studies.drift.analysis import d5_run
+    from grids import grid_folder
+    from schema.results import run_folders
+    from studies.drift.d5 import d5_run
 
     runs = {r.name: r for r in run_folders(grid_folder(pair.grid)) if r.name.startswith(pair.run_prefix + "-s")}
     seeds = sorted(int(n.rsplit("-s", 1)[1]) for n in runs)
@@ -287,8 +288,9 @@ def gate_table(rows: list[dict], gate_b: dict, target_sq: float, target_se: floa
 
 
 def main(argv=None) -> int:
+    from grids import grid_folder
     from schema.io import write_json
-    from schema.results import grid_folder, read_json, results_root
+    from schema.results import read_json, results_root
 
     ap = argparse.ArgumentParser(prog="python -m studies.group_size.pairs", description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="*", default=None, help="pair names (default: every pair)")

@@ -133,7 +133,7 @@ def iso_sweep(seeds=tuple(range(20)), d=32, T=150, early=20) -> dict:
             for est in ISO_ESTIMATORS + ("d0",):
                 e, dd = ("gmc", 0) if est == "d0" else (est, d)
                 rec = run_async(env, theta0, e, cfg, G, EPS, dd, T, list(seeds), setting_seed=G,
-                                num_groups=ISO_SAMPLES // G)
+                                prompts_per_step=ISO_SAMPLES // G)
                 col = collapsed(rec["J"], J0, 0.5, 0.25)
                 chi = np.median(rec["chi2"][:, dd:dd + early], 1)
                 rows.append({"lr": lr, "G": G, "estimator": est, "stable_share": float(1 - col.mean()),
@@ -143,7 +143,7 @@ def iso_sweep(seeds=tuple(range(20)), d=32, T=150, early=20) -> dict:
     for est in ISO_ESTIMATORS:
         for G in ISO_G:
             lv = [(r["chi2_early"], r["stable_share"]) for r in rows if r["estimator"] == est and r["G"] == G]
-            from studies.drift.analysis import boundary
+            from studies.drift.drift_map import boundary
 
             b, cens = boundary(lv)
             bounds[f"{est}/G{G}"] = {"boundary_chi2": b, "censored": cens}

@@ -16,7 +16,7 @@ HYPOTHESES = {
 
 
 def verdicts_path() -> Path:
-    from schema.results import grid_folder
+    from grids import grid_folder
 
     return grid_folder("group_size") / "verdicts.json"
 
@@ -82,7 +82,8 @@ def cell_lines(cells: list[dict]) -> list[str]:
 def group_size_section(report_dir: Path | None = None, figures_out: Path | None = None, draw_missing: bool = False,
                        figure_sections=None) -> tuple[list[str], list[str]]:
     """The section's lines (with its figure where ``figure_sections`` places figures) and the figures not drawn."""
-    from schema.results import grid_folder, read_json
+    from grids import grid_folder
+    from schema.results import read_json
     from studies.group_size.figures import FIGURES
 
     lead = ("Pre-registration: [docs/PREREGISTRATION-GROUP-SIZE.md](../docs/PREREGISTRATION-GROUP-SIZE.md) "

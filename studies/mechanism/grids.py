@@ -2,7 +2,8 @@
 optimiser and scheme arms (docs/PREREGISTRATION-MECHANISM.md). Run with ``python -m studies.run --grid NAME``."""
 from __future__ import annotations
 
-from llm_runs.grids import HORIZONS, STUDY_BASE, Arm, Study, grid_out
+from grids import Arm, Grid, grid_out
+from llm_runs.reference import HORIZONS, STUDY_BASE
 
 SGD_PILOT_LRS = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3)
 """SGD step sizes of the pilot (one seed). Adam's per-coordinate step of lr 1e-4 moves the 247k
@@ -33,14 +34,15 @@ under the study's unclipped Adam (its gmc and topr again, with the diagnostics, 
 replay of the committed runs they reuse)."""
 
 GRIDS = {
-    "mechanism": Study("mechanism", grid_out("mechanism"), {**STUDY_BASE, "mechanism_diagnostics": True},
+    "mechanism": Grid("mechanism", grid_out("mechanism"), {**STUDY_BASE, "mechanism_diagnostics": True},
                        {"long": HORIZONS["long"]}, (), delays=(64,), seeds=tuple(range(10)), floor=(),
                        arms=MECHANISM_ARMS,
+                       pairs=("primary",),
                        doc="why GMC fails on long completions (docs/PREREGISTRATION-MECHANISM.md): optimiser arms "
                            "(sgd, adamclip, adamwclip) x gmc, is, tic_mask, tic_trunc, topr + a delay-0 run each, and "
                            "scheme arms under unclipped Adam (gmc, topr, gmc_cap, gmc_topr, topr_gmc, snis; gmc_cap "
                            "kappa 2), long horizon, d = 64, 10 paired seeds (250 runs of 200 updates)"),
-    "pilot_sgd": Study("pilot_sgd", grid_out("pilot_sgd"), STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(),
+    "pilot_sgd": Grid("pilot_sgd", grid_out("pilot_sgd"), STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(),
                        seeds=(0,), floor=(),
                        arms=tuple(Arm(f"sgd{lr:g}", {"optimizer": "sgd", "lr": lr}, ()) for lr in SGD_PILOT_LRS),
                        doc="SGD (fixed step, no momentum) at delay 0, long horizon, step sizes "

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from figures import style
 from figures.mdhtml import interval, plain
-from schema.results import MECHANISM, STUDY, MissingResults
+from grids.folders import MECHANISM, STUDY
+from schema.results import MissingResults
 from studies.mechanism.figures import FIGURES
 
 
@@ -105,8 +106,8 @@ def scale_lines(m5: dict) -> list[str]:
 
 
 def _drift_cells(v) -> str:
-    """A drift table row's :data:`llm_runs.mechanism_table.DRIFT_COLUMNS` cells ("-" for NaN)."""
-    from llm_runs.mechanism_table import DRIFT_COLUMNS
+    """A drift table row's :data:`grids.mechanism_table.DRIFT_COLUMNS` cells ("-" for NaN)."""
+    from grids.mechanism_table import DRIFT_COLUMNS
 
     return " | ".join(f"{v[c]:.3g}" if v[c] == v[c] else "-" for c in DRIFT_COLUMNS)
 
@@ -164,13 +165,13 @@ def variant_pick(runs, res: dict) -> str | None:
 
 def drift_lines(runs, study: Path, root: Path) -> list[str]:
     """How far each arm's policy drifts from its behaviour policy at d = 64, and what its update does."""
-    from llm_runs.mechanism_table import drift_table
+    from grids.mechanism_table import drift_table
 
     tab = drift_table(runs, study, root)
     if tab.empty:
         return []
     out = [("**How far each optimiser's policy is from the one that sampled its batch** (d = 64; per run the median "
-            "over its updates, then the median over runs; `llm_runs.mechanism_table.drift_table`; "
+            "over its updates, then the median over runs; `grids.mechanism_table.drift_table`; "
             "the committed runs have no "
             "`mech/` columns). The delay is counted in updates; what an estimator faces is how far those updates "
             "moved the policy."), "",
@@ -190,7 +191,7 @@ def drift_lines(runs, study: Path, root: Path) -> list[str]:
 
 def _drift_map_answer() -> str:
     """D1's answer (the drift map's pre-registered test of rule against drift) once it is decided; "" before."""
-    from studies.drift.section import d1_sentence, read_verdicts
+    from studies.drift.verdict_text import d1_sentence, read_verdicts
 
     return d1_sentence(read_verdicts())
 
@@ -215,7 +216,7 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
         root = MECHANISM.require()
     except MissingResults as e:
         return md + [f"*{e}*", ""], missing
-    from llm_runs.mechanism_table import load
+    from grids.mechanism_table import load
     from studies.mechanism.analysis import analyse
     from studies.replicate.section import survival_lines
 
@@ -231,7 +232,7 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
                 "computes the warm start its runs record: the same settings give another warm start on a CPU that "
                 "rounds differently (docs/LLM.md, \"The runs depend on the CPU\"), "
                 "and the grid refuses to add runs there "
-                "(`llm_runs.grid_check`), as it did on the AVX-512/AMX machine of 2026-12-02 (long warm start: "
+                "(`grids.check`), as it did on the AVX-512/AMX machine of 2026-12-02 (long warm start: "
                 "held-out pc 0.010 there against 0.514)."), ""]
     if seeds:
         res = analyse(study, root)

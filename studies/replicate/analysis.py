@@ -21,14 +21,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from llm_runs.run_table import bootstrap, grid_folder, read_runs, share_ci
+from grids import grid_folder
+from grids.run_table import bootstrap, read_runs, share_ci
 from stats import newcombe
 
 GRID = "replicate_avx2"
 FORMAT = "gmc-grpo-replicate/1"
 SEEDS_NEEDED = 10
 COMMITTED = {"study": "primary", "sgd": "mechanism", "adamwclip": "mechanism"}
-"""Replicate arm -> the committed grid it replicates (its folder: :func:`llm_runs.run_table.grid_folder`)."""
+"""Replicate arm -> the committed grid it replicates (its folder: :func:`grids.grid_folder`)."""
 
 
 def _arm(run: str) -> str:
@@ -55,10 +56,10 @@ def read(root: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def whole_seeds(rep: pd.DataFrame) -> list[int]:
-    from studies.grids import STUDIES
+    from studies.grids import GRIDS
 
     done = set(rep.loc[rep["complete"], "run"])
-    return [s for s in STUDIES[GRID].seeds if all(c.name in done for c in STUDIES[GRID].cells() if c.seed == s)]
+    return [s for s in GRIDS[GRID].seeds if all(c.name in done for c in GRIDS[GRID].cells() if c.seed == s)]
 
 
 def cells(rep: pd.DataFrame, com: pd.DataFrame, seeds: list[int]) -> list[dict]:

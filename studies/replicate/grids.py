@@ -2,7 +2,8 @@
 Run with ``python -m studies.run --grid replicate_avx2``."""
 from __future__ import annotations
 
-from llm_runs.grids import AVX2_KERNELS, HORIZONS, STUDY_BASE, Arm, Study, grid_out
+from grids import Arm, Grid, grid_out
+from llm_runs.reference import AVX2_KERNELS, HORIZONS, STUDY_BASE
 
 from ..mechanism.grids import MECHANISM_ARMS, MECHANISM_ESTIMATORS
 
@@ -19,9 +20,10 @@ def replicate_arms() -> tuple[Arm, ...]:
 
 
 GRIDS = {
-    "replicate_avx2": Study("replicate_avx2", grid_out("replicate_avx2"), STUDY_BASE, {"long": HORIZONS["long"]}, (),
+    "replicate_avx2": Grid("replicate_avx2", grid_out("replicate_avx2"), STUDY_BASE, {"long": HORIZONS["long"]}, (),
                             delays=(64,), seeds=tuple(range(10)), floor=(), arms=replicate_arms(),
                             kernel_env=AVX2_KERNELS,
+                            pairs=("primary", "mechanism"),
                             doc="the second-rounding replicate (docs/PREREGISTRATION-REPLICATE.md): the study's long "
                                 "horizon cells (gmc, is, tic_mask, tic_trunc, topr, gspo at d = 64 and d = 0), the "
                                 "mechanism grid's SGD gmc, is, tic_mask and AdamW + clip gmc, is, tic_mask, tic_trunc, "

@@ -14,7 +14,7 @@ from studies.replicate.analysis import SEEDS_NEEDED
 
 def comparison_path() -> Path:
     """The replicate's ``comparison.json``, in the folder the grid table names."""
-    from llm_runs.run_table import grid_folder
+    from grids import grid_folder
 
     return grid_folder("replicate_avx2") / "comparison.json"
 

@@ -2,11 +2,11 @@
 
     python -m studies.staleness [--root results/llm/study] [--json results/llm/study/verdicts.json]
 
-Reads every run folder under ``root`` through :func:`llm_runs.run_table.read_runs` (final held-out
+Reads every run folder under ``root`` through :func:`grids.run_table.read_runs` (final held-out
 pc, the area under its pc curve, the stability flag, :func:`schema.results.run_summary`,
 :data:`schema.results.UNSTABLE_RULE`), forms paired differences across estimators of one seed, and
 prints a verdict (CONFIRMED / REFUTED / INCONCLUSIVE) for each hypothesis with its numbers. Every
-constant of the rule is a constant of :mod:`llm_runs.run_table`, bound here too, so the file and the
+constant of the rule is a constant of :mod:`grids.run_table`, bound here too, so the file and the
 pre-registration cannot drift apart (the pre-registration quotes them).
 """
 from __future__ import annotations
@@ -18,11 +18,18 @@ import sys
 
 import pandas as pd
 
-from llm_runs.run_table import (  # noqa: F401  (the rule's names, which the pre-registration quotes)
-    ALPHA,
-    BOOT_SEED,
+from grids import grid_folder  # noqa: F401  (the rule's names, which the pre-registration quotes)
+from grids.bound_table import (  # noqa: F401
     BOUND_COLUMNS,
     BOUND_FORMS,
+    RAW_BOUND_COLUMNS,
+    bound_ratio,
+    bound_table,
+    recomputed_bound,
+)
+from grids.run_table import (  # noqa: F401
+    ALPHA,
+    BOOT_SEED,
     CELL,
     COLLAPSE_FRACTION,
     DIFFERENCE_METRICS,
@@ -34,19 +41,14 @@ from llm_runs.run_table import (  # noqa: F401  (the rule's names, which the pre
     MIN_SEEDS,
     N_RESAMPLES,
     PRIMARY,
-    RAW_BOUND_COLUMNS,
-    STABLE_FRACTION,
     TRAJECTORY,
     _interval,
     _study_folders,
     bootstrap,
-    bound_ratio,
-    bound_table,
     collapse_timing,
     differences,
     differences_table,
     exploratory_estimators,
-    grid_folder,
     holm,
     masked_update_fraction,
     p_below,
@@ -55,7 +57,6 @@ from llm_runs.run_table import (  # noqa: F401  (the rule's names, which the pre
     read_paired,
     read_runs,
     read_traces,
-    recomputed_bound,
     run_row,
     seeds_for_power,
     share_ci,
@@ -64,6 +65,7 @@ from llm_runs.run_table import (  # noqa: F401  (the rule's names, which the pre
     with_exploratory,
 )
 from schema.io import dumps_json
+from schema.stability import STABLE_FRACTION
 
 # --------------------------------------------------------------------------- the hypotheses
 

@@ -2,7 +2,8 @@
 delay-0 pilots that sized them (docs/PREREGISTRATION.md). Run with ``python -m studies.run --grid NAME``."""
 from __future__ import annotations
 
-from llm_runs.grids import HORIZONS, STUDY_BASE, Study, grid_out
+from grids import Grid, grid_out
+from llm_runs.reference import HORIZONS, STUDY_BASE
 
 HORIZON_TERMS = (2, 3, 4, 5, 6, 7)
 """The horizon grid's operand counts: scratchpad completions of H = 3 (terms - 1) = 3, 6, ..., 18 tokens."""
@@ -42,19 +43,19 @@ ESTIMATORS = ("gmc", "is", "tic_mask", "tic_trunc", "token_clip", "gspo", "m2po"
               "seq_tis_bn")
 
 GRIDS = {
-    "primary": Study("primary", grid_out("primary"), STUDY_BASE, HORIZONS, ESTIMATORS, delays=(16, 64),
+    "primary": Grid("primary", grid_out("primary"), STUDY_BASE, HORIZONS, ESTIMATORS, delays=(16, 64),
                      seeds=tuple(range(10)),
                      doc="11 estimators x delays 16, 64 + stale at 64 + one delay-0 run, x short and long "
                          "horizon, x 10 paired seeds (480 runs of 200 updates)"),
-    "horizon": Study("horizon", grid_out("horizon"), HORIZON_BASE, HORIZON_GRID, ("gmc",), delays=(16,),
+    "horizon": Grid("horizon", grid_out("horizon"), HORIZON_BASE, HORIZON_GRID, ("gmc",), delays=(16,),
                      seeds=(0, 1, 2), floor=(), zero_delay=None,
                      doc="chi^2 against the horizon: GMC at delay 16 on the scratchpad task with 2..7 operands "
                          "(H = 3..18 tokens), 60 updates, 3 seeds (18 runs)"),
-    "pilot": Study("pilot", grid_out("pilot"), STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1, 2),
+    "pilot": Grid("pilot", grid_out("pilot"), STUDY_BASE, {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1, 2),
                    floor=(), doc="delay 0, long horizon, 3 seeds: the learning curve, step costs and seed spread"),
-    "pilot_short": Study("pilot_short", grid_out("pilot_short"), STUDY_BASE, {"short": HORIZONS["short"]}, (),
+    "pilot_short": Grid("pilot_short", grid_out("pilot_short"), STUDY_BASE, {"short": HORIZONS["short"]}, (),
                          delays=(), seeds=(0, 1, 2), floor=(), doc="the same at the short horizon"),
-    "pilot_long_steps": Study("pilot_long_steps", grid_out("pilot_long_steps"),
+    "pilot_long_steps": Grid("pilot_long_steps", grid_out("pilot_long_steps"),
                               {**STUDY_BASE, "steps": 800, "eval_every": 40, "checkpoint_every": 100},
                               {"long": HORIZONS["long"]}, (), delays=(), seeds=(0, 1, 2), floor=(),
                               doc="delay 0, long horizon, 800 updates (four times the study's), 3 seeds: how much "

@@ -2,7 +2,7 @@
 ``results/llm/study/verdicts.json`` with the numbers behind each, the paired differences, the verdicts had
 the grid stopped earlier, the realised mass bias against THEORY's bound, the plain answer and its
 figures (F10-F13). Renders only: every number is computed by :mod:`studies.staleness.analysis` and
-:mod:`llm_runs.run_table`."""
+:mod:`grids.run_table`."""
 from __future__ import annotations
 
 import os
@@ -167,7 +167,7 @@ def step_size_first() -> list[str]:
     """The drift map's D7 leads the plain answer when it holds (docs/PREREGISTRATION-DRIFT.md: "If it holds, the
     plain answer leads with the step size"), then what the map says at the user's drift; nothing before it is
     decided."""
-    from studies.drift.section import drift_guide, read_verdicts, step_control_sentence, step_size_lead
+    from studies.drift.verdict_text import drift_guide, read_verdicts, step_control_sentence, step_size_lead
 
     v, name = read_verdicts(), (lambda e: plain(style.label(e)))
     return [x for text in (step_size_lead(v, name=name), step_control_sentence(v), drift_guide(v, name=name)) if text
@@ -177,9 +177,11 @@ def step_size_first() -> list[str]:
 def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tuple[list[str], list[str]]:
     """The report's first section: the staleness study's verdicts, tables, plain answer and figures.
     Returns (markdown lines, names of figures not drawn)."""
-    from schema.results import STUDY, VERDICTS, read_json
+    from grids.folders import STUDY, VERDICTS
+    from schema.results import read_json
+    from schema.stability import STABLE_FRACTION
     from studies.replicate.section import survival_lines
-    from studies.staleness.analysis import MIN_SEEDS, STABLE_FRACTION, bound_table, exploratory_estimators
+    from studies.staleness.analysis import MIN_SEEDS, bound_table, exploratory_estimators
     from studies.staleness.figures.f10_study_differences import load as load_runs
 
     md = ["## Staleness study (headline)", "",
@@ -230,13 +232,13 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     md += differences_markdown(runs) + [""]
     md += ["### THEORY §3's mass-bias bound at LLM scale", "",
            ("Per update of every complete run: the realised mass bias against its bound at the batch's plug-in chi^2 "
-           "(`llm_runs.run_table.bound_table`; a ratio above 1 is a failure)."), ""]
+           "(`grids.bound_table.bound_table`; a ratio above 1 is a failure)."), ""]
     try:
         md += bound_markdown(bound_table(STUDY.require())) + [""]
         md += [("The same updates against the one table's tight form "
                 "(`bounds.mass_bound(..., form=\"tight\")`: Scarf's "
                 "bound for GMC and TIC-trunc, unchanged for TIC-mask and stale), recomputed from the logged chi^2 and "
-                "mu_4 (`llm_runs.run_table.bound_table(..., form=\"tight\")`); "
+                "mu_4 (`grids.bound_table.bound_table(..., form=\"tight\")`); "
                 "the logged column above is Theorem 2's form "
                 "(`llm_runs.theory.BOUND_FORM`)."), ""]
         md += bound_markdown(bound_table(STUDY.require(), form="tight")) + [""]

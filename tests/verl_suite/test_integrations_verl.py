@@ -72,10 +72,10 @@ def actor_config(cfg: DictConfig):
     return instantiate(OmegaConf.create(OmegaConf.to_container(cfg.actor_rollout_ref.actor, resolve=True)))
 
 
-def random_batch(seed: int, num_groups: int, G: int, T: int = 7, spread: float = 0.35, binary: bool = True):
+def random_batch(seed: int, prompts_per_step: int, G: int, T: int = 7, spread: float = 0.35, binary: bool = True):
     """Interleaved groups (as verl's ``batch.repeat(interleave=True)``), rewards, behaviour log-probs."""
     g = torch.Generator().manual_seed(seed)
-    B = num_groups * G
+    B = prompts_per_step * G
     mask = torch.rand(B, T, generator=g) < 0.8
     mask[:, 0] = True
     old = -3 * torch.rand(B, T, generator=g, dtype=torch.float64)
@@ -85,7 +85,7 @@ def random_batch(seed: int, num_groups: int, G: int, T: int = 7, spread: float =
     score = torch.randint(0, 2, (B,), generator=g).to(torch.float64) if binary else torch.rand(B, generator=g,
                                                                                               dtype=torch.float64)
     rewards[torch.arange(B), last] = score
-    index = np.repeat(np.array([f"uid-{k}" for k in range(num_groups)], dtype=object), G)
+    index = np.repeat(np.array([f"uid-{k}" for k in range(prompts_per_step)], dtype=object), G)
     return SimpleNamespace(B=B, mask=mask, old=old, new=new, rewards=rewards, index=index)
 
 
@@ -160,7 +160,7 @@ def test_snippet_loss_equals_core_surrogate_and_closed_form_gradient(snippet_cfg
     actor = actor_config(cfg)
     G, eps = cfg.actor_rollout_ref.rollout.n, cfg.actor_rollout_ref.actor.clip_ratio_high
     assert actor.rollout_n == G and actor.ppo_micro_batch_size_per_gpu % G == 0
-    batch = random_batch(seed=11, num_groups=4, G=G)
+    batch = random_batch(seed=11, prompts_per_step=4, G=G)
 
     adv_fn = core_algos.get_adv_estimator_fn(cfg.algorithm.adv_estimator)
     adv, _ = adv_fn(token_level_rewards=batch.rewards, response_mask=batch.mask.double(), index=batch.index,
@@ -212,7 +212,7 @@ def test_2025_trajectory_peers_register_through_verl_and_equal_their_closed_form
     cfg = verl_config(snippet_overrides() + [f"actor_rollout_ref.actor.policy_loss.loss_mode={scheme}", *length])
     actor = actor_config(cfg)
     G, eps = cfg.actor_rollout_ref.rollout.n, cfg.actor_rollout_ref.actor.clip_ratio_high
-    batch = random_batch(seed=11, num_groups=4, G=G)
+    batch = random_batch(seed=11, prompts_per_step=4, G=G)
     adv_fn = core_algos.get_adv_estimator_fn(cfg.algorithm.adv_estimator)
     adv, _ = adv_fn(token_level_rewards=batch.rewards, response_mask=batch.mask.double(), index=batch.index,
                     config=instantiate(cfg.algorithm))
@@ -238,7 +238,7 @@ def test_tic_trunc_without_capping_is_plain_is_and_not_vanilla(snippet_cfg):
     big = 1e6
     cfg = verl_config(snippet_overrides() + [f"actor_rollout_ref.actor.clip_ratio_high={big}"])
     G = cfg.actor_rollout_ref.rollout.n
-    batch = random_batch(seed=5, num_groups=3, G=G)
+    batch = random_batch(seed=5, prompts_per_step=3, G=G)
     adv, _ = core_algos.get_adv_estimator_fn("gmc_loo")(token_level_rewards=batch.rewards,
                                                         response_mask=batch.mask.double(), index=batch.index)
     results = {}
@@ -262,7 +262,7 @@ def test_engine_path_groups_rows_by_uid_in_any_order(snippet_cfg):
     G = actor.rollout_n
     loss_fn = core_algos.get_policy_loss_fn("gmc")
     adv_fn = core_algos.get_adv_estimator_fn("gmc_loo")
-    batch = random_batch(seed=5, num_groups=3, G=G, binary=False, spread=0.6)
+    batch = random_batch(seed=5, prompts_per_step=3, G=G, binary=False, spread=0.6)
     adv, _ = adv_fn(token_level_rewards=batch.rewards, response_mask=batch.mask.double(), index=batch.index)
     actor.global_batch_info.update(dp_size=1, global_batch_size=batch.B)
     actor.ppo_micro_batch_size_per_gpu = batch.B
@@ -298,7 +298,7 @@ def test_split_groups_give_clear_errors(snippet_cfg):
     G = actor.rollout_n
     loss_fn = core_algos.get_policy_loss_fn("gmc")
     adv_fn = core_algos.get_adv_estimator_fn("gmc_loo")
-    batch = random_batch(seed=3, num_groups=4, G=G, binary=False)  # continuous: no group sums to 0 by chance
+    batch = random_batch(seed=3, prompts_per_step=4, G=G, binary=False)  # continuous: no group sums to 0 by chance
     adv, _ = adv_fn(token_level_rewards=batch.rewards, response_mask=batch.mask.double(), index=batch.index)
     call = {"old_log_prob": batch.old, "log_prob": batch.new, "advantages": adv, "response_mask": batch.mask,
             "loss_agg_mode": "token-mean", "rollout_is_weights": None, "rollout_log_probs": batch.old}
@@ -368,7 +368,7 @@ def test_old_style_four_tuple_detected_and_returned():
     assert {"gmc", "tic_mask", "tic_trunc"} <= set(names) <= set(fake.POLICY_LOSS_REGISTRY)
 
     G, eps = 4, 0.2
-    batch = random_batch(seed=8, num_groups=3, G=G, spread=0.5)
+    batch = random_batch(seed=8, prompts_per_step=3, G=G, spread=0.5)
     adv, _ = verl_integration.grouped_advantages("loo", batch.rewards, batch.mask.double(), batch.index)
     old_cfg = OmegaConf.create({"clip_ratio": eps, "clip_ratio_high": None, "shuffle": False,
                                 "ppo_micro_batch_size_per_gpu": batch.B,
@@ -422,7 +422,7 @@ def test_rollout_is_weights_sequence_level_only(snippet_cfg):
     recomputed = ["+actor_rollout_ref.actor.policy_loss.behaviour=recomputed"]
     actor = actor_config(verl_config(snippet_overrides() + recomputed))
     G = actor.rollout_n
-    batch = random_batch(seed=21, num_groups=2, G=G, binary=False)
+    batch = random_batch(seed=21, prompts_per_step=2, G=G, binary=False)
     adv, _ = core_algos.get_adv_estimator_fn("gmc_loo")(token_level_rewards=batch.rewards,
                                                         response_mask=batch.mask.double(), index=batch.index)
     actor.global_batch_info.update(dp_size=1, global_batch_size=batch.B)
@@ -457,7 +457,7 @@ def test_every_knob_set_under_policy_loss_reaches_the_loss(snippet_cfg, scheme, 
                                                                                   resolve=True)))
     assert {k: converted.policy_loss[k] for k in knobs} == knobs
     G, eps = cfg.actor_rollout_ref.rollout.n, cfg.actor_rollout_ref.actor.clip_ratio_high
-    batch = random_batch(seed=12, num_groups=4, G=G, spread=0.6, binary=False)
+    batch = random_batch(seed=12, prompts_per_step=4, G=G, spread=0.6, binary=False)
     batch.mask[:] = True  # every response has T tokens: L = T exactly
     T = batch.mask.shape[1]
     adv, _ = core_algos.get_adv_estimator_fn("gmc_loo")(token_level_rewards=batch.rewards,
@@ -479,7 +479,7 @@ def test_every_knob_set_under_policy_loss_reaches_the_loss(snippet_cfg, scheme, 
 def test_a_knob_the_loss_does_not_take_is_refused(snippet_cfg):
     cfg = verl_config(snippet_overrides() + ["+actor_rollout_ref.actor.policy_loss.kappa=2.0"])  # loss_mode gmc
     actor = actor_config(cfg)
-    batch = random_batch(seed=13, num_groups=2, G=cfg.actor_rollout_ref.rollout.n)
+    batch = random_batch(seed=13, prompts_per_step=2, G=cfg.actor_rollout_ref.rollout.n)
     adv, _ = core_algos.get_adv_estimator_fn("gmc_loo")(token_level_rewards=batch.rewards,
                                                           response_mask=batch.mask.double(), index=batch.index,
                                                           config=instantiate(cfg.algorithm))

@@ -9,7 +9,7 @@ from verl.trainer.ppo.core_algos import compute_optimal_token_baseline_advantage
 
 from llm_runs.stepsize import otb_advantages
 
-LENGTHS = {  # (num_groups, G) response lengths, T = 7
+LENGTHS = {  # (prompts_per_step, G) response lengths, T = 7
     "unique_longest": [[7, 3, 5, 2], [4, 4, 6, 1], [2, 2, 2, 2]],
     "tied_longest": [[7, 7, 3, 1], [5, 1, 5, 5], [6, 6, 6, 6]],
     "single": [[4], [7], [1]],

@@ -84,7 +84,7 @@ def test_the_rollouts_log_probs_move_gmcs_weights_and_ess():
     old_log_prob (equal to log_prob here, as on verl's first mini-batch, where the decoupled ratio is 1)."""
     actor = actor_config(verl_config(snippet_overrides()))
     G = actor.rollout_n
-    batch = random_batch(seed=31, num_groups=2, G=G, binary=False, spread=0.5)
+    batch = random_batch(seed=31, prompts_per_step=2, G=G, binary=False, spread=0.5)
     adv, _ = core_algos.get_adv_estimator_fn("gmc_loo")(token_level_rewards=batch.rewards,
                                                         response_mask=batch.mask.double(), index=batch.index)
     actor.global_batch_info.update(dp_size=1, global_batch_size=batch.B)
@@ -109,7 +109,7 @@ def test_a_rejected_response_weighs_zero_and_its_group_is_computed_over_the_kept
     over its kept responses (THEORY §1-2 with G = k), equal to the core loss on the kept rows."""
     actor = actor_config(verl_config(snippet_overrides()))
     G = actor.rollout_n
-    batch = random_batch(seed=41, num_groups=2, G=G, binary=False, spread=0.6)
+    batch = random_batch(seed=41, prompts_per_step=2, G=G, binary=False, spread=0.6)
     rejected = [1, G + 2, G + 5]
     batch.mask[rejected] = False
     adv, _ = core_algos.get_adv_estimator_fn("gmc_loo")(token_level_rewards=batch.rewards,

@@ -105,7 +105,8 @@ from .advantages import _ESTIMATOR_FNS, ADVANTAGE_ESTIMATORS, grouped_advantages
 from .compat import INSTALL_HINT, METRICS_STYLE, TUPLE4_STYLE, core_algos_or_none, return_style
 from .cpu import CPU_PLATFORM, cpu_platform, init_cpu_process_group, register_cpu_engines
 from .engine import EngineLoss, check_whole_groups_on_rank, patch_engine_path, regroup_by_uid
-from .losses import (
+from .losses import group_ids, group_order, make_policy_loss, rows_by_uid, trajectory_policy_loss
+from .settings import (
     BEHAVIOURS,
     PLUGIN_SETTINGS,
     behaviour_from,
@@ -113,14 +114,9 @@ from .losses import (
     eps_from,
     estimator_options_from,
     extend_policy_loss_config,
-    group_ids,
-    group_order,
     group_size_from,
-    make_policy_loss,
     policy_loss_names,
-    rows_by_uid,
     scheme_options_from,
-    trajectory_policy_loss,
 )
 
 __all__ = [
@@ -186,7 +182,7 @@ def register(core_algos=None) -> list[str]:
 
 def patch_config_validation() -> bool:
     """Make verl's ``validate_config`` (verl/utils/config.py) refuse the rollout-correction settings the
-    plugin's losses cannot honour (:func:`~llm_runs.integrations.verl.losses.check_rollout_correction`): it
+    plugin's losses cannot honour (:func:`~llm_runs.integrations.verl.settings.check_rollout_correction`): it
     wraps ``_validate_router_replay_config(actor_config, rollout_correction)``, the one check there that sees
     both the actor's policy-loss config and ``algorithm.rollout_correction``, and that ``validate_config``
     calls after building the actor config (which, through ``policy_loss._target_``, imports the plugin).

@@ -5,16 +5,8 @@ from __future__ import annotations
 from estimators._compat import renamed_keywords
 
 from .compat import _cfg
-from .losses import (
-    eps_from,
-    group_ids,
-    group_size_from,
-    policy_loss_names,
-    rollout_log_probs,
-    rows_by_uid,
-    step_controls_from,
-    whole_groups,
-)
+from .losses import group_ids, rollout_log_probs, rows_by_uid, whole_groups
+from .settings import eps_from, group_size_from, policy_loss_names, step_controls_from
 
 
 def _rollout_log_probs(data):
@@ -47,7 +39,7 @@ class EngineLoss:
     """verl's engine loss (``partial(ppo_loss, config=...)``) with the micro-batch's prompt uids
     handed to the plugin's policy loss, which ``ppo_loss`` calls without them."""
 
-    @renamed_keywords(scheme="estimator")
+    @renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
     def __init__(self, inner, estimator: str):
         self.inner, self.estimator = inner, estimator
         self.keywords = getattr(inner, "keywords", {})  # still looks like the partial verl built

@@ -1,5 +1,6 @@
 """The plugin's verl policy losses: every trajectory scheme of :mod:`estimators` on one verl
-micro-batch, with the checks that a micro-batch holds whole groups (see :mod:`llm_runs.integrations.verl`)."""
+micro-batch, with the checks that a micro-batch holds whole groups (see :mod:`llm_runs.integrations.verl`); the
+settings they read from verl's config are :mod:`llm_runs.integrations.verl.settings`."""
 from __future__ import annotations
 
 import contextlib
@@ -10,215 +11,7 @@ from estimators._compat import renamed_keywords
 
 from .._common import batch_options, metric_names
 from .compat import METRICS_STYLE, TUPLE4_STYLE, _cfg
-
-
-def policy_loss_names() -> list[str]:
-    """The verl policy-loss names the plugin registers: the trajectory schemes of :mod:`estimators`
-    (:func:`estimators.losses.loss_names` also lists the token-level losses, which verl has its own of)."""
-    import estimators
-
-    return list(estimators.SCHEMES)
-
-
-def group_size_from(config) -> int:
-    """G: ``config.rollout_n`` (filled by verl from ``actor_rollout_ref.rollout.n``), else
-    ``config.policy_loss.group_size`` (older DictConfig-based verl)."""
-    G = _cfg(config, "rollout_n")
-    source = "actor.rollout_n (from actor_rollout_ref.rollout.n)"
-    if G is None:
-        G = _cfg(_cfg(config, "policy_loss", {}) or {}, "group_size")
-        source = "actor.policy_loss.group_size"
-    if G is None:
-        raise ValueError(
-            "the trajectory loss needs the group size G: set actor_rollout_ref.rollout.n "
-            "(verl copies it to actor.rollout_n) or, on old verl, +actor_rollout_ref.actor.policy_loss.group_size"
-        )
-    if isinstance(G, bool) or not isinstance(G, int) or G < 2:
-        raise ValueError(f"{source} = {G!r}: group-relative trajectory losses need groups of G >= 2")
-    return G
-
-
-def eps_from(config) -> float:
-    """eps of the cap 1+eps: ``actor.clip_ratio_high`` (else ``actor.clip_ratio``)."""
-    eps = _cfg(config, "clip_ratio_high")
-    if eps is None:
-        eps = _cfg(config, "clip_ratio")
-    if eps is None:
-        raise ValueError("actor.clip_ratio_high and actor.clip_ratio are both None: the cap 1+eps needs eps; set "
-                         "actor_rollout_ref.actor.clip_ratio_high (e.g. 0.28)")
-    try:
-        return float(eps)
-    except (TypeError, ValueError):
-        raise ValueError(f"actor.clip_ratio_high / clip_ratio must be a number (eps of the cap 1+eps), got {eps!r}") \
-            from None
-
-
-BEHAVIOURS = ("rollout", "recomputed")
-"""``actor.policy_loss.behaviour``: the ratio pi_theta / pi_rollout against the ``rollout_log_probs`` the batch
-carries (``rollout``, the default), or verl's decoupled pi_theta / pi_old against the ``old_log_prob`` the
-actor recomputes at the start of each step (``recomputed``)."""
-PLUGIN_SETTINGS = {"behaviour": "rollout", "ess_scaling": "none", "ess_base_ratio": 1.0, "ess_use_clipped": False,
-                   "gmc_step": False}
-"""The plugin's own settings under ``actor.policy_loss`` (never a knob) and their defaults: which ratio, and
-the step-size controls of :mod:`llm_runs.stepsize` (installed on the actor's engine by the plugin)."""
-VERL_POLICY_LOSS_FIELDS = ("_target_", "loss_mode", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
-                           "ppo_kl_coef", "dro_beta", "rollout_correction", "group_size", *PLUGIN_SETTINGS)
-"""Keys of ``actor.policy_loss`` that are verl's own (verl 0.9.1's ``PolicyLossConfig``), the plugin's
-settings (:data:`PLUGIN_SETTINGS`) or ``group_size`` (old verl): never a knob."""
-
-
-def behaviour_from(config) -> str:
-    """``actor.policy_loss.behaviour`` (default ``rollout``), checked."""
-    pl = _cfg(config, "policy_loss", None)
-    b = _cfg(pl, "behaviour", None) if pl is not None else None
-    b = PLUGIN_SETTINGS["behaviour"] if b is None else b
-    if b not in BEHAVIOURS:
-        raise ValueError(f"actor.policy_loss.behaviour = {b!r}; valid: {', '.join(BEHAVIOURS)}")
-    return b
-
-
-def step_controls_from(config) -> dict | None:
-    """The step-size controls set under ``actor.policy_loss`` (the names of :class:`llm_runs.stepsize.StepControl`),
-    None when none is on."""
-    from ...stepsize import StepControl, is_active
-
-    pl = _cfg(config, "policy_loss", None)
-    if pl is None:
-        return None
-    given = {k: _cfg(pl, k, None) for k in ("ess_scaling", "ess_base_ratio", "ess_use_clipped", "gmc_step")}
-    given = {k: (PLUGIN_SETTINGS[k] if v is None else v) for k, v in given.items()}
-    control = StepControl(estimator=_cfg(pl, "loss_mode", "gmc"), eps=eps_from(config), **given)
-    return given if is_active(control) else None
-
-
-def check_rollout_correction(policy_loss, rollout_correction) -> None:
-    """Refuse, when verl validates its config, a rollout-correction setting the plugin's loss cannot honour
-    (verl 0.9.1 ``algorithm.rollout_correction``, ``verl/trainer/ppo/rollout_corr_helper.py``):
-
-    * ``bypass_mode=True``: verl then replaces ``loss_mode`` by its own ``bypass_mode`` loss
-      (``apply_bypass_mode``), so the plugin's loss would never run; ``behaviour=rollout`` (the default) is
-      the plugin's form of it (the ratio against ``rollout_log_probs``, no recomputation needed);
-    * ``rollout_is="token"``: one weight per token; a trajectory loss takes one per response;
-    * ``rollout_is="sequence"`` with ``behaviour=rollout``: verl's weight pi_old / pi_rollout would correct a
-      second time what the plugin's ratio pi_theta / pi_rollout already holds (with ``behaviour=recomputed`` it
-      multiplies the advantage, verl's decoupled form).
-
-    ``rollout_rs`` (rejection, Geo-RS, seq-MIS's mask) is supported: a rejected response has an empty
-    ``response_mask`` and weight 0 in its group (:func:`trajectory_policy_loss`)."""
-    mode = _cfg(policy_loss, "loss_mode", None)
-    if mode not in policy_loss_names() or not rollout_correction:
-        return
-    rc = rollout_correction
-    if _cfg(rc, "bypass_mode", False):
-        raise ValueError(
-            f"algorithm.rollout_correction.bypass_mode=True replaces loss_mode {mode!r} by verl's 'bypass_mode' loss, "
-            "so the plugin's loss would never run: leave bypass_mode False; the plugin's behaviour=rollout (its "
-            "default) already takes the ratio against rollout_log_probs")
-    level = _cfg(rc, "rollout_is", None)
-    if level == "token":
-        raise ValueError(f"algorithm.rollout_correction.rollout_is='token' gives one weight per token; "
-                         f"loss_mode {mode!r} "
-                         "is a trajectory loss (one weight per response): use rollout_is='sequence' with "
-                         "policy_loss.behaviour=recomputed, or no rollout_is")
-    if level == "sequence" and behaviour_from({"policy_loss": policy_loss}) == "rollout":
-        raise ValueError(
-            "algorithm.rollout_correction.rollout_is='sequence' multiplies the advantage by pi_old / pi_rollout, "
-            f"which loss_mode {mode!r} already corrects (policy_loss.behaviour=rollout takes pi_theta / pi_rollout): "
-            "drop rollout_is, or set +actor_rollout_ref.actor.policy_loss.behaviour=recomputed "
-            "for verl's decoupled form")
-
-
-def knob_names() -> list[str]:
-    """Every knob name of every scheme the plugin registers (:data:`estimators.params.PARAMS`)."""
-    from estimators.params import params_of
-
-    return sorted({p.name for s in policy_loss_names() for p in params_of(s)})
-
-
-def _check_plugin_settings(cfg) -> None:
-    """``__post_init__`` of the extended ``PolicyLossConfig``: the plugin's settings are checked when verl
-    builds the actor config (in ``validate_config``, before any worker starts)."""
-    parent = getattr(super(type(cfg), cfg), "__post_init__", None)
-    if parent is not None:
-        parent()
-    if _cfg(cfg, "loss_mode", None) not in policy_loss_names():
-        return
-    behaviour_from({"policy_loss": cfg})
-    from ...stepsize import StepControl
-
-    given = {k: (PLUGIN_SETTINGS[k] if _cfg(cfg, k, None) is None else _cfg(cfg, k))
-             for k in ("ess_scaling", "ess_base_ratio", "ess_use_clipped", "gmc_step")}
-    StepControl(estimator=cfg.loss_mode, **given)  # a bad setting is refused naming it
-
-
-def extend_policy_loss_config() -> type | None:
-    """Make verl's ``PolicyLossConfig`` (a dataclass that refuses fields it does not declare) take every
-    knob of :func:`knob_names` (``None``: not set), so that ``+actor_rollout_ref.actor.policy_loss.kappa=2``
-    reaches :func:`estimator_options_from`: a subclass declaring them replaces it in
-    ``verl.workers.config``, where the configs' ``_target_`` points. Idempotent; returns the class
-    (None: a verl without ``verl.workers.config``). It acts in a process that imported the plugin
-    before building the actor config (verl's workers, through ``external_lib``)."""
-    import dataclasses
-    import importlib
-
-    try:
-        wc = importlib.import_module("verl.workers.config")
-    except ModuleNotFoundError:
-        return None
-    current = getattr(wc, "PolicyLossConfig", None)
-    if current is None or getattr(current, "gmc_plugin_knobs", None) is not None:
-        return current
-    own = {f.name for f in dataclasses.fields(current)}
-    knobs = [k for k in knob_names() if k not in own]
-    settings = [(k, type(v) | None, dataclasses.field(default=None)) for k, v in PLUGIN_SETTINGS.items()
-                if k not in own]
-    ext = dataclasses.make_dataclass("PolicyLossConfig", [(k, float | None, dataclasses.field(default=None))
-                                                          for k in knobs] + settings, bases=(current,),
-                                     namespace={"__post_init__": _check_plugin_settings})
-    ext.__module__ = current.__module__
-    ext.gmc_plugin_knobs = tuple(knobs)
-    for module in {wc, importlib.import_module(current.__module__)}:
-        if getattr(module, "PolicyLossConfig", None) is current:
-            module.PolicyLossConfig = ext
-    return ext
-
-
-@renamed_keywords(scheme="estimator")
-def estimator_options_from(config, estimator: str) -> dict:
-    """The knobs of ``estimator`` set in verl's actor config, each under ``actor.policy_loss.<knob>``
-    (``+actor_rollout_ref.actor.policy_loss.kappa=2`` for ``gmc_cap``; the names of
-    :data:`estimators.params.PARAMS`), checked (:func:`estimators.losses.check_options`). A key there
-    that is neither verl's own (:data:`VERL_POLICY_LOSS_FIELDS`) nor a knob of ``estimator`` is refused
-    naming it, a knob of another estimator included; a knob left unset (absent or None) takes its
-    default, except a completion length (``seq_geo_mask``'s ``length``), which comes from the batch."""
-    from estimators.losses import check_options
-    from estimators.params import params_of
-
-    pl = _cfg(config, "policy_loss", None)
-    if pl is None:
-        return {}
-    if hasattr(pl, "keys"):
-        keys = list(pl.keys())
-    else:
-        import dataclasses
-
-        keys = [f.name for f in dataclasses.fields(pl)] if dataclasses.is_dataclass(pl) else []
-    mine = {p.name for p in params_of(estimator)}
-    given = {k: _cfg(pl, k) for k in keys if k not in VERL_POLICY_LOSS_FIELDS and _cfg(pl, k) is not None}
-    unknown = sorted(set(given) - mine)
-    if unknown:
-        raise ValueError(f"actor.policy_loss sets {unknown}, which loss_mode {estimator!r} does not take (its knobs: "
-                         f"{', '.join(sorted(mine)) or 'none'}); remove them or choose the loss they belong to")
-    check_options(estimator, given)  # a bad value is refused naming the knob
-    return given
-
-
-def scheme_options_from(config, estimator: str) -> dict:
-    """Deprecated name of :func:`estimator_options_from` (a ``DeprecationWarning``)."""
-    import warnings
-
-    warnings.warn("scheme_options_from is deprecated: use estimator_options_from", DeprecationWarning, stacklevel=2)
-    return estimator_options_from(config, estimator)
+from .settings import behaviour_from, eps_from, estimator_options_from, group_size_from
 
 
 def _check_layout_config(config, B: int, G: int) -> tuple[int, int | None]:
@@ -328,7 +121,7 @@ def group_order(ids, G: int) -> list[int]:
     return [i for r in rows.values() for i in r]
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, response_mask, config,
                            rollout_is_weights=None, group_ids=None, rollout_log_probs=None):
     """``(loss, LossOutput)`` of the trajectory scheme ``estimator`` on one verl micro-batch (see the
@@ -464,7 +257,7 @@ _GROUP_IDS: contextvars.ContextVar = contextvars.ContextVar("gmc_plugin_group_id
 """The prompt uids of the micro-batch whose loss is being computed (set by :class:`EngineLoss`)."""
 
 
-@renamed_keywords(scheme="estimator")
+@renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def make_policy_loss(estimator: str, style: str = METRICS_STYLE):
     """The verl policy-loss function for ``estimator`` in the given return ``style`` (cached)."""
     import estimators

@@ -40,7 +40,7 @@ def record(seq_log_ratio: torch.Tensor, weights: torch.Tensor | None) -> None:
 
 
 def take() -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """The ratios (num_groups, G) and weights recorded since the last call, concatenated over micro-batches."""
+    """The ratios (prompts_per_step, G) and weights recorded since the last call, concatenated over micro-batches."""
     seen = list(_SEEN)
     _SEEN.clear()
     if not seen:

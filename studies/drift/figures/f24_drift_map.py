@@ -16,22 +16,23 @@ import math
 import numpy as np
 
 from figures import style
-from schema.results import GRID_FOLDERS, MissingResults, read_json
+from grids import grid_relpath
+from schema.results import MissingResults, read_json
 from schema.sources import Source
 
 NAME = "f24_drift_map"
 TITLE = "F24. The drift map: each correction's failure boundary on the measured drift, SGD and Adam + clip"
 OPTIMIZERS = {"sgd": "SGD (fixed step)", "adamclip": "Adam + clip 1"}
-MAP = Source(f"{GRID_FOLDERS['drift']}/map.json", (f"{GRID_FOLDERS['drift']}/map.json",),
+MAP = Source(f"{grid_relpath('drift')}/map.json", (f"{grid_relpath('drift')}/map.json",),
              "python -m studies.drift (after python -m studies.run --grid drift)")
-POINTS_2026 = Source(f"{GRID_FOLDERS['corrections_2026']}/verdicts.json",
-                     (f"{GRID_FOLDERS['corrections_2026']}/verdicts.json",),
+POINTS_2026 = Source(f"{grid_relpath('corrections_2026')}/verdicts.json",
+                     (f"{grid_relpath('corrections_2026')}/verdicts.json",),
                      "python -m studies.corrections_2026 (after python -m studies.run --grid corrections_2026)")
 SOURCES = [MAP, POINTS_2026]
 
 
 def path():
-    from llm_runs.run_table import grid_folder
+    from grids import grid_folder
 
     return grid_folder("drift") / "map.json"
 

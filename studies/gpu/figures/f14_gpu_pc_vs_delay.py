@@ -1,9 +1,9 @@
 """F14: the Qwen3-0.6B study on one GPU: final held-out pc against the delay, per estimator.
 
 F11's drawing (:func:`studies.staleness.figures.f11_study_pc_vs_delay.plot`, the same points, intervals and
-warm-start line) of the runs of ``python -m llm_runs.gpu_study`` (``results/llm/gpu_study/``):
+warm-start line) of the runs of ``python -m studies.gpu.run`` (``results/llm/gpu_study/``):
 the long-horizon task, the estimators at the study's large delay and the seed's delay-0 run,
-over the whole seeds (:func:`llm_runs.run_table.whole_seeds`). Not among the figures ``python -m
+over the whole seeds (:func:`grids.run_table.whole_seeds`). Not among the figures ``python -m
 studies.figures`` draws (no GPU, no results): the report draws it when the folder exists.
 """
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 import pandas as pd
 
 from figures import style
-from llm_runs.run_table import run_row, whole_seeds
-from schema.results import GPU_STUDY, read_json, run_folders
+from grids.run_table import run_row, whole_seeds
+from schema.results import read_json, run_folders
+from studies.gpu.grid import GPU_STUDY
 from studies.staleness.figures import f11_study_pc_vs_delay as f11
 
 NAME = "f14_gpu_pc_vs_delay"
@@ -23,9 +24,9 @@ SOURCES = [GPU_STUDY]
 
 
 def read_gpu_runs(root: Path) -> pd.DataFrame:
-    """One row per run folder under ``root`` (:func:`llm_runs.run_table.run_row`, the study's table). Every run
+    """One row per run folder under ``root`` (:func:`grids.run_table.run_row`, the study's table). Every run
     folder must be a run the sweep planned (``sweep.json``'s ``runs``): a foreign one is a ``ValueError``,
-    never mixed in. (The study's own check, :func:`llm_runs.grid_check.audit`, knows the CPU grids only.)"""
+    never mixed in. (The study's own check, :func:`grids.check.audit`, knows the CPU grids only.)"""
     planned = set(read_json(root / "sweep.json").get("runs", [])) if (root / "sweep.json").is_file() else None
     folders = run_folders(root)
     foreign = [p.name for p in folders if planned is not None and p.name not in planned]
@@ -64,7 +65,7 @@ def plot(runs: pd.DataFrame, ax=None):
 
 
 def caption(runs: pd.DataFrame) -> str:
-    return f"{model_label(runs)} (`python -m llm_runs.gpu_study`). " + f11.caption(runs)
+    return f"{model_label(runs)} (`python -m studies.gpu.run`). " + f11.caption(runs)
 
 
 def main(out=None):

@@ -13,19 +13,20 @@ import math
 import numpy as np
 
 from figures import style
-from schema.results import GRID_FOLDERS, MissingResults, read_json
+from grids import grid_relpath
+from schema.results import MissingResults, read_json
 from schema.sources import Source
 
 NAME = "f25_pair_bias_vs_g"
 TITLE = "F25. The bias law at frozen pairs of the LLM's policies: squared relative bias against G (the LLM twin of F1)"
 SHOWN = ("gmc", "tic_trunc", "tic_mask", "is", "snis")
-PAIRS = Source(f"{GRID_FOLDERS['group_size']}/pairs.json", (f"{GRID_FOLDERS['group_size']}/pairs.json",),
+PAIRS = Source(f"{grid_relpath('group_size')}/pairs.json", (f"{grid_relpath('group_size')}/pairs.json",),
                "python -m studies.group_size.pairs")
 SOURCES = [PAIRS]
 
 
 def load() -> dict:
-    from llm_runs.run_table import grid_folder
+    from grids import grid_folder
     from studies.group_size.predictions import OUT
 
     p = grid_folder("group_size") / "pairs.json"

@@ -14,19 +14,20 @@ import math
 import numpy as np
 
 from figures import style
-from schema.results import GRID_FOLDERS, MissingResults, read_json
+from grids import grid_relpath
+from schema.results import MissingResults, read_json
 from schema.sources import Source
 
 NAME = "f26_boundary_vs_g"
 TITLE = "F26. Where each correction fails against the group size G (iso samples B x G = 128, d = 64)"
-VERDICTS = Source(f"{GRID_FOLDERS['group_size']}/verdicts.json", (f"{GRID_FOLDERS['group_size']}/verdicts.json",),
+VERDICTS = Source(f"{grid_relpath('group_size')}/verdicts.json", (f"{grid_relpath('group_size')}/verdicts.json",),
                   "python -m studies.group_size (after python -m studies.run --grid group_size)")
 SOURCES = [VERDICTS]
 G3_LEVEL = "adamclip0.0001"
 
 
 def load() -> dict:
-    from llm_runs.run_table import grid_folder
+    from grids import grid_folder
 
     p = grid_folder("group_size") / "verdicts.json"
     if not p.is_file():

@@ -5,7 +5,7 @@ norm clipped at 1; ``adamwclip``: AdamW + weight decay 0.01 + clip 1, verl's act
 staleness study's unclipped Adam, with the GMC variants), one point per estimator: the mean final
 pc over the seeds complete in every cell of the grid (the whole seeds; before the first whole seed,
 every complete run, marked interim), with the 95% percentile-bootstrap interval of the mean
-(:func:`llm_runs.run_table.bootstrap`). The numbers under each point: stable seeds / seeds. Dotted grey:
+(:func:`grids.run_table.bootstrap`). The numbers under each point: stable seeds / seeds. Dotted grey:
 the warm start; dashed: each arm's delay-0 mean.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 from figures import style
-from llm_runs.mechanism_table import DELAY, load
-from llm_runs.run_table import bootstrap
-from schema.results import MECHANISM, STUDY
+from grids.folders import MECHANISM, STUDY
+from grids.mechanism_table import DELAY, load
+from grids.run_table import bootstrap
 
 NAME = "f20_mechanism_pc"
 TITLE = "F20. Mechanism study: final held-out pc per optimiser and estimator (long horizon, d = 64)"

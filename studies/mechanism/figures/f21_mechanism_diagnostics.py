@@ -6,16 +6,16 @@ and ``stale/``): the cosine between the update's gradient and the IS gradient on
 the heaviest trajectory's share of the gradient norm (``mech/heavy_share``) and the parameter step
 norm (``mech/step_norm``). Lines: the median over runs, per update (a rolling median over 10
 updates), of GMC and TOPR, GMC split into runs that collapsed (dashed) and runs that did not
-(solid); the collapse rule is :func:`llm_runs.run_table.collapse_timing`.
+(solid); the collapse rule is :func:`grids.run_table.collapse_timing`.
 """
 from __future__ import annotations
 
 import pandas as pd
 
 from figures import style
-from llm_runs.mechanism_table import DELAY, GRID, load
-from llm_runs.run_table import read_traces
-from schema.results import MECHANISM, STUDY
+from grids.folders import MECHANISM, STUDY
+from grids.mechanism_table import DELAY, GRID, load
+from grids.run_table import read_traces
 
 from .f20_mechanism_pc import ARM_LABELS, ARMS
 

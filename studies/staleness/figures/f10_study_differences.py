@@ -2,10 +2,10 @@
 
 One panel per (horizon, delay), one row per metric: the final held-out pc (top) and the area
 under the pc curve (bottom). Each baseline is a point at the mean paired difference over the
-whole seeds (:func:`llm_runs.run_table.whole_seeds`, as the pre-registered analysis) with its 95%
-percentile-bootstrap interval (:func:`llm_runs.run_table.differences_table`). Solid grey: zero; dashed:
+whole seeds (:func:`grids.run_table.whole_seeds`, as the pre-registered analysis) with its 95%
+percentile-bootstrap interval (:func:`grids.run_table.differences_table`). Solid grey: zero; dashed:
 the non-inferiority margin -MARGIN. A cross marks a baseline unstable in that cell (fewer than
-STABLE_FRACTION of its seeds stable, :func:`llm_runs.run_table.stable_in_cell`).
+STABLE_FRACTION of its seeds stable, :func:`grids.run_table.stable_in_cell`).
 """
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 
 from figures import style
-from llm_runs.run_table import (
+from grids.folders import STUDY, STUDY_2025
+from grids.run_table import (
     MARGIN,
     MIN_SEEDS,
     PRIMARY,
-    STABLE_FRACTION,
     differences,
     exploratory_estimators,
     read_paired,
@@ -26,7 +26,8 @@ from llm_runs.run_table import (
     stable_in_cell,
     whole_seeds,
 )
-from schema.results import STUDY, STUDY_2025, source_note
+from schema.results import source_note
+from schema.stability import STABLE_FRACTION
 
 NAME = "f10_study_differences"
 TITLE = "F10. Staleness study: GMC minus each baseline (paired by seed, 95% bootstrap intervals)"
@@ -35,9 +36,9 @@ METRICS = {"pc_final": "final held-out pc", "auc": "AUC of held-out pc"}  # keys
 
 
 def load() -> pd.DataFrame:
-    """The study's runs (one row per run, :func:`llm_runs.run_table.read_runs`), whole seeds only;
+    """The study's runs (one row per run, :func:`grids.run_table.read_runs`), whole seeds only;
     ``attrs["seeds"]`` lists them. The 2025-2026 corrections' runs (``STUDY_2025``, exploratory,
-    paired by seed: :func:`llm_runs.run_table.read_paired`), where they exist, are set beside them in
+    paired by seed: :func:`grids.run_table.read_paired`), where they exist, are set beside them in
     ``attrs["exploratory"]``: the tables and figures list them, the hypotheses never see them."""
     root = STUDY.require()
     runs = read_runs(root, PRIMARY)
@@ -46,12 +47,14 @@ def load() -> pd.DataFrame:
     out.attrs.update(source=str(root), seeds=seeds)
     extra = STUDY_2025.find()
     if extra is not None:
-        out.attrs["exploratory"] = read_paired(extra, out)
+        from studies.grids import GRIDS
+
+        out.attrs["exploratory"] = read_paired(extra, out, GRIDS.values())
     return out
 
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
-    """:func:`llm_runs.run_table.differences` (computed once per runs frame)."""
+    """:func:`grids.run_table.differences` (computed once per runs frame)."""
     return differences(runs)
 
 

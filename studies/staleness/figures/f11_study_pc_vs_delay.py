@@ -2,9 +2,9 @@
 
 One panel per horizon; one line per estimator through delays 0, 16 and 64, where delay 0 is
 the seed's one delay-0 run (every trajectory scheme makes the same update there, so it is the
-common start of every line). Points: the mean over the whole seeds (:func:`llm_runs.run_table.whole_seeds`)
+common start of every line). Points: the mean over the whole seeds (:func:`grids.run_table.whole_seeds`)
 of the final held-out pc; bars: the 95% percentile bootstrap interval of that mean
-(:func:`llm_runs.run_table.bootstrap`, the analysis' settings). Dotted grey: the warm-start pc (the
+(:func:`grids.run_table.bootstrap`, the analysis' settings). Dotted grey: the warm-start pc (the
 step-0 evaluation, the same for every run of a horizon). Estimators are dodged sideways.
 """
 from __future__ import annotations
@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 
 from figures import style
-from llm_runs.run_table import MIN_SEEDS, bootstrap, exploratory_estimators, with_exploratory
-from schema.results import STUDY, STUDY_2025, source_note
+from grids.folders import STUDY, STUDY_2025
+from grids.run_table import MIN_SEEDS, bootstrap, exploratory_estimators, with_exploratory
+from schema.results import source_note
 
 from .f10_study_differences import load, tick
 
@@ -32,7 +33,7 @@ def horizons(runs: pd.DataFrame) -> list[str]:
 def table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per horizon, estimator and delay (delay 0: the delay-0 run, listed under every estimator
     that has a positive-delay run): n seeds, mean final pc and its bootstrap interval. The
-    exploratory estimators set beside the study (:func:`llm_runs.run_table.with_exploratory`) are listed
+    exploratory estimators set beside the study (:func:`grids.run_table.with_exploratory`) are listed
     after the study's, with ``exploratory`` True."""
     both = with_exploratory(runs)
     done = both[both["complete"]]

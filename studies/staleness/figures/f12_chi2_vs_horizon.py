@@ -20,8 +20,9 @@ import pandas as pd
 
 from claims.horizon import AGREE_FACTOR, agrees, independence_verdict
 from figures import style
-from llm_runs.run_table import PRIMARY, read_traces
-from schema.results import STUDY, STUDY_HORIZON, source_note
+from grids.folders import STUDY, STUDY_HORIZON
+from grids.run_table import PRIMARY, read_traces
+from schema.results import source_note
 
 NAME = "f12_chi2_vs_horizon"
 TITLE = "F12. Trajectory and per-token chi-square against the horizon (delay 16)"

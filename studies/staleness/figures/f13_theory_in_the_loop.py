@@ -9,7 +9,7 @@ the median over seeds of the realised bias, its band the seeds' range; dashed: t
 seeds of the bound, each curve then smoothed by a centred rolling median over SMOOTH updates
 (the table is not smoothed). Every complete run counts. Log y-axis from FLOOR up (a zero, or
 GMC's float round-off of one, about 1e-8 when no group is capped, lies below it). The fraction
-of updates where the bound holds is :func:`llm_runs.run_table.bound_table`. The drawn bound is the logged
+of updates where the bound holds is :func:`grids.bound_table.bound_table`. The drawn bound is the logged
 one, Theorem 2's form of the one table :data:`bounds.MASS_BOUNDS`; the caption also gives the hold
 rates of the table's tight (Scarf) form, recomputed from the logged chi^2 and mu_4.
 """
@@ -20,8 +20,10 @@ import numpy as np
 import pandas as pd
 
 from figures import style
-from llm_runs.run_table import BOUND_COLUMNS, PRIMARY, RAW_BOUND_COLUMNS, bound_table, read_traces
-from schema.results import STUDY, source_note
+from grids.bound_table import BOUND_COLUMNS, RAW_BOUND_COLUMNS, bound_table
+from grids.folders import STUDY
+from grids.run_table import PRIMARY, read_traces
+from schema.results import source_note
 
 NAME = "f13_theory_in_the_loop"
 TITLE = "F13. Theory in the loop: realised mass bias against THEORY §3's bound over training"
@@ -33,7 +35,7 @@ FLOOR = 1e-6  # the lower end of the y-axis
 
 
 def load() -> pd.DataFrame:
-    """The update rows of every complete study run with both :data:`llm_runs.run_table.BOUND_COLUMNS`."""
+    """The update rows of every complete study run with both :data:`grids.bound_table.BOUND_COLUMNS`."""
     root = STUDY.require()
     tr = read_traces(root, BOUND_COLUMNS + RAW_BOUND_COLUMNS[1:], PRIMARY)
     tr = tr[tr["delay"] > 0]

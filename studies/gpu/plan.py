@@ -1,13 +1,13 @@
 """The Qwen3-0.6B study's plan: its shapes and budgets (:data:`PLANS`), what a run costs on the GPU
 (memory, time; :func:`cost_model`) and how the plan is described before anything runs.
-:mod:`llm_runs.gpu_study` runs it."""
+:mod:`studies.gpu.run` runs it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from .grids import HORIZONS, STUDY_BASE
+from llm_runs.reference import HORIZONS, STUDY_BASE
 
 GPU_ESTIMATORS = ("gmc", "topr", "tic_trunc", "gspo", "is")
 """The estimators run at the large delay (the study's GMC, the strongest CPU-study baselines, IS as the floor)."""
@@ -88,14 +88,14 @@ PLANS = {
                     delay=2, lr=1e-4, steps=3, seeds=(0,), prompts_per_step=4, group_size=4, eval_every=0,
                     heldout_size=16, eval_batch_size=16, jobs=2, budget_s=900.0, out="results/llm/gpu_study_tiny"),
 }
-"""``gpu``: the device run (shape :data:`~llm_runs.gpu_check.QWEN3_0_6B_SHAPE`); ``tiny``: its CPU rehearsal
-(shape :data:`~llm_runs.gpu_check.TINY_SHAPE`, vocabulary the tokenizer's). The tiny plan's deadline is a
+"""``gpu``: the device run (shape :data:`~studies.gpu.check.QWEN3_0_6B_SHAPE`); ``tiny``: its CPU rehearsal
+(shape :data:`~studies.gpu.check.TINY_SHAPE`, vocabulary the tokenizer's). The tiny plan's deadline is a
 guard on a busy machine, not its length: it takes about a minute of CPU time (two cores, 6 trainer processes),
 and the cost model prices the H200, not a CPU."""
 
 
 def plan_shape(plan: GpuPlan) -> dict:
-    from .gpu_check import QWEN3_0_6B_SHAPE, TINY_SHAPE
+    from .check import QWEN3_0_6B_SHAPE, TINY_SHAPE
 
     return plan.shape or (TINY_SHAPE if plan.name == "tiny" else QWEN3_0_6B_SHAPE)
 
@@ -197,9 +197,8 @@ def cost_model(plan: GpuPlan, params: int, embed: int, prompt_tokens: int, compl
 def task_token_counts(tokenizer=None) -> tuple[int, int]:
     """(prompt tokens, completion tokens with EOS) of the long-horizon task: measured with ``tokenizer`` on
     every held-out problem (one length each, else ValueError), or the character counts without one."""
+    from llm_runs.tasks import ScratchpadTask
     from schema.results import scratchpad_horizon
-
-    from .tasks import ScratchpadTask
 
     if tokenizer is None:
         return 2 * TASK["terms"], scratchpad_horizon(STUDY_BASE["digits"], TASK["terms"])

@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 
 from execution import LocalExecutor
+from grids import Grid
 from schema.io import write_json
 from schema.results import read_json
 
-from .gpu_plan import CHI2_RANGE, TASK, GpuPlan, plan_shape, task_token_counts
-from .grids import Study
+from .plan import CHI2_RANGE, TASK, GpuPlan, plan_shape, task_token_counts
 
 
 class _NotStarted:
@@ -140,12 +140,13 @@ def warm_start(plan: GpuPlan, tokenizer, folder: Path, log, deadline: float | No
     A folder that already holds a finished warm start (``warmstart.json``) is reused as it is."""
     import numpy as np
 
-    from .config import TrainConfig
-    from .gpu_check import build_model
-    from .presets import save_pretrained
-    from .rollout import evaluate
-    from .tasks import build_task
-    from .warmstart import supervised_loss
+    from llm_runs.config import TrainConfig
+    from llm_runs.presets import save_pretrained
+    from llm_runs.rollout import evaluate
+    from llm_runs.tasks import build_task
+    from llm_runs.warmstart import supervised_loss
+
+    from .check import build_model
 
     done = folder / "warmstart.json"
     if done.is_file():
@@ -216,13 +217,12 @@ def warm_start(plan: GpuPlan, tokenizer, folder: Path, log, deadline: float | No
 SUMMARY_HEADER = ("estimator", "d", "runs", "final held-out pc", "stable", "chi^2 (median, t >= d)", "tokens/s")
 
 
-def run_rows(out: Path, study: Study) -> list[dict]:
+def run_rows(out: Path, study: Grid) -> list[dict]:
     """One row per run folder of ``study`` under ``out`` that has metrics: final pc, stability
-    (:func:`llm_runs.run_table.run_row`, the study's rule), median ``stale/chi2`` over the updates
+    (:func:`grids.run_table.run_row`, the study's rule), median ``stale/chi2`` over the updates
     t >= d, median completion tokens per second."""
+    from grids.run_table import run_row
     from schema.results import metrics_path, read_run
-
-    from .run_table import run_row
 
     rows = []
     for cell in study.cells():

