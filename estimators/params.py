@@ -61,7 +61,6 @@ from numbers import Real
 from typing import Any
 
 
-
 @dataclass(frozen=True)
 class Param:
     """One knob: ``lo``/``hi`` bound the value (``lo_open``/``hi_open``: strict)."""

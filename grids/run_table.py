@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 import stats as _stats
-from schema.stability import STABLE_FRACTION  # noqa: F401  (the study's rule, read by the tables' users)
+from schema.stability import STABLE_FRACTION
 
 from .folders import grid_folder
 

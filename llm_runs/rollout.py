@@ -20,7 +20,6 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-
 from .qwen3_forward import logits_fn
 from .tasks import Problem
 

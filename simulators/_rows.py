@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-
 from . import theory
 from .core import PER_SAMPLE_SCHEMES
 

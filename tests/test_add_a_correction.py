@@ -33,7 +33,7 @@ print("ok")
 
 
 def example_block() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
     assert len(blocks) == 1, f"{DOC} must hold exactly one python block, found {len(blocks)}"
     return blocks[0]
 

@@ -3,7 +3,6 @@ formula (P3O against FeynRL's P3O.compute_policy_loss, transcribed below) on fix
 gradient; claim 23's exact check."""
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -124,7 +123,7 @@ def test_dispo_four_regimes():
     out, g = _grad("dispo", lp, old, mask, adv, **kn)
     r = torch.exp(lp - old)
     pos = (adv > 0)[:, None]
-    f = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    f = lambda v: torch.tensor(v, dtype=torch.float64)
     lo = torch.where(pos, f(1 - kn["pos_low"]), f(1 - kn["neg_low"]))
     hi = torch.where(pos, f(1 + kn["pos_high"]), f(1 + kn["neg_high"]))
     w = torch.minimum(torch.maximum(r, lo), hi)

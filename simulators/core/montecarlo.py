@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 from .._validate import check_eps, check_G, check_positive_int
 from .counts import _RADIX_LIMIT, expand_counts
 from .exact import _as_batch

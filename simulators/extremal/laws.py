@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 from .._validate import (
     check_eps,
     check_G,

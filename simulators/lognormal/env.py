@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 
-
 from .._validate import check_eps, check_G, check_positive_int, finite_array
 from ..core import mc_mass
 from ..theory import lognormal_closed_forms

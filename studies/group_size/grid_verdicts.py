@@ -6,7 +6,9 @@ import math
 
 import numpy as np
 
-from .analysis import ALPHA, G5_MARGIN, G6_THRESHOLD, _not_run, slope_test
+from claims.llm_pairs import not_run as _not_run
+
+from .analysis import ALPHA, G5_MARGIN, G6_THRESHOLD, slope_test
 
 # --------------------------------------------------------------------------- part 2: the grid
 

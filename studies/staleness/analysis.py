@@ -18,7 +18,7 @@ import sys
 
 import pandas as pd
 
-from grids import grid_folder  # noqa: F401  (the rule's names, which the pre-registration quotes)
+from grids import grid_folder
 from grids.bound_table import (  # noqa: F401
     BOUND_COLUMNS,
     BOUND_FORMS,

@@ -1,7 +1,6 @@
 """trm_k2 / trm_k3 keep exactly the sequences verl 0.9.1's seq_max_k2 / seq_max_k3 rejection mask keeps."""
 import pytest
 import torch
-
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
 
 from estimators.losses import trm_keep_rows
