@@ -53,8 +53,10 @@ def mass_bound_name(scheme: str, form: str = "tight") -> str | None:
     """The registered bound of ``scheme`` in ``form``; None for a scheme without one (IS included)."""
     if form not in MASS_FORMS:
         raise ValueError(f"unknown mass-bound form {form!r}; valid: {', '.join(MASS_FORMS)}")
-    entry = mass_bounds().get(scheme)
-    return None if entry is None else entry[form]
+    from estimators.records import records
+
+    rec = records().get(scheme)  # the one row of mass_bounds(), without building the table
+    return None if rec is None or rec.mass_bound is None else rec.mass_bound[form]
 
 
 def mass_bound(scheme: str, sigma2, mu4, G, eps, form: str = "tight"):

@@ -55,7 +55,12 @@ THEORY_KW = {"linestyle": "--", "linewidth": 1.1, "alpha": 0.9}
 
 def style(name: str) -> EstimatorStyle:
     """The style of estimator ``name`` (an unknown name gets a grey style, never an error)."""
-    return styles().get(name, EstimatorStyle(name, "#555555", "*"))
+    from estimators.records import records
+
+    rec = records().get(name)  # its row of styles(), without building (and sorting) the table
+    if rec is None or rec.style is None:
+        return EstimatorStyle(name, "#555555", "*")
+    return EstimatorStyle(estimator_label(name), rec.style.color, rec.style.marker)
 
 
 def label(name: str, mode: str | None = None) -> str:

@@ -81,5 +81,8 @@ def __getattr__(name: str):
 
 def estimator_label(name: str, mode: str | None = None) -> str:
     """``GMC``, ``TIC-mask (async)``: the display name of an estimator run in ``mode``."""
-    base = estimator_labels().get(name, name)
+    from estimators.records import records
+
+    rec = records().get(name)  # its row of estimator_labels(), without building the table
+    base = rec.label if rec is not None and rec.label is not None else name
     return base if mode in (None, "", "controlled") else f"{base} ({mode})"
