@@ -81,26 +81,14 @@ def test_cli_logging_shows_progress_and_leaves_a_hosts_handler_alone(capsys):
     from schema.log import cli_logging
 
     assert set(CONFIGURED) == set(PACKAGES)
-    host = logging.getLogger("llm_runs")
+    # conftest gives the toolkit's loggers back as they were after the test
     mine = logging.NullHandler()
-    host.addHandler(mine)
-    saved = {n: (logging.getLogger(n).handlers[:], logging.getLogger(n).level, logging.getLogger(n).propagate)
-             for n in CONFIGURED}
-    try:
-        for n in CONFIGURED:  # unconfigured, as a fresh command finds them, but for the host's own handler
-            logging.getLogger(n).handlers[:] = [mine] if n == "llm_runs" else []
-        cli_logging()
-        logging.getLogger("simulators.sweep").info("progress %d", 3)
-        assert capsys.readouterr().err == "progress 3\n"
-        assert logging.getLogger("llm_runs").handlers == [mine]
-    finally:
-        for n, (handlers, level, propagate) in saved.items():
-            lg = logging.getLogger(n)
-            lg.handlers[:] = handlers
-            lg.setLevel(level)
-            lg.propagate = propagate
-        host.removeHandler(mine)
-
+    for n in CONFIGURED:  # unconfigured, as a fresh command finds them, but for the host's own handler
+        logging.getLogger(n).handlers[:] = [mine] if n == "llm_runs" else []
+    cli_logging()
+    logging.getLogger("simulators.sweep").info("progress %d", 3)
+    assert capsys.readouterr().err == "progress 3\n"
+    assert logging.getLogger("llm_runs").handlers == [mine]
 
 def test_the_commands_handler_writes_to_stderr_as_it_is_when_a_message_is_emitted(capsys):
     """A command run in-process twice (as the tests run them) must not keep writing to the stderr of the first run,
