@@ -10,48 +10,60 @@ from .base import Executor, Job, _popen
 
 
 def _ray_run_command(cmd, env, log_path, cwd):
-    """The body of a command task on a Ray worker: run ``cmd``; on ``ray.cancel`` (a
-    KeyboardInterrupt here, possibly more than one: the driver repeats the cancel until the task
-    ends) pass SIGTERM on to it once and wait, so the run checkpoints. Every interrupt is absorbed,
-    wherever it lands, so the exit status always reaches the driver."""
-    _let_cancel_in()
-    proc, fh = _popen(cmd, env, log_path, cwd, die_with_parent=True)
-    stop_wanted = stop_sent = False
-    rc = None
-    try:
-        while rc is None:
-            try:  # short sleeps: Ray delivers the cancel between Python bytecodes, not inside a blocking wait
-                if stop_wanted and not stop_sent and _exit_status(proc.pid) is None:
+    """The body of a command task on a Ray worker: run ``cmd``; on ``ray.cancel`` pass SIGTERM on
+    to it once and wait, so the run checkpoints, and return the exit status it chose. A cancel is
+    recorded, never raised (see :class:`_StopRequests`): one that arrives while the command is
+    being started (a loaded worker can still be inside ``Popen`` when the command already runs)
+    is acted on as soon as the process exists, instead of unwinding the task and leaving the run
+    to be killed with its worker."""
+    with _StopRequests() as stop:
+        proc, fh = _popen(cmd, env, log_path, cwd, die_with_parent=True)
+        try:
+            stop_sent = False
+            while (rc := _exit_status(proc.pid)) is None:
+                if stop.wanted and not stop_sent:
                     proc.send_signal(signal.SIGTERM)
                     stop_sent = True
                     fh.write("# stop requested: SIGTERM sent\n")
                     fh.flush()
-                rc = _exit_status(proc.pid)
-                if rc is None:
-                    time.sleep(0.2)
-            except KeyboardInterrupt:
-                stop_wanted = True  # acted on at the top of the loop
-        while True:
-            try:
-                fh.write(f"# exit status {rc}\n")
-                fh.flush()
-                proc.wait()  # reap; the status is already known
-                return rc
-            except KeyboardInterrupt:
-                continue
-    finally:
-        fh.close()
+                time.sleep(0.2)
+            fh.write(f"# exit status {rc}\n")
+            fh.flush()
+            proc.wait()  # reap; the status is already known
+            return rc
+        finally:
+            fh.close()
 
 
-def _let_cancel_in() -> None:
-    """Ray delivers a cancel as a simulated SIGINT (``_thread.interrupt_main``), which does nothing
-    when SIGINT is ignored. A worker inherits an ignored SIGINT from whatever started the cluster
-    (a sweep started with ``&`` from a script ignores SIGINT, as POSIX asks of a shell's background
-    commands), and every stop would then be lost. Restore Python's own handler in that case."""
-    import threading
+class _StopRequests:
+    """For the length of a task: Ray delivers ``ray.cancel`` as a simulated SIGINT
+    (``_thread.interrupt_main``), which Python would raise as KeyboardInterrupt at whatever line the
+    task is on (inside ``subprocess.Popen`` included). Here a handler records it instead
+    (``wanted``), and the previous handler is put back after. This also lets a cancel in where
+    SIGINT was inherited ignored (a worker started from a shell's background job, where POSIX
+    ignores SIGINT), where it would be lost. A task that runs outside the main thread cannot take
+    a handler and is not reached by Ray's cancel either; there this does nothing."""
 
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    def __init__(self):
+        self.wanted = False
+        self._installed = False
+        self._previous = None
+
+    def _record(self, signum, frame):
+        self.wanted = True
+
+    def __enter__(self):
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._record)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc):
+        if self._installed:  # None: the previous handler was not set from Python, i.e. the default
+            signal.signal(signal.SIGINT, signal.SIG_DFL if self._previous is None else self._previous)
+        return False
 
 
 def _exit_status(pid: int) -> int | None:
