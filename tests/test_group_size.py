@@ -241,6 +241,23 @@ def test_a_g8_cell_finds_the_committed_drift_map_run_with_its_settings():
     assert committed_counterpart("long-adamclip5.5e-05_G8-gmc-d64-s0") is None  # a level the map did not run
 
 
+def test_the_g8_check_reads_the_packed_grid_s_runs(monkeypatch):
+    """Once the grid is packed its runs have no folders: the G = 8 cells are still found, finished, and
+    compared with their committed drift-map runs (a packed grid must not empty the check)."""
+    import schema.results
+    from grids import grid_folder
+    from schema.results import is_packed_run
+    from studies.group_size.grid_verdicts import g8_against_committed
+
+    folder = grid_folder("group_size")
+    picked = [folder / "long-adamclip3e-05_G8-gmc-d64-s0", folder / "long-adamclip3e-05_G4-gmc-d64-s0"]
+    assert all(is_packed_run(p) for p in picked)
+    monkeypatch.setattr(schema.results, "run_folders", lambda root: picked)
+    out = g8_against_committed(folder)
+    assert [(r["run"], r["committed"], r["identical"]) for r in out] == [
+        (picked[0].name, "drift/long-adamclip3e-05-gmc-d64-s0", True)]
+
+
 def test_claim_24_reads_the_pairs_file_through_g1_and_names_the_failing_pair(tmp_path):
     import json
 

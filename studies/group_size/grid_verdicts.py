@@ -290,11 +290,11 @@ def g8_against_committed(folder) -> list[dict]:
     """Each finished G = 8 cell of the grid beside its committed drift-map run: the settings that differ and
     whether every metric but the timings is identical (on a machine that rounds as the committed runs did,
     the pre-registration's rerun of G = 8 must reproduce them)."""
-    from schema.results import is_packed_run, read_run, read_run_config, run_folders
+    from schema.results import is_packed_run, read_run, read_run_config, run_finished, run_folders
 
     out = []
-    for run in run_folders(folder):
-        if "_G8-" not in run.name or not (run / "summary.json").is_file():
+    for run in run_folders(folder):  # folders or the packed grid's runs
+        if "_G8-" not in run.name or not run_finished(run):
             continue
         other = committed_counterpart(run.name)
         if other is None or not (other.exists() or is_packed_run(other)):
