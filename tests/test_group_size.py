@@ -346,3 +346,22 @@ def test_a_pair_whose_target_is_zero_is_a_failed_measurement_not_a_crash():
     assert not gates["passed"] and "no gradient to measure a bias against" in gates["failed"]
     ok = gate_table([{"estimator": "is", "G": 2, "rel_bias_sq": 0.01, "se": 0.02}], {}, 1.0, 0.1)
     assert ok["passed"] and "failed" not in ok
+
+
+def test_the_report_rows_give_every_decided_hypothesis_its_numbers():
+    """An INCONCLUSIVE or REFUTED verdict is shown with the numbers that decided it, not an empty cell; a
+    hypothesis not yet run shows why."""
+    from studies.group_size.section import verdict_rows
+
+    end = {"boundary": 0.05, "censored": "right"}
+    v = {"G3": {"verdict": "INCONCLUSIVE", "why": "not yet run: seeds 0-9"},
+         "G4": {"verdict": "INCONCLUSIVE", "gmc": {"G4": end, "G32": {"boundary": 0.04, "censored": None},
+                                                    "difference": -0.01, "ci": [-0.03, 0.02]}},
+         "G5": {"verdict": "INCONCLUSIVE", "margin": 0.03, "per_G": {"32": {"mean": -0.08, "ci": [-0.15, -0.02]}}},
+         "G7": {"verdict": "EXPLORATORY", "corrections": {"gmc": {"slope": None}, "tic_mask": {"slope": -0.77}}}}
+    rows = {r.split(" | ")[0].strip("| "): r for r in verdict_rows(v)[2:]}
+    assert "not yet run: seeds 0-9" in rows["G3"]
+    assert "G = 4 0.05 (right-censored), G = 32 0.04; G = 32 - G = 4: -0.01 [-0.03, 0.02]" in rows["G4"]
+    assert "G = 32 -0.08 [-0.15, -0.02] (margin 0.03)" in rows["G5"]
+    assert "tic_mask -0.77" in rows["G7"] and "gmc" not in rows["G7"]
+    assert rows["G1"].endswith("| n/a |  |")  # no verdict at all: nothing invented

@@ -27,22 +27,63 @@ def _f(x, fmt=".3g") -> str:
     return num(x, "{:" + fmt + "}")
 
 
+def _ci(lo_hi) -> str:
+    return f"[{_f(lo_hi[0])}, {_f(lo_hi[1])}]"
+
+
+def _why_g1(r: dict) -> str:
+    return f"the drop held at {len(r['qualifying'])} qualifying pairs ({', '.join(r['qualifying'])})"
+
+
+def _why_g2(r: dict) -> str:
+    law = r["law"]
+    return f"G_half = a chi^2^b, b = {_f(law['b'])} [{_f(law['low'])}, {_f(law['high'])}] against the predicted " \
+           f"{_f(r['predicted_b'])}"
+
+
+def _why_g3(r: dict) -> str:
+    return (f"slope of the stable share on log2 G: GMC {_f(r['slope_gmc'])} {_ci(r['slope_gmc_ci'])}, "
+            f"GMC - TIC-trunc {_f(r['difference'])} {_ci(r['difference_ci'])}")
+
+
+def _why_g4(r: dict) -> str:
+    def one(est: str) -> str:
+        e = r[est]
+        ends = ", ".join(f"G = {G[1:]} {_f(e[G]['boundary'])}" + (f" ({e[G]['censored']}-censored)"
+                                                                   if e[G]["censored"] else "") for G in ("G4", "G32"))
+        return f"{est} {ends}; G = 32 - G = 4: {_f(e['difference'])} {_ci(e['ci'])}"
+    return "boundary (early KL): " + "; ".join(one(est) for est in ("gmc", "tic_trunc") if est in r)
+
+
+def _why_g5(r: dict) -> str:
+    return "d = 0 final pc minus G = 8's: " + ", ".join(
+        f"G = {G} {_f(x['mean'])} {_ci(x['ci'])}" for G, x in r["per_G"].items()) + f" (margin {r['margin']})"
+
+
+def _why_g6(r: dict) -> str:
+    return (f"fired before {r['hits'][0]} of {r['hits'][1]} collapses and in {r['false_alarms'][0]} of "
+            f"{r['false_alarms'][1]} runs that held (Fisher p = {_f(r['p_fisher'])}); median lead "
+            f"{_f(r['lead_median'])} updates")
+
+
+def _why_g7(r: dict) -> str:
+    slopes = [f"{est} {_f(c['slope'])}" for est, c in r["corrections"].items() if c.get("slope") is not None]
+    none = "fewer than three G with a positive delay cost (the d = 0 score minus the best d = 64 score): no slope"
+    return ("log-log slope of the delay cost on G, over the G where it is positive: " + ", ".join(slopes)
+            + "; the others: " + none) if slopes else none
+
+
+WHY = {"G1": ("qualifying", _why_g1), "G2": ("law", _why_g2), "G3": ("slope_gmc", _why_g3),
+       "G4": ("gmc", _why_g4), "G5": ("per_G", _why_g5), "G6": ("hits", _why_g6), "G7": ("corrections", _why_g7)}
+"""Per hypothesis: the key its numbers sit under in verdicts.json, and how the row words them."""
+
+
 def verdict_rows(v: dict) -> list[str]:
     out = ["| | hypothesis | verdict | why / numbers |", "|---|---|---|---|"]
     for h, text in HYPOTHESES.items():
         r = v.get(h, {})
-        why = r.get("why", "")
-        if h == "G3" and "slope_gmc" in r:
-            why = (f"slope of the stable share on log2 G: GMC {_f(r['slope_gmc'])} [{_f(r['slope_gmc_ci'][0])}, "
-                   f"{_f(r['slope_gmc_ci'][1])}], GMC - TIC-trunc {_f(r['difference'])} [{_f(r['difference_ci'][0])}, "
-                   f"{_f(r['difference_ci'][1])}]")
-        if h == "G2" and r.get("law", {}).get("b") is not None:
-            law = r["law"]
-            why = (f"G_half = a chi^2^b, b = {_f(law['b'])} [{_f(law['low'])}, {_f(law['high'])}] against "
-                   f"the predicted {_f(r['predicted_b'])}")
-        if h == "G6" and "hits" in r:
-            why = (f"fired before {r['hits'][0]} of {r['hits'][1]} collapses and in {r['false_alarms'][0]} of "
-                   f"{r['false_alarms'][1]} runs that held (Fisher p = {_f(r['p_fisher'])})")
+        key, words = WHY[h]
+        why = words(r) if r.get(key) and not r.get("why") else r.get("why", "")
         out.append(f"| {h} | {text} | {r.get('verdict', 'n/a')} | {why} |")
     return out
 
