@@ -212,8 +212,9 @@ def group_size(v: dict) -> str:
     pending = [h for h in hyps if str(v[h].get("why", "")).startswith("not yet run")]
     done = [f"{h} {v[h]['verdict']}" for h in hyps if h not in pending and h != "G7"]
     planned = sum(len(GRIDS[g].cells()) for g in ("group_size", "group_size_decisive"))
-    head = ("**The group-size laws** ([pre-registration](docs/PREREGISTRATION-GROUP-SIZE.md), in progress: "
-            f"{', '.join(done) + '; ' if done else ''}not yet run: {', '.join(pending) or 'none'}).")
+    state = (f"in progress: {', '.join(done) + '; ' if done else ''}not yet run: {', '.join(pending)}" if pending
+             else f"decided: {', '.join(done)}")
+    head = f"**The group-size laws** ([pre-registration](docs/PREREGISTRATION-GROUP-SIZE.md), {state})."
     pairs = v.get("pairs_summary", [])
     ok = [p for p in pairs if p["gates_passed"]]
     text = f" Frozen pairs measured: {len(pairs)} of 8"
@@ -225,7 +226,25 @@ def group_size(v: dict) -> str:
                  f"fraction {p['ess']:.2g}) GMC's squared relative bias falls from {p['gmc_low']:.2g} at "
                  f"G = {p['G_low']} to {p['gmc_high']:.2g} (s.e. {p['gmc_high_se']:.2g}) at G = {p['G_high']}, while "
                  f"TIC-trunc's stays {p['tic_trunc']:.2g} at every G")
-    return head + text + f". The iso-samples G grid: {v['runs']} of its {planned} runs complete."
+    return head + text + f". The iso-samples G grid: {v['runs']} of its {planned} runs complete" + _g3_line(v) + "."
+
+
+def _g3_line(v: dict) -> str:
+    """G3's cells in words once it is decided: each correction's stable runs per G, and the fixed-prompts block."""
+    g3 = v["G3"]
+    if "shares_gmc" not in g3:
+        return ""
+    n = g3["seeds"]
+    held = {est: ", ".join(str(round(x * n)) for x in g3[f"shares_{est}"]) for est in ("gmc", "tic_trunc")}
+    text = (f"; at Adam + clip 1e-4 and d = 64, with {n} seeds, GMC held in {held['gmc']} of {n} runs at G = 4, "
+            f"8, 16, 32 and TIC-trunc in {held['tic_trunc']} (GMC's slope on log2 G {g3['slope_gmc']:.2g}, "
+            f"95% interval [{g3['slope_gmc_ci'][0]:.2g}, {g3['slope_gmc_ci'][1]:.2g}])")
+    fixed = [c for c in v.get("cells", []) if c["estimator"] == "gmc" and c["level"] == "adamclip0.0001"
+             and c["G"] == 32 and c["B"] != 4]
+    for c in fixed:
+        text += (f"; with {c['B']} prompts per update at G = 32 instead of 4 (four times the samples), GMC held in "
+                 f"{round(c['stable_share'] * c['n'])} of {c['n']}")
+    return text
 
 
 def theory_line(claims: dict) -> str:

@@ -365,3 +365,16 @@ def test_the_report_rows_give_every_decided_hypothesis_its_numbers():
     assert "G = 32 -0.08 [-0.15, -0.02] (margin 0.03)" in rows["G5"]
     assert "tic_mask -0.77" in rows["G7"] and "gmc" not in rows["G7"]
     assert rows["G1"].endswith("| n/a |  |")  # no verdict at all: nothing invented
+
+
+def test_the_narrative_words_g3_s_cells_once_it_is_decided():
+    from studies.findings import _g3_line
+
+    assert _g3_line({"G3": {"verdict": "INCONCLUSIVE", "why": "not yet run"}}) == ""
+    v = {"G3": {"verdict": "REFUTED", "seeds": 10, "shares_gmc": [0.5, 0.2, 0.2, 0.0],
+                "shares_tic_trunc": [1.0, 0.7, 0.6, 0.5], "slope_gmc": -0.15, "slope_gmc_ci": [-0.26, -0.04]},
+         "cells": [{"estimator": "gmc", "level": "adamclip0.0001", "G": 32, "B": 16, "n": 5, "stable_share": 1.0},
+                   {"estimator": "gmc", "level": "adamclip0.0001", "G": 32, "B": 4, "n": 10, "stable_share": 0.0}]}
+    line = _g3_line(v)
+    assert "GMC held in 5, 2, 2, 0 of 10 runs at G = 4, 8, 16, 32 and TIC-trunc in 10, 7, 6, 5" in line
+    assert "[-0.26, -0.04]" in line and line.endswith("GMC held in 5 of 5")
