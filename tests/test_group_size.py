@@ -378,3 +378,15 @@ def test_the_narrative_words_g3_s_cells_once_it_is_decided():
     line = _g3_line(v)
     assert "GMC held in 5, 2, 2, 0 of 10 runs at G = 4, 8, 16, 32 and TIC-trunc in 10, 7, 6, 5" in line
     assert "[-0.26, -0.04]" in line and line.endswith("GMC held in 5 of 5")
+
+
+def test_the_report_reads_g3_and_g4_as_the_g5_rule_allows():
+    """Only a CONFIRMED G5 lets G3's and G4's differences be read as staleness effects (the pre-registration's
+    rule); otherwise the report says the group size changes learning at d = 0 too."""
+    from studies.group_size.section import g5_reading
+
+    assert g5_reading({"G5": {"verdict": "INCONCLUSIVE", "why": "not yet run"}}) == []
+    held = {"4": [5, 5], "32": [5, 5]}
+    text = g5_reading({"G5": {"verdict": "INCONCLUSIVE", "per_G": {}, "d0_held": held}})[0]
+    assert "not read as staleness effects alone" in text and "5 of 5 at G = 4, 5 of 5 at G = 32" in text
+    assert "read as staleness effects." in g5_reading({"G5": {"verdict": "CONFIRMED", "per_G": {}}})[0]

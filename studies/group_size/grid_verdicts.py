@@ -209,8 +209,10 @@ def g5(recs) -> dict:
         per[G]["holm_level"] = a
     inside = all(-G5_MARGIN <= per[G]["ci"][0] and per[G]["ci"][1] <= G5_MARGIN for G in per)
     outside = any(per[G]["ci"][0] > G5_MARGIN or per[G]["ci"][1] < -G5_MARGIN for G in per)
+    held = {str(G): [sum(r["stable"] for r in recs if r["delay"] == 0 and r["level"] == "adamclip0.0001"
+                         and r["G"] == G and r["seed"] in seeds), len(seeds)] for G in (4, 8, 16, 32)}
     return {"verdict": "CONFIRMED" if inside else "REFUTED" if outside else "INCONCLUSIVE", "margin": G5_MARGIN,
-            "per_G": {str(G): v for G, v in per.items()}}
+            "per_G": {str(G): v for G, v in per.items()}, "d0_held": held}
 
 
 def g6(recs) -> dict:

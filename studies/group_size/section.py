@@ -120,6 +120,22 @@ def cell_lines(cells: list[dict]) -> list[str]:
     return out
 
 
+def g5_reading(v: dict) -> list[str]:
+    """What G5's verdict allows G3 and G4 to be read as (the pre-registration's rule), with the d = 0 control's
+    stable runs per G beside it (data, not a pre-registered test)."""
+    r = v.get("G5", {})
+    if "per_G" not in r:
+        return []
+    held = r.get("d0_held", {})
+    counts = ", ".join(f"{k} of {n} at G = {G}" for G, (k, n) in held.items())
+    control = f" The d = 0 control's runs held (did not collapse) in {counts}." if held else ""
+    if r["verdict"] == "CONFIRMED":
+        return [f"G5 is CONFIRMED, so G3's and G4's differences are read as staleness effects.{control}", ""]
+    return [f"G5 is {r['verdict']}: as pre-registered, G3's and G4's differences are not read as staleness effects "
+            f"alone, since the group size changes learning at d = 0 too (the d = 0 final held-out pc minus G = 8's "
+            f"in the row above).{control}", ""]
+
+
 def group_size_section(report_dir: Path | None = None, figures_out: Path | None = None, draw_missing: bool = False,
                        figure_sections=None) -> tuple[list[str], list[str]]:
     """The section's lines (with its figure where ``figure_sections`` places figures) and the figures not drawn."""
@@ -139,7 +155,7 @@ def group_size_section(report_dir: Path | None = None, figures_out: Path | None 
     v = read_json(path)
     pending = [h for h in HYPOTHESES if str(v.get(h, {}).get("why", "")).startswith("not yet run")]
     md = [f"{head} (in progress: {', '.join(pending)} not yet run)" if pending else head, "", lead, ""]
-    md += verdict_rows(v) + [""]
+    md += verdict_rows(v) + [""] + g5_reading(v)
     missing: list[str] = []
     if figure_sections is not None:
         lines, missing = figure_sections(FIGURES, report_dir, figures_out, draw_missing)
@@ -166,7 +182,8 @@ def group_size_section(report_dir: Path | None = None, figures_out: Path | None 
                  f"({cost['timed']} timed runs at a median {_f(cost['wall_s_median'], '.0f')} s each, one torch "
                  f"thread per run; the sum of their wall times, {cost['wall_s_total'] / 3600:.1f} h, also counts "
                  "time a run was paused or shared a core).")
-        intro = (f"The grid's cells at d = 64 ({v['runs']} complete runs so far, made with {one}; the drift read "
+        so_far = " so far" if pending else ""
+        intro = (f"The grid's cells at d = 64 ({v['runs']} complete runs{so_far}, made with {one}; the drift read "
                  "before collapse as pre-registered, beside the whole window):" + spent)
         md += [intro, ""] + cell_lines(v["cells"]) + [""]
     return md, missing
