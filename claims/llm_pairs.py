@@ -43,6 +43,11 @@ def not_run(why: str) -> dict:
     return {"verdict": "INCONCLUSIVE", "why": f"not yet run: {why}"}
 
 
+def not_yet_run(decision: dict) -> bool:
+    """Whether a decision (a hypothesis of ``verdicts.json``) is :func:`not_run`'s: its design not yet whole."""
+    return str(decision.get("why", "")).startswith("not yet run")
+
+
 def pair_rows(doc: dict, pair: str, est: str) -> dict[int, dict]:
     return {int(r["G"]): r for r in doc["pairs"][pair]["rows"] if r["estimator"] == est}
 
@@ -164,7 +169,7 @@ def _decided(path, decide) -> tuple[Path, dict, dict]:
         raise FileNotFoundError(f"{path}: no frozen-pair measurement (python -m studies.group_size.pairs)")
     doc = read_json(path)
     dec = decide(doc)
-    if "not yet run" in dec.get("why", ""):
+    if not_yet_run(dec):
         raise ValueError(f"{path}: {dec['why']}; the claim is decided on all eight pre-registered pairs")
     return path, doc, dec
 

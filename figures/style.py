@@ -19,7 +19,7 @@ matplotlib.use("Agg")  # figures are files; never open a window
 import matplotlib.pyplot as plt
 import numpy as np
 
-from schema.metrics import estimator_label, estimator_labels
+from schema.metrics import estimator_label
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,13 @@ def styles() -> dict[str, EstimatorStyle]:
     figure imports no estimator (nor torch); also :data:`STYLES`, and its keys :data:`ORDER`."""
     from estimators.records import records
 
-    labels = estimator_labels()
-    styled = [(r.style.rank, n, r.style) for n, r in records().items() if r.style is not None]
-    return {n: EstimatorStyle(labels.get(n, n), s.color, s.marker)
-            for _rank, n, s in sorted(styled, key=lambda t: t[0])}
+    styled = sorted(((r.style.rank, n, r) for n, r in records().items() if r.style is not None), key=lambda t: t[0])
+    return {n: _of_record(n, r) for _rank, n, r in styled}
+
+
+def _of_record(name: str, rec) -> EstimatorStyle:
+    """The style of estimator ``name`` from its record (which has a ``style``)."""
+    return EstimatorStyle(estimator_label(name), rec.style.color, rec.style.marker)
 
 
 def __getattr__(name: str):
@@ -60,7 +63,7 @@ def style(name: str) -> EstimatorStyle:
     rec = records().get(name)  # its row of styles(), without building (and sorting) the table
     if rec is None or rec.style is None:
         return EstimatorStyle(name, "#555555", "*")
-    return EstimatorStyle(estimator_label(name), rec.style.color, rec.style.marker)
+    return _of_record(name, rec)
 
 
 def label(name: str, mode: str | None = None) -> str:

@@ -90,6 +90,7 @@ def test_cli_logging_shows_progress_and_leaves_a_hosts_handler_alone(capsys):
     assert capsys.readouterr().err == "progress 3\n"
     assert logging.getLogger("llm_runs").handlers == [mine]
 
+
 def test_the_commands_handler_writes_to_stderr_as_it_is_when_a_message_is_emitted(capsys):
     """A command run in-process twice (as the tests run them) must not keep writing to the stderr of the first run,
     which pytest has closed by then."""

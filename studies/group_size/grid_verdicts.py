@@ -187,12 +187,12 @@ def g5(recs) -> dict:
     from scipy import stats as st
 
     seeds = list(range(5))
-    d0 = {(r["G"], r["seed"]): r["pc_final"] for r in recs if r["delay"] == 0 and r["level"] == "adamclip0.0001"}
+    d0 = {(r["G"], r["seed"]): r for r in recs if r["delay"] == 0 and r["level"] == "adamclip0.0001"}
     if any((G, s) not in d0 for G in (4, 8, 16, 32) for s in seeds):
         return _not_run("G5 needs the d = 0 control at every G, seeds 0-4")
     per, ps = {}, {}
     for G in (4, 16, 32):
-        diff = np.array([d0[(G, s)] - d0[(8, s)] for s in seeds])
+        diff = np.array([d0[(G, s)]["pc_final"] - d0[(8, s)]["pc_final"] for s in seeds])
         m, se = float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(len(diff)))
         per[G] = {"mean": m, "diffs": diff.tolist()}
         per[G]["se"] = se
@@ -209,8 +209,7 @@ def g5(recs) -> dict:
         per[G]["holm_level"] = a
     inside = all(-G5_MARGIN <= per[G]["ci"][0] and per[G]["ci"][1] <= G5_MARGIN for G in per)
     outside = any(per[G]["ci"][0] > G5_MARGIN or per[G]["ci"][1] < -G5_MARGIN for G in per)
-    held = {str(G): [sum(r["stable"] for r in recs if r["delay"] == 0 and r["level"] == "adamclip0.0001"
-                         and r["G"] == G and r["seed"] in seeds), len(seeds)] for G in (4, 8, 16, 32)}
+    held = {str(G): [sum(d0[(G, s)]["stable"] for s in seeds), len(seeds)] for G in (4, 8, 16, 32)}
     return {"verdict": "CONFIRMED" if inside else "REFUTED" if outside else "INCONCLUSIVE", "margin": G5_MARGIN,
             "per_G": {str(G): v for G, v in per.items()}, "d0_held": held}
 

@@ -131,14 +131,15 @@ def g5_reading(v: dict) -> list[str]:
     control = f" The d = 0 control's runs held (did not collapse) in {counts}." if held else ""
     if r["verdict"] == "CONFIRMED":
         return [f"G5 is CONFIRMED, so G3's and G4's differences are read as staleness effects.{control}", ""]
-    return [f"G5 is {r['verdict']}: as pre-registered, G3's and G4's differences are not read as staleness effects "
-            f"alone, since the group size changes learning at d = 0 too (the d = 0 final held-out pc minus G = 8's "
-            f"in the row above).{control}", ""]
+    return [(f"G5 is {r['verdict']}: as pre-registered, G3's and G4's differences are not read as staleness effects "
+             f"alone, since the group size changes learning at d = 0 too (the d = 0 final held-out pc minus G = 8's "
+             f"in the row above).{control}"), ""]
 
 
 def group_size_section(report_dir: Path | None = None, figures_out: Path | None = None, draw_missing: bool = False,
                        figure_sections=None) -> tuple[list[str], list[str]]:
     """The section's lines (with its figure where ``figure_sections`` places figures) and the figures not drawn."""
+    from claims.llm_pairs import not_yet_run
     from grids import grid_folder
     from schema.results import read_json
     from studies.group_size.figures import FIGURES
@@ -153,7 +154,7 @@ def group_size_section(report_dir: Path | None = None, figures_out: Path | None 
         return [f"{head} (in progress)", "", lead, "",
                 "Not yet decided: `results/llm/group_size/verdicts.json` does not exist.", ""], []
     v = read_json(path)
-    pending = [h for h in HYPOTHESES if str(v.get(h, {}).get("why", "")).startswith("not yet run")]
+    pending = [h for h in HYPOTHESES if not_yet_run(v.get(h, {}))]
     md = [f"{head} (in progress: {', '.join(pending)} not yet run)" if pending else head, "", lead, ""]
     md += verdict_rows(v) + [""] + g5_reading(v)
     missing: list[str] = []

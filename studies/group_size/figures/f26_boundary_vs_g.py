@@ -98,7 +98,9 @@ def _seeds(v: dict) -> str:
 
 
 def caption(v: dict) -> str:
-    pending = [h for h in ("G3", "G4") if str(v.get(h, {}).get("why", "")).startswith("not yet run")]
+    from claims.llm_pairs import not_yet_run
+
+    pending = [h for h in ("G3", "G4") if not_yet_run(v.get(h, {}))]
     state = (f"provisional: {', '.join(pending)} not yet decided, the grid is read as far as it has run"
              if pending else "the grid complete")
     return (f"{v.get('runs', 0)} complete runs ({state}). Boundary = the early KL at which the stable share over the "
