@@ -23,6 +23,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from claims.llm_pairs import not_yet_run
 from schema.io import write_text
 from studies.drift.verdict_text import (
     D7_ESTIMATORS,
@@ -209,7 +210,7 @@ def group_size(v: dict) -> str:
     from studies.grids import GRIDS
 
     hyps = [f"G{i}" for i in range(1, 8)]
-    pending = [h for h in hyps if str(v[h].get("why", "")).startswith("not yet run")]
+    pending = [h for h in hyps if not_yet_run(v[h])]
     done = [f"{h} {v[h]['verdict']}" for h in hyps if h not in pending and h != "G7"]
     planned = sum(len(GRIDS[g].cells()) for g in ("group_size", "group_size_decisive"))
     state = (f"in progress: {', '.join(done) + '; ' if done else ''}not yet run: {', '.join(pending)}" if pending
@@ -231,6 +232,8 @@ def group_size(v: dict) -> str:
 
 def _g3_line(v: dict) -> str:
     """G3's cells in words once it is decided: each correction's stable runs per G, and the fixed-prompts block."""
+    from studies.group_size.grids import group
+
     g3 = v["G3"]
     if "shares_gmc" not in g3:
         return ""
@@ -239,11 +242,12 @@ def _g3_line(v: dict) -> str:
     text = (f"; at Adam + clip 1e-4 and d = 64, with {n} seeds, GMC held in {held['gmc']} of {n} runs at G = 4, "
             f"8, 16, 32 and TIC-trunc in {held['tic_trunc']} (GMC's slope on log2 G {g3['slope_gmc']:.2g}, "
             f"95% interval [{g3['slope_gmc_ci'][0]:.2g}, {g3['slope_gmc_ci'][1]:.2g}])")
+    iso = group(32)["prompts_per_step"]  # the iso-samples cell's prompts per update at G = 32
     fixed = [c for c in v.get("cells", []) if c["estimator"] == "gmc" and c["level"] == "adamclip0.0001"
-             and c["G"] == 32 and c["B"] != 4]
+             and c["G"] == 32 and c["B"] != iso]
     for c in fixed:
-        text += (f"; with {c['B']} prompts per update at G = 32 instead of 4 (four times the samples), GMC held in "
-                 f"{round(c['stable_share'] * c['n'])} of {c['n']}")
+        text += (f"; with {c['B']} prompts per update at G = 32 instead of {iso} ({c['B'] / iso:g} times the samples), "
+                 f"GMC held in {round(c['stable_share'] * c['n'])} of {c['n']}")
     return text
 
 
@@ -302,7 +306,7 @@ def group_size_line(v: dict) -> str:
     """The README's line on the group-size study: its pre-registered verdicts so far (G7 is exploratory) and those
     not yet run."""
     hyps = [f"G{i}" for i in range(1, 7)]
-    pending = [h for h in hyps if str(v[h].get("why", "")).startswith("not yet run")]
+    pending = [h for h in hyps if not_yet_run(v[h])]
     done = [f"{h} {v[h]['verdict']}" for h in hyps if h not in pending]
     state = "in progress" if pending else "decided"
     return (f"**Group size** ([study](studies/group_size/README.md), {state}): "
