@@ -390,3 +390,54 @@ def test_the_report_reads_g3_and_g4_as_the_g5_rule_allows():
     text = g5_reading({"G5": {"verdict": "INCONCLUSIVE", "per_G": {}, "d0_held": held}})[0]
     assert "not read as staleness effects alone" in text and "5 of 5 at G = 4, 5 of 5 at G = 32" in text
     assert "read as staleness effects." in g5_reading({"G5": {"verdict": "CONFIRMED", "per_G": {}}})[0]
+
+
+def _planted_runs(root, grid_rel, names):
+    """Run folders the pairs' chooser lists (config.json and a metrics table), nothing more."""
+    for n in names:
+        run = root / grid_rel / n
+        run.mkdir(parents=True)
+        (run / "config.json").write_text('{"config": {}}')
+        (run / "metrics.csv").write_text("step\n0\n")
+
+
+P1_RUNS = [f"long-adamclip1e-05-gmc-d64-s{s}" for s in range(5)]
+
+
+@pytest.mark.parametrize(("argv", "planted", "message"), [
+    (["--only"], [], r"argument --only: expected at least one argument"),
+    (["--only", "p1"], [], r"pair p1: 5 of its 5 committed runs are missing: \S*/llm/drift/long-adamclip1e-05-gmc-d64-s0"
+                           r", \S*-s1, \S*-s2, \.\.\. .*make them with `python -m studies.run --grid drift`"),
+    (["--only", "p1"], [n for n in P1_RUNS if not n.endswith("s2")],
+     r"pair p1: 1 of its 5 committed runs are missing: \S*/llm/drift/long-adamclip1e-05-gmc-d64-s2 .*"
+     r"`python -m studies.run --grid drift`"),
+    (["--only", "p2", "p6"], [], r"pair p2: .*`python -m studies.run --grid drift`"),
+    (["--only", "p6"], [], r"pair p6: .*/llm/study/long-gmc-d64-s0.*make them with `python -m studies.run`$"),
+    (["--only", "p1"], "torn", r"pairs.json: .*JSON|pairs.json is not a pairs file"),
+])
+def test_the_pairs_command_refuses_an_empty_request_or_a_missing_run_before_any_work(tmp_path, monkeypatch, capsys,
+                                                                                    argv, planted, message):
+    """`--only` with no names is argparse's refusal (not every pair: hours); a committed run the pair chooses
+    among that is missing is one line naming its folder and the command that makes it; a torn pairs.json is
+    named. Nothing is measured, and no cache is made."""
+    import re
+
+    from studies.group_size.pairs import main
+
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+    if planted == "torn":
+        _planted_runs(tmp_path, "llm/drift", P1_RUNS)
+        (tmp_path / "llm" / "group_size").mkdir(parents=True)
+        (tmp_path / "llm" / "group_size" / "pairs.json").write_text('{"format": "gmc-grpo-group-size-pairs/1", "pa')
+    else:
+        _planted_runs(tmp_path, "llm/drift", planted)
+    if argv == ["--only"]:
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        rc = e.value.code
+    else:
+        rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err and re.search(message, err[-1]), err
+    assert "Traceback" not in "\n".join(err)
+    assert not (tmp_path / "cache").exists()

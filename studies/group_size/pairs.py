@@ -92,14 +92,10 @@ def pair_Gs(pair: Pair) -> tuple[int, ...]:
 def committed_run(pair: Pair) -> tuple[Path, int, list[dict]]:
     """The committed run the pair retrains: the ``rank``-th lowest seed whose run had not collapsed by
     update :data:`T_PAIR` (seed 0 if none qualifies), with every candidate's collapse update."""
-    from grids import grid_folder
-    from schema.results import run_folders
     from studies.drift.d5 import d5_run
 
-    runs = {r.name: r for r in run_folders(grid_folder(pair.grid)) if r.name.startswith(pair.run_prefix + "-s")}
+    runs = pair_runs(pair)
     seeds = sorted(int(n.rsplit("-s", 1)[1]) for n in runs)
-    if not seeds:
-        raise ValueError(f"no committed run named {pair.run_prefix}-s<seed> in {grid_folder(pair.grid)}")
     cand, ok = [], []
     for s in seeds:
         rec = d5_run(runs[f"{pair.run_prefix}-s{s}"])
@@ -109,6 +105,29 @@ def committed_run(pair: Pair) -> tuple[Path, int, list[dict]]:
             ok.append(s)
     seed = ok[pair.rank] if len(ok) > pair.rank else seeds[0]
     return runs[f"{pair.run_prefix}-s{seed}"], seed, cand
+
+
+def pair_runs(pair: Pair) -> dict[str, Path]:
+    """Every committed run the pair chooses among (name -> run): each seed its grid plans for
+    ``run_prefix`` (:data:`studies.grids.GRIDS`), since which seed is the ``rank``-th qualifying one depends on
+    them all. A planned run that is missing or holds no metrics is :class:`schema.results.MissingResults`
+    naming its folder and the command that makes it."""
+    from grids import grid_folder
+    from schema.results import MissingResults, run_folders
+    from studies.grids import GRIDS
+
+    folder = grid_folder(pair.grid)
+    planned = [c.name for c in GRIDS[pair.grid].cells() if c.name.startswith(pair.run_prefix + "-s")]
+    found = {r.name: r for r in run_folders(folder)}
+    missing = [folder / n for n in planned if n not in found]
+    if missing or not planned:
+        arg = "" if pair.grid == "primary" else f" --grid {pair.grid}"
+        what = (f"{len(missing)} of its {len(planned)} committed runs are missing: "
+                + ", ".join(str(m) for m in missing[:3]) + (", ..." if len(missing) > 3 else "")
+                if planned else f"its grid {pair.grid!r} plans no run named {pair.run_prefix}-s<seed>")
+        raise MissingResults(f"pair {pair.name}: {what} (a run folder with config.json and its metrics, or the "
+                             f"grid's packed tables); make them with `python -m studies.run{arg}`")
+    return {n: found[n] for n in planned}
 
 
 def retrain(pair: Pair, run: Path, cache: Path, log=print) -> dict:
@@ -289,11 +308,12 @@ def gate_table(rows: list[dict], gate_b: dict, target_sq: float, target_se: floa
 
 def main(argv=None) -> int:
     from grids import grid_folder
-    from schema.io import write_json
-    from schema.results import read_json, results_root
+    from schema.results import MissingResults, results_root
+    from schema.runlock import RunLock
 
     ap = argparse.ArgumentParser(prog="python -m studies.group_size.pairs", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", nargs="*", default=None, help="pair names (default: every pair)")
+    ap.add_argument("--only", nargs="+", default=None, metavar="PAIR",
+                    help="pair names, at least one (without --only: every pair)")
     ap.add_argument("--quick", action="store_true", help="a small pool (4 prompts x 64-128): a smoke run, written "
                     "under results/cache, never as the result")
     ap.add_argument("--redo", action="store_true", help="measure pairs already in pairs.json again")
@@ -303,21 +323,49 @@ def main(argv=None) -> int:
     if bad:
         print(f"unknown pair {bad[0]!r}; valid: {', '.join(names)}", file=sys.stderr)
         return 2
+    requested = list(dict.fromkeys(args.only)) if args.only is not None else list(names)
     torch.set_num_threads(1)
     cache = results_root() / "cache" / "group_size_pairs"
     out = (cache / "quick") if args.quick else grid_folder("group_size")
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "pairs.json"
-    doc = read_json(path) if path.is_file() else {"format": FORMAT, "pairs": {}}
-    for name in args.only or names:
-        if name in doc["pairs"] and not args.redo:
-            print(f"{name}: measured already ({path}); --redo to measure it again")
-            continue
-        doc["pairs"][name] = measure(names[name], cache, args.quick)
-        write_json(path, doc)
-        write_csv(doc, out / "pairs.csv")
-        print(f"{name}: done in {doc['pairs'][name]['cost_s']['total']:.0f} s -> {path}")
+    try:
+        doc, todo = _todo(out / "pairs.json", requested, args.redo, say=True)
+        for name in todo:  # every pair's committed runs, before any work
+            pair_runs(names[name])
+        if not todo:
+            return 0
+        cache.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+        with RunLock(cache):  # one measurement at a time: the retrain cache and pairs.json are shared
+            doc, todo = _todo(out / "pairs.json", todo, args.redo)  # as another measurement may have left it
+            for name in todo:
+                doc["pairs"][name] = measure(names[name], cache, args.quick)
+                _write(doc, out)
+                print(f"{name}: done in {doc['pairs'][name]['cost_s']['total']:.0f} s -> {out / 'pairs.json'}")
+    except (MissingResults, ValueError) as exc:  # a committed run missing or unreadable, a torn pairs.json: named
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _todo(path: Path, requested: list[str], redo: bool, say: bool = False) -> tuple[dict, list[str]]:
+    """``pairs.json`` at ``path`` (empty if absent; a torn or foreign file is a ValueError naming it) and the
+    pairs of ``requested`` still to measure (all of them with ``redo``)."""
+    from schema.results import read_json
+
+    doc = read_json(path) if path.is_file() else {"format": FORMAT, "pairs": {}}
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("pairs"), dict):
+        raise ValueError(f"{path} is not a pairs file of format {FORMAT!r}: move it away (it is never overwritten)")
+    done = [n for n in requested if n in doc["pairs"] and not redo]
+    for name in done if say else ():
+        print(f"{name}: measured already ({path}); --redo to measure it again")
+    return doc, [n for n in requested if n not in done]
+
+
+def _write(doc: dict, out: Path) -> None:
+    from schema.io import write_json
+
+    write_json(out / "pairs.json", doc)
+    write_csv(doc, out / "pairs.csv")
 
 
 CSV_COLUMNS = ("pair", "kl", "chi2", "ess", "estimator", "G", "rel_bias", "rel_bias_sq", "cos", "norm_ratio", "se",
