@@ -25,8 +25,9 @@ STATED = ("theorem", "proposition", "conjecture")
 RECORDED = ("holds", "refuted")
 THEORY = Path(__file__).resolve().parents[1] / "docs" / "THEORY.md"
 HEADER = "| # | claim | sympy / computation | simulation and expected result | stated as | recorded |"
-_REFUTED = re.compile(r"^refuted at `(?P<point>[^`]+)`: (?P<values>.+) \(tolerance (?P<tol>[0-9.eE+-]+)\)$")
-_VALUE = re.compile(r"^(?P<name>.+?) (?P<value>[+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)$")
+_REFUTED = re.compile(r"^refuted at `(?P<point>[^`]+)`: (?P<values>.+) \(tolerance (?P<tol>[^()]*)\)$")
+_VALUE = re.compile(r"^(?P<name>.+?) (?P<value>[+-]?(?:[0-9.][0-9.eE+-]*|inf|infinity|nan))$", re.IGNORECASE)
+_NUMBER = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
 
 
 class LedgerError(ValueError):
@@ -55,8 +56,24 @@ def parse_recorded(cid: int, text: str) -> tuple[str, dict | None]:
         v = _VALUE.match(part.strip())
         if not v:
             raise LedgerError(f"claim {cid}: counterexample value {part!r} is not 'NAME VALUE'")
-        values[v["name"]] = float(v["value"])
-    return "refuted", {"point": m["point"], "values": values, "tolerance": float(m["tol"])}
+        if v["name"] in values:
+            raise LedgerError(f"claim {cid}, column 'recorded': the counterexample names {v['name']!r} twice")
+        values[v["name"]] = _number(cid, f"the counterexample value of {v['name']!r}", v["value"])
+    tol = _number(cid, "tolerance", m["tol"])
+    if tol < 0:
+        raise LedgerError(f"claim {cid}, column 'recorded': tolerance {m['tol']!r} is negative: a tolerance is a "
+                          f"finite number >= 0 (how far a rerun may find each value from the recorded one)")
+    return "refuted", {"point": m["point"], "values": values, "tolerance": tol}
+
+
+def _number(cid: int, what: str, text: str) -> float:
+    """``text`` as a finite decimal number, or a :class:`LedgerError` naming the claim, the column and the value."""
+    import math
+
+    value = float(text) if _NUMBER.match(text.strip()) else math.nan
+    if not math.isfinite(value):
+        raise LedgerError(f"claim {cid}, column 'recorded': {what} {text!r} is not a finite decimal number")
+    return value
 
 
 def read_ledger(path: Path | str = THEORY) -> dict[int, Entry]:
@@ -75,7 +92,7 @@ def read_ledger(path: Path | str = THEORY) -> dict[int, Entry]:
         if not line.startswith("|"):
             break
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-        if len(cells) < 6 or not cells[0].isdigit():
+        if len(cells) < 6 or not re.fullmatch(r"[0-9]+", cells[0]):
             raise LedgerError(f"{path}: claims table row {line[:60]!r}... has no id or no ledger columns")
         cid = int(cells[0])
         stated = cells[-2]
@@ -104,7 +121,7 @@ def match(row: dict, entry: Entry) -> tuple[bool, str]:
                        f"{', '.join(sorted(found)) or 'no named point'}: the counterexample has moved")
     at = found[ce["point"]]
     moved = [f"{k} {v:.4g} recorded, {at[k]:.4g} found" if k in at else f"{k} not measured"
-             for k, v in ce["values"].items() if k not in at or abs(at[k] - v) > ce["tolerance"]]
+             for k, v in ce["values"].items() if k not in at or not abs(at[k] - v) <= ce["tolerance"]]  # NaN moved
     if moved:
         return False, (f"refuted at {ce['point']} as recorded, but the values moved beyond "
                        f"{ce['tolerance']:g}: " + "; ".join(moved))

@@ -74,6 +74,17 @@ def test_flipped_or_moved_ledger_entry_exits_1_and_names_the_claim(tmp_path, cap
 @pytest.mark.parametrize("recorded, message", [
     ("maybe", "claim 22: recorded verdict 'maybe' is neither"),
     ("refuted at `p`: IS high (tolerance 1e-4)", "claim 22: counterexample value 'IS high'"),
+    # a malformed number names the claim, the column and the value (not Python's "could not convert")
+    (REFUTED_22.replace("0.1079", "0.10.79"),
+     "claim 22, column 'recorded': the counterexample value of 'IS' '0.10.79' is not a finite decimal number"),
+    (REFUTED_22.replace("1e-4", "1e-4.5"), "claim 22, column 'recorded': tolerance '1e-4.5' is not a finite decimal"),
+    (REFUTED_22.replace("1e-4", ""), "claim 22, column 'recorded': tolerance '' is not a finite decimal number"),
+    (REFUTED_22.replace("1e-4", "nan"), "claim 22, column 'recorded': tolerance 'nan' is not a finite decimal"),
+    (REFUTED_22.replace("0.1079", "1e999"), "the counterexample value of 'IS' '1e999' is not a finite decimal"),
+    (REFUTED_22.replace("0.1079", "inf"), "the counterexample value of 'IS' 'inf' is not a finite decimal"),
+    # a negative tolerance is refused, never read as "values moved beyond -1"
+    (REFUTED_22.replace("1e-4", "-1"), "claim 22, column 'recorded': tolerance '-1' is negative"),
+    (REFUTED_22.replace("TOPR", "IS"), "claim 22, column 'recorded': the counterexample names 'IS' twice"),
 ])
 def test_unreadable_ledger_exits_2_before_any_claim_runs(tmp_path, capsys, monkeypatch, recorded, message):
     monkeypatch.setattr(cli, "run_claims", lambda *a, **k: pytest.fail("claims ran on an unreadable ledger"))
@@ -90,6 +101,7 @@ def test_match_rules():
     assert match(fail_at("p"), refuted)[0]
     assert match(fail_at("p", v=0.5009), refuted)[0]
     assert not match(fail_at("p", v=0.502), refuted)[0]  # moved beyond the tolerance
+    assert not match(fail_at("p", v=float("nan")), refuted)[0]  # a NaN found is no value within the tolerance
     assert not match(fail_at("p", "q"), refuted)[0]  # a second failing point
     assert not match({"status": "FAIL", "refuted_at": []}, refuted)[0]  # a check that names no point
     assert not match({"status": "ERROR", "refuted_at": []}, refuted)[0]
@@ -102,6 +114,14 @@ def test_match_rules():
     assert ledger_summary(rows).startswith("3 claims: 0 hold, 1 refuted as recorded (claim 1: refuted at p")
     assert "2 do not match the ledger (claim 2: recorded holds, but the check gave FAIL; claim 3: absent" \
         in ledger_summary(rows)
+
+
+def test_a_claim_id_that_is_no_plain_number_is_named(tmp_path):
+    text = THEORY.read_text().replace("\n| 22 |", "\n| 2\u00b2 |")  # "2²".isdigit() is True, int() fails
+    bad = tmp_path / "T.md"
+    bad.write_text(text)
+    with pytest.raises(LedgerError, match="claims table row .\\| 2\u00b2 \\|.* has no id"):
+        read_ledger(bad)
 
 
 def test_ledger_without_table_is_refused(tmp_path):
