@@ -85,20 +85,39 @@ def check_groups(x, name: str = "log_ratio"):
     return x
 
 
-def check_eps(eps: Any) -> float:
+def check_eps(eps: Any, name: str = "eps") -> float:
+    """``eps`` (or the threshold ``name``, e.g. ``eps_high``) as a finite float > 0, else a ValueError naming it."""
     if isinstance(eps, bool) or not isinstance(eps, Real):
         if is_torch(eps) and eps.numel() == 1:
             eps = float(eps.item())
         elif isinstance(eps, np.ndarray) and eps.size == 1:
             eps = float(eps)
         else:
-            raise ValueError(f"eps must be a positive real number, got {eps!r}")
+            raise ValueError(f"{name} must be a positive real number, got {eps!r}")
     eps = float(eps)
     if not math.isfinite(eps):
-        raise ValueError(f"eps must be a finite positive real number (the cap is 1+eps), got eps = {eps!r}")
+        raise ValueError(f"{name} must be a finite positive real number (the cap is 1+{name}), got {name} = {eps!r}")
     if not eps > 0:
-        raise ValueError(f"eps must be > 0 (the cap is 1+eps), got eps = {eps!r}")
+        raise ValueError(f"{name} must be > 0 (the cap is 1+{name}), got {name} = {eps!r}")
     return eps
+
+
+def check_fits_dtype(owner: str, values: dict, dtype) -> None:
+    """Every real number of ``values`` (knob name -> value; None and strings skipped) is at most the largest
+    finite number of ``dtype`` (a torch or numpy floating dtype) in magnitude, else a ValueError naming
+    ``owner``, the knob, its value and the dtype: a knob the computation's dtype cannot hold would become
+    ``inf`` there, or a raw error of the library that casts it."""
+    big = float(torch.finfo(dtype).max) if is_torch_dtype(dtype) else float(np.finfo(dtype).max)
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, Real):
+            continue
+        if math.isfinite(float(v)) and abs(float(v)) > big:
+            raise ValueError(f"{owner}: {name} = {v!r} overflows {dtype} (largest finite {big:g}), the dtype the "
+                             f"loss computes in: choose a smaller {name}, or pass log-probs of a wider dtype")
+
+
+def is_torch_dtype(dtype) -> bool:
+    return torch is not None and isinstance(dtype, torch.dtype)
 
 
 def check_same_shape(a, b, name_a: str, name_b: str) -> None:

@@ -9,6 +9,7 @@ import math
 
 DELAY_MODES = ("fixed", "uniform")
 TRAJ_AGGS = ("sum", "token-mean")
+PARAM_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def need(cond: bool, msg: str) -> None:
@@ -32,15 +33,29 @@ def check_integers(c) -> None:
         need(is_int(getattr(c, name)), f"{name} must be an integer, got {getattr(c, name)!r}")
 
 
+def loss_dtype(c):
+    """The dtype the run's loss computes in (its log-probs' dtype, half precision widened to float32:
+    :func:`estimators.losses.registry.loss_dtype`): every threshold and knob must fit it."""
+    import torch
+
+    from estimators.losses.registry import loss_dtype as widened
+
+    dtype = getattr(torch, c.dtype) if c.dtype in PARAM_DTYPES else torch.float32  # a bad one: check_precision
+    return widened(torch.empty(0, dtype=dtype))
+
+
 def check_estimator(c) -> None:
     """The group, the threshold, the delay and the estimator's name."""
+    from estimators._validate import check_fits_dtype
     from estimators.losses import loss_names
 
     need(c.group_size >= 2, f"group_size G must be >= 2 (a group needs a baseline), got G = {c.group_size}")
-    need(isinstance(c.eps, (int, float)) and math.isfinite(c.eps) and c.eps > 0,
+    need(isinstance(c.eps, (int, float)) and not isinstance(c.eps, bool) and math.isfinite(c.eps) and c.eps > 0,
          f"eps must be a finite number > 0 (the threshold is 1+eps), got eps = {c.eps!r}")
-    need(c.eps_high is None or (math.isfinite(c.eps_high) and c.eps_high > 0),
-         f"eps_high must be None or > 0, got {c.eps_high!r}")
+    need(c.eps_high is None or (isinstance(c.eps_high, (int, float)) and not isinstance(c.eps_high, bool)
+                                and math.isfinite(c.eps_high) and c.eps_high > 0),
+         f"eps_high must be None or a finite number > 0, got {c.eps_high!r}")
+    check_fits_dtype("the run's loss", {"eps": c.eps, "eps_high": c.eps_high}, loss_dtype(c))
     need(c.delay >= 0, f"delay d must be >= 0 policy versions, got d = {c.delay}")
     need(c.delay_mode in DELAY_MODES, f"unknown delay_mode {c.delay_mode!r}; valid: {', '.join(DELAY_MODES)}")
     need(c.estimator in loss_names(), f"unknown estimator {c.estimator!r}; valid: {', '.join(loss_names())}")
@@ -48,6 +63,7 @@ def check_estimator(c) -> None:
 
 def check_knobs(c) -> None:
     """Every estimator's knobs (not only the chosen estimator's), and a batch-coupled estimator in one chunk."""
+    from estimators._validate import check_fits_dtype
     from estimators.losses import is_batch_coupled
     from estimators.params import resolve
 
@@ -59,6 +75,7 @@ def check_knobs(c) -> None:
     for est, given in knobs.items():
         try:
             resolve(est, given)
+            check_fits_dtype(repr(est), given, loss_dtype(c))
         except ValueError as exc:
             names = {f.metadata["knob"][1]: f.name for f in dataclasses.fields(c)
                      if f.metadata.get("knob", ("",))[0] == est}
@@ -89,7 +106,7 @@ def check_precision(c) -> None:
     from .rollout_sources import ROLLOUT_SOURCES
 
     ROLLOUT_SOURCES.lookup(c.mode)  # unknown mode -> ValueError listing the valid ones
-    need(c.dtype in ("float32", "bfloat16", "float16"), f"unknown dtype {c.dtype!r}; valid: float32, bfloat16, float16")
+    need(c.dtype in PARAM_DTYPES, f"unknown dtype {c.dtype!r}; valid: {', '.join(PARAM_DTYPES)}")
     need(c.amp in ("none", "bfloat16"), f"unknown amp {c.amp!r}; valid: none, bfloat16")
     need(c.amp == "none" or c.dtype == "float32",
          f"amp {c.amp!r} keeps float32 master weights: use dtype float32, got dtype {c.dtype!r}")

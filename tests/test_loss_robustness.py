@@ -338,6 +338,85 @@ def test_an_extreme_knob_is_refused_or_the_loss_stays_finite(name, knobs, log_ra
     assert torch.isfinite(out.loss) and bool(torch.isfinite(x.grad).all())
 
 
+BAD_KNOB_VALUES = (math.nan, -1.0, "abc", 1e300)
+"""Values no knob may take: not a number, negative, not a number at all, and one float32 cannot hold (the
+batch is float32: in range or not, 1e300 must be refused, naming the knob, never a torch RuntimeError)."""
+
+
+def _knobs_of(name: str) -> list[str]:
+    """``eps`` (every loss is passed one, used or not), the knobs of its record, and a token loss's options."""
+    from estimators.params import params_of
+
+    return ["eps", *(p.name for p in params_of(name)), *(TOKEN_LOSSES[name].options if name in TOKEN_LOSSES else ())]
+
+
+@pytest.mark.parametrize("name", loss_names())
+def test_every_loss_checks_every_knob_it_is_passed_used_or_not(name):
+    """Every registered loss, through ``policy_loss`` and (token losses) its registered function called
+    directly: each knob it takes, ``eps`` included where the loss ignores it (p3o, ctpo, dispo, oapl, ...), is
+    refused at NaN, -1, 'abc' and 1e300 with a ValueError naming it; 1e300 names float32 where the knob's
+    range admits it; a knob the loss does not take is refused by name; the defaults pass."""
+    from estimators.losses import check_options
+
+    logp, old, mask, adv = _tiny_batch(torch.float32)
+
+    def via_policy_loss(eps, kw):
+        return policy_loss(name, logp.clone().requires_grad_(), old, mask, adv, 2, eps, **kw)
+
+    calls = [via_policy_loss]
+    if name in TOKEN_LOSSES:
+        calls.append(lambda eps, kw: TOKEN_LOSSES[name].fn(logp.clone().requires_grad_(), old, mask, adv, 2, eps, **kw))
+    for knob in _knobs_of(name):
+        for bad in BAD_KNOB_VALUES:
+            for call in calls:
+                eps, kw = (bad, {}) if knob == "eps" else (0.2, {knob: bad})
+                with pytest.raises(ValueError, match=knob) as info:
+                    call(eps, kw)
+                if bad == 1e300 and (knob == "eps" or _in_range(check_options, name, knob, bad)):
+                    assert "overflows torch.float32" in str(info.value), (name, knob, info.value)
+    for call in calls:
+        with pytest.raises(ValueError, match="no_such_knob"):
+            call(0.2, {"no_such_knob": 1.0})
+        assert torch.isfinite(call(0.2, {}).loss)
+    # the same knob of 1e300 in float64, where it fits, is not refused for its size
+    big = [k for k in _knobs_of(name) if k == "eps" or _in_range(check_options, name, k, 1e300)]
+    for knob in big:
+        lp, od = logp.double(), old.double()
+        eps, kw = (1e300, {}) if knob == "eps" else (0.2, {knob: 1e300})
+        try:
+            policy_loss(name, lp.clone().requires_grad_(), od, mask, adv, 2, eps, **kw)
+        except ValueError as exc:  # a loss that overflows float64 at such a knob may say so, but not of its size
+            assert "the dtype the loss computes in" not in str(exc), (name, knob, exc)
+
+
+def _in_range(check_options, name, knob, value) -> bool:
+    try:
+        check_options(name, {knob: value})
+    except ValueError:
+        return False
+    return True
+
+
+def _config_knobs() -> list[tuple[str, str]]:
+    """(config field, the name its refusal must give) of every knob field, ``eps`` and ``eps_high``."""
+    from llm_runs.config import TrainConfig
+
+    fields = TrainConfig.__dataclass_fields__
+    return [("eps", "eps"), ("eps_high", "eps_high"),
+            *sorted((f, v.metadata["knob"][1]) for f, v in fields.items() if "knob" in v.metadata)]
+
+
+@pytest.mark.parametrize("field, knob", _config_knobs())
+def test_the_trainer_s_config_refuses_a_knob_its_loss_dtype_cannot_hold(field, knob):
+    """Every knob field of the trainer's config (every estimator's, not only the chosen one's), ``eps`` and
+    ``eps_high``: 1e300 is refused when the config is validated (the loss computes in float32), naming the knob,
+    before any work."""
+    from llm_runs.config import TrainConfig
+
+    with pytest.raises(ValueError, match=rf"\b{knob} (\(.*\) )?(=|must)"):
+        TrainConfig(**{field: 1e300}).validate()
+
+
 def test_vespo_group_mass_sup_at_a_large_lambda_is_inf_not_an_overflow_error():
     assert estimators.get_scheme("vespo").group_mass_sup(0.2, lambda_pos=800.0, k_pos=2.0) == math.inf
     assert not estimators.get_scheme("vespo").member(0.2, lambda_pos=800.0, k_pos=2.0)

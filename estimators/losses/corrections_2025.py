@@ -25,7 +25,7 @@ def _refuse_positive_logp(loss: str, logp, old_logp, keep, why: str) -> None:
         above = keep & (t.detach() > 0)
         if bool(above.any()):
             idx = tuple(int(i) for i in torch.nonzero(above)[0])
-            raise ValueError(f"{loss}: {name} holds a log-probability above 0 ({float(t[idx])}) at completion "
+            raise ValueError(f"{loss}: {name} holds a log-probability above 0 ({float(t.detach()[idx])}) at completion "
                              f"token {idx}: {why.format(name=name)}")
 
 

@@ -234,14 +234,14 @@ def trm_k3_loss(logp, old_logp, mask, advantages, group_size: int, eps: float, e
 trm_k2_loss.__doc__ = _TRM_DOC.format(kind="k2", formula="k2(r) = (log r)^2 / 2", token_bound="sqrt(2 delta)")
 trm_k3_loss.__doc__ = _TRM_DOC.format(kind="k3", formula="k3(r) = r - 1 - log r",
                                       token_bound="the roots of r - 1 - log r = delta")
-register_token_loss("trm_k2", options=("eps_high",), bounded=False,
-                    label="TRM (k2)", style=Style("#777777", "<", 26),
-                    params=(Param("delta", 0.05, "delta_TRM", "trm_k2: mask a sequence whose largest token (log r)^2 "
-                                  "/ 2 exceeds delta (verl seq_max_k2; no default there)"),))(trm_k2_loss)
-register_token_loss("trm_k3", options=("eps_high",), bounded=False,
-                    label="TRM (k3)", style=Style("#444444", ">", 27),
-                    params=(Param("delta", 0.05, "delta_TRM3", "trm_k3: mask a sequence whose largest token r - 1 - "
-                                  "log r exceeds delta (verl seq_max_k3; no default there)"),))(trm_k3_loss)
+trm_k2_loss = register_token_loss(
+    "trm_k2", options=("eps_high",), bounded=False, label="TRM (k2)", style=Style("#777777", "<", 26),
+    params=(Param("delta", 0.05, "delta_TRM", "trm_k2: mask a sequence whose largest token (log r)^2 / 2 exceeds "
+                  "delta (verl seq_max_k2; no default there)"),))(trm_k2_loss)
+trm_k3_loss = register_token_loss(
+    "trm_k3", options=("eps_high",), bounded=False, label="TRM (k3)", style=Style("#444444", ">", 27),
+    params=(Param("delta", 0.05, "delta_TRM3", "trm_k3: mask a sequence whose largest token r - 1 - log r exceeds "
+                  "delta (verl seq_max_k3; no default there)"),))(trm_k3_loss)
 
 
 @register_token_loss("dispo",

@@ -1,29 +1,16 @@
 """One entry for every estimator: :func:`policy_loss` dispatches by name to a trajectory scheme's
-surrogate or a registered token loss, its knobs checked by :func:`check_options`."""
+surrogate or a registered token loss, its knobs checked by :func:`check_options` (and, with ``eps``, against
+the dtype the loss computes in: :func:`estimators.losses.registry.check_loss_call`)."""
 from __future__ import annotations
 
 import torch
 
 from .._compat import renamed_keywords
 from .._validate import check_group_size
-from ..params import resolve
 from ..schemes import SCHEMES
 from .batch import _widen
-from .registry import TOKEN_LOSSES, LossOutput, is_bounded, loss_names
+from .registry import TOKEN_LOSSES, LossOutput, check_options, is_bounded
 from .trajectory import trajectory_loss
-
-
-@renamed_keywords(name="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
-def check_options(estimator: str, options: dict | None) -> dict:
-    """The options ``estimator`` accepts, validated: knobs of :data:`estimators.params.PARAMS`
-    (filled with their defaults) plus a token loss's own extra options."""
-    options = dict(options or {})
-    if estimator in SCHEMES:
-        return resolve(estimator, options)
-    if estimator not in TOKEN_LOSSES:
-        raise ValueError(f"unknown loss {estimator!r}; valid: {', '.join(loss_names())}")
-    extra = {k: options.pop(k) for k in TOKEN_LOSSES[estimator].options if k in options}
-    return {**resolve(estimator, options), **extra}
 
 
 @renamed_keywords(name="estimator")  # deprecated 2026-12-07, removed after 2027-06-01

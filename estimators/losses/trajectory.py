@@ -11,7 +11,7 @@ from .._compat import renamed_keywords
 from .._validate import check_eps
 from ..schemes import get_scheme, weights
 from .batch import _check_batch, _widen, trajectory_log_ratio
-from .registry import LossOutput
+from .registry import LossOutput, check_loss_call
 
 
 @renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
@@ -30,6 +30,7 @@ def trajectory_loss(estimator: str, logp, old_logp, mask, advantages, group_size
     """
     spec = get_scheme(estimator)
     eps = check_eps(eps)
+    check_loss_call(estimator, eps, params, logp)  # every knob in range and held by the loss's dtype
     in_dtype = logp.dtype if isinstance(logp, torch.Tensor) else None
     logp, old_logp = _widen(logp, old_logp)
     B, _, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
