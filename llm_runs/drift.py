@@ -27,13 +27,22 @@ analysis (``python -m studies.drift`` -> ``results/llm/drift/map.json``); :func:
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import numbers
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
+
+from .drift_export import (  # noqa: F401 (the reader's entry points, defined beside the checks they make)
+    MISSING,
+    STEP_COLUMNS,
+    integer_setting,
+    metric_values,
+    read_export,
+    run_group_size,
+    step_column,
+)
 
 AXES = ("kl", "chi2", "ess_ratio", "abs_log_w_median")
 EARLY_UPDATES = 20
@@ -52,12 +61,12 @@ ratio as ``step/ess_ratio`` when a step-size control runs, and always the mean p
 ``stale/ess`` (a per-group quantity: the column read is printed beside the value)."""
 FIRST_STEP = {"trl": 1}
 """The step number a stack gives its first update (TRL's ``log_history`` counts from 1; the others from 0)."""
-STEP_COLUMNS = ("step", "training/global_step", "global_step")
 MIN_EARLY_VALUES = 5
 MIN_EARLY_SHARE = 0.5
 """A run is placed on the map only when its early window holds at least :data:`MIN_EARLY_VALUES` KL
 values and at most ``1 - MIN_EARLY_SHARE`` of the window's rows lack one (missing: empty, ``n/a``,
-``NaN``, anything not a number); the missing ones are counted and reported either way."""
+``NaN``, null: :data:`llm_runs.drift_export.MISSING`); the missing ones are counted and reported either way, and a
+value that is neither a number nor missing is refused by name (:func:`llm_runs.drift_export.metric_values`)."""
 
 
 def summary(m: pd.DataFrame, delay: int, stack: str = "toolkit") -> dict:
@@ -65,12 +74,10 @@ def summary(m: pd.DataFrame, delay: int, stack: str = "toolkit") -> dict:
     per update, a step column) for a run of delay ``delay``; NaN where the stack logs no such column."""
     if stack not in COLUMNS:
         raise ValueError(f"unknown stack {stack!r}; valid: {', '.join(COLUMNS)}")
-    if isinstance(delay, bool) or not isinstance(delay, (int, np.integer)) or delay < 0:
+    if isinstance(delay, bool) or not isinstance(delay, numbers.Integral) or delay < 0:
         raise ValueError(f"delay must be an integer >= 0, got {delay!r}")
-    step = next((c for c in STEP_COLUMNS if c in m), None)
-    if step is None:
-        raise ValueError(f"the metrics have no step column (one of {', '.join(STEP_COLUMNS)})")
-    t = pd.to_numeric(m[step], errors="coerce") - FIRST_STEP.get(stack, 0)  # update index, from 0
+    step = step_column(m)
+    t = metric_values(m, step) - FIRST_STEP.get(stack, 0)  # update index, from 0
     out: dict = {}
     windows = {"early": (t >= delay) & (t < delay + EARLY_UPDATES), "all": t >= delay}
     if stack == "trl":
@@ -83,15 +90,17 @@ def summary(m: pd.DataFrame, delay: int, stack: str = "toolkit") -> dict:
         out["fixed_delay_updates"] = int(at_d.sum())
     early = windows["early"]
     for axis in AXES:
-        col = next((c for c in COLUMNS[stack][axis]
-                    if c in m and pd.to_numeric(m[c], errors="coerce").notna().any()), None)
+        present = [c for c in COLUMNS[stack][axis] if c in m]
+        read = {c: metric_values(m, c, step) for c in present}  # a value neither a number nor missing: refused
+        col = next((c for c in present if read[c].notna().any()), present[0] if present else None)
         out[f"{axis}_column"] = col
-        values = pd.to_numeric(m[col], errors="coerce") if col else pd.Series(math.nan, index=m.index)
+        out[f"{axis}_empty_columns"] = [c for c in present if read[c].isna().all()]  # present, every value missing
+        values = read[col] if col else pd.Series(math.nan, index=m.index)
         for part, sel in windows.items():
             x = values[sel].dropna()
             out[f"{axis}_{part}"] = float(x.median()) if len(x) else math.nan
-        out[f"{axis}_early_rows"] = int(early.sum())
-        out[f"{axis}_early_missing"] = int(values[early].isna().sum()) if col else int(early.sum())
+            out[f"{axis}_{part}_rows"] = int(sel.sum())
+            out[f"{axis}_{part}_missing"] = int(values[sel].isna().sum()) if col else int(sel.sum())
         logged = t[values.notna()].dropna()
         out[f"{axis}_steps"] = (int(logged.min()), int(logged.max())) if len(logged) else None
     return out
@@ -101,8 +110,12 @@ def placement_problem(s: dict, delay: int, axis: str = "kl") -> str | None:
     """Why the run summarised by ``s`` (:func:`summary`) cannot be placed on the map (None: it can): the
     axis not logged, logged only outside the early window, or too many missing values in it."""
     rows, missing, steps = s[f"{axis}_early_rows"], s[f"{axis}_early_missing"], s[f"{axis}_steps"]
+    name = axis.upper() if axis == "kl" else axis
     if s[f"{axis}_column"] is None:
-        return f"this run logs no {axis.upper() if axis == 'kl' else axis} per token"
+        return f"this run logs no {name} per token"
+    if steps is None:
+        return (f"its {name} column {s[f'{axis}_column']} holds no value at all (every one missing: empty, n/a, NaN "
+                f"or null)")
     if rows == 0 or rows == missing:
         return (f"{axis.upper() if axis == 'kl' else axis} logged at steps {steps[0]}\u2013{steps[1]}; the window "
                 f"starts at {delay} (steps {delay}\u2013{delay + EARLY_UPDATES - 1}): no value in it")
@@ -111,78 +124,6 @@ def placement_problem(s: dict, delay: int, axis: str = "kl") -> str | None:
         return (f"{missing} of the early window's {rows} {axis} values are missing (empty, n/a, NaN); at least "
                 f"{MIN_EARLY_VALUES} and {MIN_EARLY_SHARE:.0%} of them are needed to place the run")
     return None
-
-
-def read_export(path: str | Path, stack: str = "toolkit") -> tuple[pd.DataFrame, int | None]:
-    """The per-update metrics at ``path`` and the run's delay where the file records it: a run folder
-    of this toolkit (or a run of a packed grid, :mod:`schema.packed`); a verl file-logger export (JSON
-    lines ``{"step": n, "data": {...}}`` or flat dicts); a TRL ``trainer_state.json`` (its
-    ``log_history``); or a CSV with a step column."""
-    from schema.results import is_packed_run
-
-    p = Path(path)
-    packed = not p.exists() and is_packed_run(p)
-    if not p.exists() and not packed:
-        raise ValueError(f"{p}: no such file or folder")
-    if p.is_dir() or packed:
-        from schema.results import read_run, read_run_config
-
-        try:
-            _, m = read_run(p)
-            return m, int(read_run_config(p)["delay"])
-        except (OSError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{p}: not a run folder this reader can read (a run holds config.json and its "
-                             f"metrics; {type(exc).__name__}: {str(exc)[:120]})") from None
-    if p.suffix == ".csv":
-        try:
-            return pd.read_csv(p), None
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{p}: not a readable CSV ({str(exc).splitlines()[0][:120]})") from None
-    try:
-        text = p.read_text()
-    except UnicodeDecodeError:
-        raise ValueError(f"{p}: not text (a binary file?)") from None
-    if p.suffix in (".jsonl", ".ndjson"):
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError as exc:
-                raise ValueError(f"{p}: line {n} is not JSON ({exc})") from None
-            if not isinstance(rec, dict):
-                raise ValueError(f"{p}: line {n} is a JSON {type(rec).__name__}, not an object of metrics "
-                                 f"({line.strip()[:60]})")
-            if isinstance(rec.get("data"), dict):
-                if "step" not in rec:
-                    raise ValueError(f"{p}: line {n} has metrics under 'data' but no 'step'")
-                rec = {"step": rec["step"], **rec["data"]}
-            rows.append(rec)
-        if not rows:
-            raise ValueError(f"{p}: no metrics (the file holds no JSON lines)")
-        return pd.DataFrame(rows), None
-    try:
-        j = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"{p}: not JSON ({exc})") from None
-    if isinstance(j, dict) and isinstance(j.get("log_history"), list):
-        return pd.DataFrame([r for r in j["log_history"] if "step" in r]), None
-    raise ValueError(f"{p}: not a run folder, a .jsonl/.csv export or a TRL trainer_state.json")
-
-
-def run_group_size(path: str | Path) -> int | None:
-    """A toolkit run's group size from its stored config (None for an export that does not record it)."""
-    from schema.results import is_packed_run, read_run_config
-
-    p = Path(path)
-    if not (p.is_dir() or (not p.exists() and is_packed_run(p))):
-        return None
-    try:
-        G = read_run_config(p).get("group_size")
-    except (ValueError, OSError, KeyError):
-        return None
-    return int(G) if G is not None else None
 
 
 DRIFT_GRID, GROUP_SIZE_GRID = "drift", "group_size"
@@ -216,7 +157,11 @@ def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dic
     """Per (estimator, optimiser) of the drift map, what it did at drift ``drift`` on ``axis``: the
     nearest measured level's stable share and whether ``drift`` lies below its fitted boundary. A drift
     outside the map's measured range (:func:`measured_range`) is a ValueError saying so: no correction
-    was measured there, and the nearest level's share says nothing about it."""
+    was measured there, and the nearest level's share says nothing about it. So is a drift that no map holds
+    (:func:`unplaceable`: 0, infinite, NaN or negative), with the reason."""
+    why = unplaceable(drift)
+    if why is not None:
+        raise ValueError(why)
     if table is None:
         path = map_path()
         if not path.is_file():
@@ -227,7 +172,7 @@ def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dic
     if table.get("axis") != axis:
         raise ValueError(f"the map's axis is {table.get('axis')!r}, not {axis!r}")
     span = measured_range(table)
-    if span is not None and math.isfinite(drift) and drift > 0:
+    if span is not None:
         if drift > span[1]:
             raise ValueError(f"an early KL per token of {drift:.4g} is beyond the largest drift measured "
                              f"({span[1]:.4g}): no correction was measured there")
@@ -236,8 +181,9 @@ def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dic
                              f"({span[0]:.4g}): no correction was measured there")
     out = []
     for row in table["boundaries"]:
-        levels = [lv for lv in row["levels"] if lv["drift"] is not None and math.isfinite(lv["drift"])]
-        if not levels or not math.isfinite(drift) or drift <= 0:
+        levels = [lv for lv in row["levels"] if lv["drift"] is not None and math.isfinite(lv["drift"])
+                  and lv["drift"] > 0]
+        if not levels:
             continue
         near = min(levels, key=lambda lv: abs(math.log(lv["drift"]) - math.log(drift)))
         b = row["boundary"]
@@ -249,6 +195,24 @@ def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dic
                     "censored": row.get("censored"), "below_boundary": below, "outside": outside,
                     "measured_range": (lo, hi)})
     return out
+
+
+def unplaceable(drift: float, axis: str = "kl") -> str | None:
+    """Why an early drift has no place on any map (None: it may have one): 0 is no drift measured (the ratios
+    compare a policy with itself: on-policy), +inf a KL that overflowed (a ratio beyond the float range), NaN no
+    number, and a negative value no KL (the k3 estimate is >= 0)."""
+    what = f"an early {axis.upper() if axis == 'kl' else axis} per token of {drift:.4g}"
+    if math.isnan(drift):
+        return f"{what}: not a number, so no place on the map"
+    if drift == 0:
+        return (f"{what}: no drift was measured (the policy equals the one that sampled: on-policy); the map holds "
+                f"stale runs only, so no correction was measured there")
+    if drift == math.inf:
+        return (f"{what}: the KL overflowed (a log-ratio beyond the float range, not a measured drift), so no place "
+                f"on the map and no correction is said to have held there")
+    if drift < 0:
+        return f"{what}: negative, so not a KL per token (its k3 estimate is >= 0): the column holds something else"
+    return None
 
 
 def map_group_size() -> int:
@@ -270,25 +234,43 @@ def group_size_cells() -> list[dict]:
     return [c for c in read_json(path).get("cells", []) if c.get("B", 0) * c.get("G", 0) == 128]
 
 
+def measured_group_sizes(G: int, cells: list[dict]) -> tuple[list[int], int, bool]:
+    """(the group sizes measured: the drift map's and the group-size grid's ``cells``', the nearest to ``G``,
+    whether ``G`` lies outside their range)."""
+    measured = sorted({map_group_size()} | {int(c["G"]) for c in cells})
+    near = min(measured, key=lambda g: (abs(math.log(g) - math.log(G)), g))
+    return measured, near, not measured[0] <= G <= measured[-1]
+
+
 def group_size_lines(G: int | None, cells: list[dict] | None = None) -> list[str]:
     """What the maps measured say about a run of group size ``G``: the drift map's G, the group sizes the
     group-size grid measured, the nearest one to ``G`` and its cells, and when ``G`` lies outside them."""
     cells = group_size_cells() if cells is None else cells
     map_G = map_group_size()
-    measured = sorted({map_G} | {int(c["G"]) for c in cells})
     if G is None:
         return [f"group size: unknown (give --group-size); the drift map was measured at G = {map_G}"]
-    near = min(measured, key=lambda g: (abs(math.log(g) - math.log(G)), g))
+    measured, near, outside = measured_group_sizes(G, cells)
     out = [f"group size: G = {G}; the drift map was measured at G = {map_G}"
            + (f", the group-size grid at G = {', '.join(map(str, measured))}" if cells else "")
            + f"; nearest measured G = {near}"]
-    if G < measured[0] or G > measured[-1]:
+    if outside:
         out.append(f"group size: G = {G} lies outside the measured range ({measured[0]}-{measured[-1]}): no run was "
                    f"made at it, and the map's boundaries may not transfer")
     for c in sorted((c for c in cells if int(c["G"]) == near), key=lambda c: (c["level"], c["estimator"])):
         out.append(f"  G = {near} {c['level']:16s} {c['estimator']:10s} stable {c['stable_share']:.0%} of {c['n']}, "
                    f"early KL {c['kl_early_pre_collapse']:.4g}")
     return out
+
+
+def axis_note(s: dict, axis: str) -> str:
+    """The column an axis was read from and what of it was missing (:func:`summary`'s counts), for the printout."""
+    col = s[f"{axis}_column"]
+    if col is None:
+        return "(not logged)"
+    notes = [f"{s[f'{axis}_{part}_missing']} of {s[f'{axis}_{part}_rows']} {part} values missing"
+             for part in ("early", "all") if s[f"{axis}_{part}_missing"]]
+    notes += [f"{c} present, every value missing" for c in s[f"{axis}_empty_columns"] if c != col]
+    return col + "".join(f"; {n}" for n in notes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         if delay is None:
             raise ValueError("give --delay: the export does not record the run's delay")
         s = summary(m, delay, args.stack)
+        G = args.group_size if args.group_size is not None else run_group_size(args.path)
+        cells = group_size_cells()
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -315,21 +299,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.path}: not a metrics export this reader knows ({type(exc).__name__}: "
               f"{str(exc).splitlines()[0][:120] if str(exc) else ''})", file=sys.stderr)
         return 2
-    G = args.group_size if args.group_size is not None else run_group_size(args.path)
-    for line in group_size_lines(G):
+    for line in group_size_lines(G, cells):
         print(line)
     if args.stack == "trl":
         print(f"TRL: steps_per_generation = {delay + 1} cycles the delay through 0..{delay}; read at the "
               f"{s['fixed_delay_updates']} updates {delay} steps stale (the map's fixed delay d = {delay})")
     for axis in AXES:
-        col = s[f"{axis}_column"] or "(not logged)"
-        gone = s[f"{axis}_early_missing"] if s[f"{axis}_column"] else 0
-        note = f"; {gone} of {s[axis + '_early_rows']} early values missing" if gone else ""
-        print(f"{axis:17s} early {s[axis + '_early']:.4g}  all {s[axis + '_all']:.4g}   [{col}{note}]")
+        print(f"{axis:17s} early {s[axis + '_early']:.4g}  all {s[axis + '_all']:.4g}   [{axis_note(s, axis)}]")
     kl = s["kl_early"]
     why = placement_problem(s, delay)
     if why is not None:
         print(f"map: {why}; its place on the map (whose axis is the early KL) is unknown")
+        return 0
+    if G is not None and (found := measured_group_sizes(G, cells))[2]:
+        measured, near = found[0], found[1]
+        print(f"map: not placed: G = {G} lies outside the group sizes measured ({measured[0]}-{measured[-1]}; "
+              f"nearest measured G = {near}): no correction is said to have held at it")
         return 0
     try:
         rows = place(kl)

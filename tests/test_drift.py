@@ -781,3 +781,71 @@ def test_f24_s_caption_gives_the_runs_per_cell_and_the_widest_gap():
     text = caption(m)
     assert "hold different numbers of runs: 10 in 4 cells, 5 in 1 cell" in text
     assert "gmc under adamclip between KL 0.0148 and 0.0845 (5.7x)" in text
+
+
+# --- nothing silently wrong: each bad value named, each unplaceable drift said why ---------------------------
+
+
+def _written(path, text):
+    path.write_text(text)
+    return path
+
+
+def _fake_run(folder, delay=4, group_size=8, kl=0.02, steps=40):
+    """A run folder as the reader sees it: config.json and a metrics table of steps 0..T."""
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"config": {"delay": delay, "group_size": group_size,
+                                                               "steps": steps, "estimator": "gmc"}}))
+    rows = "".join(f"{t},{kl}\n" for t in range(steps)) + f"{steps},\n"
+    (folder / "metrics.csv").write_text("step,drift/kl\n" + rows)
+    return folder
+
+
+@pytest.mark.parametrize(("make", "args", "rc", "want", "never"), [
+    # a run's settings: named with the run and the value, never a traceback or a truncation
+    (lambda d: _fake_run(d / "r", group_size=0), [], 2, r"r/config.json: group_size = 0 is not an integer >= 2", None),
+    (lambda d: _fake_run(d / "r", group_size="abc"), [], 2, r"group_size = 'abc' is not an integer >= 2", None),
+    (lambda d: _fake_run(d / "r", delay=2.7), [], 2, r"r/config.json: delay = 2.7 is not an integer >= 0", None),
+    (lambda d: _fake_run(d / "r", delay=True), [], 2, r"r/config.json: delay = True is not an integer >= 0", None),
+    # outside the group sizes measured: said so with the nearest measured G, and no "held" list
+    (lambda d: _fake_run(d / "r", group_size=64), [], 0,
+     r"map: not placed: G = 64 lies outside the group sizes measured \(8-8; nearest measured G = 8\)", "held ("),
+    # an early KL of 0 is no drift (on-policy), of inf an overflow: neither is "no level to compare" nor "collapsed"
+    (lambda d: _fake_run(d / "r", kl=0.0), [], 0, r"map: an early KL per token of 0: no drift was measured .*on-policy",
+     "held ("),
+    (lambda d: _fake_run(d / "r", kl="inf"), [], 0, r"map: an early KL per token of inf: the KL overflowed",
+     "collapse"),
+    # a verl export: n/a is a missing value, counted and shown; a value neither a number nor missing is refused
+    (lambda d: _verl_export(d / "m.jsonl", lambda t: "n/a"), ["--stack", "verl", "--delay", "4"], 0,
+     r"its KL column rollout_corr/k3_kl holds no value at all", "held ("),
+    (lambda d: _verl_export(d / "m.jsonl", lambda t: 0.02 if t < 30 else "n/a"), ["--stack", "verl", "--delay", "4"],
+     0, r"rollout_corr/k3_kl; 10 of 36 all values missing", None),
+    (lambda d: _verl_export(d / "m.jsonl", lambda t: "abc" if t == 7 else 0.02), ["--stack", "verl", "--delay", "4"],
+     2, r"rollout_corr/k3_kl at step 7: 'abc' is not a number", None),
+    (lambda d: _verl_export(d / "m.jsonl", lambda t: t == 7 or 0.02), ["--stack", "verl", "--delay", "4"],
+     2, r"rollout_corr/k3_kl at step 7: True is not a number", None),
+    (lambda d: _written(d / "m.csv", "step,rollout_corr/k3_kl\n0,0.1\n1.5,0.1\n"), ["--stack", "verl", "--delay", "0"],
+     2, r"the step column 'step' at row 2 holds '1.5': a step is an integer", None),
+])
+def test_the_drift_reader_names_bad_values_and_says_why_a_drift_is_not_placed(tmp_path, monkeypatch, capsys, make,
+                                                                             args, rc, want, never):
+    import re
+
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps(_TABLE))
+    monkeypatch.setattr(drift, "map_path", lambda: path)
+    monkeypatch.setattr(drift, "group_size_cells", lambda: [])
+    got = drift.main([str(make(tmp_path)), *args])
+    cap = capsys.readouterr()
+    text = cap.err if rc else cap.out
+    assert got == rc and re.search(want, text), (cap.out, cap.err)
+    assert "Traceback" not in cap.err and (rc == 0 or len(cap.err.strip().splitlines()) == 1)
+    assert never is None or never not in cap.out, cap.out
+
+
+@pytest.mark.parametrize(("drift_value", "reason"), [
+    (0.0, "no drift was measured"), (math.inf, "the KL overflowed"), (math.nan, "not a number"),
+    (-0.01, "negative, so not a KL"), (-math.inf, "negative, so not a KL")])
+def test_place_says_why_a_drift_has_no_place_before_it_reads_any_map(drift_value, reason):
+    with pytest.raises(ValueError, match=reason):
+        drift.place(drift_value, "kl", {"axis": "chi2"})  # the drift's reason, not the map's
