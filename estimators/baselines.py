@@ -37,20 +37,25 @@ def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_
     weighted mean in log space, ``W_i / max_j W_j``: a finite baseline, never NaN. With ``flat_zero`` a
     group whose rewards are all equal (no signal) gets advantages exactly 0 (VCPO's formula leaves
     ``R (1 - sum W / (sum W + 1e-8))`` there; runs made before this setting existed used that).
-    Rewards, log-ratios or gradient norms that are NaN, or negative norms, are refused (ValueError)."""
+    Rewards, log-ratios or gradient norms that are NaN, negative norms, or an empty group or batch (a 0 in
+    the shape) are refused (ValueError naming the index or the shape)."""
     r = rewards.double()
     if r.ndim != 2 or seq_log_ratio.shape != r.shape or grad_sq_norms.shape != r.shape:
         raise ValueError(f"rewards, seq_log_ratio and grad_sq_norms must share one (prompts_per_step, G) shape, got "
                          f"{tuple(r.shape)}, {tuple(seq_log_ratio.shape)}, {tuple(grad_sq_norms.shape)}")
+    _check_not_empty("opob", "rewards", r.shape, ("prompts_per_step", "G"))
     lr, g2 = seq_log_ratio.detach().double(), grad_sq_norms.detach().double()
     for name, x in (("rewards", r), ("seq_log_ratio", lr), ("grad_sq_norms", g2)):
         if bool(torch.isnan(x).any()):
             raise ValueError(f"opob: {name} holds NaN "
                              f"(first at index {tuple(torch.nonzero(torch.isnan(x))[0].tolist())})")
     if not bool(torch.isfinite(r).all()):
-        raise ValueError("opob: rewards must be finite")
-    if bool((g2 < 0).any()) or not bool(torch.isfinite(g2).all()):
-        raise ValueError("opob: grad_sq_norms must be finite and >= 0")
+        i = _first(~torch.isfinite(r))
+        raise ValueError(f"opob: rewards must be finite, got {float(r[i])} at index {i}")
+    bad = (g2 < 0) | ~torch.isfinite(g2)
+    if bool(bad.any()):
+        i = _first(bad)
+        raise ValueError(f"opob: grad_sq_norms must be finite and >= 0, got {float(g2[i])} at index {i}")
     W = torch.exp(2 * lr) * g2
     b = (W * r).sum(-1, keepdim=True) / (W.sum(-1, keepdim=True) + OPOB_GUARD)
     bad = ~torch.isfinite(b)
@@ -66,12 +71,34 @@ def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_
     if norm_by_std:
         if std not in OPOB_STDS:
             raise ValueError(f"unknown opob std {std!r}; valid: {', '.join(OPOB_STDS)}")
-        std = r.std(-1, correction=1 if std == "sample" else 0, keepdim=True)
+        if std == "sample" and r.shape[-1] == 1:  # a group of one has no sample std: nothing to divide by
+            std = torch.zeros_like(r)
+        else:
+            std = r.std(-1, correction=1 if std == "sample" else 0, keepdim=True)
         adv = torch.where(std > 1e-8, adv / torch.where(std > 1e-8, std, 1.0), adv)
     if flat_zero:
         flat = (r.max(-1, keepdim=True).values == r.min(-1, keepdim=True).values)
         adv = torch.where(flat, torch.zeros_like(adv), adv)
     return adv
+
+
+def _check_not_empty(what: str, name: str, shape, axes: tuple[str, ...]) -> None:
+    """Every axis of ``shape`` (named ``axes``) holds at least one entry, else a ValueError naming the shape."""
+    empty = [a for a, n in zip(axes, shape) if n < 1]
+    if empty:
+        raise ValueError(f"{what}: {name} has shape {tuple(shape)} ({', '.join(axes)}): {', '.join(empty)} is 0; "
+                         "a baseline needs at least one group of at least one trajectory")
+
+
+PROBABILITY_ROUNDING = 16
+"""How far (in units of its dtype's machine epsilon) ``sum_pi_squared`` may pass its bound 1 by rounding
+alone: a softmax's probabilities sum to 1 within a few units of its dtype, and their squares, summed
+pairwise over a vocabulary of up to 2^20 entries, add at most about 20 units of rounding more (16 eps =
+32 units of the unit roundoff eps / 2); past that the input is not a probability vector's squared norm."""
+
+
+def _first(bad: torch.Tensor) -> tuple[int, ...]:
+    return tuple(torch.nonzero(bad)[0].tolist())
 
 
 def _check_finite(name: str, x: torch.Tensor, allow_neg_inf: bool = False) -> None:
@@ -103,9 +130,11 @@ def otb_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, old_log_prob
     is unique, that trajectory's baseline is 0 from the second-longest length on (there the baseline
     would be its own return).
 
-    Bad shapes, NaN anywhere, non-finite rewards, IS weights or ``sum_pi_squared``, negative
-    ``sum_pi_squared`` or IS weights, a mask other than 0/1, a ``denominator_guard`` that is not > 0, or a ``W`` that
-    overflows float64 are refused (ValueError). Computed in float64."""
+    Bad shapes (an empty axis included), NaN anywhere, non-finite rewards, IS weights or ``sum_pi_squared``,
+    negative IS weights or ``sum_pi_squared``, a log-probability above 0 or a ``sum_pi_squared`` above 1
+    (beyond :data:`PROBABILITY_ROUNDING` of rounding) on a completion token, a mask other than 0/1, a
+    ``denominator_guard`` that is not > 0, or a ``W`` that overflows float64 are refused (ValueError naming
+    the index). Computed in float64."""
     r = token_rewards.detach().double()
     if r.ndim != 3:
         raise ValueError(f"otb: token_rewards must have shape (prompts_per_step, G, T), got {tuple(r.shape)}")
@@ -115,6 +144,7 @@ def otb_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, old_log_prob
     for name, x in named.items():
         if tuple(x.shape) != tuple(r.shape):
             raise ValueError(f"otb: {name} must have token_rewards' shape {tuple(r.shape)}, got {tuple(x.shape)}")
+    _check_not_empty("otb", "token_rewards", r.shape, ("prompts_per_step", "G", "T"))
     m = mask.detach().double()
     lp, s2 = old_log_probs.detach().double(), sum_pi_squared.detach().double()
     _check_finite("token_rewards", r)
@@ -125,6 +155,20 @@ def otb_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, old_log_prob
         raise ValueError(f"otb: mask must hold 0 and 1 only, got {float(m[(m != 0) & (m != 1)][0])}")
     if bool((s2 < 0).any()):
         raise ValueError(f"otb: sum_pi_squared must be >= 0, got {float(s2[s2 < 0][0])}")
+    # on completion tokens (padding may hold anything finite): exp(lp) is read as a probability, as dppo_tv
+    # and icepop read it, and sum_pi_squared as a probability vector's squared norm
+    tok = m == 1
+    if bool((tok & (lp > 0)).any()):
+        i = _first(tok & (lp > 0))
+        raise ValueError(f"otb: old_log_probs holds a log-probability above 0 ({float(lp[i])}) at completion token "
+                         f"{i}: the sampled token's probability exp(old_log_probs) would exceed 1")
+    dt = sum_pi_squared.dtype if torch.is_floating_point(sum_pi_squared) else torch.float64
+    slack = PROBABILITY_ROUNDING * torch.finfo(dt).eps
+    above = tok & (s2 > 1 + slack)
+    if bool(above.any()):
+        i = _first(above)
+        raise ValueError(f"otb: sum_pi_squared holds {float(s2[i])} at completion token {i}: a sum of squared "
+                         f"probabilities is at most 1")
     guard = denominator_guard
     if isinstance(guard, bool) or not isinstance(guard, (int, float)) or not math.isfinite(guard) or guard <= 0:
         raise ValueError(f"otb: denominator_guard must be a finite number > 0, got {guard!r}")

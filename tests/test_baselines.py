@@ -156,3 +156,65 @@ def test_otb_refuses_a_bad_denominator_guard_and_takes_minus_infinite_log_probs(
             otb_advantages(*args, denominator_guard=guard)
     args[2][0, 0, 0] = -math.inf  # a token of probability 0: w_t = 1 + sum pi^2
     assert bool(torch.isfinite(otb_advantages(*args)).all())
+
+
+def _opob_inputs(shape=(2, 4)):
+    return [torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64),
+            torch.ones(shape, dtype=torch.float64)]
+
+
+def _set(i, index, value):
+    return lambda a: a[i].__setitem__(index, value)
+
+
+@pytest.mark.parametrize("fn, inputs, change, match", [
+    (opob_advantages, lambda: _opob_inputs((2, 0)), None, r"rewards has shape \(2, 0\) .*G is 0"),
+    (opob_advantages, lambda: _opob_inputs((0, 4)), None, r"rewards has shape \(0, 4\) .*prompts_per_step is 0"),
+    (opob_advantages, _opob_inputs, _set(0, (1, 2), math.inf), r"rewards must be finite, got inf at index \(1, 2\)"),
+    (opob_advantages, _opob_inputs, _set(2, (0, 3), -1.0), r"grad_sq_norms .* got -1.0 at index \(0, 3\)"),
+    (otb_advantages, lambda: [torch.zeros(2, 0, 4)] * 4, None, r"shape \(2, 0, 4\) .*G is 0"),
+    (otb_advantages, lambda: [torch.zeros(0, 3, 4)] * 4, None, r"shape \(0, 3, 4\) .*prompts_per_step is 0"),
+    (otb_advantages, lambda: [torch.zeros(2, 3, 0)] * 4, None, r"shape \(2, 3, 0\) .*T is 0"),
+    (otb_advantages, _otb_inputs, _set(2, (1, 2, 3), 0.25), r"log-probability above 0 \(0.25\) at completion token "
+                                                            r"\(1, 2, 3\)"),
+    (otb_advantages, _otb_inputs, _set(3, (0, 1, 2), 1.5), r"sum_pi_squared holds 1.5 at completion token \(0, 1, 2\)"),
+])
+def test_a_baseline_refuses_an_empty_group_and_what_no_distribution_gives(fn, inputs, change, match):
+    """OPOB and OTB: a 0 anywhere in the shape is a ValueError naming the shape (an IndexError from torch's max
+    before); OTB's sampled-token log-probability above 0 or a sum of squared probabilities above 1 on a
+    completion token is a ValueError naming the index (as dppo_tv refuses a log-probability above 0), and a
+    non-finite reward or a negative norm of OPOB names its index."""
+    args = inputs()
+    if change is not None:
+        change(args)
+    with pytest.raises(ValueError, match=match):
+        fn(*args)
+
+
+def test_otb_reads_probabilities_only_on_completion_tokens_and_allows_their_rounding():
+    """Padding may hold anything finite (a log-probability of 0.25, a sum of 1.5); a float32 sum of squared
+    probabilities within :data:`estimators.baselines.PROBABILITY_ROUNDING` units of its epsilon above 1 is
+    rounding, not a bad input; one ulp beyond that is refused. A group of one under OPOB's sample std
+    (which has none) divides by nothing, and warns of nothing."""
+    import warnings
+
+    from estimators.baselines import PROBABILITY_ROUNDING
+
+    args = _otb_inputs()
+    args[1][1, 2, 3] = 0.0
+    args[2][1, 2, 3], args[3][1, 2, 3] = 0.25, 1.5
+    assert bool(torch.isfinite(otb_advantages(*args)).all())
+    eps32 = torch.finfo(torch.float32).eps
+    for excess, ok in ((PROBABILITY_ROUNDING * eps32, True), ((PROBABILITY_ROUNDING + 2) * eps32, False)):
+        args = _otb_inputs()
+        args[3] = args[3].float()
+        args[3][0, 0, 0] = 1 + excess
+        if ok:
+            otb_advantages(*args)
+        else:
+            with pytest.raises(ValueError, match="at most 1"):
+                otb_advantages(*args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        one = opob_advantages(torch.tensor([[1.0], [0.0]]), torch.zeros(2, 1), torch.ones(2, 1), flat_zero=False)
+    assert torch.equal(one, torch.tensor([[1.0 - 1.0 / (1.0 + 1e-8)], [0.0]], dtype=torch.float64))  # R - b*
