@@ -125,6 +125,40 @@ def check_step_control(cfg) -> None:
         if cfg.estimator not in SCHEMES:
             raise ValueError(f"ess_use_clipped computes rho_ess on the estimator's trajectory weights; estimator "
                              f"{cfg.estimator!r} is a token-level loss and has none")
+    check_settings_act(cfg)
+
+
+def _opob(cfg) -> bool:
+    return getattr(cfg, "advantage", None) == "opob"
+
+
+ACTS_ONLY_WITH = (
+    ("ess_base_ratio", 1.0, lambda c: c.ess_scaling != "none", ("ess_scaling",), "ess_scaling 'sqrt' or 'linear'"),
+    ("ess_use_clipped", False, lambda c: c.ess_scaling != "none", ("ess_scaling",), "ess_scaling 'sqrt' or 'linear'"),
+    ("opob_norm_by_std", True, _opob, ("advantage",), "advantage 'opob'"),
+    ("opob_flat_zero", True, _opob, ("advantage",), "advantage 'opob'"),
+    ("opob_weight", "is", _opob, ("advantage",), "advantage 'opob'"),
+    ("opob_std", "sample", lambda c: _opob(c) and c.opob_norm_by_std is True, ("advantage", "opob_norm_by_std"),
+     "advantage 'opob' and opob_norm_by_std true"),
+)
+"""Step-control and OPOB settings that act only under other settings: ``(setting, default, acts(cfg), the
+settings that decide, what they must be)``. A setting away from its default where it cannot act is refused
+(:func:`check_settings_act`): it would change nothing, and the run's record would say otherwise."""
+
+
+def check_settings_act(cfg) -> None:
+    """Refuse (ValueError naming both) a setting of :data:`ACTS_ONLY_WITH` given a value other than its default
+    where the settings that decide it leave it nothing to act on (``vcpo_exact``'s ``opob_weight = 'vcpo'`` with
+    ``advantage = 'loo'``; ``ess_base_ratio`` with ``ess_scaling = 'none'``). A control with no ``advantage``
+    (:class:`StepControl`: the hooks and loops outside the trainer) has no OPOB, so its ``opob_*`` act nowhere."""
+    for name, default, acts, deciders, needs in ACTS_ONLY_WITH:
+        value = getattr(cfg, name, default)
+        if value == default or acts(cfg):
+            continue
+        now = ", ".join(f"{d} = {getattr(cfg, d, None)!r}" for d in deciders if hasattr(cfg, d)) or \
+            "no advantage mode (OPOB is an advantage mode of llm_runs.trainer)"
+        raise ValueError(f"{name} = {value!r} cannot act with {now}: it applies only with {needs}; leave {name} "
+                         f"at its default {default!r} or set {' and '.join(deciders)}")
 
 
 HOOK_SETTINGS = ("ess_scaling", "ess_base_ratio", "ess_use_clipped", "gmc_step")

@@ -509,3 +509,42 @@ def test_vcpo_s_settings_are_refused_where_they_have_no_meaning(tmp_path, kw, ma
     with pytest.raises(ValueError, match=match):
         tiny(tmp_path, **kw).validate()
     assert tiny(tmp_path, estimator="gmc", advantage="opob", opob_weight="vcpo", traj_agg="token-mean").validate()
+
+
+# --- a step-control or OPOB setting that cannot act under the other settings is refused, naming both ----------
+
+INERT_VALUES = {"ess_base_ratio": 0.5, "ess_use_clipped": True, "opob_norm_by_std": False, "opob_flat_zero": False,
+                "opob_weight": "vcpo", "opob_std": "population"}
+"""A value other than the default for each setting of :data:`llm_runs.stepsize.ACTS_ONLY_WITH`."""
+WHERE_IT_ACTS = {"ess_scaling": {"ess_scaling": "sqrt"}, "advantage": {"advantage": "opob"}}
+
+
+@pytest.mark.parametrize("setting", [row[0] for row in stepsize.ACTS_ONLY_WITH])
+def test_a_setting_that_cannot_act_is_refused_naming_both(tmp_path, setting):
+    """Each setting that acts only under others (ESS scaling's base and clipped weights, every OPOB setting) is
+    refused by the run's config, naming it and the setting that decides, where it would change nothing
+    (``vcpo_exact``'s OPOB settings with ``advantage = 'loo'``), and by a :class:`StepControl` (which has no
+    advantage mode); the same value is accepted where it acts."""
+    assert set(INERT_VALUES) == {row[0] for row in stepsize.ACTS_ONLY_WITH}  # a new entry needs a value here
+    _, default, _, deciders, _ = next(r for r in stepsize.ACTS_ONLY_WITH if r[0] == setting)
+    value = INERT_VALUES[setting]
+    assert value != default
+    for base in ({}, {"estimator": "seq_tis", "advantage": "loo", "ess_scaling": "none"}):
+        with pytest.raises(ValueError, match=rf"{setting} = {value!r} cannot act with {deciders[0]} = "):
+            tiny(tmp_path, **{"estimator": "gmc", **base, setting: value})
+        if setting.startswith("opob") or base:
+            continue
+        with pytest.raises(ValueError, match=rf"{setting} = {value!r} cannot act"):
+            stepsize.StepControl(**{setting: value})
+    acting = {k: v for d in deciders if d in WHERE_IT_ACTS for k, v in WHERE_IT_ACTS[d].items()}
+    assert getattr(tiny(tmp_path, estimator="gmc", **acting, **{setting: value}), setting) == value
+    if setting.startswith("ess"):
+        assert getattr(stepsize.StepControl(**acting, **{setting: value}), setting) == value
+
+
+def test_vcpo_exact_with_another_advantage_is_refused():
+    """The case found: ``vcpo_exact``'s OPOB settings with ``advantage = 'loo'``, where they change nothing."""
+    from llm_runs.config import TrainConfig
+
+    with pytest.raises(ValueError, match=r"opob_.* cannot act with advantage = 'loo'"):
+        TrainConfig(**{**stepsize.RECIPES["vcpo_exact"], "advantage": "loo"}).validate()
