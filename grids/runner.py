@@ -160,13 +160,15 @@ def main(argv: list[str] | None, grids: dict[str, Grid], prog: str = "python -m 
                 execution.from_arguments(args, jobs=args.jobs).close()  # the flags' errors, without running
             from llm_runs.config import resolve_config
             from llm_runs.run_folder import run_state
-            from schema.results import is_packed_run
+            from schema.results import finished_run_problem, is_packed_run
 
             for c in cells:
                 if c.estimator in missing:
                     state = "estimator not registered"
                 elif (out / c.name).exists() or is_packed_run(out / c.name):  # a packed run: complete
                     state = run_state(out / c.name, resolve_config(c.overrides).to_dict())
+                    if state == "torn":  # finished, its metrics not whole: the run refuses it, naming it
+                        state = f"torn: {finished_run_problem(out / c.name)}"
                 else:
                     state = "new"
                 print(f"{c.name:34s} {state}")

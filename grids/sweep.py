@@ -39,7 +39,7 @@ from functools import partial
 from pathlib import Path
 
 import execution
-from llm_runs.run_folder import run_state
+from llm_runs.run_folder import run_state, torn_runs_error
 from llm_runs.train import cli_flags
 from schema.grid import Grid, as_record, check_plan, settings_product
 
@@ -165,7 +165,7 @@ def _prepare(sweep: Grid, out: Path, resume: bool, log) -> tuple[list[Cell], lis
     if waiting:
         log(f"async mode is not available yet (llm_runs.async_rollout not registered): {len(waiting)} async runs are "
             f"skipped this time; run the same command again once it is, and they will be picked up")
-    todo, stale = [], []
+    todo, stale, torn = [], [], []
     for cell in cells:
         if cell in waiting:
             continue
@@ -173,7 +173,11 @@ def _prepare(sweep: Grid, out: Path, resume: bool, log) -> tuple[list[Cell], lis
         state = run_state(out / cell.name, planned)
         if state == "interrupted" and not resume:
             stale.append(cell.name)
+        if state == "torn":  # finished, but its metrics are not whole: never skipped, never overwritten
+            torn.append(cell.name)
         todo.append((cell, state))
+    if torn:
+        raise torn_runs_error(out, torn)
     if stale:
         raise ValueError(f"{len(stale)} run(s) of {out} were interrupted ({', '.join(stale[:4])}"
                          f"{', ...' if len(stale) > 4 else ''}): continue them with --resume")

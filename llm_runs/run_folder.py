@@ -4,10 +4,11 @@ its first update."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from pathlib import Path
 
-from schema.results import METRICS_FILE, PACKED_METRICS_FILE, is_packed_run, read_run_config
+from schema.results import METRICS_FILE, PACKED_METRICS_FILE, finished_run_problem, is_packed_run, read_run_config
 from schema.runlock import LOCK_NAME, RunLock, check_free, entries
 
 from .config import config_diff
@@ -98,8 +99,11 @@ class RunFolder:
 
 
 def run_state(run: Path, planned: dict) -> str:
-    """``new`` | ``complete`` | ``interrupted``; a folder that is not this planned run is a ValueError,
-    and so is one a live trainer holds (:mod:`schema.runlock`): never two trainers on one folder."""
+    """``new`` | ``complete`` | ``interrupted`` | ``torn``; a folder that is not this planned run is a ValueError,
+    and so is one a live trainer holds (:mod:`schema.runlock`): never two trainers on one folder. A run folder
+    finished by its ``summary.json`` is ``complete`` only when it is whole (:func:`schema.results.
+    finished_run_problem`: its metrics read whole and hold every step 0..T); else ``torn``, which no caller skips
+    (:func:`torn_runs_error` names each with the commands that move it aside)."""
     if run.is_dir():
         check_free(run)
     if not (run / "config.json").is_file() and is_packed_run(run):  # a finished run of a packed grid
@@ -118,4 +122,19 @@ def run_state(run: Path, planned: dict) -> str:
     if diff:
         changes = ", ".join(f"{k}: {a!r} vs planned {b!r}" for k, (a, b) in diff.items())
         raise ValueError(f"{run} was run with other settings ({changes}): use another --out or move it away")
-    return "complete" if (run / "summary.json").is_file() else "interrupted"
+    if not (run / "summary.json").is_file():
+        return "interrupted"
+    return "complete" if finished_run_problem(run) is None else "torn"
+
+
+def torn_runs_error(out: Path, names: list[str]) -> ValueError:
+    """The refusal of a sweep over ``out`` whose finished runs ``names`` are torn (:func:`run_state`): each named
+    with what is wrong, and the commands that move them aside so that the same command runs them again from the
+    start (their results are never overwritten, and never skipped as complete)."""
+    aside = Path(f"{out}.torn")
+    why = "; ".join(f"{n}: {finished_run_problem(Path(out) / n)}" for n in names[:4])
+    more = f" (and {len(names) - 4} more)" if len(names) > 4 else ""
+    move = f"mkdir -p {shlex.quote(str(aside))} && mv " + " ".join(shlex.quote(str(Path(out) / n)) for n in names)
+    return ValueError(f"{len(names)} finished run(s) of {out} are torn, their metrics not whole: {why}{more}. "
+                      f"Nothing was run. They are never skipped as complete nor overwritten: move them aside "
+                      f"({move} {shlex.quote(str(aside))}/) and run the same command again, which runs them anew")

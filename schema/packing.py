@@ -64,6 +64,7 @@ def pack_grid(root, log=print) -> int:
     import pandas as pd
 
     from .io import dumps_json, loads_json, write_bytes, write_parquet_parts
+    from .finished import finished_run_problem
     from .runlock import check_free
     from .runs import metrics_path, metrics_text
 
@@ -84,6 +85,8 @@ def pack_grid(root, log=print) -> int:
             problems.append(f"{run.name} is not finished (no summary.json)")
         elif metrics_path(run) is None:
             problems.append(f"{run.name} has no metrics table")
+        elif (why := finished_run_problem(run)) is not None:
+            problems.append(f"{run.name} is finished but not whole ({why})")
         elif run.name in entries:
             problems.append(f"{run.name} is packed already and is a folder too")
     if problems:

@@ -27,12 +27,15 @@ gzip-compressed (:func:`pack_metrics`); :func:`metrics_path` finds either. A fin
 packed as a whole (:mod:`schema.packed`: ``runs.jsonl.gz``, ``metrics.parquet``, ``logs.jsonl.gz``
 in the grid folder, no run folders): :func:`run_folders` lists its runs as ``root/name`` and
 :func:`read_run`, :func:`read_run_config`, :func:`read_run_doc`, :func:`run_finished` and
-:func:`metrics_text` read them exactly as the folders read.
+:func:`metrics_text` read them exactly as the folders read. A run folder finished by its ``summary.json`` is whole
+only when its table holds every step 0..T and reads whole (:func:`finished_run_problem`): the grid runner, packing
+and ``--resume`` count nothing else complete.
 A configuration field the run predates reads as the value the run actually used
 (:data:`LEGACY_FIELDS`), never as today's default.
 """
 from __future__ import annotations
 
+from .finished import finished_run_problem  # noqa: F401
 from .horizons import HORIZON_TASKS, horizon_of, horizon_tokens, scratchpad_horizon, sum_width  # noqa: F401
 from .llm_sources import LLM, LLM_FOLDER, LLMSource, llm_relpath, read_llm_runs  # noqa: F401
 from .runs import (  # noqa: F401

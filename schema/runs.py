@@ -257,8 +257,12 @@ def pack_metrics(run: Path) -> Path:
         return path
     if not (run / "summary.json").is_file():
         raise ValueError(f"{run}: not finished (no summary.json): only a finished run's {METRICS_FILE} is packed")
+    from .finished import finished_run_problem
+
+    why = finished_run_problem(run)  # a corrupt or cut-short table is refused, not packed
+    if why is not None:
+        raise ValueError(f"{run}: finished but not whole, not packed: {why}")
     data = path.read_bytes()
-    read_metrics_csv(path)  # a corrupt table is refused, not packed
     packed = gzip.compress(data, compresslevel=9, mtime=0)
     if gzip.decompress(packed) != data:  # pragma: no cover (zlib round trip)
         raise ValueError(f"{path}: the packed bytes do not decompress to the original")

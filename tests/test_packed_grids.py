@@ -25,6 +25,7 @@ from schema.results import (
     run_dirs,
     run_finished,
     run_folders,
+    run_settings,
 )
 
 PILOT = Path(__file__).resolve().parent.parent / "results" / "llm" / "pilot"
@@ -86,7 +87,8 @@ def test_values_keep_their_text_nan_inf_and_integers_included(grid):
     text = metrics_text(metrics_path(run))
     header = text.split("\n", 1)[0].split(",")
     odd = ["", "inf", "-inf", "0", "1", "1e-300", "-0.0", "5e-324", "0.30000000000000004", "1.0"]
-    rows = [[str(step)] + [odd[(step + i) % len(odd)] for i in range(len(header) - 1)] for step in range(3)]
+    steps = run_settings(read_run_config(run))["steps"]  # every step 0..T: a finished run packs whole only
+    rows = [[str(step)] + [odd[(step + i) % len(odd)] for i in range(len(header) - 1)] for step in range(steps + 1)]
     body = ",".join(header) + "\n" + "".join(",".join(r) + "\n" for r in rows)
     (run / METRICS_FILE).write_text(body)
     before = _everything(grid)
