@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import sympy as sp
 
-from . import assumptions, bias, delay, normalised  # noqa: F401  (registers every bound)
+from . import assumptions, bias, budget, delay, normalised  # noqa: F401  (registers every bound)
 from ._core import BOUNDS, check_domain, check_feasible
 
 

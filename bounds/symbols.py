@@ -69,3 +69,14 @@ m2 = sp.Symbol("m2", nonnegative=True)  # a second moment E g_j^2 (with its mean
 c2 = sp.Symbol("c2", nonnegative=True)  # E_b c(w)^2, a scheme's weight second moment
 cmax = sp.Symbol("c_max", nonnegative=True)  # the largest weight one trajectory can get
 prompts_per_step = sp.Symbol("B_g", positive=True, integer=True)  # groups per batch (B in §8)
+
+# --- §9 the batch's mean squared error at (B, G) -------------------------------------------
+bsq = sp.Symbol("b_sq", nonnegative=True)  # ||b(G)||^2, the squared bias of one group's estimate
+Vb = sp.Symbol("V_b", nonnegative=True)  # V_b(G): variance over prompts of a group's conditional mean
+Sw = sp.Symbol("S_w", nonnegative=True)  # S_w(G) = G W(G): the within-group variance times G
+zeta1 = sp.Symbol("zeta1", nonnegative=True)  # Hoeffding: Var of the kernel's projection h_1(X)
+zeta2 = sp.Symbol("zeta2", nonnegative=True)  # Hoeffding: Var of the kernel k(X, Y) (zeta2 >= 2 zeta1)
+Nbud = sp.Symbol("N", positive=True, integer=True)  # the sample budget N = B G per update
+share = sp.Symbol("s", nonnegative=True)  # the largest share of one trajectory, c_max / (B G) (§8.3)
+mass_mean = sp.Symbol("mbar", nonnegative=True)  # E[(1/G) sum_i c_i], the expected group mass
+kappa_w = sp.Symbol("kappa_w", positive=True)  # the share bound's constant (1 group-capped, 2 per-sample)

@@ -120,8 +120,9 @@ class SharedSoftmaxMDP:
         u = rng.random((G, self.H))
         return (u[..., None] > cdf[:, :-1]).sum(-1)
 
-    def group_estimate(self, tokens, theta, theta_b, estimator: str, eps: float):
-        """``(g_hat (B, V, r), log-ratios (B, G))`` for groups ``tokens`` ``(B, G, H)`` (one group per run)."""
+    def group_estimate(self, tokens, theta, theta_b, estimator: str, eps: float, params: dict | None = None):
+        """``(g_hat (B, V, r), log-ratios (B, G))`` for groups ``tokens`` ``(B, G, H)`` (one group per run);
+        ``params``: the estimator's knobs (:func:`estimators.weights`' ``**params``; None: its defaults)."""
         B, G, H = tokens.shape
         lp, lpb = log_softmax(self.logits(theta), -1), log_softmax(self.logits(theta_b), -1)
         hh = np.arange(H)
@@ -129,7 +130,7 @@ class SharedSoftmaxMDP:
         r = (tokens == self.target).all(-1).astype(float)
         A = estimators.advantages(r, "loo")
         kw = {"advantages": A} if get_scheme(estimator).needs_advantages else {}
-        c = np.exp(lr) if estimator == "is" else estimators.weights(estimator, lr, eps, **kw)
+        c = np.exp(lr) if estimator == "is" else estimators.weights(estimator, lr, eps, **kw, **(params or {}))
         pi = softmax(self.logits(theta), -1)  # (B, H, V)
         oh = np.zeros((B, G, H, self.V))
         np.put_along_axis(oh, tokens[..., None], 1.0, -1)
@@ -139,11 +140,11 @@ class SharedSoftmaxMDP:
 
 
 def run_async(env: SharedSoftmaxMDP, theta0, estimator: str, cfg: OptimizerConfig, G: int, eps: float, d: int,
-              T: int, seeds, setting_seed: int = 0, prompts_per_step: int = 1) -> dict:
+              T: int, seeds, setting_seed: int = 0, prompts_per_step: int = 1, params: dict | None = None) -> dict:
     """Every seed's asynchronous run at once (module docstring). Records ``(S, T + 1)`` J, and per step
     chi^2, drift ``||theta_t - theta_{t-d}||``, ``||g_hat||`` and the step norm, ``(S, T)``. Each step
     draws ``prompts_per_step`` groups of ``G`` (B = ``prompts_per_step``) and averages their estimates; one group
-    draws exactly the random numbers it drew before the option existed."""
+    draws exactly the random numbers it drew before the option existed. ``params``: the estimator's knobs."""
     B = check_positive_int(prompts_per_step, "prompts_per_step (groups per step)", 1)
     S = len(seeds)
     rngs = [np.random.default_rng([setting_seed, int(s)]) for s in seeds]
@@ -156,7 +157,7 @@ def run_async(env: SharedSoftmaxMDP, theta0, estimator: str, cfg: OptimizerConfi
     for t in range(T):
         tb = hist[max(0, len(hist) - 1 - d)]
         tokens = np.stack([env.sample(rng, tb[i], G * B) for i, rng in enumerate(rngs)]).reshape(S * B, G, env.H)
-        g, _ = env.group_estimate(tokens, np.repeat(theta, B, 0), np.repeat(tb, B, 0), estimator, eps)
+        g, _ = env.group_estimate(tokens, np.repeat(theta, B, 0), np.repeat(tb, B, 0), estimator, eps, params)
         g = g.reshape(S, B, *g.shape[1:]).mean(1)
         g = np.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
         new = opt.step(theta, g)
