@@ -39,6 +39,10 @@ def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_
     ``R (1 - sum W / (sum W + 1e-8))`` there; runs made before this setting existed used that).
     Rewards, log-ratios or gradient norms that are NaN, negative norms, or an empty group or batch (a 0 in
     the shape) are refused (ValueError naming the index or the shape)."""
+    _check_tensors("opob", rewards=rewards, seq_log_ratio=seq_log_ratio, grad_sq_norms=grad_sq_norms)
+    _check_flags("opob", norm_by_std=norm_by_std, flat_zero=flat_zero)
+    if std not in OPOB_STDS:
+        raise ValueError(f"unknown opob std {std!r}; valid: {', '.join(OPOB_STDS)}")
     r = rewards.double()
     if r.ndim != 2 or seq_log_ratio.shape != r.shape or grad_sq_norms.shape != r.shape:
         raise ValueError(f"rewards, seq_log_ratio and grad_sq_norms must share one (prompts_per_step, G) shape, got "
@@ -69,8 +73,6 @@ def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_
         b = torch.where(bad, stable, b)
     adv = r - b
     if norm_by_std:
-        if std not in OPOB_STDS:
-            raise ValueError(f"unknown opob std {std!r}; valid: {', '.join(OPOB_STDS)}")
         if std == "sample" and r.shape[-1] == 1:  # a group of one has no sample std: nothing to divide by
             std = torch.zeros_like(r)
         else:
@@ -80,6 +82,18 @@ def opob_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, grad_sq_
         flat = (r.max(-1, keepdim=True).values == r.min(-1, keepdim=True).values)
         adv = torch.where(flat, torch.zeros_like(adv), adv)
     return adv
+
+
+def _check_tensors(what: str, **tensors) -> None:
+    for name, x in tensors.items():
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"{what}: {name} must be a torch tensor, got {type(x).__name__}")
+
+
+def _check_flags(what: str, **flags) -> None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{what}: {name} must be true or false, got {value!r}")
 
 
 def _check_not_empty(what: str, name: str, shape, axes: tuple[str, ...]) -> None:
@@ -135,6 +149,9 @@ def otb_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, old_log_prob
     (beyond :data:`PROBABILITY_ROUNDING` of rounding) on a completion token, a mask other than 0/1, a
     ``denominator_guard`` that is not > 0, or a ``W`` that overflows float64 are refused (ValueError naming
     the index). Computed in float64."""
+    _check_tensors("otb", token_rewards=token_rewards, mask=mask, old_log_probs=old_log_probs,
+                   sum_pi_squared=sum_pi_squared, **({} if is_weights is None else {"is_weights": is_weights}))
+    _check_flags("otb", handle_zero_tail=handle_zero_tail)
     r = token_rewards.detach().double()
     if r.ndim != 3:
         raise ValueError(f"otb: token_rewards must have shape (prompts_per_step, G, T), got {tuple(r.shape)}")

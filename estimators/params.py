@@ -56,6 +56,7 @@ f2cd57710ae345ea6428ae95363267fcf38a3dc8; prime-rl: PrimeIntellect-ai/prime-rl a
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Real
 from typing import Any
@@ -115,6 +116,8 @@ def defaults(estimator: str) -> dict[str, float]:
 def resolve(estimator: str, given: dict | None) -> dict[str, float]:
     """Defaults of ``estimator``'s knobs updated by ``given``; every value checked."""
     specs = {p.name: p for p in params_of(estimator)}
+    if given is not None and not isinstance(given, Mapping):
+        raise ValueError(f"{estimator!r}: options must be a mapping of knob name to value, got {type(given).__name__}")
     given = dict(given or {})
     unknown = sorted(set(given) - set(specs))
     if unknown:

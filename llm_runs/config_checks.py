@@ -21,6 +21,11 @@ def is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def is_real(v) -> bool:
+    """A real number (an int or a float), never a bool or a string."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 INTEGER_FIELDS = ("threads", "digits", "terms", "heldout_size", "warm_start_steps", "warm_start_batch", "group_size",
                   "prompts_per_step", "steps", "micro_batch_groups", "delay", "top_k", "eval_every",
                   "eval_train_size", "eval_batch_size", "checkpoint_every", "keep_checkpoints", "seed", "task_seed",
@@ -120,8 +125,9 @@ def check_optimisation(c) -> None:
     need(c.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {c.prompts_per_step}")
     need(c.micro_batch_groups >= 0, f"micro_batch_groups must be >= 0, got {c.micro_batch_groups}")
     need(c.threads >= 1, f"threads must be >= 1, got {c.threads}")
-    need(isinstance(c.lr, (int, float)) and math.isfinite(c.lr) and c.lr > 0, f"lr eta must be > 0, got {c.lr!r}")
-    need(c.max_grad_norm is None or c.max_grad_norm > 0, f"max_grad_norm must be None or > 0, got {c.max_grad_norm!r}")
+    need(is_real(c.lr) and math.isfinite(c.lr) and c.lr > 0, f"lr eta must be a finite number > 0, got {c.lr!r}")
+    need(c.max_grad_norm is None or (is_real(c.max_grad_norm) and c.max_grad_norm > 0),
+         f"max_grad_norm must be None or a number > 0 (inf: never clip), got {c.max_grad_norm!r}")
     check_optimizer(c.optimizer, c.momentum, c.weight_decay)
     shrink = 1 - c.lr * c.weight_decay  # the factor the decay applies to the weights each step
     need(c.optimizer == "adam" or shrink > 0,
@@ -137,7 +143,8 @@ def check_optimisation(c) -> None:
 
 def check_sampling(c) -> None:
     """Temperature and top-k of the behaviour policy."""
-    need(c.temperature > 0 and math.isfinite(c.temperature), f"temperature must be > 0, got {c.temperature!r}")
+    need(is_real(c.temperature) and math.isfinite(c.temperature) and c.temperature > 0,
+         f"temperature must be a finite number > 0, got {c.temperature!r}")
     need(c.top_k >= 0, f"top_k must be >= 0 (0 disables it), got {c.top_k}")
 
 
@@ -148,7 +155,7 @@ def check_async(c) -> None:
     need(c.max_staleness >= 0, f"max_staleness d must be >= 0, got {c.max_staleness}")
     need(c.sync_every >= 1, f"sync_every must be >= 1, got {c.sync_every}")
     need(c.queue_size >= 1, f"queue_size must be >= 1, got {c.queue_size}")
-    need(isinstance(c.worker_timeout_s, (int, float)) and math.isfinite(c.worker_timeout_s)
+    need(is_real(c.worker_timeout_s) and math.isfinite(c.worker_timeout_s)
          and c.worker_timeout_s > 0,
          f"worker_timeout_s must be a finite number > 0, got {c.worker_timeout_s!r}")
     if c.mode == "async":
@@ -162,7 +169,7 @@ def check_async(c) -> None:
 
 def check_completions(c) -> None:
     """Top-p and the completion length."""
-    need(0 < c.top_p <= 1, f"top_p must be in (0, 1] (1 disables it), got {c.top_p}")
+    need(is_real(c.top_p) and 0 < c.top_p <= 1, f"top_p must be in (0, 1] (1 disables it), got {c.top_p!r}")
     need(c.max_new_tokens is None or (is_int(c.max_new_tokens) and c.max_new_tokens >= 1),
          f"max_new_tokens must be None or an integer >= 1, got {c.max_new_tokens!r}")
 
@@ -170,7 +177,8 @@ def check_completions(c) -> None:
 def check_schedule(c) -> None:
     """The warm start, the evaluations and the checkpoints."""
     need(c.warm_start_steps >= 0, f"warm_start_steps must be >= 0, got {c.warm_start_steps}")
-    need(c.warm_start_lr > 0, f"warm_start_lr must be > 0, got {c.warm_start_lr}")
+    need(is_real(c.warm_start_lr) and math.isfinite(c.warm_start_lr) and c.warm_start_lr > 0,
+         f"warm_start_lr must be a finite number > 0, got {c.warm_start_lr!r}")
     need(c.warm_start_batch >= 1, f"warm_start_batch must be >= 1, got {c.warm_start_batch}")
     need(c.eval_every >= 0, f"eval_every must be >= 0, got {c.eval_every}")
     need(c.eval_train_size >= 0, f"eval_train_size must be >= 0, got {c.eval_train_size}")

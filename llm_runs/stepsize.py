@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
+from numbers import Real
 
 import torch
 
@@ -220,6 +221,9 @@ def ess_ratio(values: torch.Tensor, log_values: torch.Tensor | None = None) -> f
     n = w.numel()
     if n == 0:
         return 0.0
+    if bool((w < 0).any()):
+        i = tuple(int(j) for j in torch.nonzero(values.detach() < 0)[0])
+        raise ValueError(f"ESS ratio: a weight is a ratio of probabilities, >= 0; got {float(values[i])} at index {i}")
     s1, s2 = float(w.sum()), float((w * w).sum())
     if math.isfinite(s1) and math.isfinite(s2):
         return s1 * s1 / (s2 + ESS_GUARD) / n
@@ -236,7 +240,9 @@ def ess_scale(rule: str, ratio: float, base: float = 1.0) -> float:
         raise ValueError(f"unknown ess_scaling {rule!r}; valid: {', '.join(ESS_RULES)}")
     if rule == "none":
         return 1.0
-    if not math.isfinite(float(ratio)) or float(ratio) < 0:
+    if isinstance(base, bool) or not isinstance(base, Real) or not math.isfinite(base) or not 0 < base <= 1:
+        raise ValueError(f"ess_base_ratio must be in (0, 1], got {base!r}")
+    if isinstance(ratio, bool) or not isinstance(ratio, Real) or not math.isfinite(float(ratio)) or float(ratio) < 0:
         raise ValueError(f"ess_scaling {rule!r}: the ESS ratio must be a finite number >= 0, got {ratio!r} "
                          "(a NaN would take the full step the control exists to shrink)")
     s = min(1.0, float(ratio) / max(float(base), 1e-8))
@@ -254,12 +260,14 @@ def gmc_step_scale(seq_log_ratio: torch.Tensor, eps: float) -> float:
 def step_scale(cfg, seq_log_ratio: torch.Tensor, weights: torch.Tensor | None) -> dict[str, float]:
     """The step's factor under ``cfg``'s controls and what each part contributed: ``{"step/lr_scale": s,
     "step/ess_ratio": rho (ESS scaling), "step/gmc_scale": s_t (GMC's step form)}``; ``{}`` when none is on."""
+    check_step_inputs(cfg, seq_log_ratio, weights)
+    if seq_log_ratio.numel() == 0:
+        raise ValueError(f"step-size control: no sequence since the last optimiser step (seq_log_ratio of shape "
+                         f"{tuple(seq_log_ratio.shape)}): there is no ratio to scale the step by")
     out: dict[str, float] = {}
     scale = 1.0
     if cfg.ess_scaling != "none":
         if cfg.ess_use_clipped:
-            if weights is None:
-                raise ValueError(f"ess_use_clipped: estimator {cfg.estimator!r} gave no trajectory weights")
             rho = ess_ratio(weights)
         else:
             lw = seq_log_ratio.detach().double()
@@ -273,6 +281,25 @@ def step_scale(cfg, seq_log_ratio: torch.Tensor, weights: torch.Tensor | None) -
     if out:
         out["step/lr_scale"] = scale
     return out
+
+
+def check_step_inputs(cfg, seq_log_ratio, weights) -> None:
+    """What the step controls read, checked (ValueError naming it): ``seq_log_ratio`` a tensor of shape
+    (prompts_per_step, G); with ``ess_use_clipped``, the weights of the same shape and >= 0."""
+    if not isinstance(seq_log_ratio, torch.Tensor) or seq_log_ratio.ndim != 2:
+        got = tuple(seq_log_ratio.shape) if isinstance(seq_log_ratio, torch.Tensor) else type(seq_log_ratio).__name__
+        raise ValueError(f"step-size control: seq_log_ratio must be a tensor of shape (prompts_per_step, G), got {got}")
+    if cfg.ess_scaling != "none" and cfg.ess_use_clipped:
+        if weights is None:
+            raise ValueError(f"ess_use_clipped: estimator {cfg.estimator!r} gave no trajectory weights")
+        if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != tuple(seq_log_ratio.shape):
+            got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+            raise ValueError(f"ess_use_clipped: the weights must have seq_log_ratio's shape "
+                             f"{tuple(seq_log_ratio.shape)}, got {got}")
+        neg = weights.detach() < 0
+        if bool(neg.any()):
+            i = tuple(int(j) for j in torch.nonzero(neg)[0])
+            raise ValueError(f"ess_use_clipped: a weight is >= 0, got {float(weights[i])} at index {i}")
 
 
 def is_active(cfg) -> bool:

@@ -218,3 +218,18 @@ def test_otb_reads_probabilities_only_on_completion_tokens_and_allows_their_roun
         warnings.simplefilter("error")
         one = opob_advantages(torch.tensor([[1.0], [0.0]]), torch.zeros(2, 1), torch.ones(2, 1), flat_zero=False)
     assert torch.equal(one, torch.tensor([[1.0 - 1.0 / (1.0 + 1e-8)], [0.0]], dtype=torch.float64))  # R - b*
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: opob_advantages([[0.0, 1.0]], torch.zeros(1, 2), torch.ones(1, 2)), "rewards must be a torch tensor"),
+    (lambda: opob_advantages(*_opob_inputs(), norm_by_std="yes"), "norm_by_std must be true or false"),
+    (lambda: opob_advantages(*_opob_inputs(), flat_zero=1), "flat_zero must be true or false"),
+    (lambda: opob_advantages(*_opob_inputs(), norm_by_std=False, std="bessel"), "unknown opob std 'bessel'"),
+    (lambda: otb_advantages([[[0.0]]], *_otb_inputs()[1:]), "token_rewards must be a torch tensor"),
+    (lambda: otb_advantages(*_otb_inputs(), handle_zero_tail="x"), "handle_zero_tail must be true or false"),
+])
+def test_a_baseline_refuses_a_setting_or_an_input_of_the_wrong_kind(call, match):
+    """A list where a tensor goes was an AttributeError; a flag that is not a boolean, or an unknown std with
+    norm_by_std off, was accepted and read as truthy or ignored."""
+    with pytest.raises(ValueError, match=match):
+        call()

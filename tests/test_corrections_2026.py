@@ -6,7 +6,16 @@ import math
 import pytest
 import torch
 
-from estimators.losses import CORRECTIONS_2026, TOKEN_LOSSES, is_batch_coupled, is_bounded, policy_loss
+from estimators.losses import (
+    CORRECTIONS_2026,
+    TOKEN_LOSSES,
+    batch_token_ess,
+    is_batch_coupled,
+    is_bounded,
+    oapl_optimal_advantages,
+    policy_loss,
+    trm_keep_rows,
+)
 
 
 def _batch(seed=0, B=8, T=5, scale=0.4):
@@ -165,3 +174,23 @@ def test_claim_23_refutes_unbiasedness_on_e2_and_finds_equality_on_e1():
     assert all(p["prefix_bias"] > 1e-3 and p["prefix_var"] < p["is_var"] for p in e2)
     res = check_23(quick=True)
     assert res.status == "FAIL" and "verdict: refuted" in res.evidence
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: oapl_optimal_advantages(torch.tensor([[1.0, 0.0]]), 0.0), r"beta"),
+    (lambda: oapl_optimal_advantages(torch.tensor([[1.0, 0.0]]), math.nan), r"beta"),
+    (lambda: oapl_optimal_advantages(torch.tensor([[1.0, math.nan]]), 1.0), r"advantages .*\(0, 1\)"),
+    (lambda: oapl_optimal_advantages(torch.zeros(2, 0), 1.0), r"advantages has an empty group"),
+    (lambda: oapl_optimal_advantages(torch.zeros(4), 1.0), r"advantages must have shape \(prompts_per_step, G\)"),
+    (lambda: oapl_optimal_advantages([[1.0, 0.0]], 1.0), r"torch tensor"),
+    (lambda: batch_token_ess(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.bool)), r"at least one completion token"),
+    (lambda: trm_keep_rows(torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool), "k2", math.nan), r"delta"),
+    (lambda: trm_keep_rows(torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool), "k3", -0.1), r"delta"),
+    (lambda: trm_keep_rows(torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool), "k9", 0.05), r"unknown TRM"),
+])
+def test_the_2026_corrections_helpers_refuse_what_their_losses_refuse(call, match):
+    """The public helpers of the 2026 corrections check what their loss checks (a NaN delta dropped every
+    row, a beta of 0 or NaN and a NaN advantage gave NaN advantages, an empty group 'math domain error', no
+    completion token a NaN ESS): a ValueError naming the knob, the index or the shape."""
+    with pytest.raises(ValueError, match=match):
+        call()

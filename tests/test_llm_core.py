@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import signal
 import subprocess
@@ -291,3 +292,13 @@ def test_a_warm_start_and_a_run_record_their_identity_and_the_machine(cache, tmp
     assert "weights sha256" in differs({**ws.info, "weights_sha256": "0" * 64}, ws.info)
     old = {k: v for k, v in ws.info.items() if k != "weights_sha256"}  # a record made before weights were hashed
     assert differs(old, ws.info) is None
+
+
+@pytest.mark.parametrize("field, value", [(f, v) for f in ("lr", "warm_start_lr", "max_grad_norm", "temperature",
+                                                            "top_p", "worker_timeout_s")
+                                          for v in ("abc", True, [1], math.nan)])
+def test_a_real_setting_of_another_type_is_a_value_error_naming_it(field, value):
+    """A number setting given a string, a bool or a list (from a config file, or Python) is a ValueError naming
+    the setting (a string or a list was a TypeError from a comparison, a bool passed as 1)."""
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**{field: value}).validate()

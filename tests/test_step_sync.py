@@ -182,3 +182,22 @@ def test_a_rank_s_refused_input_is_one_message_from_the_statistics():
     stats = torch.stack([local_statistics(cfg, good, None), refused_statistics(cfg, bad, None)])
     with pytest.raises(ValueError, match=r"across 2 ranks: rank 1's seq_log_ratio\[1, 2\] = nan refused"):
         scale_from_statistics(cfg, stats)
+
+
+def test_no_sequence_on_any_rank_and_a_negative_weight_are_refused_on_every_rank():
+    """Statistics of ranks that saw no sequence give no step factor (ESS scaling gave 0, a zero step, where one
+    process refuses an empty batch), and a rank's negative weight (ess_use_clipped) is named by rank and index."""
+    from llm_runs.integrations.step_sync import refused_statistics
+
+    cfg = StepControl(ess_scaling="sqrt")
+    empty = torch.stack([local_statistics(cfg, None, None), local_statistics(cfg, torch.zeros(0, 4), None)])
+    with pytest.raises(ValueError, match="no sequence was seen on any rank"):
+        scale_from_statistics(cfg, empty)
+    clipped = StepControl(ess_scaling="sqrt", ess_use_clipped=True)
+    lr, w = torch.zeros(2, 3, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64)
+    w[1, 0] = -0.5
+    with pytest.raises(ValueError, match=r"got -0.5 at index \(1, 0\)"):
+        local_statistics(clipped, lr, w)
+    stats = torch.stack([local_statistics(clipped, lr, torch.ones(2, 3)), refused_statistics(clipped, lr, w)])
+    with pytest.raises(ValueError, match=r"rank 1's weights\[1, 0\] = -0.5 refused"):
+        scale_from_statistics(clipped, stats)

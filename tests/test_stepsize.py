@@ -548,3 +548,28 @@ def test_vcpo_exact_with_another_advantage_is_refused():
 
     with pytest.raises(ValueError, match=r"opob_.* cannot act with advantage = 'loo'"):
         TrainConfig(**{**stepsize.RECIPES["vcpo_exact"], "advantage": "loo"}).validate()
+
+
+def _lr(*shape):
+    return torch.zeros(*shape, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: stepsize.ess_ratio(torch.tensor([1.0, -2.0, 1.0])), r"got -2.0 at index \(1,\)"),
+    (lambda: stepsize.ess_scale("sqrt", 0.5, -1.0), "ess_base_ratio must be in"),
+    (lambda: stepsize.ess_scale("sqrt", 0.5, math.nan), "ess_base_ratio must be in"),
+    (lambda: stepsize.ess_scale("linear", "a"), "ESS ratio must be a finite number"),
+    (lambda: stepsize.step_scale(stepsize.StepControl(ess_scaling="sqrt"), _lr(4), None), r"shape \(prompts_per_step"),
+    (lambda: stepsize.step_scale(stepsize.StepControl(ess_scaling="sqrt"), _lr(2, 2, 2), None), r"got \(2, 2, 2\)"),
+    (lambda: stepsize.step_scale(stepsize.StepControl(ess_scaling="sqrt"), _lr(0, 4), None), "no sequence"),
+    (lambda: stepsize.step_scale(stepsize.StepControl(ess_scaling="sqrt", ess_use_clipped=True), _lr(2, 2),
+                                 torch.ones(3)), r"weights must have seq_log_ratio's shape \(2, 2\), got \(3,\)"),
+    (lambda: stepsize.step_scale(stepsize.StepControl(ess_scaling="sqrt", ess_use_clipped=True), _lr(2, 2),
+                                 -torch.ones(2, 2)), r"got -1.0 at index \(0, 0\)"),
+])
+def test_the_step_controls_refuse_what_no_batch_gives(call, match):
+    """The step controls' entry points refuse, naming it, what no batch of ratios gives (each was a silent
+    number: a negative weight's ESS, a NaN or negative base's full step, a scale from a 1-D or 3-D tensor, a
+    zero step from an empty batch, weights of another shape)."""
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from .._validate import check_eps
+from .._validate import check_eps, check_groups
 from ..params import Param, resolve
 from ..records import Style
 from .batch import (
@@ -47,6 +47,8 @@ def batch_token_ess(log_r, keep) -> torch.Tensor:
     ld = log_r.detach().double()
     sel = ld[keep]
     n = sel.numel()
+    if n == 0:
+        raise ValueError("p3o: the batch ESS needs at least one completion token; keep selects none")
     lse1 = torch.logsumexp(sel, 0)
     lse2 = torch.logsumexp(2 * sel, 0)
     guard = -torch.nn.functional.softplus(math.log(P3O_ESS_GUARD) - lse2)  # log(S2 / (S2 + 1e-8))
@@ -180,7 +182,11 @@ def trm_token_divergence(log_r, kind: str):
 
 def trm_keep_rows(log_r, keep, kind: str, delta: float):
     """Rows kept by Trust Region Masking: every completion token's divergence (``kind``) is <= delta
-    (verl ``seq_max_k2`` / ``seq_max_k3``: the row's max, an empty row's max read as 0)."""
+    (verl ``seq_max_k2`` / ``seq_max_k3``: the row's max, an empty row's max read as 0); ``delta`` is checked
+    as the loss's knob (a NaN would drop every row)."""
+    if kind not in ("k2", "k3"):
+        raise ValueError(f"unknown TRM divergence {kind!r}; valid: k2, k3")
+    delta = resolve(f"trm_{kind}", {"delta": delta})["delta"]
     div = torch.where(keep, trm_token_divergence(log_r.detach(), kind), torch.full_like(log_r, -math.inf))
     mx = div.max(-1).values
     mx = torch.where(mx == -math.inf, torch.zeros_like(mx), mx)
@@ -290,7 +296,12 @@ def oapl_optimal_advantages(adv, beta: float):
     ``A*_i = a_i - V*``, ``V* = beta log mean_j exp(a_j / beta)`` (the KL-regularised optimal value
     of the group under the behaviour policy, estimated from its G samples). Invariant to a common
     shift of the rewards, so any centred advantage (``drgrpo``, ``loo`` = G/(G-1) times it) gives it
-    up to that scale."""
+    up to that scale. ``beta`` is checked as the loss's knob; ``adv`` must be a finite (prompts_per_step, G)
+    tensor with G >= 1 (ValueError naming the shape or the index)."""
+    beta = resolve("oapl", {"beta": beta})["beta"]
+    if not isinstance(adv, torch.Tensor):
+        raise ValueError(f"oapl: advantages must be a torch tensor (prompts_per_step, G), got {type(adv).__name__}")
+    check_groups(adv, "advantages")
     lse = torch.logsumexp(adv / beta, -1, keepdim=True) - math.log(adv.shape[-1])
     return adv - beta * lse
 

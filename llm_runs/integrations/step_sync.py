@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from ..stepsize import ESS_GUARD, ess_scale, step_scale
+from ..stepsize import ESS_GUARD, check_step_inputs, ess_scale, step_scale
 
 N_STATS = 12
 """sum v, sum v^2, N, logsumexp log v, logsumexp 2 log v, sum_g lambda_g, number of groups, whether a log v is
@@ -54,7 +54,10 @@ def local_statistics(cfg, seq_log_ratio: torch.Tensor | None, weights: torch.Ten
     :func:`llm_runs.stepsize.step_scale` does (:func:`synced_step_scale` tells every rank first)."""
     out = torch.zeros(N_STATS, dtype=torch.float64)
     out[3] = out[4] = -math.inf
-    if seq_log_ratio is None or seq_log_ratio.numel() == 0:
+    if seq_log_ratio is None:
+        return out
+    check_step_inputs(cfg, seq_log_ratio, weights)
+    if seq_log_ratio.numel() == 0:
         return out
     if cfg.ess_scaling != "none":
         lv = _log_values(cfg, seq_log_ratio, weights)
@@ -73,18 +76,18 @@ def local_statistics(cfg, seq_log_ratio: torch.Tensor | None, weights: torch.Ten
 
 def refused_statistics(cfg, seq_log_ratio: torch.Tensor | None, weights: torch.Tensor | None) -> torch.Tensor:
     """The :data:`N_STATS` vector of a rank whose input :func:`local_statistics` refused: the flag, and the
-    first non-finite log-ratio (or weight, with ``ess_use_clipped``) with its row and column where there is
-    one, so that every rank can name it."""
+    first negative weight (with ``ess_use_clipped``) or non-finite log-ratio with its row and column where
+    there is one, so that every rank can name it."""
     out = torch.zeros(N_STATS, dtype=torch.float64)
     out[STAT_REFUSED], out[STAT_VALUE] = REFUSED_OTHER, math.nan
-    named = [(REFUSED_LOG_RATIO, seq_log_ratio)]
-    if cfg.ess_use_clipped:
-        named.append((REFUSED_WEIGHT, weights))
-    for code, x in named:
-        if x is None or x.numel() == 0:
+    named = [(REFUSED_LOG_RATIO, seq_log_ratio, lambda x: ~torch.isfinite(x))]
+    if cfg.ess_scaling != "none" and cfg.ess_use_clipped:
+        named.insert(0, (REFUSED_WEIGHT, weights, lambda x: x < 0))
+    for code, x, is_bad in named:
+        if not isinstance(x, torch.Tensor) or x.numel() == 0:
             continue
         x = x.detach().double().reshape(x.shape[0] if x.ndim else 1, -1)
-        bad = ~torch.isfinite(x)
+        bad = is_bad(x)
         if bool(bad.any()):
             row, col = (int(i) for i in torch.nonzero(bad)[0])
             out[STAT_REFUSED], out[STAT_VALUE], out[STAT_ROW], out[STAT_COL] = code, x[row, col], row, col
@@ -108,7 +111,7 @@ def _refusal(stats: torch.Tensor) -> str | None:
     if not parts:
         return None
     return (f"step-size control across {len(stats)} ranks: {'; '.join(parts)} refused, so no rank steps (the "
-            f"log-ratios, and the weights with ess_use_clipped, must be finite where the control reads them)")
+            f"log-ratios must be finite where the control reads them, and the weights of ess_use_clipped >= 0)")
 
 
 def scale_from_statistics(cfg, stats: torch.Tensor) -> dict[str, float]:
@@ -125,8 +128,9 @@ def scale_from_statistics(cfg, stats: torch.Tensor) -> dict[str, float]:
     if cfg.ess_scaling != "none":
         s1, s2, n = (float(stats[:, k].sum()) for k in range(3))
         if n == 0:
-            rho = 0.0
-        elif math.isfinite(s1) and math.isfinite(s2):
+            raise ValueError("ESS scaling: no sequence was seen on any rank since the last optimiser step: there is "
+                             "no ratio to scale the step by")
+        if math.isfinite(s1) and math.isfinite(s2):
             rho = s1 * s1 / (s2 + ESS_GUARD) / n
         elif bool(stats[:, STAT_LIMIT].any()):  # a weight that is infinite or not a number: the limit
             rho = 1.0 / n
