@@ -1,6 +1,7 @@
-"""Registry of the 26 machine-checkable claims of THEORY.md §5 (19: an addition, stated in §7; 20-22: §8;
+"""Registry of the 30 machine-checkable claims of THEORY.md §5 (19: an addition, stated in §7; 20-22: §8;
 23 and 25: published claims, CTPO's and Trust Region Masking's, checked; 24 and 26: the group-size law and the
-exact model's rate for it, on the LLM's own policies, read off the committed frozen-pair measurement).
+exact model's rate for it, on the LLM's own policies, read off the committed frozen-pair measurement; 27-30: §9,
+the batch's mean squared error at B prompts x G completions).
 
 Each :class:`Claim` names its check, a function of ``quick`` returning a
 :class:`~claims.result.Result`; the checks live by family:
@@ -14,6 +15,7 @@ Each :class:`Claim` names its check, a function of ``quick`` returning a
 * :mod:`claims.prefix`            CTPO's prefix-ratio claim: unbiased, lower variance than the sequence ratio (23)
 * :mod:`claims.trm_bounds`        Trust Region Masking's bounds on the surrogate's error vs the exact error (25)
 * :mod:`claims.llm_pairs`         the group-size law at frozen pairs of the LLM's policies (24, 26)
+* :mod:`claims.budget`            §9: the batch's MSE at (B, G), the share bound, GMC against IS, the split (27-30)
 
 Each check keeps its tolerances beside it. An exception inside a check becomes an ERROR
 row, never a crash of the whole table.
@@ -24,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import budget as bd
 from . import class_optimality as co
 from . import closed_forms as cf
 from . import delay_terms as dt
@@ -108,13 +111,20 @@ CLAIMS: tuple[Claim, ...] = (
           "monte-carlo", lp),
     Claim(25, "TRM's bounds on |J - J_roll - L| >= the exact error (E2, H <= 16)", "§5 #25", "exact", trm),
     Claim(26, "LLM frozen pairs: G_half = a chi2^b with E3's exponent b", "§7; §5 #26", "monte-carlo", lp),
+    Claim(27, "Batch MSE = ||b||^2 + V_b/B + S_w/(BG); per-sample S_w is Hoeffding's, b and V_b G-free",
+          "§9 Props 9.1-9.2; §5 #27", "symbolic+exact", bd),
+    Claim(28, "Within term <= kappa (c_max/(BG)) M^2 E[mass]: the share column bounds S_w/(BG)", "§9 Prop 9.4; §5 #28",
+          "exact", bd),
+    Claim(29, "GMC's sqrt(S_w), sqrt(V_b) within the stated distance of IS's", "§9 Prop 9.3; §5 #29", "exact", bd),
+    Claim(30, "At fixed N: TOPR's MSE flat across splits, GMC's higher at the largest G (E1, E5)", "§9; §5 #30",
+          "exact", bd),
 )
 
 BY_ID: dict[int, Claim] = {c.id: c for c in CLAIMS}
 
 
 def valid_ids() -> str:
-    """The registered ids as runs (``1..26``; a gap, were one left, shows as ``1..23, 25``)."""
+    """The registered ids as runs (``1..30``; a gap, were one left, shows as ``1..23, 25``)."""
     runs: list[list[int]] = []
     for i in BY_ID:
         if runs and i == runs[-1][1] + 1:

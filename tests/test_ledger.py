@@ -19,7 +19,8 @@ def test_theory_ledger_covers_every_claim():
     assert sorted(ledger) == sorted(claims.BY_ID)
     assert {e.recorded for e in ledger.values()} == {"holds", "refuted"}
     refuted = {i: e for i, e in ledger.items() if e.recorded == "refuted"}
-    assert list(refuted) == [22, 23, 26]
+    assert list(refuted) == [22, 23, 26, 30]
+    assert refuted[30].counterexample["point"] == "E5 small N=16; E5 small N=32"  # §9's split, one prompt
     assert refuted[26].counterexample == {"point": "the LLM pairs (7 uncensored)", "tolerance": 0.001, "values": {
         "LLM b": 0.801, "LLM b low": 0.35, "LLM b high": 1.252, "E3 b": 0.269}}  # the group-size rate: a revision
     assert refuted[23].counterexample["point"] == "E1 Delta=0.5 (variance); E2 Delta=0.5 (bias)"
