@@ -23,6 +23,54 @@ def metric_names(diagnostics: dict[str, float], prefix: str = "") -> dict[str, f
     return stale_metrics(diagnostics, prefix)
 
 
+VOCABULARY = {
+    "step/lr_scale": "the factor a step-size control multiplied the learning rate by (logged once per optimiser step)",
+    "stale/ess": "ESS/G of the raw ratios, mean over groups",
+    "drift/ess_ratio": "VCPO's sequence ESS ratio (sum w)^2 / ((sum w^2 + 1e-8) N) of the raw ratios of the batch",
+    "stale/mass_cap_frac": "share of groups whose mass mean_i w_i exceeds 1 + eps (GMC's cap acts)",
+    "stale/clip_frac": "share of trajectories whose raw weight w exceeds 1 + eps (TIC's clip acts)",
+    "stale/mass_mean": "mean raw weight w before capping (the group mass, mean over groups)",
+    "stale/log_ratio_max": "log of the largest raw weight w before capping",
+    "train/weight_mean": "mean weight c after capping (trajectory schemes)",
+    "train/weight_max": "largest weight c after capping (trajectory schemes)",
+    "drift/kl": "KL(pi_b || pi_theta) per completion token, the k3 estimate",
+    "stale/chi2": "trajectory chi^2 estimate mean w^2 - 1",
+}
+"""The per-batch statistics both adapters log, under the toolkit trainer's names (:data:`llm_runs.metrics.COLUMNS`,
+:mod:`schema.metrics`): verl as ``actor/<name>``, TRL as :func:`trl_name` gives it. The weights before capping are
+``stale/mass_mean`` and ``exp(stale/log_ratio_max)``, after it ``train/weight_mean`` and ``train/weight_max``; the
+share capped is ``stale/mass_cap_frac`` (groups) and ``stale/clip_frac`` (trajectories). Every row of
+:func:`batch_statistics` holds these (but ``step/lr_scale``, which the step control logs, and the ``train/weight_*``
+of token-level losses, which have no trajectory weight)."""
+
+
+def trl_name(name: str) -> str:
+    """The key under which TRL logs the toolkit's metric ``name``: ``name`` without a leading ``train/``, because
+    transformers' wandb and TensorBoard callbacks (``integration_utils.rewrite_logs``) put ``train/`` before every
+    training key: ``train/weight_max`` is logged as ``weight_max`` and shown as ``train/weight_max``, never
+    ``train/train/weight_max``; ``stale/ess`` is shown as ``train/stale/ess``."""
+    return name.removeprefix("train/")
+
+
+def batch_statistics(out, logp, old_logp, mask, estimator: str, eps: float, diagnostics: dict | None = None
+                     ) -> dict[str, float]:
+    """The per-batch statistics of one loss call, by the trainer's names: :func:`llm_runs.theory.batch_metrics`
+    (the raw-ratio diagnostics, the theory columns, the weights after capping, ``mech/kl``, ``mech/lambda_min``),
+    the loss's own fractions (``out.metrics``: ``stale/token_clip_frac``, ...) and the drift columns
+    (:func:`llm_runs.theory.drift_metrics`: ``drift/kl``, ``drift/ess_ratio``, ``drift/abs_log_w_median``, the
+    names :mod:`llm_runs.drift` reads). The one place both adapters build what they log per batch: verl's loss
+    returns it under ``actor/``, TRL's adapter appends it to its metrics (:func:`trl_name`)."""
+    from estimators.losses import masked_token_log_ratio
+
+    from ..theory import batch_metrics, drift_metrics
+
+    row = batch_metrics(out, logp, old_logp, mask, estimator, eps, diagnostics)
+    row.update(stale_metrics(out.metrics or {}))
+    tok = masked_token_log_ratio(logp.detach(), old_logp.detach(), mask)
+    row.update(drift_metrics(out.seq_log_ratio, tok, mask))
+    return row
+
+
 def check_contiguous_groups(ids: Sequence[Any], group_size: int | None = None, where: str = "batch") -> int:
     """Check that rows form whole groups laid out contiguously; return the group size G.
 
@@ -85,3 +133,86 @@ def batch_options(estimator: str, given: dict | None, mask) -> dict:
                     f"length)")
             options[p.name] = float(counts[0])
     return options
+
+
+TRAJ_AGGS = ("sum", "token-mean")
+"""How a trajectory scheme's term is aggregated (the trainer's ``traj_agg``, :mod:`llm_runs.config`): ``sum`` is
+THEORY's ``c_i A_i grad log pi(o_i)`` (every token of a response weighs the same; verl's ``token-mean``),
+``token-mean`` that term over the response's own token count ``|o_i|`` (verl's ``seq-mean-token-mean``, VCPO's)."""
+
+
+def per_length(advantages, mask):
+    """``A_i / |o_i|``, ``|o_i|`` the tokens of response i under ``mask`` (B, T) (at least 1): the advantages of
+    ``traj_agg = token-mean``, as the trainer divides them (``llm_runs.update.update_advantages``)."""
+    lengths = mask.sum(-1).clamp(min=1)
+    return advantages / lengths.reshape(advantages.shape).to(advantages.dtype)
+
+
+RECIPE_STEP = ("ess_scaling", "ess_base_ratio", "ess_use_clipped", "gmc_step")
+RECIPE_OPOB = ("opob_norm_by_std", "opob_weight", "opob_std", "opob_flat_zero")
+
+
+def recipe_settings(name: str) -> dict:
+    """A named recipe of :data:`llm_runs.stepsize.RECIPES` as the adapters apply it: ``estimator``, its
+    ``knobs`` (the trainer's ``<estimator>_<knob>`` keys, e.g. ``seq_tis_c`` -> ``C``), ``advantage``, the OPOB
+    settings (``opob``), ``traj_agg``, the step controls (``step``) and ``max_grad_norm``. A key no adapter
+    applies is a ValueError, never dropped in silence."""
+    from estimators.params import params_of
+
+    from ..stepsize import RECIPES
+
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; valid: {', '.join(RECIPES)}")
+    recipe = dict(RECIPES[name])
+    estimator = recipe.pop("estimator")
+    knobs = {}
+    for p in params_of(estimator):
+        key = f"{estimator}_{p.name.lower()}"
+        if key in recipe:
+            knobs[p.name] = float(recipe.pop(key))
+    out = {"estimator": estimator, "knobs": knobs, "advantage": recipe.pop("advantage", "loo"),
+           "opob": {k: recipe.pop(k) for k in RECIPE_OPOB if k in recipe},
+           "traj_agg": recipe.pop("traj_agg", "sum"),
+           "step": {k: recipe.pop(k) for k in RECIPE_STEP if k in recipe},
+           "max_grad_norm": recipe.pop("max_grad_norm", None)}
+    if recipe:
+        raise ValueError(f"recipe {name!r} sets {sorted(recipe)}, which the verl plugin and the TRL adapter do not "
+                         "apply")
+    return out
+
+
+def opob_recipe_advantages(rewards, seq_log_ratio, grad_sq_norms, estimator: str, eps: float, knobs: dict,
+                           opob: dict):
+    """OPOB advantages (P, G) as the trainer's ``advantage = opob`` forms them (``llm_runs.update._opob``):
+    ``opob_weight = vcpo`` multiplies each ``||grad log pi(o_i)||^2`` by the estimator's trajectory weight
+    squared (VCPO's code), then :func:`estimators.baselines.opob_advantages` with ``opob_norm_by_std``,
+    ``opob_flat_zero`` and ``opob_std`` (the trainer's defaults where ``opob`` leaves one out); float32, as the
+    trainer casts them."""
+    import torch
+
+    import estimators
+    from estimators.baselines import opob_advantages
+
+    norms = grad_sq_norms.detach().double()
+    if opob.get("opob_weight", "is") == "vcpo":
+        c = estimators.weights(estimator, seq_log_ratio.detach().double(), eps, **knobs)
+        norms = norms * torch.as_tensor(c, dtype=norms.dtype) ** 2
+    return opob_advantages(rewards.double(), seq_log_ratio.detach().double(), norms,
+                           opob.get("opob_norm_by_std", True), opob.get("opob_flat_zero", True),
+                           opob.get("opob_std", "sample")).float()
+
+
+def trajectory_grad_sq_norms_of(logp, mask, params):
+    """``||grad_theta sum_t log pi_theta(o_i,t)||^2`` of every row i of ``logp`` (B, T, with its graph) under
+    ``mask``: one backward pass per row through the batch's graph (kept), the parameters' ``.grad`` untouched;
+    float64, shape (B,). The trainer takes the same norms with one forward pass per trajectory
+    (``llm_runs.stepsize.trajectory_grad_sq_norms``)."""
+    import torch
+
+    params = [p for p in params if p.requires_grad]
+    m = mask.to(logp.dtype)
+    out = torch.zeros(logp.shape[0], dtype=torch.float64)
+    for i in range(logp.shape[0]):
+        grads = torch.autograd.grad((logp[i] * m[i]).sum(), params, retain_graph=True, allow_unused=True)
+        out[i] = sum(float((g.double() ** 2).sum()) for g in grads if g is not None)
+    return out

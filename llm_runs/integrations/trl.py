@@ -60,6 +60,7 @@ generation every ``d + 1`` steps. The behaviour policy of THEORY §1 is pi_{thet
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -73,9 +74,26 @@ from trl.trainer.utils import (
 import estimators
 from estimators._compat import renamed_keywords
 from estimators._validate import check_eps
-from estimators.losses import check_options, loss_names, policy_loss
+from estimators.losses import masked_token_log_ratio, policy_loss
 
-from ._common import batch_options, check_contiguous_groups, metric_names
+from ._common import (
+    batch_options,
+    batch_statistics,
+    check_contiguous_groups,
+    opob_recipe_advantages,
+    per_length,
+    trajectory_grad_sq_norms_of,
+    trl_name,
+)
+from .trl_settings import (  # noqa: F401 (the adapter's settings, importable from here as before)
+    BEHAVIOURS,
+    DEFAULT_EPS,
+    TRL_KNOBS,
+    TRL_SETTINGS,
+    adapter_settings,
+    check_supported,
+    map_trl_settings,
+)
 
 
 def shuffle_groups(batch: dict[str, Any], group_size: int, generator: torch.Generator | None = None) -> dict[str, Any]:
@@ -100,47 +118,27 @@ def shuffle_groups(batch: dict[str, Any], group_size: int, generator: torch.Gene
     return {key: permute(val) for key, val in batch.items()}
 
 
-DEFAULT_EPS = 0.28
-"""The cap 1 + eps when neither ``eps`` nor ``GRPOConfig.epsilon_high`` is given (TIC's public 1.28)."""
-BEHAVIOURS = ("rollout", "recomputed")
-"""Which behaviour log-probs the ratio uses (see the module docstring)."""
-TRL_SETTINGS = {
-    "loss_type": ("the loss is the trainer's `estimator`: token_clip (TRL's grpo/dapo/bnpo token clip), gspo "
-                  "(importance_sampling_level='sequence'), cispo, sapo, vespo, or a trajectory scheme such as gmc"),
-    "importance_sampling_level": ("the level is the estimator's: estimator='gspo' is TRL's sequence level, the "
-                                  "trajectory schemes (gmc, ...) weight whole trajectories, token_clip weights tokens"),
-    "epsilon": ("the trajectory schemes have no lower clip (their cap 1 + eps is the trainer's `eps` or "
-                "GRPOConfig.epsilon_high); estimator='token_clip' takes it as its lower clip 1 - eps, "
-                "and gspo and cispo "
-                "as their knob eps_low"),
-    "delta": "no two-sided clipping of negative advantages; choose an estimator (e.g. gmc caps the group's mass)",
-    "scale_rewards": ("the advantages are the trainer's `advantage`: 'grpo' ((r - mean) / std per group), "
-                      "'drgrpo' (r - mean, TRL's scale_rewards='none'), 'loo' (leave-one-out, the default)"),
-    "epsilon_high": ("the cap of a trajectory scheme (mapped to eps) and token_clip's upper clip (mapped to its knob "
-                     "eps_high); gspo and cispo take their knob eps_high"),
-    **{k: "" for k in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos",
-                       "vespo_k_neg", "vespo_lambda_neg")},
-}
-"""GRPOConfig settings of TRL's own loss: refused when not at TRL's default (the message names the
-toolkit's equivalent), or mapped (:data:`TRL_KNOBS`, ``epsilon_high`` -> ``eps``)."""
-TRL_KNOBS = {
-    "sapo_temperature_pos": ("sapo", "tau_pos"), "sapo_temperature_neg": ("sapo", "tau_neg"),
-    "vespo_k_pos": ("vespo", "k_pos"), "vespo_lambda_pos": ("vespo", "lambda_pos"),
-    "vespo_k_neg": ("vespo", "k_neg"), "vespo_lambda_neg": ("vespo", "lambda_neg"),
-}
-"""GRPOConfig settings that are the knobs of one of the toolkit's estimators (:data:`estimators.params.PARAMS`)."""
+def _same_shape(name: str, values: torch.Tensor, logps: torch.Tensor) -> torch.Tensor:
+    """``values`` when it has the completions' shape (B, T) of ``logps``; else a ValueError naming both shapes
+    (a (B, 1) or (T,) tensor would broadcast silently, one of (B, T - 1) fail inside the loss)."""
+    if tuple(values.shape) != tuple(logps.shape):
+        raise ValueError(f"{name} has shape {tuple(values.shape)}; expected (B, T) = {tuple(logps.shape)}, one "
+                         f"log-prob per completion token as trl 1.16's _generate_and_score_completions pads them")
+    return values
 
 
 def behaviour_logps(inputs: dict, logps: torch.Tensor, behaviour: str = "rollout") -> torch.Tensor:
     """The behaviour log-probs of a TRL batch the ratio is taken against: the sampler's
     ``sampling_per_token_logps`` under ``behaviour="rollout"`` when present (NaN entries, vLLM's
     unavailable values, take the recomputed value), else ``old_per_token_logps``, else ``logps``
-    detached (TRL skips the recomputation when every slice is used on-policy: ratio 1)."""
+    detached (TRL skips the recomputation when every slice is used on-policy: ratio 1). Either one
+    of any shape but the completions' (B, T) is a ValueError naming the shape expected and the one got."""
     old = inputs.get("old_per_token_logps")
-    old = logps.detach() if old is None else old
+    old = logps.detach() if old is None else _same_shape("old_per_token_logps", old, logps)
     sampled = inputs.get("sampling_per_token_logps") if behaviour == "rollout" else None
     if sampled is None:
         return old
+    _same_shape("sampling_per_token_logps", sampled, logps)
     sampled = sampled.to(old.dtype)
     return torch.where(torch.isnan(sampled), old, sampled)
 
@@ -153,7 +151,11 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
             deprecated alias ``scheme``).
         eps: the threshold of the cap ``1 + eps`` (THEORY §2; default ``GRPOConfig.epsilon_high`` when set, else
             0.28, TIC's public 1.28).
-        advantage: kind of :func:`estimators.advantages`: ``loo`` (default), ``grpo`` or ``drgrpo``.
+        advantage: kind of :func:`estimators.advantages`: ``loo`` (default), ``grpo`` or ``drgrpo``; or ``opob``,
+            VCPO's off-policy optimal baseline per group (:func:`estimators.baselines.opob_advantages`, the
+            trainer's ``advantage = opob``: each completion's ``||grad log pi||^2`` by one backward pass through
+            the loss call's graph), with the trainer's settings in ``opob`` (``opob_weight``, ``opob_std``,
+            ``opob_norm_by_std``, ``opob_flat_zero``).
         knobs: the estimator's knobs (:data:`estimators.params.PARAMS`, e.g. ``{"C": 2.0}`` for
             ``seq_tis_bn``, ``{"tau": 0.04}`` for ``m2po``); an unknown knob is refused; defaults
             otherwise, but ``seq_geo_mask``'s ``length`` L, when not given, is each batch's completion
@@ -162,112 +164,43 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
             Deprecated alias ``scheme_options``.
         behaviour: ``"rollout"`` (default: the sampler's log-probs when the batch carries them) or
             ``"recomputed"`` (TRL's ``old_per_token_logps``); see the module docstring.
+        traj_agg: ``"sum"`` (default, THEORY's ``c_i A_i grad log pi(o_i)``) or ``"token-mean"`` (that term over
+            the completion's token count, VCPO's ``seq-mean-token-mean``; the trainer's ``traj_agg``).
+        recipe: a name of :data:`llm_runs.stepsize.RECIPES` (``"vcpo_exact"``, ``"vcpo"``): its estimator, knobs,
+            advantage, OPOB settings and ``traj_agg``, its step control (a
+            :class:`~llm_runs.integrations.stepsize_hooks.StepSizeCallback` the trainer adds itself) and its
+            gradient clip (``GRPOConfig.max_grad_norm`` must be the recipe's). A setting given beside it that
+            contradicts it is refused.
         *args, **kwargs: passed to ``trl.GRPOTrainer``.
     """
 
     @renamed_keywords(scheme="estimator", scheme_options="knobs")  # deprecated 2026-12-07, removed after 2027-06-01
-    def __init__(self, *args, estimator: str = "gmc", eps: float | None = None, advantage: str = "loo",
-                 knobs: dict | None = None, behaviour: str = "rollout", **kwargs):
-        if estimator not in loss_names():
-            raise ValueError(f"unknown estimator {estimator!r}; valid: {', '.join(loss_names())}")
-        check_options(estimator, knobs)  # unknown or bad knobs refused here
-        self.knobs = dict(knobs or {})  # as given: a completion length not given comes from the batch
-        if advantage not in estimators.ADVANTAGE_KINDS:
-            raise ValueError(f"unknown advantage kind {advantage!r}; valid: {', '.join(estimators.ADVANTAGE_KINDS)}")
+    def __init__(self, *args, estimator: str | None = None, eps: float | None = None, advantage: str | None = None,
+                 knobs: dict | None = None, behaviour: str = "rollout", traj_agg: str | None = None,
+                 recipe: str | None = None, opob: dict | None = None, **kwargs):
+        chosen = adapter_settings(estimator, advantage, knobs, traj_agg, opob, recipe)
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"unknown behaviour {behaviour!r}; valid: {', '.join(BEHAVIOURS)}")
-        self.estimator = estimator
+        self.estimator, self.advantage, self.traj_agg = chosen["estimator"], chosen["advantage"], chosen["traj_agg"]
+        self.knobs = chosen["knobs"]  # as given: a completion length not given comes from the batch
+        self.opob, self.recipe = chosen["opob"], recipe
         self._eps_given = eps
         self.eps = check_eps(DEFAULT_EPS if eps is None else eps)
-        self.advantage = advantage
         self.behaviour = behaviour
         self._rewards_per_func = None
         self.record_step_ratios = False  # set by llm_runs.integrations.stepsize_hooks.StepSizeCallback
         self.step_ratios: list = []
         super().__init__(*args, **kwargs)
-        self._check_supported()
-        self._map_trl_settings()
+        check_supported(self)
+        map_trl_settings(self)
+        if chosen["max_grad_norm"] is not None and self.args.max_grad_norm != chosen["max_grad_norm"]:
+            raise ValueError(f"recipe {recipe!r} clips the gradient at {chosen['max_grad_norm']!r}, but "
+                             f"GRPOConfig.max_grad_norm = {self.args.max_grad_norm!r}: set "
+                             f"max_grad_norm={chosen['max_grad_norm']!r}")
+        if chosen["step"]:
+            from .stepsize_hooks import StepSizeCallback
 
-    def _map_trl_settings(self) -> None:
-        """Refuse each of TRL's loss settings this trainer does not implement when it is set to anything
-        but TRL's default, naming the toolkit's equivalent; map the ones whose meaning is the same."""
-        import dataclasses
-
-        from trl import GRPOConfig
-
-        defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
-        args = self.args
-        changed = {k for k in TRL_SETTINGS if k in defaults and getattr(args, k, defaults[k]) != defaults[k]}
-        if self.estimator == "token_clip":  # TRL's clip: 1 - epsilon .. 1 + epsilon_high, token_clip's eps .. eps_high
-            clip_map = {"epsilon": None, "epsilon_high": "eps_high"}
-        elif self.estimator in estimators.SCHEMES:  # the cap 1 + eps is TRL's upper clip 1 + epsilon_high
-            clip_map = {"epsilon_high": None}
-        else:
-            clip_map = {}
-        for setting, knob in clip_map.items():
-            if setting not in changed:
-                continue
-            value = float(getattr(args, setting))
-            given = self._eps_given if knob is None else self.knobs.get(knob)
-            if given is not None and float(given) != value:
-                raise ValueError(f"GRPOConfig.{setting} = {value!r} and "
-                                 f"{'eps' if knob is None else f'knobs[{knob!r}]'} "
-                                 f"= {given!r} disagree: both set the same clip; give one of them")
-            if knob is None:
-                self.eps = check_eps(value)
-            else:
-                self.knobs[knob] = value
-            changed.discard(setting)
-        for setting, (estimator, knob) in TRL_KNOBS.items():
-            if setting not in changed:
-                continue
-            if self.estimator != estimator:
-                raise ValueError(f"GRPOConfig.{setting} = {getattr(args, setting)!r} belongs to TRL's {estimator!r} "
-                                 f"loss, but this trainer's estimator is {self.estimator!r}: drop it, or train "
-                                 f"estimator={estimator!r} with knobs={{{knob!r}: ...}}")
-            value = float(getattr(args, setting))
-            if knob in self.knobs and float(self.knobs[knob]) != value:
-                raise ValueError(f"GRPOConfig.{setting} = {value!r} and knobs[{knob!r}] = {self.knobs[knob]!r} "
-                                 "disagree: give one of them")
-            self.knobs[knob] = value
-            changed.discard(setting)
-        check_options(self.estimator, self.knobs)
-        for setting in sorted(changed):
-            raise ValueError(f"TrajectoryGRPOTrainer does not implement GRPOConfig.{setting} = "
-                             f"{getattr(args, setting)!r} (TRL's default {defaults[setting]!r}): "
-                             f"{TRL_SETTINGS[setting]}")
-
-    def _check_supported(self) -> None:
-        args, G = self.args, self.num_generations
-        if args.per_device_train_batch_size % G:
-            raise ValueError(
-                f"per_device_train_batch_size = {args.per_device_train_batch_size} is not a multiple of "
-                f"num_generations = {G}: every optimisation batch must hold whole groups"
-            )
-        refused = {
-            "beta": (self.beta != 0.0, "the trajectory loss has no KL term; set beta=0.0"),
-            "top_entropy_quantile": (self.top_entropy_quantile < 1.0, "token masking breaks the trajectory ratio"),
-            "off_policy_mask_threshold": (self.off_policy_mask_threshold is not None,
-                                          "the estimator does the off-policy correction"),
-            "entropy_coef": (self._entropy_bonus_enabled, "no entropy bonus in the trajectory loss"),
-            "vllm_importance_sampling_correction": (
-                self.use_vllm and self.vllm_importance_sampling_correction,
-                "set it False; the estimator corrects with old_per_token_logps",
-            ),
-            "mask_truncated_completions": (
-                getattr(args, "mask_truncated_completions", False),
-                ("it empties the completion mask of a truncated completion, which then has no trajectory ratio; "
-                 "raise max_completion_length or give truncated completions a low reward instead"),
-            ),
-            "multi_objective_aggregation": (
-                args.multi_objective_aggregation != "sum_then_normalize",
-                "rewards are summed then turned into group advantages by estimators.advantages",
-            ),
-        }
-        for name, (bad, why) in refused.items():
-            if bad:
-                raise ValueError(f"TrajectoryGRPOTrainer does not support {name} = {getattr(args, name, None)!r}: "
-                                 f"{why}")
+            self.add_callback(StepSizeCallback(self, **chosen["step"]))
 
     def _group_size(self) -> int:
         return self.num_generations if self.model.training else self.num_generations_eval
@@ -294,7 +227,11 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
             raise ValueError("a completion has no reward (every reward function returned None): cannot form its group "
                              "advantage")
         rewards = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
-        adv = estimators.advantages(rewards.double().reshape(-1, G), self.advantage).reshape(-1)
+        if self.advantage == "opob":  # formed in the loss, from the gradient norms at that step's parameters
+            output["opob_rewards"] = rewards[offset:offset + n].to(torch.float64)
+            adv = torch.zeros_like(rewards)
+        else:
+            adv = estimators.advantages(rewards.double().reshape(-1, G), self.advantage).reshape(-1)
         output["advantages"] = adv[offset:offset + n].to(torch.float32)
         output["group_ids"] = torch.arange(offset, offset + n, device=adv.device) // G
         return output
@@ -323,27 +260,42 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
         multimodal = {k: inputs.get(k) for k in (
             "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
             "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")}
-        logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True, **multimodal)
+        with torch.enable_grad() if self.advantage == "opob" else contextlib.nullcontext():  # OPOB's norms need it
+            logps, entropies, _ = self._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True, **multimodal)
         old = behaviour_logps(inputs, logps, self.behaviour)
         options = batch_options(self.estimator, self.knobs, mask)
-        out = policy_loss(self.estimator, logps, old, mask, inputs["advantages"], G, self.eps, **options)
+        adv = self._advantages(model, inputs, logps, old, mask, G, options)
+        out = policy_loss(self.estimator, logps, old, mask, adv, G, self.eps, **options)
         self.last_loss_output = out
         if self.record_step_ratios and self.model.training:
             self.step_ratios.append((out.seq_log_ratio.detach(), None if out.weights is None else out.weights.detach()))
 
         mode = "train" if self.model.training else "eval"
-        from ..theory import batch_metrics
-
-        # once per loss call, on the raw ratios, with the trainer's names (stale/chi2, stale/ess, train/weight_max, ...)
-        self._log_reduced(mode, {**batch_metrics(out, logps, old, mask, self.estimator, self.eps),
-                                 **metric_names(out.metrics)})
+        # once per loss call, on the raw ratios, with the trainer's names (stale/chi2, stale/ess, train/weight_max
+        # logged as weight_max, which wandb and TensorBoard show as train/weight_max, ...)
+        stats = batch_statistics(out, logps, old, mask, self.estimator, self.eps)
+        self._log_reduced(mode, {trl_name(k): v for k, v in stats.items()})
         ent = torch.stack([(entropies * mask).sum(), mask.sum().to(entropies.dtype)]).detach()
         ent = self.accelerator.reduce(ent, reduction="sum")
         self._metrics[mode]["entropy"].append((ent[0] / ent[1].clamp(min=1.0)).item())
         if mode == "train":  # GRPOTrainer.loss_is_scaled_for_ga: the loss scales itself for accumulation
             return out.loss / self.current_gradient_accumulation_steps
         return out.loss
+
+    def _advantages(self, model, inputs, logps, old, mask, G: int, options: dict) -> torch.Tensor:
+        """The loss call's advantages: the generation's, or OPOB's from the completions' rewards, ratios and
+        gradient norms at this step's parameters (``advantage="opob"``); over each completion's token count under
+        ``traj_agg="token-mean"`` (both as the trainer's ``llm_runs.update.update_advantages``)."""
+        adv = inputs["advantages"]
+        if self.advantage == "opob":
+            lr = masked_token_log_ratio(logps.detach(), old, mask).sum(-1).reshape(-1, G)
+            norms = trajectory_grad_sq_norms_of(logps, mask, model.parameters()).reshape(-1, G)
+            adv = opob_recipe_advantages(inputs["opob_rewards"].reshape(-1, G).cpu(), lr.cpu(), norms,
+                                         self.estimator, self.eps, options, self.opob).reshape(-1).to(adv.device)
+        if self.traj_agg == "token-mean":
+            adv = per_length(adv, mask)
+        return adv
 
     def _log_reduced(self, mode: str, metrics: dict[str, float]) -> None:
         """Append each metric reduced over processes: max for ``*_max``, min for ``*_min``, else mean."""

@@ -190,7 +190,8 @@ def test_snippet_loss_equals_core_surrogate_and_closed_form_gradient(snippet_cfg
 
     capped = np.mean([m["actor/stale/mass_cap_frac"] for m in metrics])
     assert 0 < capped < 1, "test data must cap some groups and leave others"
-    assert all(k.startswith(("actor/stale/", "actor/train/weight_", "actor/mech/")) for m in metrics for k in m)
+    assert all(k.startswith(("actor/stale/", "actor/train/weight_", "actor/mech/", "actor/drift/")) for m in metrics
+               for k in m)
     assert {"actor/stale/clip_frac", "actor/stale/ess", "actor/stale/log_ratio_max", "actor/stale/chi2",
             "actor/stale/mass_bias", "actor/stale/chi2_seq_verl", "actor/train/weight_max", "actor/mech/lambda_min",
             "actor/mech/kl"} <= set(metrics[0])
@@ -278,10 +279,11 @@ def test_engine_path_groups_rows_by_uid_in_any_order(snippet_cfg):
     want = trajectory_loss("gmc", batch.new, batch.old, batch.mask, want_adv, G, actor.clip_ratio_high)
     assert float(loss) == pytest.approx(float(want.loss), abs=1e-12)
     diag = {**estimators.diagnostics(want.seq_log_ratio, actor.clip_ratio_high), **want.metrics}
-    from llm_runs.theory import batch_metrics
+    from llm_runs.integrations._common import batch_statistics
 
-    expected = {**{f"actor/{k}": v for k, v in batch_metrics(want, batch.new, batch.old, batch.mask, "gmc",
-                                                                actor.clip_ratio_high).items()},
+    want.metrics = diag
+    expected = {**{f"actor/{k}": v for k, v in batch_statistics(want, batch.new, batch.old, batch.mask, "gmc",
+                                                                   actor.clip_ratio_high).items()},
                 **verl_integration.metric_names(diag, prefix="actor/")}
     assert metrics.keys() == expected.keys()
     assert all(metrics[k] == pytest.approx(v, rel=1e-9, abs=1e-12) for k, v in expected.items())
@@ -477,11 +479,18 @@ def test_every_knob_set_under_policy_loss_reaches_the_loss(snippet_cfg, scheme, 
 
 
 def test_a_knob_the_loss_does_not_take_is_refused(snippet_cfg):
+    """Where verl builds the policy-loss config (its __post_init__), and again where the loss reads it."""
     cfg = verl_config(snippet_overrides() + ["+actor_rollout_ref.actor.policy_loss.kappa=2.0"])  # loss_mode gmc
-    actor = actor_config(cfg)
+    refused = r"actor_rollout_ref.actor.policy_loss sets \['kappa'\], which loss_mode 'gmc' does not take"
+    with pytest.raises(ValueError, match=refused):
+        actor_config(cfg)
+    # a config built some other way (a plain DictConfig, no dataclass): the loss refuses it itself
+    actor = OmegaConf.create(OmegaConf.to_container(cfg.actor_rollout_ref.actor, resolve=True))
+    del actor.policy_loss["_target_"]
+    actor.global_batch_info = {}
     batch = random_batch(seed=13, prompts_per_step=2, G=cfg.actor_rollout_ref.rollout.n)
     adv, _ = core_algos.get_adv_estimator_fn("gmc_loo")(token_level_rewards=batch.rewards,
                                                           response_mask=batch.mask.double(), index=batch.index,
                                                           config=instantiate(cfg.algorithm))
-    with pytest.raises(ValueError, match=r"actor.policy_loss sets \['kappa'\], which loss_mode 'gmc' does not take"):
+    with pytest.raises(ValueError, match=refused):
         run_micro_batches(core_algos.get_policy_loss_fn("gmc"), actor, batch, adv)

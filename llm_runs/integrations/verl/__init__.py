@@ -72,8 +72,10 @@ drgrpo): a necessary condition only.
 Other rules the loss enforces: one advantage per response (outcome rewards; a token-varying
 advantage such as GAE is refused); ``rollout_is_weights`` only at sequence level (multiplied
 into the advantage, i.e. ``c_i * rho_i * A_i``); ``eps`` is ``actor.clip_ratio_high`` (the
-cap ``1 + eps``); ``loss_agg_mode`` does not apply to a trajectory loss (one term per
-response; verl still uses it for the entropy and KL terms). Micro-batch losses are scaled
+cap ``1 + eps``); ``loss_agg_mode`` is ``token-mean`` or ``seq-mean-token-sum`` (THEORY's term
+``c_i A_i``, one per response) or ``seq-mean-token-mean`` (that term over the response's token count,
+VCPO's), the others refused (:data:`AGG_MODES`); a response ``rollout_rs`` rejected weighs 0 and its group's
+term is divided by its kept responses or by G (``policy_loss.mask_denominator``). Micro-batch losses are scaled
 by ``B * dp_size / global_batch_size`` so that their sum over micro-batches and mean over
 data-parallel ranks is the mini-batch mean, as verl's ``agg_loss`` does.
 
@@ -108,27 +110,32 @@ from .engine import EngineLoss, check_whole_groups_on_rank, patch_engine_path, r
 from .losses import group_ids, group_order, make_policy_loss, rows_by_uid, trajectory_policy_loss
 from .settings import (
     BEHAVIOURS,
+    MASK_DENOMINATORS,
     PLUGIN_SETTINGS,
     behaviour_from,
-    check_rollout_correction,
     eps_from,
     estimator_options_from,
     extend_policy_loss_config,
     group_size_from,
+    mask_denominator_from,
     policy_loss_names,
     scheme_options_from,
 )
+from .validation import AGG_MODES, check_actor_config, check_rollout_correction, patch_config_validation
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "AGG_MODES",
     "BEHAVIOURS",
     "CPU_PLATFORM",
     "INSTALL_HINT",
+    "MASK_DENOMINATORS",
     "METRICS_STYLE",
     "PLUGIN_SETTINGS",
     "TUPLE4_STYLE",
     "EngineLoss",
     "behaviour_from",
+    "check_actor_config",
     "check_rollout_correction",
     "check_whole_groups_on_rank",
     "core_algos_or_none",
@@ -143,6 +150,7 @@ __all__ = [
     "init_cpu_process_group",
     "install",
     "make_policy_loss",
+    "mask_denominator_from",
     "metric_names",
     "patch_config_validation",
     "patch_engine_path",
@@ -178,32 +186,6 @@ def register(core_algos=None) -> list[str]:
         for name, fn in _ESTIMATOR_FNS.items():
             register_adv(name)(fn)
     return names
-
-
-def patch_config_validation() -> bool:
-    """Make verl's ``validate_config`` (verl/utils/config.py) refuse the rollout-correction settings the
-    plugin's losses cannot honour (:func:`~llm_runs.integrations.verl.settings.check_rollout_correction`): it
-    wraps ``_validate_router_replay_config(actor_config, rollout_correction)``, the one check there that sees
-    both the actor's policy-loss config and ``algorithm.rollout_correction``, and that ``validate_config``
-    calls after building the actor config (which, through ``policy_loss._target_``, imports the plugin).
-    Idempotent; False on a verl without it."""
-    try:
-        from verl.utils import config as verl_config
-    except ImportError:
-        return False
-    inner = getattr(verl_config, "_validate_router_replay_config", None)
-    if inner is None:
-        return False
-    if getattr(inner, "gmc_plugin_wrapped", None) is not None:
-        return True
-
-    def _validate_router_replay_config(actor_config, rollout_correction):
-        check_rollout_correction(getattr(actor_config, "policy_loss", None), rollout_correction)
-        return inner(actor_config, rollout_correction)
-
-    _validate_router_replay_config.gmc_plugin_wrapped = inner
-    verl_config._validate_router_replay_config = _validate_router_replay_config
-    return True
 
 
 def install() -> list[str]:

@@ -84,8 +84,9 @@ def check_whole_groups_on_rank(data, G: int) -> None:
                  "rows by length, ignoring groups) and keep train_batch_size a multiple of the number of ranks")
 
 
-def _regrouping(method):
-    """A TrainingWorker method that first checks and regroups its batch by uid when the plugin's loss is set."""
+def _regrouping(method, step_metrics: bool = False):
+    """A TrainingWorker method that first checks and regroups its batch by uid when the plugin's loss is set, and
+    adds the step control's factor of the optimiser step it took (:func:`add_step_metrics`) to its metrics."""
     import functools
 
     @functools.wraps(method)
@@ -96,10 +97,29 @@ def _regrouping(method):
             if config is not None:
                 check_whole_groups_on_rank(data, group_size_from(config))
             data = regroup_by_uid(data)
-        return method(self, data, *args, **kwargs)
+        result = method(self, data, *args, **kwargs)
+        if step_metrics:
+            add_step_metrics(result, getattr(self, "engine", None))
+        return result
 
     wrapper.gmc_plugin_wrapped = method
     return wrapper
+
+
+def add_step_metrics(output, engine) -> None:
+    """Put the factor of the optimiser step ``engine`` just took under a step control
+    (``engine.step_control_last``: ``step/lr_scale``, ``step/ess_ratio``, ``step/gmc_scale``) into the metrics of
+    ``TrainingWorker.train_batch``'s ``output`` (verl 0.9.1 ``verl/workers/engine_workers.py``), as
+    ``actor/step/...``: once per mini-batch, where verl logs ``grad_norm``. Nothing without a control, or on a rank
+    that returns no output."""
+    last = getattr(engine, "step_control_last", None) if engine is not None else None
+    if not last or output is None or "metrics" not in output.keys():  # noqa: SIM118 (TensorDict wants keys())
+        return
+    from verl.utils import tensordict_utils as tu
+
+    metrics = dict(tu.get(output, "metrics"))
+    metrics.update({f"actor/{k}": float(v) for k, v in last.items()})
+    tu.assign_non_tensor(output, metrics=metrics)
 
 
 def _wrapping_set_loss_fn(method):
@@ -143,7 +163,8 @@ def patch_engine_path(engine_workers=None) -> bool:
       engine (:func:`llm_runs.integrations.verl.stepsize.install_step_control`);
     * ``train_mini_batch`` and ``train_batch``: with such a loss, the batch is first
       regrouped by uid (:func:`regroup_by_uid`), so that consecutive rows, and so every
-      mini- and micro-batch of a multiple of G rows, hold whole groups.
+      mini- and micro-batch of a multiple of G rows, hold whole groups; ``train_batch``'s metrics get the
+      step control's factor of its optimiser step (:func:`add_step_metrics`).
 
     Other losses pass through untouched. Tested with verl 0.9.1 (``ActorRolloutRefWorker``
     builds ``partial(ppo_loss, config=actor_config)`` after importing ``external_lib`` and
@@ -159,7 +180,7 @@ def patch_engine_path(engine_workers=None) -> bool:
     if worker is None:
         return False
     for name, wrap in (("set_loss_fn", _wrapping_set_loss_fn), ("train_mini_batch", _regrouping),
-                       ("train_batch", _regrouping)):
+                       ("train_batch", lambda m: _regrouping(m, step_metrics=True))):
         method = worker.__dict__.get(name)
         if method is None:
             raise RuntimeError(f"verl's TrainingWorker has no {name}: this verl is not one the plugin is tested with")

@@ -9,9 +9,10 @@ from typing import Any
 
 from estimators._compat import renamed_keywords
 
-from .._common import batch_options, metric_names
+from .._common import batch_options, batch_statistics, metric_names, per_length
 from .compat import METRICS_STYLE, TUPLE4_STYLE, _cfg
-from .settings import behaviour_from, eps_from, estimator_options_from, group_size_from
+from .settings import behaviour_from, eps_from, estimator_options_from, group_size_from, mask_denominator_from
+from .validation import AGG_MODES
 
 
 def _check_layout_config(config, B: int, G: int) -> tuple[int, int | None]:
@@ -123,7 +124,8 @@ def group_order(ids, G: int) -> list[int]:
 
 @renamed_keywords(scheme="estimator")  # deprecated 2026-12-07, removed after 2027-06-01
 def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, response_mask, config,
-                           rollout_is_weights=None, group_ids=None, rollout_log_probs=None):
+                           rollout_is_weights=None, group_ids=None, rollout_log_probs=None,
+                           loss_agg_mode: str = "token-mean"):
     """``(loss, LossOutput)`` of the trajectory scheme ``estimator`` on one verl micro-batch (see the
     module docstring).
 
@@ -132,14 +134,24 @@ def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, r
     ``rollout_log_probs`` (the rollout's own log-probs, as the batch carries them) are the behaviour
     log-probs under ``policy_loss.behaviour=rollout`` (the default); ``recomputed`` takes ``old_log_prob``.
 
+    ``loss_agg_mode`` (verl's ``actor.loss_agg_mode``, :data:`~llm_runs.integrations.verl.validation.AGG_MODES`):
+    ``token-mean`` and ``seq-mean-token-sum`` give THEORY's term ``c_i A_i`` per response (the loss
+    ``-(1/N) sum_i c_i A_i``, its gradient ``(1/N) sum_i c_i A_i grad log pi(o_i)``), ``seq-mean-token-mean`` that
+    term over the response's token count ``|o_i|`` (VCPO's; the trainer's ``traj_agg = token-mean``); another is a
+    ValueError.
+
     A response with an empty ``response_mask`` (rejected by verl's ``rollout_rs``) has weight 0 in its
     group: the weights of a group are those of ``estimator`` on its k kept responses (THEORY §2 with G = k:
-    GMC's mass ``mean_kept w`` is capped at 1+eps), and the group's term is ``(1/k) sum_kept c_i A_i``.
+    GMC's mass ``mean_kept w`` is capped at 1+eps), and the group's term is ``(1/k) sum_kept c_i A_i``
+    (``policy_loss.mask_denominator = kept``, the default) or ``(1/G) sum_kept c_i A_i`` (``sampled``).
     """
     from estimators.losses import policy_loss
 
     if config is None:
         raise ValueError(f"policy loss {estimator!r} needs verl's actor config (group size, eps, batch layout)")
+    if loss_agg_mode not in AGG_MODES:
+        raise ValueError(f"actor_rollout_ref.actor.loss_agg_mode = {loss_agg_mode!r} has no meaning for the trajectory "
+                         f"loss {estimator!r}; set loss_agg_mode to one of {', '.join(AGG_MODES)}")
     G = group_size_from(config)
     B = log_prob.shape[0]
     dp, gbs = _check_layout_config(config, B, G)
@@ -180,12 +192,15 @@ def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, r
     _check_zero_sum(adv.reshape(-1, G)[whole].reshape(-1), G)  # a group with a rejected response need not sum to 0
     if rollout_is_weights is not None:
         adv = adv * _per_response(rollout_is_weights.detach().to(adv.dtype), mask, "rollout_is_weights")
+    if AGG_MODES[loss_agg_mode] == "token-mean":  # each response's term over its token count
+        adv = per_length(adv, mask)
     import estimators
 
     eps = eps_from(config)
     options = batch_options(estimator, estimator_options_from(config, estimator), mask[kept])
     if not bool(whole.all()):
-        loss, out = _loss_with_rejected(estimator, log_prob, old_log_prob, mask, adv, G, eps, options, dp, gbs, B)
+        loss, out = _loss_with_rejected(estimator, log_prob, old_log_prob, mask, adv, G, eps, options, dp, gbs, B,
+                                        mask_denominator_from(config))
         return loss, out
     out = policy_loss(estimator, log_prob, old_log_prob, mask, adv, G, eps, **options)
     from .stepsize import record
@@ -193,19 +208,18 @@ def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, r
     record(out.seq_log_ratio, out.weights)  # for a step-size control around the next optimiser step, if installed
     diag = estimators.diagnostics(out.seq_log_ratio, eps)  # once per micro-batch call
     out.metrics = {**diag, **out.metrics}
-    from ...theory import batch_metrics
-
-    out.logged = batch_metrics(out, log_prob, old_log_prob, mask, estimator, eps, diag)  # the trainer's names
+    out.logged = batch_statistics(out, log_prob, old_log_prob, mask, estimator, eps, diag)  # the trainer's names
     loss = out.loss * (B * dp / gbs) if gbs is not None else out.loss
     return loss, out
 
 
-def _loss_with_rejected(estimator, log_prob, behaviour, mask, adv, G, eps, options, dp, gbs, B):
+def _loss_with_rejected(estimator, log_prob, behaviour, mask, adv, G, eps, options, dp, gbs, B, denominator="kept"):
     """The loss of a micro-batch holding rejected responses (empty mask): per group, the weights of
     ``estimator`` on its k kept responses (:func:`estimators.weights` on each set of groups with the same k),
-    0 for the rejected ones, the group's term ``(1/k) sum_kept c_i A_i`` (the group mean over its kept
-    responses), averaged over the micro-batch's groups (a group with none kept contributes 0). The diagnostics
-    and the step control's ratios are those of the groups with no rejected response."""
+    0 for the rejected ones, the group's term ``(1/k) sum_kept c_i A_i`` (``denominator = kept``: the group mean
+    over its kept responses) or ``(1/G) sum_kept c_i A_i`` (``sampled``), averaged over the micro-batch's groups
+    (a group with none kept contributes 0). The diagnostics and the step control's ratios are those of the groups
+    with no rejected response."""
     import torch
 
     import estimators
@@ -224,7 +238,7 @@ def _loss_with_rejected(estimator, log_prob, behaviour, mask, adv, G, eps, optio
     keep = mask.any(-1).reshape(-1, G)
     k = keep.sum(-1)
     c = torch.zeros_like(lr_d)
-    for size in sorted(set(int(x) for x in k.tolist()) - {0}):
+    for size in sorted({int(x) for x in k.tolist()} - {0}):
         rows = k == size
         sel = keep[rows]
         sub = estimators.weights(estimator, lr_d[rows][sel].reshape(-1, size), eps,
@@ -234,7 +248,8 @@ def _loss_with_rejected(estimator, log_prob, behaviour, mask, adv, G, eps, optio
         c[rows] = block
     c_used = torch.where((a == 0) | ~keep, torch.zeros((), dtype=c.dtype), c).to(lr.dtype)
     factor = c_used * torch.exp(lr - lr.detach())
-    per_group = (factor * a.to(lr.dtype)).sum(-1) / k.clamp(min=1).to(lr.dtype)
+    count = k.clamp(min=1).to(lr.dtype) if denominator == "kept" else torch.full_like(k, G, dtype=lr.dtype)
+    per_group = (factor * a.to(lr.dtype)).sum(-1) / count
     loss = -per_group.mean()
     whole = keep.all(-1)
     out = LossOutput(loss, lr_d[whole].to(lr.dtype), c[whole].to(lr.dtype), {})
@@ -275,7 +290,7 @@ def make_policy_loss(estimator: str, style: str = METRICS_STYLE):
             rollout_log_probs = _ROLLOUT_LOG_PROBS.get()
         loss, out = trajectory_policy_loss(estimator, old_log_prob, log_prob, advantages, response_mask, config,
                                            rollout_is_weights, group_ids=_GROUP_IDS.get(),
-                                           rollout_log_probs=rollout_log_probs)
+                                           rollout_log_probs=rollout_log_probs, loss_agg_mode=loss_agg_mode)
         if style == METRICS_STYLE:
             return loss, {**{f"actor/{k}": v for k, v in out.logged.items()},
                           **metric_names(out.metrics, prefix="actor/")}

@@ -56,9 +56,17 @@ BEHAVIOURS = ("rollout", "recomputed")
 carries (``rollout``, the default), or verl's decoupled pi_theta / pi_old against the ``old_log_prob`` the
 actor recomputes at the start of each step (``recomputed``)."""
 PLUGIN_SETTINGS = {"behaviour": "rollout", "ess_scaling": "none", "ess_base_ratio": 1.0, "ess_use_clipped": False,
-                   "gmc_step": False}
-"""The plugin's own settings under ``actor.policy_loss`` (never a knob) and their defaults: which ratio, and
-the step-size controls of :mod:`llm_runs.stepsize` (installed on the actor's engine by the plugin)."""
+                   "gmc_step": False, "mask_denominator": "kept", "recipe": "none"}
+"""The plugin's own settings under ``actor.policy_loss`` (never a knob) and their defaults: which ratio, the
+step-size controls of :mod:`llm_runs.stepsize` (installed on the actor's engine by the plugin), which count a
+group's term is divided by when responses are rejected (:data:`MASK_DENOMINATORS`), and a named recipe of
+:data:`llm_runs.stepsize.RECIPES` (``vcpo_exact``; ``none``: no recipe)."""
+STEP_SETTINGS = ("ess_scaling", "ess_base_ratio", "ess_use_clipped", "gmc_step")
+MASK_DENOMINATORS = ("kept", "sampled")
+"""``actor.policy_loss.mask_denominator``: a group whose responses verl's ``rollout_rs`` rejected (their
+``response_mask`` emptied) has the term ``(1/k) sum_kept c_i A_i`` over its k kept responses (``kept``, the
+default: THEORY §2 with G = k), or ``(1/G) sum_kept c_i A_i`` over the G sampled (``sampled``: NeMo-RL's and
+OpenRLHF's count, under which rejection shrinks the step)."""
 VERL_POLICY_LOSS_FIELDS = ("_target_", "loss_mode", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
                            "ppo_kl_coef", "dro_beta", "rollout_correction", "group_size", *PLUGIN_SETTINGS)
 """Keys of ``actor.policy_loss`` that are verl's own (verl 0.9.1's ``PolicyLossConfig``), the plugin's
@@ -75,56 +83,61 @@ def behaviour_from(config) -> str:
     return b
 
 
+def recipe_of(policy_loss) -> dict | None:
+    """The recipe ``actor.policy_loss.recipe`` names, as the adapters apply it
+    (:func:`llm_runs.integrations._common.recipe_settings`); None without one. A recipe for another loss than
+    ``loss_mode`` is a ValueError saying which to set."""
+    name = _cfg(policy_loss, "recipe", None) if policy_loss is not None else None
+    if name is None or name == PLUGIN_SETTINGS["recipe"]:
+        return None
+    from .._common import recipe_settings
+
+    try:
+        recipe = recipe_settings(name)
+    except ValueError as exc:
+        raise ValueError(f"actor_rollout_ref.actor.policy_loss.recipe: {exc}") from None
+    mode = _cfg(policy_loss, "loss_mode", None)
+    if mode != recipe["estimator"]:
+        raise ValueError(f"actor_rollout_ref.actor.policy_loss.recipe={name} trains loss_mode "
+                         f"{recipe['estimator']!r}, not {mode!r}: set actor_rollout_ref.actor.policy_loss.loss_mode="
+                         f"{recipe['estimator']}")
+    return recipe
+
+
+def plugin_setting(policy_loss, name: str):
+    """The plugin setting ``name`` under ``actor.policy_loss``: the user's value, else the recipe's
+    (:func:`recipe_of`; a user's value that contradicts it is a ValueError), else :data:`PLUGIN_SETTINGS`'s."""
+    given = _cfg(policy_loss, name, None) if policy_loss is not None else None
+    recipe = recipe_of(policy_loss)
+    from_recipe = (recipe or {}).get("step", {}).get(name)
+    if given is not None and from_recipe is not None and given != from_recipe:
+        raise ValueError(f"actor_rollout_ref.actor.policy_loss.{name} = {given!r} contradicts recipe "
+                         f"{_cfg(policy_loss, 'recipe')!r}, which sets {from_recipe!r}: leave {name} out")
+    if given is not None:
+        return given
+    return from_recipe if from_recipe is not None else PLUGIN_SETTINGS[name]
+
+
+def mask_denominator_from(config) -> str:
+    """``actor.policy_loss.mask_denominator`` (default ``kept``), checked (:data:`MASK_DENOMINATORS`)."""
+    d = plugin_setting(_cfg(config, "policy_loss", None), "mask_denominator")
+    if d not in MASK_DENOMINATORS:
+        raise ValueError(f"actor_rollout_ref.actor.policy_loss.mask_denominator = {d!r}; valid: "
+                         f"{', '.join(MASK_DENOMINATORS)}")
+    return d
+
+
 def step_controls_from(config) -> dict | None:
-    """The step-size controls set under ``actor.policy_loss`` (the names of :class:`llm_runs.stepsize.StepControl`),
-    None when none is on."""
+    """The step-size controls set under ``actor.policy_loss`` (the names of :class:`llm_runs.stepsize.StepControl`)
+    or by its recipe, None when none is on."""
     from ...stepsize import StepControl, is_active
 
     pl = _cfg(config, "policy_loss", None)
     if pl is None:
         return None
-    given = {k: _cfg(pl, k, None) for k in ("ess_scaling", "ess_base_ratio", "ess_use_clipped", "gmc_step")}
-    given = {k: (PLUGIN_SETTINGS[k] if v is None else v) for k, v in given.items()}
+    given = {k: plugin_setting(pl, k) for k in STEP_SETTINGS}
     control = StepControl(estimator=_cfg(pl, "loss_mode", "gmc"), eps=eps_from(config), **given)
     return given if is_active(control) else None
-
-
-def check_rollout_correction(policy_loss, rollout_correction) -> None:
-    """Refuse, when verl validates its config, a rollout-correction setting the plugin's loss cannot honour
-    (verl 0.9.1 ``algorithm.rollout_correction``, ``verl/trainer/ppo/rollout_corr_helper.py``):
-
-    * ``bypass_mode=True``: verl then replaces ``loss_mode`` by its own ``bypass_mode`` loss
-      (``apply_bypass_mode``), so the plugin's loss would never run; ``behaviour=rollout`` (the default) is
-      the plugin's form of it (the ratio against ``rollout_log_probs``, no recomputation needed);
-    * ``rollout_is="token"``: one weight per token; a trajectory loss takes one per response;
-    * ``rollout_is="sequence"`` with ``behaviour=rollout``: verl's weight pi_old / pi_rollout would correct a
-      second time what the plugin's ratio pi_theta / pi_rollout already holds (with ``behaviour=recomputed`` it
-      multiplies the advantage, verl's decoupled form).
-
-    ``rollout_rs`` (rejection, Geo-RS, seq-MIS's mask) is supported: a rejected response has an empty
-    ``response_mask`` and weight 0 in its group
-    (:func:`llm_runs.integrations.verl.losses.trajectory_policy_loss`)."""
-    mode = _cfg(policy_loss, "loss_mode", None)
-    if mode not in policy_loss_names() or not rollout_correction:
-        return
-    rc = rollout_correction
-    if _cfg(rc, "bypass_mode", False):
-        raise ValueError(
-            f"algorithm.rollout_correction.bypass_mode=True replaces loss_mode {mode!r} by verl's 'bypass_mode' loss, "
-            "so the plugin's loss would never run: leave bypass_mode False; the plugin's behaviour=rollout (its "
-            "default) already takes the ratio against rollout_log_probs")
-    level = _cfg(rc, "rollout_is", None)
-    if level == "token":
-        raise ValueError(f"algorithm.rollout_correction.rollout_is='token' gives one weight per token; "
-                         f"loss_mode {mode!r} "
-                         "is a trajectory loss (one weight per response): use rollout_is='sequence' with "
-                         "policy_loss.behaviour=recomputed, or no rollout_is")
-    if level == "sequence" and behaviour_from({"policy_loss": policy_loss}) == "rollout":
-        raise ValueError(
-            "algorithm.rollout_correction.rollout_is='sequence' multiplies the advantage by pi_old / pi_rollout, "
-            f"which loss_mode {mode!r} already corrects (policy_loss.behaviour=rollout takes pi_theta / pi_rollout): "
-            "drop rollout_is, or set +actor_rollout_ref.actor.policy_loss.behaviour=recomputed "
-            "for verl's decoupled form")
 
 
 def knob_names() -> list[str]:
@@ -135,19 +148,35 @@ def knob_names() -> list[str]:
 
 
 def _check_plugin_settings(cfg) -> None:
-    """``__post_init__`` of the extended ``PolicyLossConfig``: the plugin's settings are checked when verl
-    builds the actor config (in ``validate_config``, before any worker starts)."""
+    """``__post_init__`` of the extended ``PolicyLossConfig`` (verl 0.9.1 ``verl/workers/config/actor.py``), which
+    Hydra instantiates through ``policy_loss._target_`` when verl builds the actor config (in ``validate_config``,
+    in the driver, before any rollout): the plugin's settings and the knobs are checked here. Under one of the
+    plugin's losses a knob of another loss, a bad knob value (-1, NaN, 'abc'), a bad setting or a recipe for
+    another loss is a ValueError naming it; under any other ``loss_mode`` (verl's own losses, which never read
+    them) a knob or a plugin setting set at all is."""
     parent = getattr(super(type(cfg), cfg), "__post_init__", None)
     if parent is not None:
         parent()
-    if _cfg(cfg, "loss_mode", None) not in policy_loss_names():
+    mode = _cfg(cfg, "loss_mode", None)
+    if mode not in policy_loss_names():
+        ours = [*getattr(type(cfg), "gmc_plugin_knobs", ()), *PLUGIN_SETTINGS]
+        set_here = sorted(k for k in ours if _cfg(cfg, k, None) is not None)
+        if set_here:
+            raise ValueError(f"actor_rollout_ref.actor.policy_loss sets {set_here}, settings of this toolkit's losses, "
+                             f"but loss_mode {mode!r} is not one of them and would ignore them: drop them, or set "
+                             f"actor_rollout_ref.actor.policy_loss.loss_mode to one of "
+                             f"{', '.join(policy_loss_names())}")
         return
     behaviour_from({"policy_loss": cfg})
+    mask_denominator_from({"policy_loss": cfg})
+    estimator_options_from({"policy_loss": cfg}, mode)  # another loss's knob, a bad value: refused by name
     from ...stepsize import StepControl
 
-    given = {k: (PLUGIN_SETTINGS[k] if _cfg(cfg, k, None) is None else _cfg(cfg, k))
-             for k in ("ess_scaling", "ess_base_ratio", "ess_use_clipped", "gmc_step")}
-    StepControl(estimator=cfg.loss_mode, **given)  # a bad setting is refused naming it
+    given = {k: plugin_setting(cfg, k) for k in STEP_SETTINGS}
+    try:
+        StepControl(estimator=mode, **given)  # a bad setting is refused naming it
+    except ValueError as exc:
+        raise ValueError(f"actor_rollout_ref.actor.policy_loss: {exc}") from None
 
 
 def extend_policy_loss_config() -> type | None:
@@ -170,7 +199,7 @@ def extend_policy_loss_config() -> type | None:
     own = {f.name for f in dataclasses.fields(current)}
     knobs = [k for k in knob_names() if k not in own]
     settings = [(k, type(v) | None, dataclasses.field(default=None)) for k, v in PLUGIN_SETTINGS.items()
-                if k not in own]
+                if k not in own]  # None: not set (the default, or the recipe's)
     ext = dataclasses.make_dataclass("PolicyLossConfig", [(k, float | None, dataclasses.field(default=None))
                                                           for k in knobs] + settings, bases=(current,),
                                      namespace={"__post_init__": _check_plugin_settings})
@@ -206,9 +235,19 @@ def estimator_options_from(config, estimator: str) -> dict:
     given = {k: _cfg(pl, k) for k in keys if k not in VERL_POLICY_LOSS_FIELDS and _cfg(pl, k) is not None}
     unknown = sorted(set(given) - mine)
     if unknown:
-        raise ValueError(f"actor.policy_loss sets {unknown}, which loss_mode {estimator!r} does not take (its knobs: "
-                         f"{', '.join(sorted(mine)) or 'none'}); remove them or choose the loss they belong to")
-    check_options(estimator, given)  # a bad value is refused naming the knob
+        raise ValueError(f"actor_rollout_ref.actor.policy_loss sets {unknown}, which loss_mode {estimator!r} does not "
+                         f"take (its knobs: {', '.join(sorted(mine)) or 'none'}); remove them or choose the loss they "
+                         "belong to")
+    try:
+        check_options(estimator, given)  # a bad value is refused naming the knob
+    except ValueError as exc:
+        raise ValueError(f"actor_rollout_ref.actor.policy_loss: {exc}") from None
+    recipe = recipe_of(pl) if _cfg(pl, "loss_mode", estimator) == estimator else None
+    for knob, value in (recipe or {}).get("knobs", {}).items():
+        if knob in given and float(given[knob]) != value:
+            raise ValueError(f"actor_rollout_ref.actor.policy_loss.{knob} = {given[knob]!r} contradicts recipe "
+                             f"{_cfg(pl, 'recipe')!r}, which sets {value!r}: leave {knob} out")
+        given[knob] = value
     return given
 
 
