@@ -41,6 +41,7 @@ def drift(runs: list) -> dict:
             v.append(s[f"{k}_early"])
     out = {}
     for k, v in vals.items():
+        out[f"{k}_overflowed"] = sum(x == math.inf for x in v)  # counted, never a number of the median
         v = [x for x in v if math.isfinite(x)]
         out[f"{k}_early"] = float(np.median(v)) if v else math.nan
         out[f"{k}_runs"] = len(v)
@@ -49,7 +50,9 @@ def drift(runs: list) -> dict:
         out["map"] = (f"pending: no drift map at {map_path().relative_to(results_root().parent)} "
                       "yet (python -m studies.drift)")
     elif not math.isfinite(kl):
-        out["map"] = "not placed: these runs log no KL per token (the map's axis)"
+        out["map"] = ("not placed: " + (f"the early KL of each of its {out['kl_overflowed']} run(s) logging one "
+                                        "overflowed (inf), no measured drift" if out["kl_overflowed"] else
+                                        "these runs log no KL per token (the map's axis)"))
     elif (table := json.loads(map_path().read_text())).get("provisional"):
         seeds = table.get("seeds")
         out["map"] = (f"pending: the drift study's map is provisional "

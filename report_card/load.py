@@ -176,6 +176,11 @@ BATTERY_LOG_RATIOS = (0.0, 1e-6, -1e-6, 0.1, -0.1, math.log(1.2), 1.0, -1.0, 5.0
 drifts, the cap's edge log(1+eps), and ratios that overflow float32 and nearly float64."""
 
 
+BATTERY_G = (4, 2, 3, 8, 16)
+"""The group sizes of the battery: G = 4 first (with batches of one group, and one group of 2), then every G the
+card itself uses (E1 and the LLM cells at 8, claim 2's search at 3, the study's batch of 16 groups) and 16."""
+
+
 def _scheme_cases(G: int = 4):
     """(log-ratio array (prompts_per_step, G), advantages or None) pairs of the battery."""
     vals = np.array(BATTERY_LOG_RATIOS)
@@ -183,10 +188,12 @@ def _scheme_cases(G: int = 4):
     arrays = [np.tile(vals[:, None], (1, G)),  # every trajectory of a group at one value
               np.stack([np.roll(np.resize(vals, G), k) for k in range(len(vals))]),  # mixed groups
               rng.normal(0.0, 2.0, size=(16, G))]
-    signs = [np.ones(G), -np.ones(G), np.array([1.0, -1.0] * (G // 2)), np.zeros(G)]
+    signs = [np.ones(G), -np.ones(G), np.resize([1.0, -1.0], G), np.zeros(G)]
     for lr in arrays:
         for s in signs:
             yield lr, np.broadcast_to(s, lr.shape).copy()
+    if G != BATTERY_G[0]:
+        return
     for k, src in itertools.product(range(len(vals)), arrays[:2]):  # small batches: one group, one group of 2
         for s in signs[:3]:
             one = src[k:k + 1]
@@ -199,14 +206,17 @@ def _first_changed(before: np.ndarray, after: np.ndarray) -> str:
     return f"{np.round(before[g], 6).tolist()} became {np.round(np.asarray(after)[g], 6).tolist()}"
 
 
-def _failing_group(estimator: str, lr: np.ndarray, adv, eps: float) -> str:
+def _failing_group(estimator: str, lr: np.ndarray, adv, eps: float, kind: str = "numpy") -> str:
     """The battery batch a scheme raised on, named by its first group that raises alone (or the batch)."""
+    import torch
+
     what = f"a batch of {lr.shape[0]} group(s) of G = {lr.shape[1]}"
     if lr.shape[0] == 1:
         return f"{what}: group log-ratios {np.round(lr[0], 6).tolist()}"
+    as_kind = (lambda x: x.copy()) if kind == "numpy" else (lambda x: torch.tensor(x, dtype=torch.float64))
     for g in range(lr.shape[0]):
         try:
-            estimators.weights(estimator, lr[g:g + 1].copy(), eps, None if adv is None else adv[g:g + 1].copy())
+            estimators.weights(estimator, as_kind(lr[g:g + 1]), eps, None if adv is None else as_kind(adv[g:g + 1]))
         except (Exception, SystemExit):  # noqa: BLE001
             return f"group log-ratios {np.round(lr[g], 6).tolist()} (alone, as a batch of one group)"
     return f"{what} (no group raises alone; first group {np.round(lr[0], 6).tolist()})"
@@ -215,7 +225,7 @@ def _failing_group(estimator: str, lr: np.ndarray, adv, eps: float) -> str:
 def _first_bad(mask: np.ndarray, lr: np.ndarray, adv) -> str:
     g, i = (int(v) for v in np.argwhere(mask)[0])
     a = "" if adv is None else f", advantages {adv[g].tolist()}"
-    return f"group log-ratios {np.round(lr[g], 6).tolist()}{a} (completion {i})"
+    return f"group log-ratios {np.round(lr[g], 6).tolist()}{a} (G = {lr.shape[1]}, completion {i})"
 
 
 def validate(corr: Correction, eps: float = EPS) -> list[dict]:
@@ -228,21 +238,30 @@ def validate(corr: Correction, eps: float = EPS) -> list[dict]:
 
 
 def _validate_scheme(estimator: str, eps: float) -> list[dict]:
+    import torch
+
     spec = estimators.get_scheme(estimator)
     n = 0
-    for lr, adv in _scheme_cases():
-        a = adv if spec.needs_advantages else None
-        lr_in, a_in = lr.copy(), None if a is None else a.copy()
+    for (lr_np, adv), kind in itertools.product((case for G in BATTERY_G for case in _scheme_cases(G)),
+                                                ("numpy", "torch")):
+        # numpy arrays and float64 torch tensors (policy_loss's), each compared with its copy after the call
+        lr = lr_np.copy() if kind == "numpy" else torch.tensor(lr_np, dtype=torch.float64)
+        a = None if not spec.needs_advantages else adv.copy() if kind == "numpy" else torch.tensor(adv)
+        lr_in, a_in = lr_np.copy(), None if a is None else adv.copy()
         try:
             c = estimators.weights(estimator, lr, eps, a)
         except (Exception, SystemExit) as exc:  # noqa: BLE001 (the correction's own failure, named)
-            raise CorrectionError(f"scheme {estimator!r} raises {type(exc).__name__} on "
-                                  f"{_failing_group(estimator, lr_in, a_in, eps)}: {exc}") from None
+            on = "" if kind == "numpy" else " float64 torch tensors (as policy_loss passes them):"
+            raise CorrectionError(f"scheme {estimator!r} raises {type(exc).__name__} on{on} "
+                                  f"{_failing_group(estimator, lr_in, a_in, eps, kind)}: {exc}") from None
         for what, before, after in (("log-ratios", lr_in, lr), ("advantages", a_in, a)):
+            after = np.asarray(after) if kind == "numpy" or after is None else after.numpy()
             if before is not None and not np.array_equal(before, after, equal_nan=True):
-                raise CorrectionError(f"scheme {estimator!r} writes into the {what} it is given (group "
-                                      f"{_first_changed(before, after)}): a correction must not change its inputs")
-        c = np.asarray(c)
+                raise CorrectionError(f"scheme {estimator!r} writes into the {what} it is given ({kind}: group "
+                                      f"{_first_changed(before, after)}, G = {lr_in.shape[1]}): a correction must "
+                                      f"not change its inputs")
+        c = np.asarray(c.detach() if isinstance(c, torch.Tensor) else c)
+        lr, a = lr_in, a_in
         if c.shape != lr.shape:
             raise CorrectionError(f"scheme {estimator!r} returns weights of shape {c.shape} for log-ratios of shape "
                                   f"{lr.shape}: a scheme maps (prompts_per_step, G) to (prompts_per_step, G)")
@@ -262,7 +281,8 @@ def _validate_scheme(estimator: str, eps: float) -> list[dict]:
                               f"{type(exc).__name__}: {exc}") from None
     if math.isnan(sup):
         raise CorrectionError(f"scheme {estimator!r}: its declared supremum of a group's mass is NaN")
-    return [{"check": "weights on the battery", "evaluated": n, "result": "finite, >= 0, right shape"},
+    return [{"check": f"weights on the battery (numpy and float64 torch, G = {', '.join(map(str, BATTERY_G))})",
+             "evaluated": n, "result": "finite, >= 0, right shape, inputs unchanged"},
             {"check": "declared sup of a group's mass (eps = 0.2, one group)", "evaluated": 1, "result": f"{sup:g}"}]
 
 
@@ -288,10 +308,10 @@ def _validate_token(estimator: str, eps: float) -> list[dict]:
     from estimators.losses import LossOutput, check_options
 
     n = 0
-    G = 4
-    for logp, old, mask, adv in _token_batches(G):
+    bounded = TOKEN_LOSSES[estimator].bounded
+    for G, (logp, old, mask, adv) in ((G, b) for G in BATTERY_G for b in _token_batches(G)):
         x = logp.clone().requires_grad_()
-        what = f"per-token log-ratio {float((logp - old)[0, 1]):g}, advantages {adv[:2].tolist()}..."
+        what = f"G = {G}, per-token log-ratio {float((logp - old)[0, 1]):g}, advantages {adv[:2].tolist()}..."
         given = {"logp": (x, logp.clone()), "old_logp": (old, old.clone()), "mask": (mask, mask.clone()),
                  "advantages": (adv, adv.clone())}
         try:  # the registered function itself, as policy_loss dispatches to it (float64: nothing to widen)
@@ -314,10 +334,17 @@ def _validate_token(estimator: str, eps: float) -> list[dict]:
                                   f"{tuple(out.seq_log_ratio.shape)}: it must be (prompts_per_step, G) = (2, {G})")
         if bool(torch.isnan(out.loss)):
             raise CorrectionError(f"token loss {estimator!r} gives a NaN loss at {what}")
+        if bounded and not bool(torch.isfinite(out.loss)):
+            raise CorrectionError(f"token loss {estimator!r} is declared bounded but gives a {float(out.loss):g} loss "
+                                  f"at {what}: declare it bounded=False, or keep it finite")
         if out.loss.requires_grad:
             out.loss.backward()
             if x.grad is not None and bool(torch.isnan(x.grad).any()):
                 raise CorrectionError(f"token loss {estimator!r} gives a NaN gradient at {what}")
+            if bounded and x.grad is not None and not bool(torch.isfinite(x.grad).all()):
+                raise CorrectionError(f"token loss {estimator!r} is declared bounded but gives an infinite gradient "
+                                      f"at {what}")
         n += 1
-    return [{"check": "loss and gradient on the battery (float64)", "evaluated": n,
-             "result": "scalar, not NaN, seq_log_ratio (prompts_per_step, G)"}]
+    return [{"check": f"loss and gradient on the battery (float64, G = {', '.join(map(str, BATTERY_G))})",
+             "evaluated": n, "result": "scalar, not NaN, finite if declared bounded, seq_log_ratio (prompts_per_step, "
+                                       "G), inputs unchanged"}]

@@ -14,7 +14,9 @@ trainer uses (:func:`estimators.losses.policy_loss`):
   finite value and gradient; an unbounded one (declared ``bounded=False``) ``+inf``, never NaN.
   A ``ValueError`` is the toolkit's refusal by name of an input outside a loss's domain (``is``'s
   overflowing surrogate, DPPO-TV's log-probabilities above 0): it is counted and shown with its
-  message, not as a failure; any other exception is a failure.
+  message, not as a failure; any other exception is a failure, and so is policy_loss's refusal of a
+  bounded loss that came out NaN or infinite (:class:`estimators.losses.dispatch.NonFiniteLoss`): the
+  infinity is the loss's, not an input outside its domain, so it is no refusal.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import numpy as np
 import torch
 
 from estimators.losses import is_bounded, policy_loss
+from estimators.losses.dispatch import NonFiniteLoss
 
 DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 PADS = (-math.inf, math.nan, 1e30)
@@ -129,6 +132,9 @@ def _sweep(estimator: str, eps: float) -> dict:
         try:
             loss, grad = run(pad)
             loss0, grad0 = run(0.0)
+        except NonFiniteLoss as exc:  # a bounded loss's own NaN or infinity, refused by policy_loss: a failure
+            fail(dtype, f"{what}: declared bounded, its loss is not finite ({str(exc)[:200]})")
+            continue
         except ValueError as exc:
             res["refused"] += 1
             msg = str(exc).split(";")[0][:160]

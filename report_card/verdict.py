@@ -11,7 +11,8 @@ RULES = (
                     "uses the search's value, not the declaration.")),
     ("numerics", ("It breaks numerically when any case of the robustness sweep fails: a NaN value or gradient, a "
                  "padded position that changes the value or gets a gradient, a non-finite value or gradient "
-                 "where the registration declares it bounded, or an exception other than a ValueError (a "
+                 "where the registration declares it bounded (policy_loss's refusal of such a value included), "
+                 "or an exception other than a ValueError (a "
                  "ValueError naming the input is the toolkit's refusal of input outside a loss's domain: "
                  "reported with its count, not a break).")),
     ("frontier", ("On E1 and E2 at F9's largest delay (Delta = 4) it is dominated by every registered estimator "

@@ -288,7 +288,9 @@ def test_a_token_level_correction_from_outside(loaded):
 
     corr = loaded("token_tis")
     assert corr.level == "token"
-    assert validate(corr)[0]["evaluated"] == 24  # 12 log-ratios within +-30, two advantage signs
+    from report_card.load import BATTERY_G
+
+    assert validate(corr)[0]["evaluated"] == 24 * len(BATTERY_G)  # 12 log-ratios within +-30, two signs, per G
     rob = robustness.sweep(corr.name)
     assert rob["passed"] and rob["cases"] == 212
     assert not exact.membership(corr)["applies"] and not simulate.run(corr)["applies"]
@@ -467,3 +469,82 @@ def test_missing_simulator_results_are_one_line(tmp_path, monkeypatch, capsys):
     rc = main(["--estimator", "topr", "--no-new-runs", "--out", str(tmp_path / "cards")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "python -m simulators.sweep peers" in err[0]
+
+
+# --------------------------------------------------------------------------- no pass it did not earn
+
+
+@pytest.mark.parametrize(("fixture", "where", "message"), [
+    # NaN at one group size only: the battery runs every G the card uses, and names G and the condition
+    ("nan_at_g8", "battery", r"gives a NaN weight for group log-ratios \[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0\] "
+                             r"\(G = 8, completion 0\)"),
+    ("nan_at_g8", "policy_loss", r"'nan_at_g8' is declared bounded but gives a NaN weight at G = 8 .*the "
+                                 r"correction's own weights"),
+    # a correction that writes into its inputs: each input compared with its copy after the call, numpy and torch
+    ("mutates_input", "battery", r"writes into the log-ratios it is given \(numpy: group"),
+    ("mutates_torch", "battery", r"writes into the log-ratios it is given \(torch: group \[1e-06, .*G = 4\)"),
+    ("mutates_advantages", "battery", r"writes into the advantages it is given \(torch: group \[-1.0"),
+    ("token_mutates", "battery", r"token loss 'token_mutates' writes into the old_logp it is given \(at G = 4"),
+    # a loss declared bounded whose infinities policy_loss refuses fails the sweep: they are no refusals
+    ("token_inf", "sweep", r"declared bounded, its loss is not finite \('token_inf' is declared bounded but its loss"),
+])
+def test_a_correction_gets_no_pass_it_did_not_earn(loaded, fixture, where, message):
+    import re
+
+    import torch
+
+    from estimators.losses import policy_loss
+    from report_card import robustness
+
+    corr = loaded(fixture)
+    if where == "battery":
+        with pytest.raises(CorrectionError, match=message):
+            validate(corr)
+    elif where == "sweep":
+        validate(corr)  # finite on the battery's ratios: the sweep's 1e4 is where it breaks
+        res = robustness.sweep(corr.name)
+        assert not res["passed"] and res["refused"] == 0 and res["n_failures"] > 0
+        assert re.search(message, res["failures"][0]), res["failures"][0]
+    else:
+        logp = torch.full((16, 3), -1.0, dtype=torch.float64)
+        with pytest.raises(ValueError, match=message) as e:
+            policy_loss(corr.name, logp.requires_grad_(), logp.detach() - 0.1, torch.ones(16, 3),
+                        torch.linspace(-1, 1, 16, dtype=torch.float64), 8, 0.2)
+        assert "scale the advantages" not in str(e.value)
+
+
+@pytest.mark.parametrize("fixture", ["mutates_input", "mutates_torch", "mutates_advantages", "token_mutates"])
+def test_policy_loss_gives_a_correction_copies_so_its_writes_change_nothing_of_the_caller(loaded, fixture):
+    """The caller's tensors keep their values whatever the correction writes into what it is given, and a scheme's
+    seq_log_ratio (computed by policy_loss, not by the scheme) is the batch's."""
+    import torch
+
+    from estimators.losses import policy_loss, trajectory_log_ratio
+
+    corr = loaded(fixture)
+    gen = torch.Generator().manual_seed(0)
+    old = -torch.rand(8, 3, generator=gen, dtype=torch.float64) * 30.0 - 0.5
+    logp = (old + torch.randn(8, 3, generator=gen, dtype=torch.float64)).clamp(max=-1e-3)
+    mask, adv = torch.ones(8, 3, dtype=torch.float64), torch.linspace(-1, 1, 8, dtype=torch.float64)
+    given = [t.clone() for t in (logp, old, mask, adv)]
+    out = policy_loss(corr.name, logp, old, mask, adv, 4, 0.2)
+    if corr.level == "trajectory":
+        assert torch.equal(out.seq_log_ratio, trajectory_log_ratio(logp, old, mask).reshape(2, 4))
+    assert all(torch.equal(a, b) for a, b in zip((logp, old, mask, adv), given))
+
+
+def test_the_loss_refusal_blames_the_advantages_only_when_their_scale_is_the_cause():
+    import torch
+
+    from estimators.losses import policy_loss
+
+    old = torch.full((4, 2), -0.6)
+    adv = torch.tensor([3e38, -3e38, 3e38, -3e38])
+    with pytest.raises(ValueError, match=r"'gmc': the loss overflows torch.float32 .* at G = 2 .*finite with them "
+                                         r"scaled to at most 1 .*scale the advantages down"):
+        policy_loss("gmc", old + 0.1, old, torch.ones(4, 2), adv, 2, 0.2)
+    with pytest.raises(ValueError, match=r"'sapo' is declared bounded but its loss is -?inf at G = 2 .*not the "
+                                         r"advantages' scale; the knobs tau_pos = 1e-40") as e:
+        policy_loss("sapo", old + 0.5, old, torch.ones(4, 2), torch.tensor([1.0, -1.0, 1.0, -1.0]), 2, 0.2,
+                    tau_pos=1e-40)
+    assert "scale the advantages down" not in str(e.value)

@@ -36,7 +36,8 @@ def trajectory_loss(estimator: str, logp, old_logp, mask, advantages, group_size
     B, _, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
     lr = trajectory_log_ratio(logp, old_logp.detach(), m).reshape(B // group_size, group_size)
     lr_d = lr.detach()
-    c = weights(estimator, lr_d, eps, adv if spec.needs_advantages else None, **params)
+    # the scheme gets copies: one that writes into its input never changes seq_log_ratio, the surrogate or the caller's
+    c = weights(estimator, lr_d.clone(), eps, adv.clone() if spec.needs_advantages else None, **params)
     # A = 0 contributes nothing, whatever its weight: an overflowed c never meets 0 (inf * 0)
     c_used = torch.where(adv == 0, torch.zeros((), dtype=c.dtype, device=c.device), c)
     if spec.surrogate == "clamp":
