@@ -11,6 +11,7 @@ computed from the engine's own weights by a separate copy of the model.
 """
 from __future__ import annotations
 
+import math
 import time
 from functools import partial
 
@@ -272,6 +273,8 @@ def test_a_step_size_control_scales_verl_s_step_and_restores_the_rate(tmp_path):
     clipping acts before), and the rate is the configured one again after the step. Installed by hand
     (``install_step_control``) and from verl's command line (``+...policy_loss.ess_scaling=linear``, which the
     plugin's ``set_loss_fn`` wrapper installs), the factor and the step are the same."""
+    from verl.utils import tensordict_utils as tu
+
     from llm_runs.integrations.verl.stepsize import install_step_control
 
     vocab = tiny_qwen3(tmp_path)
@@ -294,13 +297,54 @@ def test_a_step_size_control_scales_verl_s_step_and_restores_the_rate(tmp_path):
         before = engine_weights(worker)
         if control == "by hand":
             install_step_control(worker.engine, estimator="gmc", eps=actor_config.clip_ratio_high, ess_scaling="linear")
-        worker.train_mini_batch(to_verl(tensors, uids, rows))
+        out = worker.train_mini_batch(to_verl(tensors, uids, rows))
         after = engine_weights(worker)
         deltas.append(torch.cat([(after[k] - before[k]).flatten() for k in sorted(before)]))
+        metrics = tu.get(out, "metrics")
         if control != "none":
             scales.append(worker.engine.step_control_last["step/lr_scale"])
             assert worker.engine.optimizer.param_groups[0]["lr"] == pytest.approx(actor_config.optim.lr)
+            # the factor reaches verl's metrics once per mini-batch, where verl logs grad_norm
+            assert metrics["actor/step/lr_scale"] == [worker.engine.step_control_last["step/lr_scale"]]
+            assert metrics["actor/step/ess_ratio"] == [worker.engine.step_control_last["step/ess_ratio"]]
+        else:
+            assert not [k for k in metrics if "step/" in k]
     s = scales[0]
     assert 0 < s < 0.99 and scales[1] == s
     torch.testing.assert_close(deltas[1], s * deltas[0], rtol=1e-3, atol=1e-7)
     torch.testing.assert_close(deltas[2], deltas[1], rtol=0, atol=0)
+
+
+def test_the_drift_reader_reads_the_plugins_metrics_from_verls_own_log(trained, tmp_path, monkeypatch):
+    """The three updates' metrics reduced and named as verl's trainer does (``reduce_metrics`` of the worker's
+    lists, ``rename_dict(..., "actor/")``, ``RayPPOTrainer._update_actor``) and written by verl's own file logger
+    (steps from 1, as ``RayPPOTrainer.fit`` counts them): ``python -m llm_runs.drift --stack verl`` reads the KL,
+    chi^2 and ESS axes from the plugin's names, each the mean over the micro-batches of the batch statistics."""
+    from verl.utils.metric import reduce_metrics
+    from verl.utils.py_functional import rename_dict
+    from verl.utils.tracking import FileLogger
+
+    from llm_runs import drift
+    from llm_runs.integrations._common import VOCABULARY
+
+    path = tmp_path / "verl.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    log = FileLogger("project", "run")
+    for step, (_, metrics) in enumerate(trained["steps"], 1):
+        log.log(data=reduce_metrics(rename_dict(dict(metrics), "actor/")), step=step)
+    log.finish()
+    m, _ = drift.read_export(path, "verl")
+    s = drift.summary(m, 0, "verl")
+    assert (s["kl_column"], s["chi2_column"], s["ess_ratio_column"]) == (
+        "actor/mech/kl", "actor/stale/chi2", "actor/drift/ess_ratio")
+    micro = _micro_batches(trained)
+    ess, kl = [], []
+    for expected, metrics in trained["steps"]:
+        w = [expected.seq_log_ratio[g].double().exp().reshape(-1) for g in micro]
+        ess.append(np.mean([float(x.sum() ** 2 / ((x * x).sum() + 1e-8) / x.numel()) for x in w]))
+        kl.append(float(np.mean(metrics["actor/mech/kl"])))
+        assert {f"actor/{k}" for k in VOCABULARY if k != "step/lr_scale"} <= set(metrics)
+    # float32 forward passes of two copies of the model: the ratios agree to ~1e-6 relative
+    assert s["ess_ratio_all"] == pytest.approx(float(np.median(ess)), rel=1e-5)
+    assert s["kl_all"] == pytest.approx(float(np.median(kl)), rel=1e-12) and s["kl_all"] > 0
+    assert 0 < s["ess_ratio_all"] < 1 and math.isfinite(s["chi2_all"])
