@@ -155,6 +155,9 @@ class TrainConfig:
                        "loss_agg_mode seq-mean-token-mean)")
     drift_diagnostics: bool = _f(False, "-", "log the drift/ columns every update (KL per token, ESS ratio, median "
                                  "|log w|; ratios only, the update is unchanged)")
+    early_warning: str = _f("off", "-", "the frozen early warning of collapse (llm_runs.warning): off, log (warn/ "
+                            "columns and one logged warning when it fires), stop (then checkpoint and stop), "
+                            "lower_step (then every later step x 0.5)")
 
     # --- rollouts and delay ----------------------------------------------------------------
     mode: str = _f("controlled", "-", "rollout source (llm_runs.rollout_sources.ROLLOUT_SOURCES): controlled = delay "

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from schema.io import write_text
-from schema.metrics import DRIFT, MECHANISM, STALE
+from schema.metrics import DRIFT, MECHANISM, STALE, WARN
 
 COLUMNS = [
     "step",
@@ -96,7 +96,8 @@ def run_columns(config) -> list[str]:
         step += ["step/zero_grad_skipped"]
     if getattr(config, "advantage", "") == "opob":
         step += ["perf/opob_s"]
-    return cols + step
+    warn = list(WARN) if getattr(config, "early_warning", "off") != "off" else []
+    return cols + step + warn
 
 
 DIAGNOSTIC_COLUMNS = STALE  # estimators.diagnostics key -> column (schema.metrics)

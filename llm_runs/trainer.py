@@ -32,6 +32,7 @@ from schema.io import write_json
 from schema.provenance import git_commit, package_versions
 from schema.results import METRICS_FILE, read_json, read_run
 
+from . import stepsize
 from .checkpoints import (
     CHECKPOINT_FORMAT,
     check_checkpoint_config,
@@ -49,6 +50,7 @@ from .run_folder import RunFolder, check_new_run_folder, check_resumable
 from .tasks import build_task
 from .theory import DirectionTracker
 from .update import policy_update, staleness_metrics
+from .warning import monitor_for
 from .warmstart import default_max_new_tokens, get_warm_start, machine, rounding_note
 from .warmstart_cache import nonfinite_parameter
 
@@ -153,6 +155,7 @@ class Trainer:
         kept = self.writer.truncate_before(start + 1 if self.complete else start)
         if kept != start + int(self.complete):
             raise ValueError(f"{self.out}/metrics.csv has {kept} rows before step {start}: rows were lost")
+        self.warning = monitor_for(cfg, self.out / METRICS_FILE, self.out.name)  # None: off (the default)
         self.info["model"] = {"parameters": sum(p.numel() for p in self.policy.parameters()),
                               "model_config": self.policy.config.to_dict()}
         self.info["task"] = {"train_size": len(self.task.train), "heldout_size": len(self.task.heldout),
@@ -192,11 +195,15 @@ class Trainer:
             batch = self.source.batch(step, self.policy)
             t1 = time.perf_counter()
             self.directions.before(self.policy)
-            row = policy_update(self.policy, self.optimizer, batch, estimator=cfg.estimator, eps=cfg.eps,
-                                advantage=cfg.advantage, loss_options=cfg.loss_options(), temperature=cfg.temperature,
-                                max_grad_norm=cfg.max_grad_norm, micro_batch_groups=cfg.micro_batch_groups,
-                                mechanism=cfg.mechanism_diagnostics, control=cfg)
+            with stepsize.scaled_lr(self.optimizer, self.warning.step_scale() if self.warning else 1.0):
+                row = policy_update(self.policy, self.optimizer, batch, estimator=cfg.estimator, eps=cfg.eps,
+                                    advantage=cfg.advantage, loss_options=cfg.loss_options(),
+                                    temperature=cfg.temperature, max_grad_norm=cfg.max_grad_norm,
+                                    micro_batch_groups=cfg.micro_batch_groups, mechanism=cfg.mechanism_diagnostics,
+                                    control=cfg)
         t2 = time.perf_counter()
+        if self.warning is not None:
+            row.update(self.warning.observe(row["warn/kl"], step))
         row.update(self.directions.after(self.policy, bool(row["train/update_skipped"]), cfg.mechanism_diagnostics))
         row.update(staleness_metrics(batch, step))
         row.update(self.source.step_metrics())
@@ -292,6 +299,10 @@ class Trainer:
                     name = signal.Signals(self._stop_signal).name
                     self.log(f"{name}: checkpoint saved after update {done}; continue with --resume")
                     raise _Stop(done, name)
+                if self.warning is not None and self.warning.should_stop() and done < cfg.steps:
+                    self.save_checkpoint(done)
+                    self.log(f"early warning: checkpoint saved after update {done}; the run stops (early_warning=stop)")
+                    raise _Stop(done, "early_warning")
                 if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < cfg.steps:
                     self.save_checkpoint(done)
         finally:

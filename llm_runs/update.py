@@ -22,7 +22,7 @@ from .mechanism import MechanismProbe
 from .metrics import DIAGNOSTIC_COLUMNS
 from .rollout import RolloutBatch, completion_logprobs
 from .stepsize import TRAINER_ADVANTAGES
-from .theory import drift_metrics, ratio_mechanism, ratio_metrics
+from .theory import drift_metrics, kl_per_token, ratio_mechanism, ratio_metrics
 
 
 def group_advantages(batch: RolloutBatch, kind: str) -> torch.Tensor:
@@ -195,6 +195,8 @@ def update_metrics(batch: RolloutBatch, passed: BackwardPass, *, estimator: str,
         row.update(ratio_mechanism(lr_all, tok_lr, batch.completion_mask, eps))
     if control is not None and control.drift_diagnostics:
         row.update(drift_metrics(lr_all, tok_lr, batch.completion_mask))
+    if control is not None and getattr(control, "early_warning", "off") != "off":  # the warning's statistic
+        row["warn/kl"] = kl_per_token(tok_lr, batch.completion_mask)
     row.update(step_cols)
     return row
 

@@ -8,6 +8,7 @@ that confirm them (docs/PREREGISTRATION-WARNING.md; ``studies/warning/frozen.jso
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -56,3 +57,110 @@ def first_firing(x, steps, window: int, threshold: float, summary: str = "mean")
     """The step of the first update at which the rule fires (None: never)."""
     t = float(first_firing_all(x, steps, window, [threshold], summary)[0])
     return None if math.isinf(t) else int(t)
+
+
+ACTIONS = ("off", "log", "stop", "lower_step")
+"""The one switch (``early_warning`` in each stack): off (the default: nothing computed, runs unchanged); log
+(the ``warn/`` metrics, and one ``logging`` warning when the rule fires); stop (the same, then the run saves a
+checkpoint and stops after the firing update); lower_step (the same, then every later step is multiplied by
+:data:`STEP_FACTOR` through the step control, :func:`llm_runs.stepsize.scaled_lr`)."""
+STEP_FACTOR = 0.5
+"""lower_step's factor on the learning rate after the rule fired."""
+_log = logging.getLogger(__name__)
+
+
+def check_action(action) -> str:
+    """``action`` if it is one of :data:`ACTIONS`; else a ValueError naming it and the valid ones."""
+    if action not in ACTIONS:
+        raise ValueError(f"early_warning must be one of {', '.join(ACTIONS)}, got {action!r}")
+    return action
+
+
+class EarlyWarning:
+    """The frozen rule, live: feed it each update's statistic (:meth:`observe`, or :meth:`observe_batch` with the
+    update's token log-ratios and completion mask); it returns the ``warn/`` metrics (:data:`schema.metrics.WARN`),
+    logs one warning when the rule fires, and says what to do (:meth:`should_stop`, :meth:`step_scale`).
+
+    >>> w = EarlyWarning("log", window=2, threshold=0.5)
+    >>> [w.observe(x, t)["warn/fired"] for t, x in enumerate([0.1, 0.2, 0.9, 0.1])]
+    [0, 0, 1, 1]
+    >>> w.fired_at
+    2
+    """
+
+    def __init__(self, action: str = "log", *, window: int = FROZEN["window"], threshold: float = FROZEN["threshold"],
+                 summary: str = FROZEN["summary"], step_factor: float = STEP_FACTOR, where: str = "run"):
+        self.action = check_action(action)
+        rolling_summary([], window, summary)  # checks window and summary
+        if not (isinstance(threshold, (int, float)) and math.isfinite(threshold)):
+            raise ValueError(f"threshold must be a finite number, got {threshold!r}")
+        if not (isinstance(step_factor, (int, float)) and 0 < step_factor <= 1):
+            raise ValueError(f"step_factor must be in (0, 1], got {step_factor!r}")
+        self.window, self.threshold, self.summary = int(window), float(threshold), summary
+        self.step_factor, self.where = float(step_factor), where
+        self.values: list[float] = []
+        self.fired_at: int | None = None
+
+    @property
+    def fired(self) -> bool:
+        return self.fired_at is not None
+
+    def observe(self, value: float, step: int) -> dict[str, float]:
+        """Record update ``step``'s statistic; the ``warn/`` metrics of this update."""
+        self.values = (self.values + [float(value)])[-self.window:]
+        s = float(rolling_summary(self.values, self.window, self.summary)[-1]) if self.values else math.nan
+        if not self.fired and s >= self.threshold:
+            self.fired_at = int(step)
+            what = {"log": "", "stop": "; the run saves a checkpoint and stops",
+                    "lower_step": f"; every later step is multiplied by {self.step_factor:g}"}[self.action]
+            _log.warning("early warning (%s): at update %d the %s of the per-token KL over the last %d updates is "
+                         "%.4g >= %.4g, the frozen threshold (docs/PREREGISTRATION-WARNING.md): a collapse may "
+                         "follow%s", self.where, step, self.summary, self.window, s, self.threshold, what)
+        return {"warn/kl": float(value), "warn/kl_rolling": s, "warn/fired": int(self.fired)}
+
+    def observe_batch(self, token_log_ratio, mask, step: int) -> dict[str, float]:
+        """:meth:`observe` of the update's per-token KL (k3, :func:`llm_runs.theory.kl_per_token`) from its token
+        log-ratios log pi_theta - log pi_b and completion mask (torch tensors of one shape)."""
+        from .theory import kl_per_token
+
+        return self.observe(kl_per_token(token_log_ratio.detach(), mask), step)
+
+    def should_stop(self) -> bool:
+        return self.action == "stop" and self.fired
+
+    def step_scale(self) -> float:
+        """The factor on the next step: :attr:`step_factor` once the rule fired under lower_step, else 1."""
+        return self.step_factor if self.action == "lower_step" and self.fired else 1.0
+
+    def state_dict(self) -> dict:
+        return {"values": list(self.values), "fired_at": self.fired_at}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.values = [float(v) for v in state["values"]][-self.window:]
+        self.fired_at = None if state["fired_at"] is None else int(state["fired_at"])
+
+    def replay(self, values, steps) -> None:
+        """Rebuild the state from a run's logged statistic (resume): the last values and the first firing."""
+        values, steps = list(values), list(steps)
+        self.values = [float(v) for v in values][-self.window:]
+        t = first_firing(values, steps, self.window, self.threshold, self.summary) if values else None
+        self.fired_at = t
+
+
+def monitor_for(config, metrics_file=None, where: str = "run") -> EarlyWarning | None:
+    """The monitor a run of ``config`` (``early_warning``) asks for (None: off), its state rebuilt from the
+    ``warn/kl`` column of the rows ``metrics_file`` already holds (a resumed run)."""
+    action = check_action(getattr(config, "early_warning", "off"))
+    if action == "off":
+        return None
+    mon = EarlyWarning(action, where=where)
+    if metrics_file is not None:
+        import csv
+        from pathlib import Path
+
+        if Path(metrics_file).is_file():
+            with open(metrics_file, newline="") as fh:
+                rows = list(csv.DictReader(fh))
+            vals = [float(r["warn/kl"]) if r.get("warn/kl") else math.nan for r in rows]
+            mon.replay(vals, [int(r["step"]) for r in rows])
+    return mon

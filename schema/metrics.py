@@ -46,6 +46,16 @@ DRIFT = {
 update is unchanged): name -> meaning. With ``stale/chi2`` they place a run on the drift map
 (:mod:`llm_runs.drift`)."""
 
+WARN = {
+    "warn/kl": "the early warning's statistic: KL(pi_b || pi_theta) per completion token of the update's batch, the "
+               "k3 estimate (as drift/kl)",
+    "warn/kl_rolling": "its mean over the last 7 updates (NaN before the 7th), the quantity the frozen threshold "
+                       "is compared with (llm_runs.warning.FROZEN)",
+    "warn/fired": "1 from the update at which the early warning fired on, 0 before",
+}
+"""The early-warning columns (:mod:`llm_runs.warning`, docs/PREREGISTRATION-WARNING.md), logged when a run sets
+``early_warning``; verl logs them under ``actor/``, TRL under these names."""
+
 STEP = {
     "step/lr_scale": "the factor the step-size controls multiplied the learning rate by in this update",
     "step/ess_ratio": "the ESS ratio the ESS scaling used (raw ratios, or the estimator's weights with "

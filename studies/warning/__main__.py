@@ -66,13 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m studies.warning", description=__doc__.split("\n\n")[0])
     p.add_argument("--select", action="store_true", help="choose and freeze the rule (refused once frozen)")
     p.add_argument("--verdict", metavar="GRID", default=None, help="apply the frozen rule to grid GRID's runs")
+    p.add_argument("--out", default=None, help="with --verdict: the verdicts file (default: the grid folder's "
+                                               "warning_verdicts.json)")
     args = p.parse_args(argv)
     if args.select:
         return select_main()
     if args.verdict:
         from .verdict import verdict_main
 
-        return verdict_main(args.verdict)
+        return verdict_main(args.verdict, Path(args.out) if args.out else None)
     p.print_usage(sys.stderr)
     return 2
 

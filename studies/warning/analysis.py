@@ -134,7 +134,8 @@ def counts(recs: list[dict], fire: np.ndarray) -> dict:
     tc = np.array([math.inf if r["t_collapse"] is None else r["t_collapse"] for r in recs], float)
     fired = np.isfinite(fire)
     hit = col[:, None] & fired & (fire <= tc[:, None])
-    lead = np.where(hit & np.isfinite(tc)[:, None], tc[:, None] - fire, np.nan)
+    with np.errstate(invalid="ignore"):  # inf - inf where neither happened: not a hit, masked below
+        lead = np.where(hit & np.isfinite(tc)[:, None], tc[:, None] - fire, np.nan)
     out = {}
     for g in [*sorted(set(G.tolist())), "all"]:
         sel = np.ones(len(G), bool) if g == "all" else G == g
@@ -202,8 +203,9 @@ def select(recs: list[dict], progress=None) -> dict:
                 ranking.append(b or {"statistic": name, "summary": summary, "window": w, "threshold": None,
                                      "min_hit_rate": None, "table": None})
                 if progress:
-                    progress(f"{name} {summary} W={w}: " + ("no threshold meets the budget" if b is None else
-                                                            f"min hit rate {b['min_hit_rate']:.3f} at {b['threshold']:.6g}"))
+                    said = ("no threshold meets the budget" if b is None
+                            else f"min hit rate {b['min_hit_rate']:.3f} at {b['threshold']:.6g}")
+                    progress(f"{name} {summary} W={w}: {said}")
     ok = [r for r in ranking if r["threshold"] is not None and r["statistic"] in ELIGIBLE]
     if not ok:
         raise ValueError("no eligible rule meets the false-alarm and lead budget in every stratum")
