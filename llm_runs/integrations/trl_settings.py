@@ -96,7 +96,7 @@ def adapter_settings(estimator: str | None, advantage: str | None, knobs: dict |
         from ..stepsize import StepControl, check_step_control
 
         base = {f: getattr(StepControl, f) for f in StepControl.__dataclass_fields__}
-        check_step_control(SimpleNamespace(**{**base, "estimator": est, **out["opob"]}))
+        check_step_control(SimpleNamespace(**{**base, "estimator": est, "advantage": "opob", **out["opob"]}))
     return out
 
 
