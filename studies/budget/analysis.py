@@ -1,0 +1,198 @@
+"""The budget study's verdicts (docs/PREREGISTRATION-BUDGET.md), read from the grid and the runs it reuses.
+
+    python -m studies.budget.analysis            # print the verdicts and every cell's shares
+    python -m studies.budget.analysis --write    # and write results/llm/budget/verdicts.json
+
+Every run of the design (:func:`studies.budget.plan.plan_rows`: the budget grid's own and the group-size runs it
+reuses) is read once; a run that has not finished counts as missing. A hypothesis is decided only on whole seeds 0-4
+of every cell it reads (:mod:`studies.budget.rules`); otherwise it is "not yet run", with the number of its runs
+still missing. B5 also needs the frozen-pair table (``results/llm/budget/pairs.csv`` and ``pairs.json``: the pairs
+whose validity checks passed).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import rules
+from .grids import CAP_KAPPAS, LEVEL, MECHANISM_CELLS, SEEDS, SGD_LEVEL
+
+FORMAT = "gmc-grpo-budget-verdicts/1"
+MARGIN = 0.03
+"""Learned: no collapse and a final held-out pc above the warm start's by more than the studies' margin
+(:data:`grids.run_table.MARGIN`; a test holds the two equal)."""
+B5_BUDGETS = (64, 128, 512)
+
+
+def _read(run: Path) -> dict | None:
+    from grids.run_table import run_row
+    from schema.results import is_packed_run
+
+    if not (run.is_dir() or is_packed_run(run)):
+        return None
+    return run_row(run)
+
+
+def design_runs(read=_read, keep=None) -> pd.DataFrame:
+    """One row per run of the design: its cell (arm, estimator, delay, seed, B, G, N, kappa, optimiser level), its
+    source, whether it finished, and its outcomes (learned, held, pc0, pc_final; NaN where it has not finished).
+    ``keep``: a predicate on :func:`studies.budget.plan.plan_rows`' rows (None: every run)."""
+    from .plan import plan_rows
+
+    rows = []
+    for r in plan_rows():
+        if keep is not None and not keep(r):
+            continue
+        c = r["cell"]
+        rec = read(r["run"])
+        done = bool(rec is not None and rec.get("finished"))
+        learned = done and not bool(rec["collapsed"]) and float(rec["pc_final"]) - float(rec["pc0"]) > MARGIN
+        rows.append({"name": r["name"], "arm": c.arm, "estimator": c.estimator, "delay": c.delay, "seed": c.seed,
+                     "B": c.overrides["prompts_per_step"], "G": c.overrides["group_size"], "N": r["N"],
+                     "kappa": c.overrides.get("gmc_cap_kappa"),
+                     "level": SGD_LEVEL if c.arm.startswith(SGD_LEVEL) else LEVEL, "source": r["source"],
+                     "finished": done, "learned": float(learned) if done else math.nan,
+                     "held": float(bool(rec["stable"])) if done else math.nan,
+                     "pc0": float(rec["pc0"]) if done else math.nan,
+                     "pc_final": float(rec["pc_final"]) if done else math.nan})
+    return pd.DataFrame(rows)
+
+
+def cell_table(df: pd.DataFrame, estimator: str, delay: int, value: str = "learned", level: str = LEVEL,
+               kappa=None, cells=None) -> tuple[dict | None, int]:
+    """``({(B, G): (seeds,)}, missing)`` for one arm of the design: None unless every cell holds whole seeds 0-4."""
+    sel = df[(df["estimator"] == estimator) & (df["delay"] == delay) & (df["level"] == level)]
+    sel = sel[sel["kappa"].isna()] if kappa is None else sel[sel["kappa"] == kappa]
+    if cells is not None:
+        sel = sel[[(b, g) in cells for b, g in zip(sel["B"], sel["G"])]]
+    missing = int((~sel["finished"]).sum())
+    if missing or sel.empty:
+        return None, missing
+    out = {}
+    for (B, G), x in sel.groupby(["B", "G"]):
+        x = x.set_index("seed").reindex(list(SEEDS))
+        out[(int(B), int(G))] = x[value].to_numpy(float)
+    return out, 0
+
+
+def read_pairs(folder: Path) -> pd.DataFrame | None:
+    """The pair table's rows of the pairs whose validity checks passed (None: no table yet)."""
+    from schema.results import read_json
+
+    csv, js = folder / "pairs.csv", folder / "pairs.json"
+    if not (csv.is_file() and js.is_file()):
+        return None
+    passed = {n for n, p in (read_json(js).get("pairs") or {}).items() if (p.get("checks") or {}).get("passed")}
+    tab = pd.read_csv(csv)
+    return tab[tab["pair"].isin(passed)]
+
+
+def b5_inputs(df: pd.DataFrame, pairs: pd.DataFrame) -> tuple[dict, dict, dict] | None:
+    """B5's strata (correction, N): the pairs' median ``rel_mse`` per split, the grid's learned share and mean final
+    pc per split; None while a cell B5 reads lacks whole seeds."""
+    mse, out, tb = {}, {}, {}
+    for e in ("gmc", "tic_trunc", "topr", "is"):
+        tab, _ = cell_table(df, e, 64)
+        pcs, _ = cell_table(df, e, 64, "pc_final")
+        if tab is None:
+            return None
+        for N in B5_BUDGETS:
+            splits = [c for c in tab if c[0] * c[1] == N]
+            m = pairs[(pairs["estimator"] == e) & (pairs["N"] == N)].groupby(["B", "G"])["rel_mse"].median()
+            have = [c for c in splits if c in m.index]
+            mse[(e, N)] = {c: float(m.loc[c]) for c in have}
+            out[(e, N)] = {c: float(np.mean(tab[c])) for c in have}
+            tb[(e, N)] = {c: float(np.mean(pcs[c])) for c in have}
+    return mse, out, tb
+
+
+def hypotheses(df: pd.DataFrame, pairs: pd.DataFrame | None) -> dict:
+    """Each hypothesis' record (:mod:`studies.budget.rules`) or ``{"missing": runs}`` when it cannot be decided yet."""
+    res, missing = {}, {}
+    gmc, m1 = cell_table(df, "gmc", 64)
+    res["B1"], missing["B1"] = (rules.b1(gmc) if gmc else None), m1
+    topr, m2 = cell_table(df, "topr", 64)
+    res["B2"], missing["B2"] = (rules.b2(gmc, topr) if gmc and topr else None), m1 + m2
+    mech = set(MECHANISM_CELLS)
+    g3, m3 = cell_table(df, "gmc", 64, cells=mech)
+    caps = {k: cell_table(df, "gmc_cap", 64, kappa=k, cells=mech) for k in CAP_KAPPAS}
+    ok3 = g3 is not None and all(t is not None for t, _ in caps.values())
+    res["B3"] = rules.b3({k: t for k, (t, _) in caps.items()}, g3) if ok3 else None
+    missing["B3"] = m3 + sum(m for _, m in caps.values())
+    d0, m4 = cell_table(df, "gmc", 0, "pc_final")
+    res["B4"], missing["B4"] = (rules.b4(d0) if d0 else None), m4
+    inputs = b5_inputs(df, pairs) if pairs is not None else None
+    res["B5"] = rules.b5(*inputs) if inputs else None
+    missing["B5"] = "the pair table" if pairs is None else (0 if inputs else "grid runs")
+    return {"records": res, "missing": missing}
+
+
+def cell_shares(df: pd.DataFrame) -> list[dict]:
+    """Per cell and arm: finished runs, learned and held shares over them, mean final pc."""
+    out = []
+    keys = ["level", "kappa", "estimator", "delay", "B", "G", "N"]
+    for k, x in df.fillna({"kappa": 0.0}).groupby(keys, sort=True):
+        f = x[x["finished"]]
+        out.append({**dict(zip(keys, k)), "runs": len(x), "finished": len(f),
+                    "learned": int(f["learned"].sum()), "held": int(f["held"].sum()),
+                    "pc_final": float(f["pc_final"].mean()) if len(f) else None})
+    return out
+
+
+def verdicts(df: pd.DataFrame, pairs: pd.DataFrame | None) -> dict:
+    h = hypotheses(df, pairs)
+    v = rules.verdicts(h["records"])
+    return {"format": FORMAT, "verdicts": v, "records": rules_jsonable(h["records"]), "missing": h["missing"],
+            "runs": {"design": len(df), "finished": int(df["finished"].sum())}, "cells": cell_shares(df)}
+
+
+def rules_jsonable(records: dict) -> dict:
+    from claims.result import jsonable
+
+    return {k: jsonable(v) for k, v in records.items()}
+
+
+def summary_text(doc: dict) -> str:
+    lines = [f"budget design: {doc['runs']['finished']} of {doc['runs']['design']} runs finished"]
+    for h in rules.HYPOTHESES:
+        v = doc["verdicts"][h]
+        extra = f" (missing: {doc['missing'][h]} runs)" if v == "not yet run" and isinstance(doc["missing"][h], int) \
+            else (f" (missing: {doc['missing'][h]})" if v == "not yet run" else "")
+        lines.append(f"{h}: {v}{extra}")
+    for c in doc["cells"]:
+        if c["finished"]:
+            k = f" kappa {c['kappa']:g}" if c["kappa"] else ""
+            lines.append(f"  {c['level']} {c['estimator']}{k} d={c['delay']} {c['B']}x{c['G']}: learned "
+                         f"{c['learned']}/{c['finished']}, held {c['held']}/{c['finished']}, pc {c['pc_final']:.3f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    from grids import grid_folder
+
+    p = argparse.ArgumentParser(prog="python -m studies.budget.analysis", description=__doc__.split("\n\n")[0])
+    p.add_argument("--write", action="store_true", help="write results/llm/budget/verdicts.json")
+    args = p.parse_args(argv)
+    folder = grid_folder("budget")
+    try:
+        doc = verdicts(design_runs(), read_pairs(folder))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(summary_text(doc))
+    if args.write:
+        from schema.io import write_json
+
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / "verdicts.json", doc)
+        print(f"wrote {folder / 'verdicts.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
