@@ -157,3 +157,25 @@ def test_a_simulator_table_with_an_infinite_setting_resumes(tmp_path):
     write_json(tmp_path / "config.json", cfg)
     _strict((tmp_path / "config.json").read_text())
     assert same_settings_or_move_aside(tmp_path, cfg, ("sweep", "settings")) is True  # the same table: resume
+
+
+@pytest.mark.parametrize("command", ["studies.group_size", "studies.corrections_2026", "studies.drift",
+                                     "studies.replicate"])
+@pytest.mark.parametrize("target", ["a user file", "under a file"])
+def test_a_study_s_json_never_replaces_a_user_file_and_is_checked_before_any_work(tmp_path, capsys, monkeypatch,
+                                                                                 command, target):
+    """Each study's --json: a file the toolkit did not write is kept, a path that cannot be written is one line,
+    both before a run is read (the results root here holds none, so reading would fail otherwise)."""
+    import importlib
+
+    main = importlib.import_module({"studies.group_size": "studies.group_size.__main__",
+                                    "studies.corrections_2026": "studies.corrections_2026.analysis",
+                                    "studies.drift": "studies.drift.analysis",
+                                    "studies.replicate": "studies.replicate.analysis"}[command]).main
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path / "results"))
+    user = _user_file(tmp_path / "notes.json")
+    path = user if target == "a user file" else user / "verdicts.json"
+    assert main(["--json", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("not written by the toolkit" in err[0] or "cannot write" in err[0]), err
+    assert user.read_text() == USER_TEXT and not (tmp_path / "results").exists()

@@ -197,20 +197,23 @@ def points(runs: pd.DataFrame) -> list[dict]:
 
 
 def main(argv=None) -> int:
+    from pathlib import Path
+
     from grids import grid_folder
-    from schema.io import write_json
+    from schema.io import check_output, write_json
 
     ap = argparse.ArgumentParser(prog="python -m studies.corrections_2026", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", default=None,
                     help="where to write (default: results/llm/corrections_2026/verdicts.json)")
     args = ap.parse_args(argv)
+    path = Path(args.json) if args.json else grid_folder("corrections_2026") / "verdicts.json"
     try:
+        check_output(path)  # before any work: a file the toolkit did not write is never replaced
         runs = read()
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = {**analyse(runs), "points": points(runs)}
-    path = args.json or grid_folder("corrections_2026") / "verdicts.json"
     write_json(path, out)
     for h in ("N1", "N2", "N3"):
         v = out[h]

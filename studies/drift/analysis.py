@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             check_output(path)
         runs = read(folders)
         result = analyse(runs)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # an unwritable --json too, before any work
         print(f"error: {exc}", file=sys.stderr)
         return 2
     write_json(out, result)

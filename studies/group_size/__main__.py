@@ -78,14 +78,21 @@ def decide() -> dict:
 
 
 def main(argv=None) -> int:
+    from pathlib import Path
+
     from grids import grid_folder
-    from schema.io import write_json
+    from schema.io import check_output, write_json
 
     ap = argparse.ArgumentParser(prog="python -m studies.group_size", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", default=None, help="where to write (default: results/llm/group_size/verdicts.json)")
     args = ap.parse_args(argv)
-    out = decide()
-    path = args.json or grid_folder("group_size") / "verdicts.json"
+    path = Path(args.json) if args.json else grid_folder("group_size") / "verdicts.json"
+    try:
+        check_output(path)  # before any work: a file the toolkit did not write is never replaced
+        out = decide()  # a torn pairs.json or a missing predictions file is named
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     write_json(path, out)
     for h in ("G1", "G2", "G3", "G4", "G5", "G6", "G7"):
         print(f"{h}: {out[h]['verdict']}" + (f" ({out[h]['why']})" if "why" in out[h] else ""))

@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_output(out)
         result = analyse(*read())
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # an unwritable --json too, before any work
         print(f"error: {exc}", file=sys.stderr)
         return 2
     write_json(out, result)
