@@ -492,8 +492,9 @@ def test_the_vcpo_exact_recipe_steps_as_vcpo_s_code_does(trained, tmp_path):
     err = (got - want_s * want).abs()
     bound = (batch.group_size + 4) * 2.0 ** -24 * want_s * mag + 64 * 2.0 ** -53 * want_s * mag
     worst = int(torch.argmax(err / bound.clamp_min(1e-300)))
-    assert bool((err <= bound).all()), (f"element {worst}: {float(got[worst])} against {float(want_s * want[worst])}, "
-                                        f"{float(err[worst]):.3g} apart where the rounding allows {float(bound[worst]):.3g}")
+    assert bool((err <= bound).all()), (
+        f"element {worst}: {float(got[worst])} against {float(want_s * want[worst])}, "
+        f"{float(err[worst]):.3g} apart where the rounding allows {float(bound[worst]):.3g}")
     # not vacuous: the rounding allows far less than the step itself (a few 1e-6 of it here)
     assert float(bound.norm()) <= 1e-4 * want_s * float(want.norm())
     ours, _ = step("vcpo")
