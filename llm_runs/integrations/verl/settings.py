@@ -56,7 +56,8 @@ BEHAVIOURS = ("rollout", "recomputed")
 carries (``rollout``, the default), or verl's decoupled pi_theta / pi_old against the ``old_log_prob`` the
 actor recomputes at the start of each step (``recomputed``)."""
 PLUGIN_SETTINGS = {"behaviour": "rollout", "ess_scaling": "none", "ess_base_ratio": 1.0, "ess_use_clipped": False,
-                   "gmc_step": False, "mask_denominator": "kept", "recipe": "none"}
+                   "gmc_step": False, "mask_denominator": "kept", "recipe": "none",
+                   "early_warning": "off", "early_warning_dir": ""}  # llm_runs.integrations.warning_verl
 """The plugin's own settings under ``actor.policy_loss`` (never a knob) and their defaults: which ratio, the
 step-size controls of :mod:`llm_runs.stepsize` (installed on the actor's engine by the plugin), which count a
 group's term is divided by when responses are rejected (:data:`MASK_DENOMINATORS`), and a named recipe of
@@ -116,6 +117,13 @@ def plugin_setting(policy_loss, name: str):
     if given is not None:
         return given
     return from_recipe if from_recipe is not None else PLUGIN_SETTINGS[name]
+
+
+def opob_active(config) -> bool:
+    """Whether the actor config's recipe takes OPOB's advantages (``recipe=vcpo_exact``; formed by the actor,
+    :mod:`llm_runs.integrations.verl.opob`)."""
+    recipe = recipe_of(_cfg(config, "policy_loss", None))
+    return recipe is not None and recipe["advantage"] == "opob"
 
 
 def mask_denominator_from(config) -> str:
