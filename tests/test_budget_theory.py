@@ -82,3 +82,13 @@ def test_a_group_coupled_scheme_is_refused_by_the_per_sample_form():
         exact_budget_per_sample(lr, lpb, rew, S, gJ, 4, 0.2, "topr")  # rewards not binary
     with pytest.raises(ValueError, match="G >= 2, got G = 1"):
         exact_budget_per_sample(lr, lpb, rew, S, gJ, 1, 0.2, "is")
+
+
+def test_claims_28_to_30_match_the_ledger():
+    """§9's share bound and GMC-to-IS distance hold, and claim 30 fails again exactly where THEORY records it."""
+    from claims.ledger import annotate, read_ledger
+    from claims.registry import run_claims
+
+    rows = annotate(run_claims([28, 29, 30], quick=True), read_ledger())
+    assert [r["status"] for r in rows] == ["PASS", "PASS", "FAIL"]
+    assert all(r["matches"] for r in rows), [r["ledger_note"] for r in rows]
