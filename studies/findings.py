@@ -369,8 +369,12 @@ def block_arguments(prog: str, doc: str, what: str, argv=None) -> argparse.Names
 def main(argv=None) -> int:
     args = block_arguments("python -m studies.findings", __doc__, "README.md's and RESULTS-NARRATIVE.md's findings",
                            argv)
-    pages = ((README, SUMMARY_START, SUMMARY_END, render_summary()),
-             (NARRATIVE, START, END, render(page=NARRATIVE)))
+    try:  # a missing or torn verdict file is one line naming it
+        pages = ((README, SUMMARY_START, SUMMARY_END, render_summary()),
+                 (NARRATIVE, START, END, render(page=NARRATIVE)))
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if not (args.write or args.check):
         print("\n\n".join(block for *_, block in pages))
         return 0

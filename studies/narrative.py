@@ -132,7 +132,11 @@ def rewrite(text: str, bodies: dict[str, str]) -> str:
 
 def main(argv=None) -> int:
     args = block_arguments("python -m studies.narrative", __doc__, "the page's generated blocks", argv)
-    bodies = render()
+    try:  # a missing or torn verdict file is one line naming it
+        bodies = render()
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if not (args.write or args.check):
         print("\n\n".join(f"{name}:{body}" for name, body in bodies.items()))
         return 0

@@ -44,7 +44,10 @@ def load(root: Path = RESULTS) -> dict:
             with path.open() as fh:
                 out[key] = [renamed(row) for row in csv.DictReader(fh)]
         else:
-            out[key] = loads_json(path.read_text())
+            try:
+                out[key] = loads_json(path.read_text())
+            except (ValueError, UnicodeDecodeError) as exc:  # a torn or foreign file, named
+                raise ValueError(f"{path}: a source of the README's findings is not readable JSON ({exc})") from None
     return out
 
 

@@ -43,3 +43,26 @@ def test_blocks_are_found_refused_and_rewritten():
     assert new.startswith("a <!-- delay0-gain:start (x) -->+0.1 to +0.2<!-- delay0-gain:end --> b\n")
     with pytest.raises(ValueError, match="no 'delay0-gain' block"):
         narrative.page_blocks(text.replace("delay0-gain", "other"))
+
+
+@pytest.mark.parametrize(("tear", "message"), [
+    (lambda p: p.write_text(p.read_text()[:40]), "not readable JSON"),
+    (lambda p: p.unlink(), "a source of the README's findings is missing"),
+])
+def test_a_torn_or_missing_verdict_file_is_named(tmp_path, tear, message):
+    """The findings and the narrative read the committed verdict files: a torn or missing one is named by its path,
+    never a bare JSON error or a traceback of the commands."""
+    import shutil
+
+    from studies.verdict_files import RESULTS, SOURCES, load, source_path
+
+    for key in SOURCES:
+        dest = source_path(key, tmp_path)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source_path(key, RESULTS), dest)
+    assert set(load(tmp_path)) == set(SOURCES)
+    torn = source_path("drift", tmp_path)
+    tear(torn)
+    with pytest.raises((ValueError, FileNotFoundError), match=message) as e:
+        load(tmp_path)
+    assert str(torn) in str(e.value)
