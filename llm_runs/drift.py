@@ -306,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['fixed_delay_updates']} updates {delay} steps stale (the map's fixed delay d = {delay})")
     for axis in AXES:
         print(f"{axis:17s} early {s[axis + '_early']:.4g}  all {s[axis + '_all']:.4g}   [{axis_note(s, axis)}]")
+    from .warning import warning_line
+
+    step = next(c for c in STEP_COLUMNS if c in m)  # summary() found one
+    print(warning_line(m, args.stack, pd.to_numeric(m[step], errors="coerce") - FIRST_STEP.get(args.stack, 0)))
     kl = s["kl_early"]
     why = placement_problem(s, delay)
     if why is not None:

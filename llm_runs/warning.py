@@ -164,3 +164,34 @@ def monitor_for(config, metrics_file=None, where: str = "run") -> EarlyWarning |
             vals = [float(r["warn/kl"]) if r.get("warn/kl") else math.nan for r in rows]
             mon.replay(vals, [int(r["step"]) for r in rows])
     return mon
+
+
+WARN_COLUMNS = {"toolkit": ("warn/kl", "drift/kl", "mech/kl"), "verl": ("actor/warn/kl", "actor/mech/kl"),
+                "trl": ("warn/kl", "mech/kl", "drift/kl")}
+"""Stack -> the metric names that carry the rule's statistic, the per-token KL (k3) of each update, preferred first:
+the monitor's own, then the same estimate under the stack's other names (``python -m llm_runs.drift`` reads them)."""
+
+
+def warning_line(m, stack: str, updates) -> str:
+    """What the frozen rule says of a run's metrics table ``m`` (one row per update; ``updates`` its update index per
+    row): where it fires, on which column, or why it cannot be read."""
+    import pandas as pd
+
+    if stack not in WARN_COLUMNS:
+        raise ValueError(f"unknown stack {stack!r}; valid: {', '.join(WARN_COLUMNS)}")
+    col = next((c for c in WARN_COLUMNS[stack] if c in m and pd.to_numeric(m[c], errors="coerce").notna().any()), None)
+    rule = (f"early warning (the {FROZEN['summary']} of the per-token KL over {FROZEN['window']} updates >= "
+            f"{FROZEN['threshold']:.4g}, docs/PREREGISTRATION-WARNING.md)")
+    if col is None:
+        return f"{rule}: not readable, this run logs none of {', '.join(WARN_COLUMNS[stack])}"
+    t = pd.to_numeric(pd.Series(updates, index=m.index), errors="coerce")
+    x = pd.to_numeric(m[col], errors="coerce")
+    keep = t.notna() & x.notna()
+    t, x = t[keep].sort_values(), x[keep]
+    x = x.loc[t.index].to_numpy(float)
+    s = rolling_summary(x, FROZEN["window"], FROZEN["summary"])
+    at = first_firing(x, t.to_numpy(float), FROZEN["window"], FROZEN["threshold"], FROZEN["summary"])
+    if at is not None:
+        return f"{rule}: fires at update {at} [{col}]"
+    peak = np.nanmax(s) if np.isfinite(s).any() else math.nan
+    return f"{rule}: does not fire in {len(x)} updates (largest {FROZEN['summary']} {peak:.4g}) [{col}]"
