@@ -77,6 +77,10 @@ def state(row: dict) -> str:
         if diff:
             raise ValueError(f"{row['name']}: the reused run {run} differs from the design in "
                              + ", ".join(f"{k} ({a!r} recorded, {b!r} designed)" for k, (a, b) in diff.items()))
+    from schema.runlock import live_holder
+
+    if run.is_dir() and live_holder(run) is not None:  # a trainer holds it: running now, never touched here
+        return "running"
     return run_state(run, resolve_config(row["cell"].overrides).to_dict())
 
 
