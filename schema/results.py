@@ -35,7 +35,7 @@ A configuration field the run predates reads as the value the run actually used
 """
 from __future__ import annotations
 
-from .finished import finished_run_problem  # noqa: F401
+from .finished import finished_run_problem, pack_metrics  # noqa: F401
 from .horizons import HORIZON_TASKS, horizon_of, horizon_tokens, scratchpad_horizon, sum_width  # noqa: F401
 from .llm_sources import LLM, LLM_FOLDER, LLMSource, llm_relpath, read_llm_runs  # noqa: F401
 from .runs import (  # noqa: F401
@@ -48,7 +48,6 @@ from .runs import (  # noqa: F401
     legacy_fields,
     metrics_path,
     metrics_text,
-    pack_metrics,
     read_metrics_csv,
     read_run,
     read_run_config,

@@ -238,39 +238,6 @@ def metrics_text(path: Path) -> str:
         raise ValueError(f"{path}: not UTF-8 text ({exc})") from None
 
 
-def pack_metrics(run: Path) -> Path:
-    """Replace a finished run's ``metrics.csv`` by ``metrics.csv.gz`` holding the same bytes
-    (deterministic: no name or time in the gzip header, so packing twice gives one file).
-
-    Only a finished run (its ``summary.json`` written) is packed, and the packed file is
-    decompressed and compared with the original before the original is removed. A run that is
-    already packed is left as it is. Returns the packed file."""
-    import gzip
-
-    from .io import write_bytes
-
-    run = Path(run)
-    path = metrics_path(run)
-    if path is None:
-        raise MissingResults(f"{run}: no {METRICS_FILE} to pack")
-    if path.name == PACKED_METRICS_FILE:
-        return path
-    if not (run / "summary.json").is_file():
-        raise ValueError(f"{run}: not finished (no summary.json): only a finished run's {METRICS_FILE} is packed")
-    from .finished import finished_run_problem
-
-    why = finished_run_problem(run)  # a corrupt or cut-short table is refused, not packed
-    if why is not None:
-        raise ValueError(f"{run}: finished but not whole, not packed: {why}")
-    data = path.read_bytes()
-    packed = gzip.compress(data, compresslevel=9, mtime=0)
-    if gzip.decompress(packed) != data:  # pragma: no cover (zlib round trip)
-        raise ValueError(f"{path}: the packed bytes do not decompress to the original")
-    out = write_bytes(run / PACKED_METRICS_FILE, packed)
-    path.unlink()
-    return out
-
-
 def read_metrics_csv(path: Path) -> pd.DataFrame:
     """``metrics.csv`` (or its packed ``metrics.csv.gz``) parsed strictly: every line has the
     header's fields, ``step`` is an integer and every other field a number or empty; otherwise
