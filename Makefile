@@ -126,6 +126,7 @@ bench: $(STAMP)
 	$(PY) -m estimators.bench
 	@if [ -f simulators/bench.py ]; then $(PY) -m simulators.bench; fi
 	@if [ -f llm_runs/bench.py ]; then $(PY) -m llm_runs.bench; fi
+	@if [ -f studies/budget/pairs_bench.py ]; then $(PY) -m studies.budget.pairs_bench; fi
 
 lint: $(STAMP)
 	$(PIP) install -q ruff==0.17.6

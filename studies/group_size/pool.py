@@ -106,6 +106,40 @@ def coefficients(est: str, G: int, logp: torch.Tensor, blogp: torch.Tensor, mask
     grad log pi(o_pj)``). Sampled groups without replacement (K = max(1, round(DRAWS / G)) per prompt), or,
     with ``exact``, one group of the whole replicate (the exact expectation for a per-sample correction).
     With ``halves``: ``(average, average over the first half of the groups, over the second half)``."""
+    pick, coef = group_coefficients(est, G, logp, blogp, mask, rewards, eps, rng, exact, advantage)
+    P, n = logp.shape[:2]
+    K = pick.shape[1]
+    pidx = torch.arange(P)[:, None, None].expand_as(pick)
+    per_tok = coef.reshape(-1)
+    acc = completion_coefficients(pick, coef, n)
+    if not halves:
+        return acc
+    # the same average from each half of the groups (each scaled to a whole average): their difference
+    # measures the Monte Carlo spread of ``acc`` (gate b's reference)
+    first = (torch.arange(K) < K // 2)[None, :, None].expand_as(pick).reshape(-1)
+    a = torch.zeros(P, n, dtype=torch.float64)
+    a.index_put_((pidx.reshape(-1)[first], pick.reshape(-1)[first]), per_tok[first], accumulate=True)
+    return acc, a * (K / max(K // 2, 1)), (acc - a) * (K / max(K - K // 2, 1))
+
+
+def completion_coefficients(pick: torch.Tensor, coef: torch.Tensor, n: int) -> torch.Tensor:
+    """``(P, n)``: each completion's coefficient summed over the groups ``pick`` drew it into (coefficients ``coef``,
+    both ``(P, K, G)``). The loss already averages over the P K groups, so the sum is the average over groups of
+    each prompt's update, divided by P."""
+    P = pick.shape[0]
+    pidx = torch.arange(P)[:, None, None].expand_as(pick)
+    acc = torch.zeros(P, n, dtype=torch.float64)
+    acc.index_put_((pidx.reshape(-1), pick.reshape(-1)), coef.reshape(-1), accumulate=True)
+    return acc
+
+
+def group_coefficients(est: str, G: int, logp: torch.Tensor, blogp: torch.Tensor, mask: torch.Tensor,
+                       rewards: torch.Tensor, eps: float, rng: np.random.Generator, exact: bool = False,
+                       advantage: str = "loo") -> tuple[torch.Tensor, torch.Tensor]:
+    """The groups :func:`coefficients` draws (the same draws from ``rng``) and each member's coefficient:
+    ``(pick, coef)``, both ``(P, K, G)``: the completions of each of K groups per prompt, and the coefficient
+    of each one's sequence log-probability in the gradient of the correction's loss over all P K groups
+    (a group's own update, the loss of that group alone, is ``P K`` times its coefficients)."""
     import estimators
     from estimators.losses import policy_loss
 
@@ -118,7 +152,9 @@ def coefficients(est: str, G: int, logp: torch.Tensor, blogp: torch.Tensor, mask
     else:
         K = max(1, round(DRAWS / G))
         keys = torch.from_numpy(rng.random((P, K, n)))
-        pick = keys.argsort(-1)[..., :G]  # (P, K, G): uniform G-subsets
+        # (P, K, G): uniform G-subsets, the G smallest keys in increasing order (argsort(-1)[..., :G], by a
+        # partial sort: the same indices, as continuous keys do not tie)
+        pick = keys.topk(G, -1, largest=False, sorted=True).indices
     K, Gk = pick.shape[1], pick.shape[2]
     pidx = torch.arange(P)[:, None, None].expand_as(pick)
     lp = logp[pidx, pick].reshape(P * K, Gk, T).reshape(P * K * Gk, T).detach().double().requires_grad_(True)
@@ -137,18 +173,7 @@ def coefficients(est: str, G: int, logp: torch.Tensor, blogp: torch.Tensor, mask
         # a coefficient that varies along the tokens: the per-sequence form below does not hold
         raise ValueError(f"{est}: its coefficient varies along a completion's tokens (by {float(spread):.3g}); the "
                          "frozen-pair measurement needs one coefficient per completion")
-    # per completion (sum over the groups it was drawn into); the loss already averages over P K groups,
-    # so the sum is the average over groups of each prompt's update, divided by P
-    acc = torch.zeros(P, n, dtype=torch.float64)
-    acc.index_put_((pidx.reshape(-1), pick.reshape(-1)), per_tok.detach(), accumulate=True)
-    if not halves:
-        return acc
-    # the same average from each half of the groups (each scaled to a whole average): their difference
-    # measures the Monte Carlo spread of ``acc`` (gate b's reference)
-    first = (torch.arange(K) < K // 2)[None, :, None].expand_as(pick).reshape(-1)
-    a = torch.zeros(P, n, dtype=torch.float64)
-    a.index_put_((pidx.reshape(-1)[first], pick.reshape(-1)[first]), per_tok.detach()[first], accumulate=True)
-    return acc, a * (K / max(K // 2, 1)), (acc - a) * (K / max(K - K // 2, 1))
+    return pick, per_tok.detach().view(P, K, Gk)
 
 
 def loo_target(rewards: torch.Tensor) -> torch.Tensor:
