@@ -331,7 +331,8 @@ def test_the_command_keeps_a_measured_pair_and_refuses_a_foreign_file(tmp_path, 
     def fake_compute(ctx, **kw):
         calls.append(ctx["pair"].name)
         row = {c: 0.0 for c in pairs.COLUMNS} | {"pair": ctx["pair"].name, "estimator": "gmc"}
-        return {"rows": [row], "warning_rows": [], "checks": {"passed": True}, "cost_s": {}}
+        return {"pair": ctx["pair"].name, "rows": [row], "warning_rows": [], "checks": {"passed": True},
+                "cost_s": {}}
 
     monkeypatch.setattr(pairs, "load", lambda pair, cache, quick, log=print: {"pair": pair})
     monkeypatch.setattr(pairs, "compute", fake_compute)
@@ -346,3 +347,22 @@ def test_the_command_keeps_a_measured_pair_and_refuses_a_foreign_file(tmp_path, 
     with pytest.raises(ValueError, match="not written by the toolkit"):
         pairs.main(["--only", "p2", "--quick"])
     assert pairs.main(["--only", "p9", "--quick"]) == 2
+    assert pairs.main(["--only", "p1", "--quick", "--jobs", "0"]) == 2
+    assert calls == ["p1", "p1"]
+
+
+def _worker(name, quick):
+    import os
+
+    return {"pair": name, "quick": quick, "pid": os.getpid()}
+
+
+def test_jobs_measure_pairs_in_worker_processes():
+    import os
+
+    from studies.budget.pairs import _measured
+
+    got = list(_measured(["p1", "p2", "p3"], True, 2, worker=_worker))
+    assert sorted(r["pair"] for r in got) == ["p1", "p2", "p3"] and all(r["quick"] for r in got)
+    assert os.getpid() not in {r["pid"] for r in got}
+    assert [r["pid"] for r in _measured(["p1"], True, 1, worker=_worker)] == [os.getpid()]

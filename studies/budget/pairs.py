@@ -281,6 +281,36 @@ def _ours(header: tuple):
     return lambda text: isinstance(text, str) and text.split("\n", 1)[0] == ",".join(header)
 
 
+def measure_pair(name: str, quick: bool) -> dict:
+    """One pair, loaded and computed, with its total cost (a worker of ``--jobs``)."""
+    from schema.results import results_root
+
+    torch.set_num_threads(1)
+    t0, c0 = time.perf_counter(), time.process_time()
+    ctx = load({p.name: p for p in PAIRS}[name], results_root() / "cache", quick)
+    ctx["quick"] = quick
+    res = compute(ctx)
+    res["cost_s"]["total"] = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}
+    res["quick"] = quick
+    return res
+
+
+def _measured(names: list[str], quick: bool, jobs: int, worker=None):
+    """``worker(name, quick)`` (default :func:`measure_pair`) of every pair, as they finish: in this process, or
+    ``jobs`` at a time in spawned worker processes."""
+    worker = worker or measure_pair
+    if jobs <= 1:
+        for name in names:
+            yield worker(name, quick)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
+        for fut in as_completed([ex.submit(worker, name, quick) for name in names]):
+            yield fut.result()
+
+
 def main(argv=None) -> int:
     from schema.io import check_output, write_json
     from schema.provenance import provenance
@@ -292,11 +322,16 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a small pool (4 prompts x 64-128): a smoke run, written "
                     "under results/cache/budget_pairs/quick, never as the result")
     ap.add_argument("--redo", action="store_true", help="measure pairs already in pairs.json again")
+    ap.add_argument("--jobs", type=int, default=1, help="pairs measured at once, each in its own process with one "
+                    "torch thread (default 1)")
     args = ap.parse_args(argv)
     names = {p.name: p for p in PAIRS}
     bad = [n for n in (args.only or []) if n not in names]
     if bad:
         print(f"unknown pair {bad[0]!r}; valid: {', '.join(names)}", file=sys.stderr)
+        return 2
+    if args.jobs < 1:
+        print(f"error: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
         return 2
     prereg = Path(__file__).resolve().parents[2] / "docs" / "PREREGISTRATION-BUDGET.md"
     if not args.quick and not prereg.is_file():
@@ -316,18 +351,19 @@ def main(argv=None) -> int:
         print(f"error: {path} holds format {doc.get('format')!r}, not {FORMAT!r}; not replacing it", file=sys.stderr)
         return 2
     (cache / "budget_pairs").mkdir(parents=True, exist_ok=True)
+    todo = [n for n in (dict.fromkeys(args.only) if args.only is not None else names)
+            if n not in doc["pairs"] or args.redo]
+    for name in (dict.fromkeys(args.only) if args.only is not None else names):
+        if name not in todo:
+            print(f"{name}: measured already ({path}); --redo to measure it again")
     with RunLock(cache / "budget_pairs"):
-        for name in dict.fromkeys(args.only) if args.only is not None else names:
-            if name in doc["pairs"] and not args.redo:
-                print(f"{name}: measured already ({path}); --redo to measure it again")
-                continue
-            t0, c0 = time.perf_counter(), time.process_time()
-            ctx = load(names[name], cache, args.quick)
-            ctx["quick"] = args.quick
-            res = compute(ctx)
-            res["cost_s"]["total"] = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}
-            res["quick"] = args.quick
-            doc["pairs"][name] = res
+        start = time.perf_counter()
+        run = {"pairs": [], "jobs": args.jobs, "wall": 0.0}
+        doc.setdefault("invocations", []).append(run)
+        for res in _measured(todo, args.quick, args.jobs):
+            doc["pairs"][res["pair"]] = res
+            run["pairs"].append(res["pair"])
+            run["wall"] = time.perf_counter() - start
             doc.update(method=METHOD, provenance=provenance(), replicates=REPLICATES, budgets=list(BUDGETS),
                        cost_s={"wall": sum(p["cost_s"]["total"]["wall"] for p in doc["pairs"].values()),
                                "cpu": sum(p["cost_s"]["total"]["cpu"] for p in doc["pairs"].values())})
@@ -335,7 +371,7 @@ def main(argv=None) -> int:
             write_tables(doc, out)
             ok = res["checks"].get("passed")
             state = "not run (no target)" if ok is None else "passed" if ok else "FAILED"
-            print(f"{name}: done in {res['cost_s']['total']['wall']:.0f} s wall, "
+            print(f"{res['pair']}: done in {res['cost_s']['total']['wall']:.0f} s wall, "
                   f"{res['cost_s']['total']['cpu']:.0f} s CPU; checks {state} -> {path}", flush=True)
     return 0
 
