@@ -50,9 +50,9 @@ from .run_folder import RunFolder, check_new_run_folder, check_resumable
 from .tasks import build_task
 from .theory import DirectionTracker
 from .update import policy_update, staleness_metrics
-from .warning import monitor_for
 from .warmstart import default_max_new_tokens, get_warm_start, machine, rounding_note
 from .warmstart_cache import nonfinite_parameter
+from .warning import monitor_for
 
 
 @dataclass

@@ -100,6 +100,7 @@ class EarlyWarning:
         self.step_factor, self.where = float(step_factor), where
         self.values: list[float] = []
         self.fired_at: int | None = None
+        self.last_step: int | None = None
 
     @property
     def fired(self) -> bool:
@@ -108,6 +109,7 @@ class EarlyWarning:
     def observe(self, value: float, step: int) -> dict[str, float]:
         """Record update ``step``'s statistic; the ``warn/`` metrics of this update."""
         self.values = (self.values + [float(value)])[-self.window:]
+        self.last_step = int(step)
         s = float(rolling_summary(self.values, self.window, self.summary)[-1]) if self.values else math.nan
         if not self.fired and s >= self.threshold:
             self.fired_at = int(step)
@@ -126,18 +128,21 @@ class EarlyWarning:
         return self.observe(kl_per_token(token_log_ratio.detach(), mask), step)
 
     def should_stop(self) -> bool:
-        return self.action == "stop" and self.fired
+        """Under stop, True right after the update at which the rule fired (once: a run resumed after the stop
+        goes on)."""
+        return self.action == "stop" and self.fired and self.fired_at == self.last_step
 
     def step_scale(self) -> float:
         """The factor on the next step: :attr:`step_factor` once the rule fired under lower_step, else 1."""
         return self.step_factor if self.action == "lower_step" and self.fired else 1.0
 
     def state_dict(self) -> dict:
-        return {"values": list(self.values), "fired_at": self.fired_at}
+        return {"values": list(self.values), "fired_at": self.fired_at, "last_step": self.last_step}
 
     def load_state_dict(self, state: dict) -> None:
         self.values = [float(v) for v in state["values"]][-self.window:]
         self.fired_at = None if state["fired_at"] is None else int(state["fired_at"])
+        self.last_step = None if state.get("last_step") is None else int(state["last_step"])
 
     def replay(self, values, steps) -> None:
         """Rebuild the state from a run's logged statistic (resume): the last values and the first firing."""
@@ -145,6 +150,7 @@ class EarlyWarning:
         self.values = [float(v) for v in values][-self.window:]
         t = first_firing(values, steps, self.window, self.threshold, self.summary) if values else None
         self.fired_at = t
+        self.last_step = int(steps[-1]) if steps else None
 
 
 def monitor_for(config, metrics_file=None, where: str = "run") -> EarlyWarning | None:

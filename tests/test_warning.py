@@ -69,8 +69,10 @@ def test_monitor_fires_once_and_acts(caplog):
         rows = [w.observe(x, t) for t, x in enumerate([0.1, 2.0, 2.0, 0.1, 5.0, 5.0])]
     assert [r["warn/fired"] for r in rows] == [0, 0, 1, 1, 1, 1]
     assert math.isnan(rows[1]["warn/kl_rolling"]) and rows[2]["warn/kl_rolling"] == pytest.approx(4.1 / 3, rel=1e-15)
-    assert w.fired_at == 2 and w.should_stop() and w.step_scale() == 1.0
+    assert w.fired_at == 2 and not w.should_stop() and w.step_scale() == 1.0  # stop acts once, at the firing
     assert len([r for r in caplog.records if "early warning" in r.getMessage()]) == 1
+    once = warning.EarlyWarning("stop", window=1, threshold=1.0)
+    assert [(once.observe(x, t), once.should_stop())[1] for t, x in enumerate([0.5, 3.0, 3.0])] == [False, True, False]
     low = warning.EarlyWarning("lower_step", window=1, threshold=1.0)
     assert low.step_scale() == 1.0 and not low.should_stop()
     low.observe(3.0, 0)
@@ -87,7 +89,7 @@ def test_monitor_state_replays_from_the_log():
         a.observe(x, t)
     b = warning.EarlyWarning("log", window=2, threshold=0.8)
     b.replay(xs, steps)
-    assert b.state_dict() == a.state_dict() == {"values": [0.8, 0.05], "fired_at": 4}
+    assert b.state_dict() == a.state_dict() == {"values": [0.8, 0.05], "fired_at": 4, "last_step": 5}
     c = warning.EarlyWarning("log", window=2, threshold=0.8)
     c.load_state_dict(a.state_dict())
     assert c.observe(0.9, 6) == a.observe(0.9, 6)

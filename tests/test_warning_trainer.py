@@ -73,3 +73,16 @@ def test_lower_step_halves_every_step_after_the_firing(tmp_path):
 def test_a_bad_switch_is_refused(tmp_path):
     with pytest.raises(ValueError, match="early_warning must be one of"):
         _run(tmp_path, "bad", early_warning="loud", steps=1)
+
+
+def test_a_run_stopped_by_the_warning_resumes_as_if_never_stopped(tmp_path):
+    cfg = tiny(tmp_path / "cache", early_warning="stop", **{**DRIFT, "steps": 10})
+    out = tmp_path / "stop"
+    first = Trainer(cfg, out, progress=False, log=lambda m: None).run()
+    assert first.status == "interrupted" and first.step == 7
+    again = Trainer(cfg, out, progress=False, log=lambda m: None, resume=True).run()
+    assert again.status == "complete"
+    _, log, _ = _run(tmp_path, "log", early_warning="log", **{**DRIFT, "steps": 10})
+    resumed = pd.read_csv(out / "metrics.csv", dtype=str)
+    keep = [c for c in log.columns if not c.startswith("perf/")]
+    pd.testing.assert_frame_equal(resumed[keep], log[keep])  # the stop and the resume changed no number

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .analysis import counts, firing_updates, read_records, table_at
+from .analysis import counts, firing_updates, table_at
 
 FROZEN_FILE = Path(__file__).resolve().parent / "frozen.json"
 VERDICTS_FILE = "warning_verdicts.json"

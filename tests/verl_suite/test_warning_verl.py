@@ -12,9 +12,9 @@ import torch
 from omegaconf import OmegaConf
 from test_integrations_verl import snippet_overrides, verl_config
 from test_verl_training_path import (
-    B,
     CPU_OVERRIDES,
     RESPONSE_LEN,
+    B,
     balanced_rows,
     build_actor,
     engine_weights,
