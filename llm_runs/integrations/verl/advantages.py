@@ -76,4 +76,11 @@ def _gmc_drgrpo(token_level_rewards, response_mask, index=None, epsilon=1e-6, co
     return grouped_advantages("drgrpo", token_level_rewards, response_mask, index, epsilon)
 
 
-_ESTIMATOR_FNS = {"gmc_loo": _gmc_loo, "gmc_grpo": _gmc_grpo, "gmc_drgrpo": _gmc_drgrpo}
+def _gmc_opob(token_level_rewards, response_mask, index=None, epsilon=1e-6, config=None, **kw):
+    """gmc_opob: VCPO's OPOB, formed by the actor (recipe vcpo_exact): advantages 0 here, the rewards as returns."""
+    from .opob import opob_returns
+
+    return opob_returns(token_level_rewards, response_mask, index, epsilon)
+
+
+_ESTIMATOR_FNS = {"gmc_loo": _gmc_loo, "gmc_grpo": _gmc_grpo, "gmc_drgrpo": _gmc_drgrpo, "gmc_opob": _gmc_opob}

@@ -6,7 +6,8 @@ from estimators._compat import renamed_keywords
 
 from .compat import _cfg
 from .losses import group_ids, rollout_log_probs, rows_by_uid, whole_groups
-from .settings import eps_from, group_size_from, policy_loss_names, step_controls_from
+from .opob import opob_batch
+from .settings import eps_from, group_size_from, opob_active, policy_loss_names, step_controls_from
 
 
 def _rollout_log_probs(data):
@@ -97,6 +98,8 @@ def _regrouping(method, step_metrics: bool = False):
             if config is not None:
                 check_whole_groups_on_rank(data, group_size_from(config))
             data = regroup_by_uid(data)
+            if step_metrics and config is not None and opob_active(config):  # one mini-batch, before its step
+                data = opob_batch(self, data, config)
         result = method(self, data, *args, **kwargs)
         if step_metrics:
             add_step_metrics(result, getattr(self, "engine", None))
@@ -168,7 +171,9 @@ def patch_engine_path(engine_workers=None) -> bool:
     * ``train_mini_batch`` and ``train_batch``: with such a loss, the batch is first
       regrouped by uid (:func:`regroup_by_uid`), so that consecutive rows, and so every
       mini- and micro-batch of a multiple of G rows, hold whole groups; ``train_batch``'s metrics get the
-      step control's factor of its optimiser step (:func:`add_step_metrics`).
+      step control's factor of its optimiser step (:func:`add_step_metrics`); under recipe ``vcpo_exact``
+      ``train_batch`` first writes OPOB's advantages into its mini-batch
+      (:func:`llm_runs.integrations.verl.opob.opob_batch`).
 
     Other losses pass through untouched. Tested with verl 0.9.1 (``ActorRolloutRefWorker``
     builds ``partial(ppo_loss, config=actor_config)`` after importing ``external_lib`` and

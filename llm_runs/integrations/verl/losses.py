@@ -11,7 +11,14 @@ from estimators._compat import renamed_keywords
 
 from .._common import batch_options, batch_statistics, metric_names, per_length
 from .compat import METRICS_STYLE, TUPLE4_STYLE, _cfg
-from .settings import behaviour_from, eps_from, estimator_options_from, group_size_from, mask_denominator_from
+from .settings import (
+    behaviour_from,
+    eps_from,
+    estimator_options_from,
+    group_size_from,
+    mask_denominator_from,
+    opob_active,
+)
 from .validation import AGG_MODES
 
 
@@ -189,7 +196,8 @@ def trajectory_policy_loss(estimator: str, old_log_prob, log_prob, advantages, r
     kept = mask.any(-1)
     adv = _per_response(advantages.detach(), mask, "advantage")
     whole = kept.reshape(-1, G).all(-1)
-    _check_zero_sum(adv.reshape(-1, G)[whole].reshape(-1), G)  # a group with a rejected response need not sum to 0
+    if not opob_active(config):  # OPOB's advantages (R - b*) / std need not sum to 0; nor a group with a rejection
+        _check_zero_sum(adv.reshape(-1, G)[whole].reshape(-1), G)
     if rollout_is_weights is not None:
         adv = adv * _per_response(rollout_is_weights.detach().to(adv.dtype), mask, "rollout_is_weights")
     if AGG_MODES[loss_agg_mode] == "token-mean":  # each response's term over its token count

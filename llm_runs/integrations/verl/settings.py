@@ -119,6 +119,13 @@ def plugin_setting(policy_loss, name: str):
     return from_recipe if from_recipe is not None else PLUGIN_SETTINGS[name]
 
 
+def opob_active(config) -> bool:
+    """Whether the actor config's recipe takes OPOB's advantages (``recipe=vcpo_exact``; formed by the actor,
+    :mod:`llm_runs.integrations.verl.opob`)."""
+    recipe = recipe_of(_cfg(config, "policy_loss", None))
+    return recipe is not None and recipe["advantage"] == "opob"
+
+
 def mask_denominator_from(config) -> str:
     """``actor.policy_loss.mask_denominator`` (default ``kept``), checked (:data:`MASK_DENOMINATORS`)."""
     d = plugin_setting(_cfg(config, "policy_loss", None), "mask_denominator")

@@ -104,7 +104,7 @@ def root_problems(actor, root, n_gpus=None) -> list[str]:
     return out
 
 
-def recipe_problems(actor, root) -> list[str]:
+def recipe_problems(actor, root, n_gpus=None) -> list[str]:
     """What the recipe (``actor.policy_loss.recipe``) needs set elsewhere in verl's config and is not."""
     recipe = recipe_of(_cfg(actor, "policy_loss", None))
     if recipe is None:
@@ -116,27 +116,43 @@ def recipe_problems(actor, root) -> list[str]:
     if agg not in want_agg:
         out.append(f"recipe {name} aggregates each response's term over its tokens: actor_rollout_ref.actor."
                    f"loss_agg_mode = {agg!r}; set actor_rollout_ref.actor.loss_agg_mode={want_agg[0]}")
-    clip = recipe["max_grad_norm"]
-    key, have = ("grad_clip", _cfg(actor, "grad_clip", None))
-    if have is None:
-        key, have = ("optim.clip_grad", _cfg(_cfg(actor, "optim", None), "clip_grad", None))
+    clip = recipe["max_grad_norm"]  # the engine clips at optim.clip_grad (FSDPEngine.optimizer_step)
+    have = _cfg(_cfg(actor, "optim", None), "clip_grad", None)
     if clip is not None and have is not None and float(have) != float(clip):
-        out.append(f"recipe {name} clips the gradient at {clip}: actor_rollout_ref.actor.{key} = {have!r}; set "
-                   f"actor_rollout_ref.actor.{key}={clip}")
+        out.append(f"recipe {name} clips the gradient at {clip}: actor_rollout_ref.actor.optim.clip_grad = {have!r}; "
+                   f"set actor_rollout_ref.actor.optim.clip_grad={clip}")
     algorithm = _cfg(root, "algorithm", None) if root is not None else None
     want_adv = {"opob": "gmc_opob", "loo": "gmc_loo", "grpo": "gmc_grpo", "drgrpo": "gmc_drgrpo"}[recipe["advantage"]]
     if algorithm is not None and _cfg(algorithm, "adv_estimator", None) != want_adv:
         out.append(f"recipe {name} takes the advantage {recipe['advantage']!r}: algorithm.adv_estimator = "
                    f"{_cfg(algorithm, 'adv_estimator', None)!r}; set algorithm.adv_estimator={want_adv}")
+    if recipe["advantage"] == "opob":
+        dp = _dp_size(actor, n_gpus)
+        if dp is not None and dp > 1:
+            out.append(f"recipe {name}'s OPOB reads each response's gradient norm, which FSDP averages over the {dp} "
+                       "data-parallel ranks first: set trainer.n_gpus_per_node=1 and trainer.nnodes=1 (one rank)")
+        rs = _cfg(_cfg(algorithm, "rollout_correction", None), "rollout_rs", None) if algorithm is not None else None
+        if rs:
+            out.append(f"recipe {name}'s OPOB is not defined over a group's kept responses: "
+                       f"algorithm.rollout_correction.rollout_rs = {rs!r}; set rollout_rs=null")
     return out
 
 
 def check_actor_config(actor, n_gpus=None, root=None) -> None:
     """Refuse (one ValueError listing every line) the settings of :func:`actor_problems`, :func:`root_problems`
-    and :func:`recipe_problems` when ``actor.policy_loss.loss_mode`` is one of the plugin's losses."""
+    and :func:`recipe_problems` when ``actor.policy_loss.loss_mode`` is one of the plugin's losses; and the
+    advantage estimator ``gmc_opob`` without the recipe that forms OPOB in the actor (its advantages are 0)."""
+    from .settings import opob_active
+
+    algorithm = _cfg(root, "algorithm", None) if root is not None else None
+    if _cfg(algorithm, "adv_estimator", None) == "gmc_opob" and not opob_active(actor):
+        raise ValueError("algorithm.adv_estimator = 'gmc_opob' leaves the advantages to the actor, which forms OPOB's "
+                         "only under +actor_rollout_ref.actor.policy_loss.recipe=vcpo_exact (with "
+                         "actor_rollout_ref.actor.policy_loss.loss_mode=seq_tis); set both, or another adv_estimator "
+                         "(gmc_loo)")
     if _cfg(_cfg(actor, "policy_loss", None), "loss_mode", None) not in policy_loss_names():
         return
-    lines = actor_problems(actor, n_gpus) + root_problems(actor, root, n_gpus) + recipe_problems(actor, root)
+    lines = actor_problems(actor, n_gpus) + root_problems(actor, root, n_gpus) + recipe_problems(actor, root, n_gpus)
     if lines:
         mode = _cfg(_cfg(actor, "policy_loss"), "loss_mode")
         raise ValueError(f"loss_mode {mode!r} (this toolkit's verl plugin) cannot honour these settings:\n  - "
