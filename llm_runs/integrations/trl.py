@@ -25,7 +25,8 @@ How it differs from TRL's ``GRPOTrainer`` (trl 1.16):
    the message naming the toolkit's equivalent (:data:`TRL_SETTINGS`); ``epsilon_high`` is mapped to
    a trajectory scheme's ``eps`` (its cap), ``epsilon``/``epsilon_high`` to ``token_clip``'s ``eps``/``eps_high``
    and ``sapo_temperature_*`` / ``vespo_*`` to the knobs of ``estimator="sapo"`` / ``"vespo"``,
-   whose meaning is the same. At their defaults they are not used.
+   whose meaning is the same. At their defaults they are not used, but ``token_clip`` clips where TRL does, at
+   ``1 - epsilon`` and ``1 + epsilon_high`` (TRL's defaults 0.2 and, unset, ``epsilon``), unless ``eps`` is given.
 2. **Advantages.** :func:`estimators.advantages` of kind ``advantage`` (``loo`` by default,
    THEORY §1) on the weighted sum of the reward functions, per group, replacing TRL's
    ``(r - mean) / (std + 1e-4)``. (TRL's completion table still logs its own advantages.)
@@ -35,15 +36,23 @@ How it differs from TRL's ``GRPOTrainer`` (trl 1.16):
    to hold G copies of the same prompt on this process), and the loss checks that its batch
    is whole, contiguous groups (``ValueError`` otherwise). ``per_device_train_batch_size``
    must be a multiple of ``num_generations``.
-4. **Diagnostics.** :func:`llm_runs.theory.batch_metrics` on every loss call, logged in TRL's
-   metrics under the toolkit trainer's names: the raw-ratio diagnostics (``stale/ess``,
+4. **Diagnostics.** :func:`llm_runs.integrations._common.batch_statistics` on every loss call (the verl
+   plugin's row too), logged in TRL's metrics under the toolkit trainer's names
+   (:data:`~llm_runs.integrations._common.VOCABULARY`): the raw-ratio diagnostics (``stale/ess``,
    ``stale/mass_cap_frac``, ``stale/clip_frac``, ``stale/log_ratio_max``, ...), the theory columns
    (``stale/chi2``, ``stale/chi2_token``, ``stale/mass_bias``, ``stale/mass_bias_bound``), the
-   weights' range (``train/weight_max``, ...) and verl's sequence chi^2 (``stale/chi2_seq_verl``),
-   plus TRL's ``entropy``.
-5. **Refused settings** (``ValueError`` at construction): ``beta != 0`` (no KL term),
-   ``top_entropy_quantile < 1``, ``off_policy_mask_threshold``, an entropy bonus, vLLM
-   importance-sampling correction, ``multi_objective_aggregation != "sum_then_normalize"``.
+   weights after capping (``train/weight_max``, ...), the drift columns (``drift/kl``, ``drift/ess_ratio``,
+   ``drift/abs_log_w_median``) and verl's sequence chi^2 (``stale/chi2_seq_verl``), plus TRL's ``entropy``.
+   A ``train/`` name is logged without its prefix (:func:`~llm_runs.integrations._common.trl_name`), which
+   transformers' wandb and TensorBoard callbacks add back. ``_log_reduced`` is the one place a loss call's
+   statistics enter TRL's metrics.
+5. **Refused settings** (``ValueError`` at construction, naming the setting set): ``beta != 0`` (no KL term),
+   ``top_entropy_quantile < 1``, ``off_policy_mask_threshold``, ``entropy_coef``, ``use_adaptive_entropy``,
+   vLLM's ``vllm_importance_sampling_correction``, ``mask_truncated_completions``,
+   ``multi_objective_aggregation != "sum_then_normalize"`` (:mod:`llm_runs.integrations.trl_settings`).
+6. **Recipes and VCPO's pieces.** ``recipe="vcpo_exact"`` (:data:`llm_runs.stepsize.RECIPES`), or its pieces:
+   ``advantage="opob"`` (OPOB from each completion's gradient norm, one backward pass per completion through the
+   loss call's graph), ``traj_agg="token-mean"``, and the recipe's step control added as a ``StepSizeCallback``.
 
 Controlled delay: ``steps_per_generation``
 =========================================

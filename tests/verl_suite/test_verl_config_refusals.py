@@ -121,3 +121,35 @@ def test_a_setting_the_plugin_cannot_honour_is_refused_by_verls_validation_namin
         got.replace("REFUSED ValueError", "ValueError"), got
     for words in REFUSED[case][1]:
         assert words in got, f"{case}: {words!r} not in {got!r}"
+
+
+USER = ["data.train_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8"]
+"""The user's own settings every documented command says to add (verl requires a log-prob micro-batch size)."""
+
+
+def documented_commands() -> list[tuple[str, list[str]]]:
+    """Every ``python3 -m verl.trainer.main_ppo`` block of README.md and docs/INTEGRATIONS.md (indented ones too), as
+    its ``key=value`` overrides, verbatim."""
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    out = []
+    for path in (repo / "README.md", repo / "docs" / "INTEGRATIONS.md"):
+        for k, block in enumerate(re.findall(r"```bash\n(.*?)```", path.read_text(), re.DOTALL)):
+            text = " ".join(line.strip() for line in block.replace("\\\n", " ").splitlines())
+            if "verl.trainer.main_ppo" in text:
+                out.append((f"{path.name}-{k}", [tok for tok in text.split() if "=" in tok]))
+    return out
+
+
+def test_every_documented_verl_command_passes_verls_validation_as_written():
+    """After the user's data settings, each documented command passes verl's compose and validate_config with the
+    plugin: no block sets what the plugin refuses, and every block caps at 1 + 0.28 (the cap of the README's)."""
+    commands = documented_commands()
+    assert len(commands) >= 4, [name for name, _ in commands]
+    for (name, overrides), got in zip(commands, validate([USER + o for _, o in commands]), strict=True):
+        assert got.startswith("OK PolicyLossConfig"), (name, got)
+        assert TARGET in overrides and ("actor_rollout_ref.actor.clip_ratio_high=0.28" in overrides
+                                        or "+actor_rollout_ref.actor.policy_loss.recipe=vcpo_exact" in overrides), name

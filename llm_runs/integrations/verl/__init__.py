@@ -79,11 +79,16 @@ term is divided by its kept responses or by G (``policy_loss.mask_denominator``)
 by ``B * dp_size / global_batch_size`` so that their sum over micro-batches and mean over
 data-parallel ranks is the mini-batch mean, as verl's ``agg_loss`` does.
 
-Metrics (verl naming, averaged over micro-batches by verl): ``actor/stale/<key>`` for every
-key of :func:`estimators.diagnostics`, computed on the raw ratios (see
-:mod:`llm_runs.integrations._common`), e.g. ``actor/stale/mass_cap_frac`` (capped-group
-fraction), ``actor/stale/clip_frac``, ``actor/stale/ess``,
-``actor/stale/log_ratio_max``.
+Metrics (verl naming, averaged over micro-batches by verl): the row of
+:func:`llm_runs.integrations._common.batch_statistics` under ``actor/``, the trainer's names
+(:data:`~llm_runs.integrations._common.VOCABULARY`): ``actor/stale/<key>`` for every key of
+:func:`estimators.diagnostics`, computed on the raw ratios, e.g. ``actor/stale/mass_cap_frac``
+(capped-group fraction), ``actor/stale/clip_frac``, ``actor/stale/ess``, ``actor/stale/log_ratio_max``;
+``actor/train/weight_*`` (the weights after capping), ``actor/drift/*`` (read by :mod:`llm_runs.drift`);
+and, once per mini-batch, the step control's ``actor/step/lr_scale``.
+
+Config-time checks: :mod:`.validation` (every setting the plugin cannot honour, refused in verl's
+``validate_config``); VCPO's recipe: ``policy_loss.recipe=vcpo_exact`` with OPOB (:mod:`.opob`).
 
 verl versions
 =============
