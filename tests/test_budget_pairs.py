@@ -165,7 +165,8 @@ def _planted(seed, P=6, R=5, K=40, dim=4):
     u = m[None, :, None] + rng.normal(0, 1, (R, P, K, dim)) * np.sqrt(w)  # (R, P, K, dim)
     mhat = u.mean(2)  # (R, P, dim)
     return {"V": torch.from_numpy(mhat.mean(1)), "T": torch.from_numpy(np.tile(grad, (R, 1))),
-            "second": torch.from_numpy((u**2).sum(-1).mean(2).T.copy()), "mhat": torch.from_numpy(mhat).float(),
+            "second": torch.from_numpy((u**2).sum(-1).mean(2).T.copy()),
+            "gm": torch.from_numpy(np.einsum("rpd,spd->prs", mhat, mhat)),
             "truth": {"bias_abs": float(((m.mean(0) - grad) ** 2).sum()), "within": float(w.sum()),
                       "between": 0.5 * dim, "grad_sq": float(grad @ grad)}}
 
@@ -178,7 +179,7 @@ def test_the_law_s_estimates_are_unbiased_for_a_planted_law():
     got = {"bias": [], "within": [], "between": [], "mse4": []}
     for seed in range(300):
         x = _planted(seed)
-        mom = cell_moments(x["V"], x["T"], x["second"], x["mhat"], [4])
+        mom = cell_moments(x["V"], x["T"], x["second"], x["gm"], [4])
         t, J2 = x["truth"], x["truth"]["grad_sq"]
         got["bias"].append(mom["bias_sq"][0] - t["bias_abs"] / J2)
         got["within"].append(mom["within"][0] - t["within"] / J2)
@@ -296,6 +297,11 @@ def test_one_pair_on_a_small_pool_with_its_checks(small):
     assert c["sketch"]["passed"], {k: v for k, v in c["sketch"].items() if k != "blocks"}
     assert [m["agrees"] for m in c["direct_mc"]] == [True, True], c["direct_mc"]
     assert {"gradient_pass", "cells", "checks", "coefficients", "target"} <= set(res["cost_s"])
+    for est, e in res["summary"].items():  # the best split per budget is the row of the smallest rel_mse
+        for N, best in e["best_split"].items():
+            assert best["rel_mse"] == min(r["rel_mse"] for r in res["rows"] if r["estimator"] == est and r["N"] == N)
+        assert all(math.isfinite(v) for v in e["S_w"].values())
+    assert set(res["summary"]) == set(ESTIMATORS)
 
 
 def test_a_pair_whose_on_policy_groups_all_have_equal_rewards_has_no_relative_terms(small):

@@ -19,7 +19,6 @@ pair (``results/cache/budget_pairs``), so an interrupted run resumes at its pair
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
@@ -32,8 +31,8 @@ from studies.group_size.pool import POOL_SEED, PROMPTS, drift_stats, merge, pool
 
 from .pairs_checks import MC_CELLS, run_checks, warning_stats
 from .pairs_grads import CountSketch
-from .pairs_moments import cell_moments, equal_reward_share, simulate
-from .pairs_pass import Q_STORED, TABLE_G, Accumulators, gradient_pass, replicate_coefficients, stored_coefficients
+from .pairs_moments import cell_moments, equal_reward_share, moments_json, simulate, summary, table_row
+from .pairs_pass import Q_STORED, TABLE_G, Accumulators, prompt_pass, replicate_coefficients, stored_coefficients
 
 FORMAT = "gmc-grpo-budget-pairs/1"
 BUDGETS = (64, 128, 512)
@@ -135,10 +134,10 @@ def compute(ctx: dict, R: int = REPLICATES, mc_cells=MC_CELLS, log=print) -> dic
 
             T = target_vectors(pi, on, R, n)
     sketch = CountSketch(sum(p.numel() for p in pi.parameters() if p.requires_grad))
-    acc = stored = None
+    acc = None
     kept = {k: torch.zeros(3, P, R, Q_STORED, dtype=torch.float64) for k in keys}  # amax, asum, cmax
-    caps, names, t_grad = {}, None, 0.0
-    for r in range(R):
+    caps, reps = {}, []
+    for r in range(R):  # the coefficients first, every replicate, in the committed measurement's order of draws
         rows = slice(r * n, (r + 1) * n)
         with clock("coefficients"):
             rep = replicate_coefficients(lp_b[:, rows], b["blogp"][:, rows], b["mask"][:, rows], b["rewards"][:, rows],
@@ -147,17 +146,24 @@ def compute(ctx: dict, R: int = REPLICATES, mc_cells=MC_CELLS, log=print) -> dic
                 for j, x in enumerate(stats):
                     kept[k][j, :, r] = x
             caps[r] = rep["cap"]
-        names = rep["names"]
-        if T is not None:
+            rep["groups"] = {k: (pick.to(torch.int16 if n < 2**15 else torch.int64), coef)
+                             for k, (pick, coef) in rep["groups"].items() if k in kept}
+            reps.append(rep)
+    names = reps[0]["names"]
+    log(f"{pair.name}: coefficients of {R} replicates ({clock.total():.0f} s)")
+    t_grad = 0.0
+    if T is not None:
+        acc = Accumulators(reps, P, sketch.dim, keys)
+        for p in range(P):
             with clock("gradient_pass"):
-                if acc is None:
-                    acc = Accumulators(R, P, sketch.dim, keys, len(names))
-                t_grad += gradient_pass(pi, b, r, rows, rep, T, acc, sketch, log)
-        log(f"{pair.name}: replicate {r + 1}/{R} ({clock.total():.0f} s)")
+                t_grad += prompt_pass(pi, b, p, reps, T, acc, sketch)
+            if (p + 1) % 4 == 0 or p + 1 == P:
+                log(f"{pair.name}: gradients of prompt {p + 1}/{P} ({clock.total():.0f} s)")
     cost["per_completion_gradients_cpu"] = t_grad
     rows_out, by_cell = [], {}
     with clock("cells"):
         gT = (T @ T.T).double() if T is not None else None
+        V = acc.V if acc is not None else None
         from studies.group_size.analysis import offdiagonal_mean
 
         for ei, (est, G) in enumerate(keys):
@@ -166,14 +172,14 @@ def compute(ctx: dict, R: int = REPLICATES, mc_cells=MC_CELLS, log=print) -> dic
             stored = {"G": G, **dict(zip(("amax", "asum", "cmax"), kept[(est, G)]))}
             mom = None
             if acc is not None:
-                mom = cell_moments(acc.V[:, i], T, acc.second[(est, G)], acc.mhat[:, :, i], Bs)
+                mom = cell_moments(V[:, i], T, acc.second[(est, G)], acc.gm[:, i], Bs)
                 stored.update(U=acc.U[(est, G)], norm2=acc.norm2[(est, G)], dotT=acc.dotT[(est, G)])
-            by_cell[f"{est}/G{G}"] = _moments_json(mom)
+            by_cell[f"{est}/G{G}"] = moments_json(mom, G)
             share = equal_reward_share(b["rewards"], G)
             for B in Bs:
                 sim = simulate(stored, B, R, [SIM_SEED, int(pair.name[1:]), ei, G, B],
                                grad_sq=(lambda keep: offdiagonal_mean(gT, keep)) if acc is not None else None)
-                rows_out.append(_row(pair.name, est, B, G, mom, sim, share))
+                rows_out.append(table_row(pair.name, est, B, G, mom, sim, share))
     checks = {}
     with clock("checks"):
         if acc is not None:
@@ -187,7 +193,8 @@ def compute(ctx: dict, R: int = REPLICATES, mc_cells=MC_CELLS, log=print) -> dic
             "committed_rows": ctx.get("committed_rows"), "cap_share": {G: float(np.mean([caps[r][G] for r in caps]))
                                                                       for G in Gs},
             "target_zero": T is None, "sketch_dim": sketch.k, "stored_groups_per_block": Q_STORED,
-            "moments": by_cell, "checks": checks, "rows": rows_out, "warning_rows": warn, "cost_s": cost}
+            "moments": by_cell, "summary": summary(rows_out, by_cell, BUDGETS), "checks": checks, "rows": rows_out,
+            "warning_rows": warn, "cost_s": cost}
 
 
 def _estimators():
@@ -220,37 +227,13 @@ class _Clock:
         return sum(s["wall"] for s in self.costs.values())
 
 
-def _moments_json(mom) -> dict | None:
-    if mom is None:
-        return None
-    out = {k: {"value": v[0], "se": v[1]} for k, v in mom.items() if k != "by_B"}
-    return out
-
-
-def _row(pair: str, est: str, B: int, G: int, mom, sim: dict, share: float) -> dict:
-    nan = (math.nan, math.nan)
-    by = mom["by_B"][B] if mom is not None else {"rel_mse": nan, "var": nan}
-    m = mom or {}
-    return {"pair": pair, "estimator": est, "B": B, "G": G, "N": B * G,
-            "rel_mse": by["rel_mse"][0], "bias_sq": m.get("bias_sq", nan)[0], "var": by["var"][0],
-            "cos_mean": sim.get("cos_mean", math.nan), "cos_neg_share": sim.get("cos_neg_share", math.nan),
-            "max_share": sim["max_share"], "equal_reward_share": share, "se": by["rel_mse"][1],
-            "bias_se": m.get("bias_sq", nan)[1], "var_se": by["var"][1],
-            "within": m.get("within", nan)[0] / B, "within_se": m.get("within", nan)[1] / B,
-            "between": m.get("between", nan)[0] / B, "between_se": m.get("between", nan)[1] / B,
-            "cos_se": sim.get("cos_mean_se", math.nan), "cos_neg_share_se": sim.get("cos_neg_share_se", math.nan),
-            "max_share_se": sim["max_share_se"], "max_coef_share": sim["max_coef_share"],
-            "zero_update_share": sim["zero_update_share"],
-            "target_ok": mom is not None and mom["grad_sq"][0] > 2 * mom["grad_sq"][1]}
-
-
 METHOD = {
     "law": "B distinct prompts of the task, one group of G each from pi_b: E|g - grad J|^2 = bias^2(G) + (V_b(G) + "
            "S_w(G) / G) / B, every term over |grad J|^2 (studies.budget.pairs_moments)",
     "bias_sq": "the committed estimator: off-diagonal mean of (V_r - T_r).(V_s - T_s) over that of T_r.T_s",
     "var": "(V_b + S_w / G) / (B |grad J|^2); S_w / G = S - mean_p |m_p|^2, V_b = P / (P - 1) (mean_p |m_p|^2 - "
            "|gbar|^2); S the mean sketched |u|^2 of the sampled groups, |gbar|^2 the off-diagonal mean of V_r.V_s, "
-           "|m_p|^2 of the sketched m_p^r.m_p^s; within = S_w / (G B |grad J|^2), between = V_b / (B |grad J|^2)",
+           "|m_p|^2 of m_p^r.m_p^s (exact); within = S_w / (G B |grad J|^2), between = V_b / (B |grad J|^2)",
     "sketch": "CountSketch of the per-completion gradients (k buckets): E<Sx,Sy> = <x,y>, Var <= (|x|^2|y|^2 + "
               "<x,y>^2) / k, so one s.d. of a squared norm is at most sqrt(2/k) of it",
     "batches": "prompts uniform with replacement on the pool's P (a repeat takes another replicate's group): the "

@@ -21,8 +21,8 @@ replicate's own noise enters a squared mean; m_p^r is replicate r's estimate of 
   of ``T_r.T_s``;
 * ``S = (1/P) sum_p E[|u|^2 | p]``: the mean of the sampled groups' sketched squared norms (a random G-subset of a
   replicate's i.i.d. draws is G i.i.d. draws, so it is unbiased);
-* ``|gbar|^2`` (gbar = (1/P) sum_p m_p): the off-diagonal mean of ``V_r.V_s`` (exact vectors);
-  ``mean_p |m_p|^2``: of the sketched ``m_p^r.m_p^s``;
+* ``|gbar|^2`` (gbar = (1/P) sum_p m_p): the off-diagonal mean of ``V_r.V_s``; ``mean_p |m_p|^2``: of
+  ``m_p^r.m_p^s`` (exact vectors, float32 sums);
 * ``S_w / G = S - mean_p |m_p|^2``; ``V_b = P / (P - 1) (mean_p |m_p|^2 - |gbar|^2)`` (the unbiased between-prompt
   variance of a sample of P prompts).
 
@@ -53,14 +53,15 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den > 0 else math.nan
 
 
-def cell_moments(V: torch.Tensor, T: torch.Tensor, second: torch.Tensor, mhat: torch.Tensor, Bs) -> dict:
+def cell_moments(V: torch.Tensor, T: torch.Tensor, second: torch.Tensor, gm: torch.Tensor, Bs) -> dict:
     """One (correction, G): ``V`` ``(R, dim)`` its expected-update replicates, ``T`` ``(R, dim)`` the targets,
-    ``second`` ``(P, R)`` the mean sketched |u|^2 per block, ``mhat`` ``(R, P, k)`` the sketched per-prompt means;
-    ``Bs`` the batch sizes. Relative terms with their jackknife standard errors, and ``rel_mse``/``var`` per B."""
+    ``second`` ``(P, R)`` the mean sketched |u|^2 per block, ``gm`` ``(P, R, R)`` the Gram matrices of each prompt's
+    replicate means m_p^r; ``Bs`` the batch sizes. Relative terms with their jackknife standard errors, and
+    ``rel_mse``/``var`` per B."""
     R = V.shape[0]
     gV, gT, gVT = (V @ V.T).double(), (T @ T.T).double(), (V @ T.T).double()
     gD = gV - gVT - gVT.T + gT
-    gm = torch.einsum("rpk,spk->prs", mhat.double(), mhat.double())  # (P, R, R)
+    gm = gm.double()
 
     cache: dict[tuple, tuple] = {}
 
@@ -197,3 +198,50 @@ def equal_reward_share(rewards: torch.Tensor, G: int) -> float:
         total = math.lgamma(M + 1) - math.lgamma(G + 1) - math.lgamma(M - G + 1)
         out.append(sum(math.exp(x - total) for x in lc))
     return float(np.mean(out))
+
+
+def moments_json(mom, G: int) -> dict | None:
+    """A cell's terms with their s.e., and S_w = G x within (the within-group second-moment term of §9)."""
+    if mom is None:
+        return None
+    out = {k: {"value": v[0], "se": v[1]} for k, v in mom.items() if k != "by_B"}
+    out["S_w"] = {"value": G * mom["within"][0], "se": G * mom["within"][1]}
+    return out
+
+
+def summary(rows: list[dict], by_cell: dict, budgets) -> dict:
+    """Per correction: S_w and V_b by G (relative to |grad J|^2), V_b's share of a group's variance, and per N the
+    split of the smallest rel_mse."""
+    out = {}
+    for key, mom in by_cell.items():
+        if mom is None:
+            continue
+        est, G = key.split("/G")
+        e = out.setdefault(est, {"S_w": {}, "V_b": {}, "V_b_share": {}, "best_split": {}})
+        e["S_w"][int(G)], e["V_b"][int(G)] = mom["S_w"]["value"], mom["between"]["value"]
+        gv = mom["group_var"]["value"]
+        e["V_b_share"][int(G)] = mom["between"]["value"] / gv if gv and math.isfinite(gv) and gv > 0 else math.nan
+    for est, e in out.items():
+        for N in budgets:
+            cand = [r for r in rows if r["estimator"] == est and r["N"] == N and math.isfinite(r["rel_mse"])]
+            if cand:
+                best = min(cand, key=lambda r: r["rel_mse"])
+                e["best_split"][N] = {"B": best["B"], "G": best["G"], "rel_mse": best["rel_mse"], "se": best["se"]}
+    return out
+
+
+def table_row(pair: str, est: str, B: int, G: int, mom, sim: dict, share: float) -> dict:
+    nan = (math.nan, math.nan)
+    by = mom["by_B"][B] if mom is not None else {"rel_mse": nan, "var": nan}
+    m = mom or {}
+    return {"pair": pair, "estimator": est, "B": B, "G": G, "N": B * G,
+            "rel_mse": by["rel_mse"][0], "bias_sq": m.get("bias_sq", nan)[0], "var": by["var"][0],
+            "cos_mean": sim.get("cos_mean", math.nan), "cos_neg_share": sim.get("cos_neg_share", math.nan),
+            "max_share": sim["max_share"], "equal_reward_share": share, "se": by["rel_mse"][1],
+            "bias_se": m.get("bias_sq", nan)[1], "var_se": by["var"][1],
+            "within": m.get("within", nan)[0] / B, "within_se": m.get("within", nan)[1] / B,
+            "between": m.get("between", nan)[0] / B, "between_se": m.get("between", nan)[1] / B,
+            "cos_se": sim.get("cos_mean_se", math.nan), "cos_neg_share_se": sim.get("cos_neg_share_se", math.nan),
+            "max_share_se": sim["max_share_se"], "max_coef_share": sim["max_coef_share"],
+            "zero_update_share": sim["zero_update_share"],
+            "target_ok": mom is not None and mom["grad_sq"][0] > 2 * mom["grad_sq"][1]}

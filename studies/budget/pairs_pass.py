@@ -4,14 +4,15 @@ at once to what the table needs.
 
 Per replicate r (:func:`replicate_coefficients`): the groups and coefficients of every correction at every G,
 drawn from the generator in exactly the order :func:`studies.group_size.pairs.measure` draws them, so the
-expected-update vectors are the committed measurement's. Per block (:func:`gradient_pass`):
+expected-update vectors are the committed measurement's. Per block (:func:`prompt_pass`):
 
 * ``V[r, v] += C_v[p] grad log pi(o_p.)``: the exact expected-update vectors of the committed bias measurement;
 * ``dots = grad log pi(o_pj) . T_s``: inner products with every replicate's on-policy target (exact up to float32
   sums, as ``V``);
 * ``Gram = (S g)(S g)^T`` with S the CountSketch (:mod:`studies.budget.pairs_grads`): each sampled group's
   squared norm ``|u|^2 = a^T Gram[S, S] a``, averaged per block (``second[(e, G)][p, r]``);
-* the per-prompt expected update ``m_p^r`` sketched (``mhat``), for the within/between split;
+* the per-prompt expected updates ``m_p^r`` of the R replicates, reduced to their exact Gram matrix (``gm``), for
+  the within/between split (blocks go prompt by prompt, so a prompt's replicates are in memory together);
 * :data:`Q_STORED` sampled groups per block kept for the batch simulation: their sketch folded to :data:`FOLD`
   buckets, ``|u|^2``, ``u . T_s``, and their largest and summed |coefficient|.
 
@@ -109,46 +110,59 @@ def stored_coefficients(groups: dict, rewards: torch.Tensor, n: int) -> dict:
 
 
 class Accumulators:
-    """What the gradient pass keeps of one pair, sized ``R`` replicates x ``P`` prompts."""
+    """What the gradient pass keeps of one pair, sized ``R`` replicates x ``P`` prompts, for the replicates'
+    coefficients ``reps`` (:func:`replicate_coefficients`, names in the same order in each)."""
 
-    def __init__(self, R: int, P: int, dim: int, keys: list, n_vectors: int):
-        self.V = torch.zeros(R, n_vectors, dim, dtype=torch.float64)
+    def __init__(self, reps: list[dict], P: int, dim: int, keys: list):
+        R, names = len(reps), reps[0]["names"]
+        self.dedup = [dedup(rep["mats"]) for rep in reps]
+        self.Vu = [torch.zeros(len(u), dim, dtype=torch.float64) for u, _ in self.dedup]
+        self.gm = torch.zeros(P, len(names), R, R, dtype=torch.float64)
         self.second = {k: torch.full((P, R), math.nan, dtype=torch.float64) for k in keys}
-        self.mhat = torch.zeros(R, P, n_vectors, FOLD)
         self.U = {k: torch.zeros(P, R, Q_STORED, FOLD) for k in keys}
         self.norm2 = {k: torch.full((P, R, Q_STORED), math.nan, dtype=torch.float64) for k in keys}
         self.dotT = {k: torch.full((P, R, Q_STORED, R), math.nan, dtype=torch.float64) for k in keys}
         self.checks: list[dict] = []
 
+    @property
+    def V(self) -> torch.Tensor:
+        """``(R, names, dim)``: each replicate's expected-update vector of each (correction, G)."""
+        return torch.stack([Vu[where] for Vu, (_, where) in zip(self.Vu, self.dedup)])
 
-def gradient_pass(model, pool: dict, r: int, rows: slice, rep: dict, T: torch.Tensor, acc: Accumulators,
-                  sketch: CountSketch, log=print) -> float:
-    """The blocks of replicate ``r`` (every prompt's completions ``rows``), into ``acc`` (``V[r, i]`` and
-    ``mhat[r, :, i]`` for ``rep["names"][i]``); the CPU seconds spent on the per-completion gradients."""
-    uniq, where = dedup(rep["mats"])
-    C = torch.stack(uniq).float()  # (v, P, n)
-    P = C.shape[1]
-    n = rows.stop - rows.start
-    Vr = torch.zeros(len(uniq), acc.V.shape[-1], dtype=torch.float64)
+
+def prompt_pass(model, pool: dict, p: int, reps: list[dict], T: torch.Tensor, acc: Accumulators,
+                sketch: CountSketch) -> float:
+    """The blocks of prompt ``p`` (its completions of each replicate), into ``acc``; the CPU seconds spent on the
+    per-completion gradients. Replicate r's block adds ``C_r[p] grad log pi`` to ``V_r`` (as the committed
+    measurement, prompt by prompt) and gives ``m_p^r = P C_r[p] grad log pi``, whose exact cross-replicate Gram
+    matrix ``gm[p]`` is kept."""
+    R = len(reps)
+    n = pool["ids"].shape[1] // R
+    P = pool["ids"].shape[0]
+    prompt = pool["prompt_ids"][p][pool["prompt_mask"][p].bool()]
+    m = torch.zeros(R, len(reps[0]["names"]), acc.Vu[0].shape[1])  # m_p^r of every name, float32
     T32 = T.float()
     t_grad = 0.0
-    for p in range(P):
-        prompt = pool["prompt_ids"][p][pool["prompt_mask"][p].bool()]
+    for r, rep in enumerate(reps):
+        rows = slice(r * n, (r + 1) * n)
+        uniq, where = acc.dedup[r]
+        C = torch.stack(uniq)[:, p].float()  # (v, n)
         t0 = time.process_time()
         blocks = per_completion_gradients(model, prompt, pool["ids"][p, rows], pool["mask"][p, rows].float(),
                                           flat=False)
         t_grad += time.process_time() - t0
-        dots = torch.zeros(n, T.shape[0], dtype=torch.float64)
+        dots = torch.zeros(n, R, dtype=torch.float64)
         for a, b, blk in blocks:  # the expected-update vectors and inner products with the targets (float32 sums)
-            Vr[:, a:b] += (C[:, p] @ blk).double()
+            part = C @ blk
+            acc.Vu[r][:, a:b] += part.double()
+            m[r, :, a:b] = (part * P)[where]
             dots += (blk @ T32[:, a:b].T).double()
         z = sketch(blocks)
         z64 = z.double()
         gram = z64 @ z64.T
         z4 = CountSketch.fold(z, FOLD)
-        acc.mhat[r, p] = ((C[:, p] * P) @ z4)[where]
-        block_check = r == 0 and p < CHECK_BLOCKS
-        if block_check:
+        check = r == 0 and p < CHECK_BLOCKS
+        if check:
             flat = torch.cat([blk for _, _, blk in blocks], 1).double()
             exact = flat @ flat.T
             del flat
@@ -157,22 +171,22 @@ def gradient_pass(model, pool: dict, r: int, rows: slice, rep: dict, T: torch.Te
             pick, coef = rep["groups"][key]
             K = pick.shape[1]
             a = coef[p] * (P * K)  # (K, G): each group's own update coefficients
-            pk = pick[p]
+            pk = pick[p].long()
             q = _quadratic(gram, pk, a)
             acc.second[key][p, r] = q.mean()
-            if block_check:
+            if check:
                 qe = _quadratic(exact, pk, a).mean()
                 rec["second_moment"][f"{key[0]}/G{key[1]}"] = {"exact": float(qe), "sketched": float(q.mean()),
                                                                "rel_err": float(q.mean() / qe - 1) if qe > 0 else 0.0}
-            keep = 1 if key[1] == n else Q_STORED
-            for s in range(keep):
+            for s in range(1 if key[1] == n else Q_STORED):
                 acc.U[key][p, r, s] = a[s].float() @ z4[pk[s]]
                 acc.norm2[key][p, r, s] = q[s]
                 acc.dotT[key][p, r, s] = a[s] @ dots[pk[s]]
-        if block_check:
+        if check:
             acc.checks.append(rec)
-    acc.V[r] = Vr[where]
-    log(f"  replicate {r + 1}: {P} blocks of {n} completions")
+    for i in range(m.shape[1]):
+        mi = m[:, i].double()
+        acc.gm[p, i] = mi @ mi.T
     return t_grad
 
 
