@@ -159,7 +159,8 @@ class TrajectoryGRPOTrainer(GRPOTrainer):
         estimator: the estimator's name, one of :func:`estimators.losses.loss_names` (default ``gmc``;
             deprecated alias ``scheme``).
         eps: the threshold of the cap ``1 + eps`` (THEORY §2; default ``GRPOConfig.epsilon_high`` when set, else
-            0.28, TIC's public 1.28).
+            0.28, TIC's public 1.28); ``token_clip``'s lower clip ``1 - eps`` (default ``GRPOConfig.epsilon``, TRL's
+            0.2, its upper clip ``GRPOConfig.epsilon_high`` when set).
         advantage: kind of :func:`estimators.advantages`: ``loo`` (default), ``grpo`` or ``drgrpo``; or ``opob``,
             VCPO's off-policy optimal baseline per group (:func:`estimators.baselines.opob_advantages`, the
             trainer's ``advantage = opob``: each completion's ``||grad log pi||^2`` by one backward pass through
