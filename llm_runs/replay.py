@@ -22,7 +22,8 @@ it, the byte-for-byte check is skipped with that reason (exit status 3): runs he
 committed ones statistically, not bit for bit. That rounding is a proxy: ``--anyway`` compares all
 the same and names the columns that differ (a run made on a forced kernel path, say AVX2 on an
 AVX-512 machine, can replay byte for byte on another machine's native path). A run made on a forced
-path (``machine.kernel_env`` in its ``config.json``) is replayed only with the same variables set.
+path (``machine.kernel_env`` in its ``config.json``) is replayed only with the same variables set, and a
+process that forces a path the run was not made on skips it the same way, saying which to set.
 """
 from __future__ import annotations
 
@@ -215,9 +216,10 @@ class ReplaySkipped(ValueError):
 
 
 def _check_kernel_env(run: Path) -> None:
-    """Refuse to replay a run made on a forced CPU kernel path (``machine.kernel_env`` in its
-    ``config.json``) in a process whose environment does not force the same path: the variables are
-    read when torch loads, so the replay would silently take another path."""
+    """Skip (:class:`ReplaySkipped`, the command's exit status 3) the replay of a run in a process whose
+    environment forces another CPU kernel path than the run's (``machine.kernel_env`` in its ``config.json``;
+    none forced on either side is the same path): the variables are read when torch loads, so the replay would
+    silently take another path and could not be byte-identical. The message names the setting to replay with."""
     from schema.results import read_run_doc
 
     from .warmstart import KERNEL_ENV
@@ -226,8 +228,9 @@ def _check_kernel_env(run: Path) -> None:
     here = {k: os.environ[k] for k in KERNEL_ENV if os.environ.get(k)}
     if made != here:
         setting = " ".join(f"{k}={v}" for k, v in made.items()) or "none of " + ", ".join(KERNEL_ENV)
-        raise ValueError(f"{run} was made on the kernel path {made or 'of the machine (none forced)'}, this process "
-                         f"forces {here or 'none'}: replay it with {setting} in the environment")
+        raise ReplaySkipped(f"{run} was made on the kernel path {made or 'of the machine (none forced)'}, this process "
+                            f"forces {here or 'none'}, so the byte-for-byte check is skipped: replay it with {setting} "
+                            "in the environment")
 
 
 def _check_warm_start(run: Path, cfg, rounding: bool = True) -> None:

@@ -147,7 +147,7 @@ def test_a_machine_that_rounds_differently_uses_the_committed_weights_and_its_ru
 
 
 def test_a_run_made_on_a_forced_kernel_path_replays_only_on_that_path(tmp_path, monkeypatch):
-    from llm_runs.replay import replay
+    from llm_runs.replay import ReplaySkipped, replay
     from llm_runs.trainer import Trainer
 
     for name in warmstart.KERNEL_ENV:
@@ -157,8 +157,15 @@ def test_a_run_made_on_a_forced_kernel_path_replays_only_on_that_path(tmp_path, 
     assert "kernel_env" not in doc["machine"]
     doc["machine"]["kernel_env"] = {"ATEN_CPU_CAPABILITY": "avx2"}  # as a run made with the variable set records
     (tmp_path / "run" / "config.json").write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=r"kernel path .*ATEN_CPU_CAPABILITY.* forces none: replay it with "
-                                         r"ATEN_CPU_CAPABILITY=avx2"):
+    with pytest.raises(ReplaySkipped, match=r"kernel path .*ATEN_CPU_CAPABILITY.* forces none, so the byte-for-byte "
+                                            r"check is skipped: replay it with ATEN_CPU_CAPABILITY=avx2"):
+        replay(tmp_path / "run", 2, cache_dir=tmp_path / "cache")
+    doc["machine"].pop("kernel_env")  # the same run made on no forced path, replayed on a forced one: skipped too
+    (tmp_path / "run" / "config.json").write_text(json.dumps(doc))
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    with pytest.raises(ReplaySkipped, match=r"kernel path of the machine \(none forced\), this process forces "
+                                            r"\{'ATEN_CPU_CAPABILITY': 'default'\}, so the byte-for-byte check is skipped: "
+                                            r"replay it with none of ATEN_CPU_CAPABILITY"):
         replay(tmp_path / "run", 2, cache_dir=tmp_path / "cache")
 
 
