@@ -189,13 +189,13 @@ SPLIT_FLAT = 1.25
 """Claim 30's 'flat': the largest over the smallest MSE across the splits of one budget at most 1.25."""
 
 
-def split_table(lr, lpb, rew, S, gJ, N: int, schemes=("gmc", "topr")) -> dict:
+def split_table(lr, lpb, rew, S, gJ, N: int, estimator_names=("gmc", "topr")) -> dict:
     """Per scheme, ``{G: MSE at B = N/G}`` for G = 2, 4, ..., N/2 (exact, Proposition 9.1)."""
-    out = {s: {} for s in schemes}
+    out = {s: {} for s in estimator_names}
     G = 2
     while G <= N // 2:
-        t = exact_terms(lr, lpb, rew, S, gJ, G, EPS, schemes)
-        for s in schemes:
+        t = exact_terms(lr, lpb, rew, S, gJ, G, EPS, estimator_names)
+        for s in estimator_names:
             out[s][G] = t[s]["b_sq"] + (t[s]["V_b"] + t[s]["W"]) * G / N
         G *= 2
     return out

@@ -36,11 +36,11 @@ def per_sample_schemes(rewards) -> tuple[str, ...]:
     return PER_SAMPLE + (("topr",) if binary(rewards) else ())
 
 
-def per_outcome_weights(scheme: str, log_ratio, rewards, eps: float) -> np.ndarray:
+def per_outcome_weights(estimator: str, log_ratio, rewards, eps: float) -> np.ndarray:
     """``c(w_k, r_k)`` per outcome for a scheme of :func:`per_sample_schemes` (TOPR: A's sign from r, binary)."""
     lr = np.asarray(log_ratio, float)
-    adv = (2.0 * np.asarray(rewards, float) - 1.0).reshape(-1, 1) if scheme == "topr" else None
-    return estimators.weights(scheme, lr.reshape(-1, 1), eps, advantages=adv).reshape(lr.shape)
+    adv = (2.0 * np.asarray(rewards, float) - 1.0).reshape(-1, 1) if estimator == "topr" else None
+    return estimators.weights(estimator, lr.reshape(-1, 1), eps, advantages=adv).reshape(lr.shape)
 
 
 def hoeffding(log_ratio, log_p_b, rewards, scores, c) -> dict:
@@ -65,12 +65,12 @@ def hoeffding(log_ratio, log_p_b, rewards, scores, c) -> dict:
     return {"mu": mu, "zeta1": zeta1, "zeta2": zeta2}
 
 
-def exact_terms(log_ratio, log_p_b, rewards, scores, grad_J, G: int, eps: float, schemes) -> dict:
+def exact_terms(log_ratio, log_p_b, rewards, scores, grad_J, G: int, eps: float, estimator_names) -> dict:
     """Per scheme, §9's terms at group size G by enumeration: ``bias`` (P,), ``b_sq``, ``V_b``, ``W``, ``S_w``,
     ``mass`` (E of the group's mass (1/G) sum_i c_i) and the per-prompt conditional means ``mu`` (Q, P)."""
-    raw = exact_batch(log_ratio, log_p_b, rewards, scores, G, eps, list(schemes))
+    raw = exact_batch(log_ratio, log_p_b, rewards, scores, G, eps, list(estimator_names))
     out = {}
-    for s in schemes:
+    for s in estimator_names:
         mu = raw[s]["mean_grad"]
         mbar = mu.mean(0)
         bias = mbar - np.asarray(grad_J, float).ravel()
@@ -86,7 +86,7 @@ def ratio_law(log_ratio, log_p_b, rewards, scores) -> dict:
     return {"sigma2": s2, "mu4": m4, "M": bound_M(rewards, scores)}
 
 
-def group_law(log_ratio, log_p_b, rewards, scores, G: int, eps: float, scheme: str) -> tuple[np.ndarray, np.ndarray]:
+def group_law(log_ratio, log_p_b, rewards, scores, G: int, eps: float, estimator: str) -> tuple[np.ndarray, np.ndarray]:
     """The law of one group's estimate for a uniformly drawn prompt: every (prompt, count vector)'s ``g_hat``
     ``(n, P)`` and its probability ``(n,)`` (enumerated; the probabilities sum to 1)."""
     lr, lpb = np.atleast_2d(log_ratio), np.atleast_2d(log_p_b)
@@ -95,8 +95,8 @@ def group_law(log_ratio, log_p_b, rewards, scores, G: int, eps: float, scheme: s
     counts, tuples, log_coef = configurations(G, K)
     xs, ps = [], []
     for q in range(Q):
-        terms = group_terms(tuples[None], lr[q:q + 1], rew[q:q + 1], eps, [scheme])
-        cA = terms.cA[scheme]  # (n, G)
+        terms = group_terms(tuples[None], lr[q:q + 1], rew[q:q + 1], eps, [estimator])
+        cA = terms.cA[estimator]  # (n, G)
         xs.append(np.einsum("ng,ngp->np", cA, S[q][tuples]) / G)
         ps.append(np.exp(log_coef + counts @ lpb[q]) / Q)
     return np.concatenate(xs), np.concatenate(ps)
@@ -132,15 +132,15 @@ def e5_arrays(env, theta, theta_b) -> tuple:
     return (logp - logpb)[None], logpb[None], rew[None], S[None], gJ
 
 
-def exact_budget_per_sample(log_ratio, log_p_b, rewards, scores, grad_J, G: int, eps: float, scheme: str) -> dict:
+def exact_budget_per_sample(log_ratio, log_p_b, rewards, scores, grad_J, G: int, eps: float, estimator: str) -> dict:
     """§9's terms of a per-sample scheme (:func:`per_sample_schemes`) at any G >= 2 without enumerating groups:
     ``b_sq`` and ``V_b`` from the G-free conditional means, ``S_w`` by Proposition 9.2 (:func:`hoeffding`)."""
-    if scheme not in per_sample_schemes(rewards):
-        raise ValueError(f"{scheme!r} is not a per-sample scheme on these rewards; per-sample: "
+    if estimator not in per_sample_schemes(rewards):
+        raise ValueError(f"{estimator!r} is not a per-sample scheme on these rewards; per-sample: "
                          f"{', '.join(per_sample_schemes(rewards))}")
     if G < 2:
         raise ValueError(f"leave-one-out advantages need G >= 2, got G = {G}")
-    c = per_outcome_weights(scheme, log_ratio, rewards, eps)
+    c = per_outcome_weights(estimator, log_ratio, rewards, eps)
     h = hoeffding(log_ratio, log_p_b, rewards, scores, c)
     mbar = h["mu"].mean(0)
     bias = mbar - np.asarray(grad_J, float).ravel()

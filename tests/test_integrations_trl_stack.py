@@ -162,7 +162,8 @@ def test_vcpo_exact_in_trl_steps_as_the_trainers_recipe_on_a_fixed_batch(tmp_pat
     same OPOB advantages, step factor and parameter step.
 
     Tolerance: the model is float64 on both sides, and both cast OPOB's advantages to float32 (the test checks
-    they are the same floats, or two float32 ulps apart). TRL scores the completions with its chunked log-prob kernel, which computes the
+    they are the same floats, or two float32 ulps apart). TRL scores the completions with its chunked log-prob
+    kernel, which computes the
     softmax over the V logits and the logit gradient ``onehot - p`` of every token in float32
     (``trl/kernels/chunked_logprob.py``: ``tile.float()``), so each token's term of the gradient carries a relative
     rounding of at most about V float32 ulps (V 2^-24); the step is linear in those terms, so it may differ from the

@@ -173,8 +173,8 @@ def _renamed_functions():
 PUBLIC_ALIASED = {
     "bounds.normalised": {"sign_error_bound", "trajectory_share_bound", "weight_max"},
     "estimators.baselines": {"otb_advantages"},
-    "estimators.losses.dispatch": {"check_options", "policy_loss"},
-    "estimators.losses.registry": {"is_batch_coupled", "is_bounded"},
+    "estimators.losses.dispatch": {"policy_loss"},
+    "estimators.losses.registry": {"check_options", "is_batch_coupled", "is_bounded"},
     "estimators.losses.trajectory": {"trajectory_loss"},
     "estimators.schemes": {"Scheme.group_mass_sup", "Scheme.member", "get_scheme", "log_weights", "weights"},
     "llm_runs.integrations.trl": {"TrajectoryGRPOTrainer.__init__"},

@@ -164,8 +164,8 @@ def test_a_run_made_on_a_forced_kernel_path_replays_only_on_that_path(tmp_path, 
     (tmp_path / "run" / "config.json").write_text(json.dumps(doc))
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
     with pytest.raises(ReplaySkipped, match=r"kernel path of the machine \(none forced\), this process forces "
-                                            r"\{'ATEN_CPU_CAPABILITY': 'default'\}, so the byte-for-byte check is skipped: "
-                                            r"replay it with none of ATEN_CPU_CAPABILITY"):
+                                            r"\{'ATEN_CPU_CAPABILITY': 'default'\}, so the byte-for-byte check is "
+                                            r"skipped: replay it with none of ATEN_CPU_CAPABILITY"):
         replay(tmp_path / "run", 2, cache_dir=tmp_path / "cache")
 
 

@@ -202,12 +202,12 @@ def test_decide_confirms_misses_and_refuses_thin_strata():
 
 
 def test_verdict_says_not_yet_run(tmp_path, monkeypatch):
-    from studies.warning.verdict import verdict, verdict_main
+    from studies.warning.verdict import _main_verdict, verdict
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     rec = verdict("budget")
     assert rec["verdict"] == "not yet run" and rec["runs"] == 0
-    assert verdict_main("budget") == 0
+    assert _main_verdict("budget") == 0
     assert not (tmp_path / "llm" / "budget").exists()  # nothing written into a grid that has not started
 
 

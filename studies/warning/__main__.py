@@ -72,9 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.select:
         return select_main()
     if args.verdict:
-        from .verdict import verdict_main
+        from .verdict import _main_verdict
 
-        return verdict_main(args.verdict, Path(args.out) if args.out else None)
+        return _main_verdict(args.verdict, Path(args.out) if args.out else None)
     p.print_usage(sys.stderr)
     return 2
 

@@ -156,7 +156,7 @@ def summary_lines(rec: dict) -> list[str]:
     return lines
 
 
-def verdict_main(grid: str, out: Path | None = None) -> int:
+def _main_verdict(grid: str, out: Path | None = None) -> int:
     from schema.io import write_json
 
     try:
