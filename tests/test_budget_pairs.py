@@ -349,6 +349,9 @@ def test_the_command_keeps_a_measured_pair_and_refuses_a_foreign_file(tmp_path, 
     assert calls == ["p1", "p1"]
     out = tmp_path / "cache" / "budget_pairs" / "quick"
     assert (out / "pairs.csv").read_text().startswith(",".join(pairs.COLUMNS))
+    (out / "pairs.csv").unlink()
+    assert pairs.main(["--quick", "--tables"]) == 0 and calls == ["p1", "p1"]  # the tables again, nothing measured
+    assert (out / "pairs.csv").read_text().splitlines()[1].endswith(",True")  # checks_passed
     (out / "pairs.csv").write_text("somebody else's table\n")
     with pytest.raises(ValueError, match="not written by the toolkit"):
         pairs.main(["--only", "p2", "--quick"])

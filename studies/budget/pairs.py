@@ -42,8 +42,9 @@ BIAS_Z = 4.0
 SIM_SEED = 20261208
 COLUMNS = ("pair", "estimator", "B", "G", "N", "rel_mse", "bias_sq", "var", "cos_mean", "cos_neg_share", "max_share",
            "equal_reward_share", "se", "bias_se", "var_se", "within", "within_se", "between", "between_se", "cos_se",
-           "cos_neg_share_se", "max_share_se", "max_coef_share", "zero_update_share", "target_ok")
-"""The table's columns: the 13 of the design, then the standard errors and terms behind them."""
+           "cos_neg_share_se", "max_share_se", "max_coef_share", "zero_update_share", "target_ok", "checks_passed")
+"""The table's columns: the 13 of the design, then the standard errors and terms behind them, and whether the pair's
+target is measurable and its validity checks passed (``pairs.json`` holds each check)."""
 WARN_COLUMNS = ("pair", "statistic", "G", "B", "N", "mean", "se", "median", "q10", "q90")
 
 
@@ -253,7 +254,7 @@ def write_tables(doc: dict, folder: Path) -> None:
 
     from schema.io import atomic
 
-    rows = [r for p in doc["pairs"].values() for r in p["rows"]]
+    rows = [{**r, "checks_passed": p["checks"].get("passed", False)} for p in doc["pairs"].values() for r in p["rows"]]
     warn = [r for p in doc["pairs"].values() for r in p["warning_rows"]]
     atomic(folder / "pairs.csv", lambda tmp: pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(tmp, index=False))
     atomic(folder / "pair_warning_stats.csv",
@@ -305,6 +306,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a small pool (4 prompts x 64-128): a smoke run, written "
                     "under results/cache/budget_pairs/quick, never as the result")
     ap.add_argument("--redo", action="store_true", help="measure pairs already in pairs.json again")
+    ap.add_argument("--tables", action="store_true", help="only write pairs.csv and pair_warning_stats.csv again "
+                    "from pairs.json")
     ap.add_argument("--jobs", type=int, default=1, help="pairs measured at once, each in its own process with one "
                     "torch thread (default 1)")
     args = ap.parse_args(argv)
@@ -333,6 +336,10 @@ def main(argv=None) -> int:
     if doc.get("format") != FORMAT:
         print(f"error: {path} holds format {doc.get('format')!r}, not {FORMAT!r}; not replacing it", file=sys.stderr)
         return 2
+    if args.tables:
+        write_tables(doc, out)
+        print(f"{out / 'pairs.csv'}, {out / 'pair_warning_stats.csv'}: {len(doc['pairs'])} pairs from {path}")
+        return 0
     (cache / "budget_pairs").mkdir(parents=True, exist_ok=True)
     todo = [n for n in (dict.fromkeys(args.only) if args.only is not None else names)
             if n not in doc["pairs"] or args.redo]
