@@ -164,10 +164,15 @@ def simulate(stored: dict, B: int, R: int, seed, nb: int = BATCHES, grad_sq=None
                "zero_update_share": float((~nz).mean())}
         if has_grad:
             it = torch.from_numpy(idx)
-            counts = torch.zeros(idx.shape[0], C.shape[0], dtype=C.dtype).scatter_add_(
-                1, it, torch.ones(it.shape, dtype=C.dtype))  # how often each kept group is in each batch
-            sq = ((counts @ C) * counts).sum(1) / B**2
-            dot = counts @ dotT[:, keep].mean(-1) / B
+            if B <= 32:  # |sum_b u_b|^2 = sum_b,b' C[b, b']
+                sq = C[it[:, :, None], it[:, None, :]].sum((1, 2)) / B**2
+            else:  # the same from each batch's row sums of C (a sparse product), read at its own groups
+                nb = it.shape[0]
+                member = torch.sparse_coo_tensor(
+                    torch.stack([torch.arange(nb)[:, None].expand_as(it).reshape(-1), it.reshape(-1)]),
+                    torch.ones(it.numel(), dtype=C.dtype), (nb, C.shape[0]), check_invariants=False)
+                sq = torch.sparse.mm(member, C).gather(1, it).sum(1) / B**2
+            dot = dotT[:, keep].mean(-1)[it].sum(1) / B
             J2 = grad_sq(keep)
             norm = sq.clamp_min(0).sqrt() * (math.sqrt(J2) if J2 > 0 else math.nan)
             cos = torch.where(torch.from_numpy(nz), dot / norm, torch.zeros_like(dot))
