@@ -83,7 +83,7 @@ from trl.trainer.utils import (
 import estimators
 from estimators._compat import renamed_keywords
 from estimators._validate import check_eps
-from estimators.losses import masked_token_log_ratio, policy_loss
+from estimators.losses import loss_names, masked_token_log_ratio, policy_loss  # noqa: F401 (loss_names re-exported)
 
 from ._common import (
     batch_options,
