@@ -61,7 +61,7 @@ LEGACY_FIELDS: dict[str, tuple] = {
     "opob_std": (lambda cfg: "sample", "opob divided by the group's Bessel-corrected reward std"),
     "traj_agg": (lambda cfg: "sum", "a trajectory estimator's term was c_i A_i grad log pi(o_i), not divided by |o_i|"),
     "drift_diagnostics": (lambda cfg: False, "the drift/ columns did not exist"),
-    "early_warning": (lambda cfg: "off", "no early warning existed: the warn/ columns were not logged, nothing acted"),
+    "early_warning": (None, "no early warning existed (today's default, off): the warn/ columns were not logged"),
 }
 """Config fields added after runs were made: ``{field: (value, why)}`` where ``value(cfg)`` is
 what a run whose stored ``config`` lacks the field actually used, computed from that stored
