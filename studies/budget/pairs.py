@@ -261,8 +261,10 @@ def write_tables(doc: dict, folder: Path) -> None:
            lambda tmp: pd.DataFrame(warn, columns=list(WARN_COLUMNS)).to_csv(tmp, index=False))
 
 
-def _ours(header: tuple):
-    return lambda text: isinstance(text, str) and text.split("\n", 1)[0] == ",".join(header)
+def _ours(header: tuple, fixed: int):
+    """A csv this command wrote: its header starts with the first ``fixed`` columns of ``header`` (later columns
+    may have been added since)."""
+    return lambda text: isinstance(text, str) and text.split("\n", 1)[0].startswith(",".join(header[:fixed]))
 
 
 def measure_pair(name: str, quick: bool) -> dict:
@@ -330,8 +332,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "pairs.json"
     check_output(path)
-    check_output(out / "pairs.csv", legacy=_ours(COLUMNS))
-    check_output(out / "pair_warning_stats.csv", legacy=_ours(WARN_COLUMNS))
+    check_output(out / "pairs.csv", legacy=_ours(COLUMNS, 13))
+    check_output(out / "pair_warning_stats.csv", legacy=_ours(WARN_COLUMNS, len(WARN_COLUMNS)))
     doc = read_json(path) if path.is_file() else {"format": FORMAT, "pairs": {}}
     if doc.get("format") != FORMAT:
         print(f"error: {path} holds format {doc.get('format')!r}, not {FORMAT!r}; not replacing it", file=sys.stderr)
