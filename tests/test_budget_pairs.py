@@ -375,3 +375,18 @@ def test_jobs_measure_pairs_in_worker_processes():
     assert sorted(r["pair"] for r in got) == ["p1", "p2", "p3"] and all(r["quick"] for r in got)
     assert os.getpid() not in {r["pid"] for r in got}
     assert [r["pid"] for r in _measured(["p1"], True, 1, worker=_worker)] == [os.getpid()]
+
+
+def test_a_missing_committed_run_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    from schema.results import MissingResults
+    from studies.budget import pairs
+
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+
+    def missing(pair, cache, quick, log=print):
+        raise MissingResults(f"pair {pair.name}: 5 of its 5 committed runs are missing")
+
+    monkeypatch.setattr(pairs, "load", missing)
+    assert pairs.main(["--only", "p3", "--quick"]) == 2
+    assert "error: pair p3: 5 of its 5 committed runs are missing" in capsys.readouterr().err
+    assert not (tmp_path / "cache" / "budget_pairs" / "quick" / "pairs.json").exists()

@@ -300,7 +300,7 @@ def _measured(names: list[str], quick: bool, jobs: int, worker=None):
 def main(argv=None) -> int:
     from schema.io import check_output, write_json
     from schema.provenance import provenance
-    from schema.results import read_json, results_root
+    from schema.results import MissingResults, read_json, results_root
     from schema.runlock import RunLock
 
     ap = argparse.ArgumentParser(prog="python -m studies.budget.pairs", description=__doc__.split("\n\n")[0])
@@ -348,23 +348,27 @@ def main(argv=None) -> int:
     for name in (dict.fromkeys(args.only) if args.only is not None else names):
         if name not in todo:
             print(f"{name}: measured already ({path}); --redo to measure it again")
-    with RunLock(cache / "budget_pairs"):
-        start = time.perf_counter()
-        run = {"pairs": [], "jobs": args.jobs, "wall": 0.0}
-        doc.setdefault("invocations", []).append(run)
-        for res in _measured(todo, args.quick, args.jobs):
-            doc["pairs"][res["pair"]] = res
-            run["pairs"].append(res["pair"])
-            run["wall"] = time.perf_counter() - start
-            doc.update(method=METHOD, provenance=provenance(), replicates=REPLICATES, budgets=list(BUDGETS),
-                       cost_s={"wall": sum(p["cost_s"]["total"]["wall"] for p in doc["pairs"].values()),
-                               "cpu": sum(p["cost_s"]["total"]["cpu"] for p in doc["pairs"].values())})
-            write_json(path, doc)
-            write_tables(doc, out)
-            ok = res["checks"].get("passed")
-            state = "not run (no target)" if ok is None else "passed" if ok else "FAILED"
-            print(f"{res['pair']}: done in {res['cost_s']['total']['wall']:.0f} s wall, "
-                  f"{res['cost_s']['total']['cpu']:.0f} s CPU; checks {state} -> {path}", flush=True)
+    try:
+        with RunLock(cache / "budget_pairs"):
+            start = time.perf_counter()
+            run = {"pairs": [], "jobs": args.jobs, "wall": 0.0}
+            doc.setdefault("invocations", []).append(run)
+            for res in _measured(todo, args.quick, args.jobs):
+                doc["pairs"][res["pair"]] = res
+                run["pairs"].append(res["pair"])
+                run["wall"] = time.perf_counter() - start
+                doc.update(method=METHOD, provenance=provenance(), replicates=REPLICATES, budgets=list(BUDGETS),
+                           cost_s={"wall": sum(p["cost_s"]["total"]["wall"] for p in doc["pairs"].values()),
+                                   "cpu": sum(p["cost_s"]["total"]["cpu"] for p in doc["pairs"].values())})
+                write_json(path, doc)
+                write_tables(doc, out)
+                ok = res["checks"].get("passed")
+                state = "not run (no target)" if ok is None else "passed" if ok else "FAILED"
+                print(f"{res['pair']}: done in {res['cost_s']['total']['wall']:.0f} s wall, "
+                      f"{res['cost_s']['total']['cpu']:.0f} s CPU; checks {state} -> {path}", flush=True)
+    except (MissingResults, ValueError) as exc:  # a committed run missing or unreadable, a busy lock: one line
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
