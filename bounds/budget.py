@@ -18,8 +18,23 @@ from __future__ import annotations
 import sympy as sp
 
 from ._core import bound
-from .symbols import (G, M, Nbud, Sw, Vb, bsq, eps, kappa_w, mass_mean, mu4, prompts_per_step, share, sigma2, zeta1,
-                      zeta2)
+from .symbols import (
+    G,
+    M,
+    Nbud,
+    Sw,
+    Vb,
+    bsq,
+    eps,
+    kappa_w,
+    mass_mean,
+    mu4,
+    prompts_per_step,
+    share,
+    sigma2,
+    zeta1,
+    zeta2,
+)
 
 
 @bound

@@ -21,8 +21,15 @@ from bounds.normalised import trajectory_share_bound
 from bounds.numeric import twin
 from simulators import theory
 
-from .budget_terms import (batch_mse_brute, e5_arrays, exact_budget_per_sample, exact_terms, group_law,
-                           per_sample_schemes, ratio_law)
+from .budget_terms import (
+    batch_mse_brute,
+    e5_arrays,
+    exact_budget_per_sample,
+    exact_terms,
+    group_law,
+    per_sample_schemes,
+    ratio_law,
+)
 from .common import EPS, REL_EXACT
 from .result import Result, combine
 

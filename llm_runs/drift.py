@@ -88,7 +88,6 @@ def summary(m: pd.DataFrame, delay: int, stack: str = "toolkit") -> dict:
         first = t[at_d].sort_values().iloc[:EARLY_UPDATES]
         windows = {"early": at_d & t.isin(first), "all": at_d}
         out["fixed_delay_updates"] = int(at_d.sum())
-    early = windows["early"]
     for axis in AXES:
         present = [c for c in COLUMNS[stack][axis] if c in m]
         read = {c: metric_values(m, c, step) for c in present}  # a value neither a number nor missing: refused

@@ -331,9 +331,10 @@ def _render_llm(card: dict) -> list[str]:
             where = d["map"] if d["map"] != "placed" else (
                 "held at the nearest level: " + (", ".join(d["held_at_nearest_level"]) or "none")
                 + "; below the boundary of: " + (", ".join(d["below_boundary"]) or "none"))
-            inf = lambda k: f"; {d[k + '_overflowed']} more overflowed (inf)" if d.get(k + "_overflowed") else ""
-            L.append(f"| {c['label']} | {_n(d['kl_early'], '.4g')} ({d['kl_runs']}{inf('kl')}) | "
-                     f"{_n(d['chi2_early'], '.3g')} ({d['chi2_runs']}{inf('chi2')}) | {where} |")
+            inf = {k: f"; {d[k + '_overflowed']} more overflowed (inf)" if d.get(k + "_overflowed") else ""
+                   for k in ("kl", "chi2")}
+            L.append(f"| {c['label']} | {_n(d['kl_early'], '.4g')} ({d['kl_runs']}{inf['kl']}) | "
+                     f"{_n(d['chi2_early'], '.3g')} ({d['chi2_runs']}{inf['chi2']}) | {where} |")
     return L
 
 

@@ -309,7 +309,7 @@ def _validate_token(estimator: str, eps: float) -> list[dict]:
 
     n = 0
     bounded = TOKEN_LOSSES[estimator].bounded
-    for G, (logp, old, mask, adv) in ((G, b) for G in BATTERY_G for b in _token_batches(G)):
+    for G, (logp, old, mask, adv) in ((g, b) for g in BATTERY_G for b in _token_batches(g)):
         x = logp.clone().requires_grad_()
         what = f"G = {G}, per-token log-ratio {float((logp - old)[0, 1]):g}, advantages {adv[:2].tolist()}..."
         given = {"logp": (x, logp.clone()), "old_logp": (old, old.clone()), "mask": (mask, mask.clone()),

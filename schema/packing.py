@@ -63,8 +63,8 @@ def pack_grid(root, log=print) -> int:
     run's config, summary and metrics text and every log exactly. Returns the number of runs packed."""
     import pandas as pd
 
-    from .io import dumps_json, loads_json, write_bytes, write_parquet_parts
     from .finished import finished_run_problem
+    from .io import dumps_json, loads_json, write_bytes, write_parquet_parts
     from .runlock import check_free
     from .runs import metrics_path, metrics_text
 

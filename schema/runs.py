@@ -55,8 +55,8 @@ LEGACY_FIELDS: dict[str, tuple] = {
     "skip_zero_grad": (lambda cfg: False, "every update stepped the optimiser, a zero gradient included"),
     "opob_norm_by_std": (None, "only the opob advantage reads it, and it did not exist yet"),
     "opob_flat_zero": (lambda cfg: False if cfg.get("advantage") == "opob" else None,
-                       "opob gave a group of equal rewards R the advantages R (1 - sum W / (sum W + 1e-8)), not 0 "
-                       "(another advantage never read it: today's default)"),
+                       ("opob gave a group of equal rewards R the advantages R (1 - sum W / (sum W + 1e-8)), not 0 "
+                        "(another advantage never read it: today's default)")),
     "opob_weight": (lambda cfg: "is", "opob weighted its baseline by w^2 ||grad log pi||^2, the paper's formula"),
     "opob_std": (lambda cfg: "sample", "opob divided by the group's Bessel-corrected reward std"),
     "traj_agg": (lambda cfg: "sum", "a trajectory estimator's term was c_i A_i grad log pi(o_i), not divided by |o_i|"),

@@ -125,7 +125,7 @@ def ctpo_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | No
     code was not available to read, and the default ``delta = 0.2`` is this toolkit's choice, not
     the paper's. Bounded: ``rho_t <= exp(delta sqrt(T))``."""
     delta = resolve("ctpo", {"delta": delta})["delta"]
-    B, T, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
+    B, _T, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
     keep, log_r = _masked_log_ratio(logp, old_logp, m)
     L = prefix_log_ratio(log_r.detach(), keep)
     t = torch.cumsum(keep.to(logp.dtype), -1).clamp(min=1.0)  # position among completion tokens
@@ -334,7 +334,7 @@ def oapl_loss(logp, old_logp, mask, advantages, group_size: int, eps: float | No
     ``beta = 1`` is this toolkit's choice. Bounded: the gradient factor is linear in ``l_i``."""
     beta = resolve("oapl", {"beta": beta})["beta"]
     B, _, m, adv = _check_batch(logp, old_logp, mask, advantages, group_size)
-    keep, log_r = _masked_log_ratio(logp, old_logp, m)
+    _keep, log_r = _masked_log_ratio(logp, old_logp, m)
     l = log_r.sum(-1).reshape(B // group_size, group_size)
     a_star = oapl_optimal_advantages(adv.to(torch.float64), beta).to(l.dtype)
     loss = ((beta * l - a_star) ** 2).mean() / (2 * beta)

@@ -11,19 +11,19 @@ HYPOTHESES = {
     "N3": "boundary: the failure boundary on the early-KL axis lies beyond GMC's at the same optimiser",
 }
 DEPARTURES = [
-    "The pre-registration names the boundary rule `claims.drift`; no such module exists. The rule applied is the "
-    "drift map's own, unchanged (`studies.drift.analysis.boundaries`, seed-bootstrap intervals), over the three "
-    "pre-registered levels for GMC and each correction alike.",
-    "N1's text joins a count rule (\"at least as many seeds as GMC\") with a Holm-adjusted decision; applied as: "
-    "REFUTED where some level's one-sided Fisher test (c less often stable than GMC) is significant after Holm "
-    "over the seven corrections; CONFIRMED where c's count is at least GMC's at every level and, at every level "
-    "where GMC is not 5 of 5, c is 5 of 5 and the opposite test is significant after Holm; INCONCLUSIVE otherwise.",
-    "N3's \"lies beyond GMC's\" is read with censoring: a boundary's bootstrap interval, or, where no level failed, "
-    "at least its largest drift, where every level failed, at most its smallest; CONFIRMED where c's lower limit "
-    "is above GMC's upper one. The axis is each run's own early KL: a correction whose runs drift further at the "
-    "same step size can fail at a smaller step size than GMC and still lie beyond it here; N1 reads step sizes.",
-    "N2's \"held, not learned\" is read as: stable in at least 4 of 5 seeds (the drift map's 80% share) with the "
-    "gain's 95% bootstrap interval not above the studies' margin.",
+    ("The pre-registration names the boundary rule `claims.drift`; no such module exists. The rule applied is the "
+     "drift map's own, unchanged (`studies.drift.analysis.boundaries`, seed-bootstrap intervals), over the three "
+     "pre-registered levels for GMC and each correction alike."),
+    ("N1's text joins a count rule (\"at least as many seeds as GMC\") with a Holm-adjusted decision; applied as: "
+     "REFUTED where some level's one-sided Fisher test (c less often stable than GMC) is significant after Holm "
+     "over the seven corrections; CONFIRMED where c's count is at least GMC's at every level and, at every level "
+     "where GMC is not 5 of 5, c is 5 of 5 and the opposite test is significant after Holm; INCONCLUSIVE otherwise."),
+    ("N3's \"lies beyond GMC's\" is read with censoring: a boundary's bootstrap interval, or, where no level failed, "
+     "at least its largest drift, where every level failed, at most its smallest; CONFIRMED where c's lower limit "
+     "is above GMC's upper one. The axis is each run's own early KL: a correction whose runs drift further at the "
+     "same step size can fail at a smaller step size than GMC and still lie beyond it here; N1 reads step sizes."),
+    ("N2's \"held, not learned\" is read as: stable in at least 4 of 5 seeds (the drift map's 80% share) with the "
+     "gain's 95% bootstrap interval not above the studies' margin."),
 ]
 
 

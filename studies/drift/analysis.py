@@ -93,7 +93,7 @@ def read(folders: dict[str, Path] | None = None) -> pd.DataFrame:
 def whole_seeds(runs: pd.DataFrame, grid: str) -> list[int]:
     """Seeds of ``grid`` (``drift`` or ``drift_decisive``) whose every planned run is present and complete
     (runs the grid takes from the mechanism grid count where they are)."""
-    from studies.grids import GRIDS as GRIDS
+    from studies.grids import GRIDS
 
     have = {(r["run"], r["grid"]) for r in runs[runs["complete"]].to_dict("records")}
     return [s for s in GRIDS[grid].seeds
@@ -102,7 +102,7 @@ def whole_seeds(runs: pd.DataFrame, grid: str) -> list[int]:
 
 
 def _planned(grid: str, seed: int) -> list[str]:
-    from studies.grids import GRIDS as GRIDS
+    from studies.grids import GRIDS
 
     return [c.name for c in GRIDS[grid].cells() if c.seed == seed]
 

@@ -7,7 +7,17 @@ import math
 import numpy as np
 
 from claims.llm_pairs import (  # noqa: F401 - G1 and G2 are decided where THEORY's claims 24 and 26 read them
-    ALPHA, CAP_BINDS, HALF, LOW_DRIFT_ESS, PAIR_NAMES, fit_law, g1, g2, g_half, pair_rows)
+    ALPHA,
+    CAP_BINDS,
+    HALF,
+    LOW_DRIFT_ESS,
+    PAIR_NAMES,
+    fit_law,
+    g1,
+    g2,
+    g_half,
+    pair_rows,
+)
 from stats import one_sided_drop  # noqa: F401 - the pre-registration names it here
 
 N_BOOT = 10_000
