@@ -175,8 +175,8 @@ def _set(i, index, value):
     (otb_advantages, lambda: [torch.zeros(2, 0, 4)] * 4, None, r"shape \(2, 0, 4\) .*G is 0"),
     (otb_advantages, lambda: [torch.zeros(0, 3, 4)] * 4, None, r"shape \(0, 3, 4\) .*prompts_per_step is 0"),
     (otb_advantages, lambda: [torch.zeros(2, 3, 0)] * 4, None, r"shape \(2, 3, 0\) .*T is 0"),
-    (otb_advantages, _otb_inputs, _set(2, (1, 2, 3), 0.25), r"log-probability above 0 \(0.25\) at completion token "
-                                                            r"\(1, 2, 3\)"),
+    (otb_advantages, _otb_inputs, _set(2, (1, 2, 3), 0.25), (r"log-probability above 0 \(0.25\) at completion token "
+                                                             r"\(1, 2, 3\)")),
     (otb_advantages, _otb_inputs, _set(3, (0, 1, 2), 1.5), r"sum_pi_squared holds 1.5 at completion token \(0, 1, 2\)"),
 ])
 def test_a_baseline_refuses_an_empty_group_and_what_no_distribution_gives(fn, inputs, change, match):

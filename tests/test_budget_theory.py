@@ -8,8 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bounds.numeric import twin
-from claims.budget_terms import (batch_mse_brute, exact_budget_per_sample, exact_terms, group_law, hoeffding,
-                                 per_outcome_weights, per_sample_schemes)
+from claims.budget_terms import (
+    batch_mse_brute,
+    exact_budget_per_sample,
+    exact_terms,
+    group_law,
+    hoeffding,
+    per_outcome_weights,
+    per_sample_schemes,
+)
 from claims.common import REL_EXACT
 
 

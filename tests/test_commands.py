@@ -124,7 +124,7 @@ def test_every_import_of_a_toolkit_name_resolves():
         for path in sorted((REPO / pkg).rglob("*.py")):
             rel = path.relative_to(REPO)
             here = list(rel.with_suffix("").parts)
-            package = here[:-1] if rel.name != "__init__.py" else here[:-1]
+            package = here[:-1]  # a module's package, and an __init__.py's own
             for node in ast.walk(ast.parse(path.read_text())):
                 if not isinstance(node, ast.ImportFrom):
                     continue

@@ -81,9 +81,9 @@ def test_p3o_ess_is_the_batch_statistic_and_finite_at_extreme_ratios():
 
 def test_ctpo_weights_are_the_clipped_prefix_ratios():
     lp, old, mask, adv = _batch(4)
-    B, T = lp.shape
+    B, _T = lp.shape
     for delta in (0.05, 0.2, 1e6):
-        out, g = _grad("ctpo", lp, old, mask, adv, delta=delta)
+        _out, g = _grad("ctpo", lp, old, mask, adv, delta=delta)
         want = torch.zeros_like(lp)
         for b in range(B):
             L, n = 0.0, int(mask[b].sum())
@@ -97,8 +97,8 @@ def test_ctpo_weights_are_the_clipped_prefix_ratios():
 def test_minpro_uses_the_prefix_minimum_in_ppo_clip():
     lp, old, mask, adv = _batch(5)
     eps = 0.2
-    B, T = lp.shape
-    out, g = _grad("minpro", lp, old, mask, adv, eps=eps)
+    B, _T = lp.shape
+    _out, g = _grad("minpro", lp, old, mask, adv, eps=eps)
     want = torch.zeros_like(lp)
     for b in range(B):
         n = int(mask[b].sum())
@@ -117,7 +117,7 @@ def test_trm_masks_whole_sequences_by_the_largest_token_divergence(kind):
     lp, old, mask, adv = _batch(6, scale=0.15)
     delta = 0.06
     out, g = _grad(f"trm_{kind}", lp, old, mask, adv, delta=delta)
-    ref_all, g_all = _grad("token_clip", lp, old, mask, adv)
+    _ref_all, g_all = _grad("token_clip", lp, old, mask, adv)
     lr = (lp - old) * mask
     div = 0.5 * lr ** 2 if kind == "k2" else torch.expm1(lr) - lr
     kept = (torch.where(mask > 0, div, torch.zeros_like(div)).max(-1).values <= delta)

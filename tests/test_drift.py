@@ -834,7 +834,7 @@ def test_the_drift_reader_names_bad_values_and_says_why_a_drift_is_not_placed(tm
     path = tmp_path / "map.json"
     path.write_text(json.dumps(_TABLE))
     monkeypatch.setattr(drift, "map_path", lambda: path)
-    monkeypatch.setattr(drift, "group_size_cells", lambda: [])
+    monkeypatch.setattr(drift, "group_size_cells", list)
     got = drift.main([str(make(tmp_path)), *args])
     cap = capsys.readouterr()
     text = cap.err if rc else cap.out

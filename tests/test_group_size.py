@@ -406,12 +406,12 @@ P1_RUNS = [f"long-adamclip1e-05-gmc-d64-s{s}" for s in range(5)]
 
 @pytest.mark.parametrize(("argv", "planted", "message"), [
     (["--only"], [], r"argument --only: expected at least one argument"),
-    (["--only", "p1"], [], r"pair p1: 5 of its 5 committed runs are missing: "
-                           r"\S*/llm/drift/long-adamclip1e-05-gmc-d64-s0, \S*-s1, \S*-s2, \.\.\. .*"
-                           r"make them with `python -m studies.run --grid drift`"),
+    (["--only", "p1"], [], (r"pair p1: 5 of its 5 committed runs are missing: "
+                            r"\S*/llm/drift/long-adamclip1e-05-gmc-d64-s0, \S*-s1, \S*-s2, \.\.\. .*"
+                            r"make them with `python -m studies.run --grid drift`")),
     (["--only", "p1"], [n for n in P1_RUNS if not n.endswith("s2")],
-     r"pair p1: 1 of its 5 committed runs are missing: \S*/llm/drift/long-adamclip1e-05-gmc-d64-s2 .*"
-     r"`python -m studies.run --grid drift`"),
+     (r"pair p1: 1 of its 5 committed runs are missing: \S*/llm/drift/long-adamclip1e-05-gmc-d64-s2 .*"
+      r"`python -m studies.run --grid drift`")),
     (["--only", "p2", "p6"], [], r"pair p2: .*`python -m studies.run --grid drift`"),
     (["--only", "p6"], [], r"pair p6: .*/llm/study/long-gmc-d64-s0.*make them with `python -m studies.run`$"),
     (["--only", "p1"], "torn", r"pairs.json: .*JSON|pairs.json is not a pairs file"),

@@ -31,9 +31,10 @@ def _stderr_writes_outside_commands() -> list[str]:
                     return  # a module's command block
                 if isinstance(node, ast.Call):
                     src = ast.unparse(node)
-                    if ("file=sys.stderr" in src and src.startswith("print(")) or src.startswith("sys.stderr.write("):
-                        if not any(n == "main" or n.startswith("_main") for n in stack):
-                            found.append(f"{path.relative_to(ROOT)}:{node.lineno} in {'.'.join(stack) or 'module'}")
+                    to_stderr = (("file=sys.stderr" in src and src.startswith("print("))
+                                 or src.startswith("sys.stderr.write("))
+                    if to_stderr and not any(n == "main" or n.startswith("_main") for n in stack):
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} in {'.'.join(stack) or 'module'}")
                 for child in ast.iter_child_nodes(node):
                     visit(child)
                 if is_fn:

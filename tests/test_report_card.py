@@ -476,10 +476,10 @@ def test_missing_simulator_results_are_one_line(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize(("fixture", "where", "message"), [
     # NaN at one group size only: the battery runs every G the card uses, and names G and the condition
-    ("nan_at_g8", "battery", r"gives a NaN weight for group log-ratios \[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0\] "
-                             r"\(G = 8, completion 0\)"),
-    ("nan_at_g8", "policy_loss", r"'nan_at_g8' is declared bounded but gives a NaN weight at G = 8 .*the "
-                                 r"correction's own weights"),
+    ("nan_at_g8", "battery", (r"gives a NaN weight for group log-ratios \[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0\] "
+                              r"\(G = 8, completion 0\)")),
+    ("nan_at_g8", "policy_loss", (r"'nan_at_g8' is declared bounded but gives a NaN weight at G = 8 .*the "
+                                  r"correction's own weights")),
     # a correction that writes into its inputs: each input compared with its copy after the call, numpy and torch
     ("mutates_input", "battery", r"writes into the log-ratios it is given \(numpy: group"),
     ("mutates_torch", "battery", r"writes into the log-ratios it is given \(torch: group \[1e-06, .*G = 4\)"),

@@ -16,10 +16,10 @@ from llm_runs.integrations.step_sync import local_statistics, scale_from_statist
 from llm_runs.stepsize import StepControl, step_scale
 
 CONTROLS = {
-    "ess_sqrt": dict(ess_scaling="sqrt"),
-    "ess_linear_clipped": dict(ess_scaling="linear", ess_use_clipped=True, estimator="gmc"),
-    "gmc_step": dict(gmc_step=True),
-    "both": dict(ess_scaling="sqrt", ess_base_ratio=0.5, gmc_step=True),
+    "ess_sqrt": {"ess_scaling": "sqrt"},
+    "ess_linear_clipped": {"ess_scaling": "linear", "ess_use_clipped": True, "estimator": "gmc"},
+    "gmc_step": {"gmc_step": True},
+    "both": {"ess_scaling": "sqrt", "ess_base_ratio": 0.5, "gmc_step": True},
 }
 
 
@@ -109,8 +109,8 @@ def _extreme_shards():
     }
 
 
-EXTREME_CONTROLS = {"ess_sqrt": dict(ess_scaling="sqrt"), "ess_linear": dict(ess_scaling="linear"),
-                    "gmc_step": dict(gmc_step=True), "both": dict(ess_scaling="sqrt", gmc_step=True)}
+EXTREME_CONTROLS = {"ess_sqrt": {"ess_scaling": "sqrt"}, "ess_linear": {"ess_scaling": "linear"},
+                    "gmc_step": {"gmc_step": True}, "both": {"ess_scaling": "sqrt", "gmc_step": True}}
 
 
 def _outcome(fn):
@@ -129,7 +129,8 @@ def _extreme_rank_main(rank: int, world: int, port: int, out):
         got = {}
         for case, parts in _extreme_shards().items():
             for name, kw in EXTREME_CONTROLS.items():
-                got[case, name] = _outcome(lambda: synced_step_scale(StepControl(eps=0.2, **kw), parts[rank], None))
+                got[case, name] = _outcome(
+                    lambda kw=kw, parts=parts: synced_step_scale(StepControl(eps=0.2, **kw), parts[rank], None))
         out[rank] = got
     finally:
         dist.destroy_process_group()
@@ -149,7 +150,7 @@ def test_two_ranks_give_the_union_batch_s_answer_for_extreme_ratios_and_refuse_t
     for case, parts in _extreme_shards().items():
         union = torch.cat(parts)
         for name, kw in EXTREME_CONTROLS.items():
-            kind, want = _outcome(lambda: step_scale(StepControl(eps=0.2, **kw), union, None))
+            kind, want = _outcome(lambda kw=kw, union=union: step_scale(StepControl(eps=0.2, **kw), union, None))
             a, b = got[0][case, name], got[1][case, name]
             assert a == b, (case, name)  # one answer on both ranks, bit for bit (or one message)
             assert a[0] == kind, (case, name, a, want)

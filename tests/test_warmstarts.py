@@ -280,10 +280,10 @@ def test_check_hashes_the_committed_files_as_read(tmp_path, monkeypatch, capsys)
     ``--check`` says so and exits 2 before recomputing anything; it never vouches for the bits and never
     blames the CPU."""
     root = _committed_copy(tmp_path, monkeypatch)
-    folder = sorted(p for p in root.iterdir() if p.is_dir())[0]
+    folder = min(p for p in root.iterdir() if p.is_dir())
     cfg = committed.committed_configs()[folder.name]
     assert committed.committed_digest(cfg) == committed.committed_record(cfg)["weights_sha256"]  # intact
-    part = sorted(folder.glob("*.safetensors.part-*"))[0]
+    part = min(folder.glob("*.safetensors.part-*"))
     data = bytearray(part.read_bytes())
     data[len(data) // 2] ^= 0x01
     part.write_bytes(bytes(data))
@@ -322,7 +322,7 @@ def test_a_short_or_torn_stored_row_is_one_line_before_any_replay(tmp_path, caps
 @pytest.mark.parametrize("damage", ["garbage", "no settings", "gone"])
 def test_check_names_a_damaged_record_in_one_line(tmp_path, monkeypatch, capsys, damage):
     root = _committed_copy(tmp_path, monkeypatch)
-    folder = sorted(p for p in root.iterdir() if p.is_dir())[0]
+    folder = min(p for p in root.iterdir() if p.is_dir())
     record = folder / "warmstart.json"
     if damage == "garbage":
         record.write_text("{not json")
