@@ -128,9 +128,22 @@ bench: $(STAMP)
 	@if [ -f llm_runs/bench.py ]; then $(PY) -m llm_runs.bench; fi
 	@if [ -f studies/budget/pairs_bench.py ]; then $(PY) -m studies.budget.pairs_bench; fi
 
-lint: $(STAMP)
-	$(PIP) install -q ruff==0.17.6
-	$(VENV)/bin/ruff check estimators bounds stats schema simulators llm_runs grids claims figures report_card studies execution tests
+# ruff alone, pinned, in the main environment: its stamp names the version, so a new pin installs it and a ruff
+# already there at the pin installs nothing. Lint needs no toolkit, so an edit of pyproject.toml (its [tool.ruff]
+# included) does not rebuild the environment for it.
+RUFF_VERSION := 0.17.6
+RUFF := $(VENV)/bin/ruff
+RUFF_STAMP := $(VENV)/.ruff-$(RUFF_VERSION)-stamp
+LINT_PATHS := estimators bounds stats schema simulators llm_runs grids claims figures report_card studies execution tests
+
+$(RUFF_STAMP):
+	@test -x $(PY) || command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(RUFF) --version 2>/dev/null | grep -qx "ruff $(RUFF_VERSION)" || $(PIP) install -q "ruff==$(RUFF_VERSION)"
+	touch $@
+
+lint: $(RUFF_STAMP)
+	$(RUFF) check $(LINT_PATHS)
 
 clean-venv:
 	rm -rf $(VENV) $(VERL_VENV)
