@@ -302,13 +302,13 @@ def test_opob_is_finite_at_large_log_ratios_and_zero_on_flat_groups():
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(gmc_step=True, eps=math.inf), "eps"),
-    (dict(gmc_step=True, eps=0.0), "eps"),
-    (dict(estimator="gmc2", gmc_step=True), "unknown estimator 'gmc2'"),
-    (dict(ess_scaling="SQRT"), "unknown ess_scaling"),
-    (dict(ess_scaling="sqrt", ess_base_ratio=math.nan), "ess_base_ratio"),
-    (dict(gmc_step=1), "gmc_step must be true or false"),
-    (dict(skip_zero_grad="yes"), "skip_zero_grad must be true or false"),
+    ({"gmc_step": True, "eps": math.inf}, "eps"),
+    ({"gmc_step": True, "eps": 0.0}, "eps"),
+    ({"estimator": "gmc2", "gmc_step": True}, "unknown estimator 'gmc2'"),
+    ({"ess_scaling": "SQRT"}, "unknown ess_scaling"),
+    ({"ess_scaling": "sqrt", "ess_base_ratio": math.nan}, "ess_base_ratio"),
+    ({"gmc_step": 1}, "gmc_step must be true or false"),
+    ({"skip_zero_grad": "yes"}, "skip_zero_grad must be true or false"),
 ])
 def test_every_step_control_setting_is_checked_when_built(kw, match):
     """(The trainer-only OPOB and aggregation settings are checked with the run's config: below.)"""
@@ -317,15 +317,15 @@ def test_every_step_control_setting_is_checked_when_built(kw, match):
 
 
 def test_a_hook_refuses_settings_it_cannot_apply_or_does_not_know():
-    for kw, match in [(dict(ess_scaling="sqrt", skip_zero_grad=True), "skip_zero_grad = True cannot be applied"),
-                      (dict(ess_scaling="sqrt", drift_diagnostics=True), "drift_diagnostics"),
-                      (dict(ess_scaling="sqrt", opob_norm_by_std=False), "opob_norm_by_std"),
-                      (dict(ess_scaling="sqrt", lr_scale=2), "unknown setting 'lr_scale'"),
-                      (dict(ess_scaling="sqrt", estimator="is"), "contradicts the trainer's estimator"),
+    for kw, match in [({"ess_scaling": "sqrt", "skip_zero_grad": True}, "skip_zero_grad = True cannot be applied"),
+                      ({"ess_scaling": "sqrt", "drift_diagnostics": True}, "drift_diagnostics"),
+                      ({"ess_scaling": "sqrt", "opob_norm_by_std": False}, "opob_norm_by_std"),
+                      ({"ess_scaling": "sqrt", "lr_scale": 2}, "unknown setting 'lr_scale'"),
+                      ({"ess_scaling": "sqrt", "estimator": "is"}, "contradicts the trainer's estimator"),
                       ({}, "no control on")]:
         with pytest.raises(ValueError, match=match):
             stepsize.hook_control("StepSizeCallback", kw, estimator="gmc", eps=0.2)
-    same = stepsize.hook_control("StepSizeCallback", dict(ess_scaling="sqrt", estimator="gmc"), estimator="gmc",
+    same = stepsize.hook_control("StepSizeCallback", {"ess_scaling": "sqrt", "estimator": "gmc"}, estimator="gmc",
                                  eps=0.2)
     assert same.estimator == "gmc" and same.ess_scaling == "sqrt"
 
@@ -339,9 +339,9 @@ def test_the_trl_callback_takes_the_trainer_s_estimator_without_a_type_error():
                               step_ratios=[], record_step_ratios=False)
     cb = StepSizeCallback(trainer, estimator="gmc", eps=0.2, gmc_step=True)
     assert cb.control.gmc_step
-    for kw, match in [(dict(estimator="is", gmc_step=True), "trainer's estimator is 'gmc'"),
-                      (dict(gmc_step=True, no_such_setting=1), "unknown setting 'no_such_setting'"),
-                      (dict(gmc_step=True, skip_zero_grad=True), "cannot be applied")]:
+    for kw, match in [({"estimator": "is", "gmc_step": True}, "trainer's estimator is 'gmc'"),
+                      ({"gmc_step": True, "no_such_setting": 1}, "unknown setting 'no_such_setting'"),
+                      ({"gmc_step": True, "skip_zero_grad": True}, "cannot be applied")]:
         with pytest.raises(ValueError, match=match):
             StepSizeCallback(trainer, **kw)
 
@@ -547,9 +547,9 @@ def test_the_vcpo_exact_recipe_steps_as_vcpo_s_code_does(trained, tmp_path):
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(estimator="topr", advantage="opob", opob_weight="vcpo"), "estimator 'topr' has none"),
-    (dict(estimator="token_clip", advantage="opob", opob_weight="vcpo"), "estimator 'token_clip' has none"),
-    (dict(estimator="token_clip", traj_agg="token-mean"), "token-level loss with its own aggregation"),
+    ({"estimator": "topr", "advantage": "opob", "opob_weight": "vcpo"}, "estimator 'topr' has none"),
+    ({"estimator": "token_clip", "advantage": "opob", "opob_weight": "vcpo"}, "estimator 'token_clip' has none"),
+    ({"estimator": "token_clip", "traj_agg": "token-mean"}, "token-level loss with its own aggregation"),
 ])
 def test_vcpo_s_settings_are_refused_where_they_have_no_meaning(tmp_path, kw, match):
     with pytest.raises(ValueError, match=match):
