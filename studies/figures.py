@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from figures.__main__ import main as draw
 from figures.registry import FIGURES as TOOLKIT_FIGURES
+from studies.budget.figures import FIGURES as BUDGET_FIGURES
 from studies.drift.figures import FIGURES as DRIFT_FIGURES
 from studies.group_size.figures import FIGURES as GROUP_SIZE_FIGURES
 from studies.mechanism.figures import FIGURES as MECHANISM_FIGURES
 from studies.staleness.figures import FIGURES as STALENESS_FIGURES
 
-FIGURES = [*TOOLKIT_FIGURES, *STALENESS_FIGURES, *MECHANISM_FIGURES, *DRIFT_FIGURES, *GROUP_SIZE_FIGURES]
+FIGURES = [*TOOLKIT_FIGURES, *STALENESS_FIGURES, *MECHANISM_FIGURES, *DRIFT_FIGURES, *GROUP_SIZE_FIGURES,
+           *BUDGET_FIGURES]
 """Every figure ``python -m studies.figures`` draws: toolkit figures by name, the studies' by module path."""
 
 

@@ -269,6 +269,11 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
     gs_md, gs_missing = group_size_section(report_dir, figures_out, draw_missing, figure_sections)
     md += gs_md
     missing += gs_missing
+    from studies.budget.section import budget_section  # the sample budget's split, after the group-size laws
+
+    budget_md, budget_missing = budget_section(report_dir, figures_out, draw_missing, figure_sections)
+    md += budget_md
+    missing += budget_missing
     from studies.corrections_2026.section import corrections_2026_section
 
     md += corrections_2026_section()
