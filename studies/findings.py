@@ -25,6 +25,7 @@ from pathlib import Path
 
 from claims.llm_pairs import not_yet_run
 from schema.io import write_text
+from studies.budget.section import readme_line
 from studies.drift.verdict_text import (
     D7_ESTIMATORS,
     _rate,
@@ -47,7 +48,7 @@ END = "<!-- findings:end -->"
 SUMMARY_START = "<!-- findings-summary:start (python -m studies.findings --write) -->"
 SUMMARY_END = "<!-- findings-summary:end -->"
 SECTION = "## What it found"
-SECTION_LIMIT = 1500
+SECTION_LIMIT = 1750
 """The README's findings section (its heading to the next one) holds at most this many characters."""
 
 OPTIMISERS = {"sgd": "SGD with a small fixed step", "adam": "Adam (the study's)",
@@ -317,7 +318,8 @@ def render_summary(root: Path = RESULTS) -> str:
     """The README's block, markers included: one line per study (:data:`SECTION_LIMIT` bounds the section)."""
     s = load(root)
     lines = (theory_line(s["claims"]), staleness_line(s["study"], s["study_runs"]),
-             mechanism_line(s["mechanism"], s["drift"]), drift_line(s["drift"]), group_size_line(s["group_size"]))
+             mechanism_line(s["mechanism"], s["drift"]), drift_line(s["drift"]), group_size_line(s["group_size"]),
+             readme_line(root))
     return "\n".join((SUMMARY_START, *(f"* {b}" for b in lines), SUMMARY_END))
 
 

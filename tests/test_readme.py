@@ -85,13 +85,13 @@ def test_the_findings_blocks_are_the_rendered_ones():
 
 
 def test_the_readme_s_findings_are_one_short_line_per_study():
-    """The README's "What it found", heading to the next heading, stays within the limit: five generated lines,
+    """The README's "What it found", heading to the next heading, stays within the limit: six generated lines,
     each a study's headline verdict with a link to the study; the numbers behind them are the narrative's."""
     section = findings.readme_section(README.read_text())
     assert section.startswith("## What it found\n") and "\n## " not in section
-    assert len(section) <= findings.SECTION_LIMIT == 1500, len(section)
+    assert len(section) <= findings.SECTION_LIMIT == 1750, len(section)
     lines = findings.page_block(section, findings.SUMMARY_START, findings.SUMMARY_END).splitlines()[1:-1]
-    assert len(lines) == 5 and all(line.startswith("* **") for line in lines)
+    assert len(lines) == 6 and all(line.startswith("* **") for line in lines)
     assert all(re.search(r"\]\((studies/\w+/README\.md|results/verify/claims\.md)\)", line) for line in lines)
     assert "docs/RESULTS-NARRATIVE.md" in section
 
