@@ -35,32 +35,49 @@ def direct_second_moment(model, behaviour, tokenizer, task, idx: list[int], est:
                          max_new_tokens: int, which: int, groups: int = MC_GROUPS) -> dict:
     """Mean over the prompts ``idx`` of ``|u|^2`` of ``groups`` fresh groups of G each (sampled from
     ``behaviour``), u the parameter gradient (ascent) of ``est``'s loss on the group alone under ``model``
-    (leave-one-out advantages), with its standard error (prompts fixed: the spread within each prompt)."""
-    from estimators import advantages
-    from estimators.losses import policy_loss
-    from llm_runs.rollout import completion_logprobs
+    (leave-one-out advantages; :func:`group_second_moments`), with its standard error (prompts fixed: the spread
+    within each prompt)."""
     from studies.group_size.pool import sample_pool
 
     M = G * groups
     pool = sample_pool(behaviour, tokenizer, task, idx, M, which, max_new_tokens, chunk=min(128, M))
+    x = group_second_moments(model, pool, est, G, eps, groups)
+    return {"estimator": est, "G": G, "groups_per_prompt": groups, "prompts": len(idx), **direct_mean(x)}
+
+
+def group_second_moments(model, pool: dict, est: str, G: int, eps: float, groups: int) -> np.ndarray:
+    """``(P, groups)``: ``|u|^2`` of each group of G consecutive completions of each prompt of ``pool``
+    (:func:`studies.group_size.pool.sample_pool`'s blocks), u the parameter gradient (ascent) of ``est``'s loss
+    (:func:`estimators.losses.policy_loss`, leave-one-out advantages, the pool's behaviour log-probs) on the group
+    alone under ``model``, by one backward pass per group."""
+    from estimators import advantages
+    from estimators.losses import policy_loss
+    from llm_runs.rollout import completion_logprobs
+
     params = [p for p in model.parameters() if p.requires_grad]
-    per_prompt = []
-    for p in range(len(idx)):
-        vals = []
+    P = pool["ids"].shape[0]
+    if pool["ids"].shape[1] < G * groups:
+        raise ValueError(f"a pool of {pool['ids'].shape[1]} completions per prompt holds fewer than {groups} groups "
+                         f"of G = {G}")
+    out = np.zeros((P, groups))
+    for p in range(P):
         for q in range(groups):
             sl = slice(q * G, (q + 1) * G)
             lp = completion_logprobs(model, pool["prompt_ids"][p:p + 1].expand(G, -1),
                                      pool["prompt_mask"][p:p + 1].expand(G, -1), pool["ids"][p, sl], 1.0, G)
             adv = advantages(pool["rewards"][p:p + 1, sl].double(), "loo").reshape(-1)
-            out = policy_loss(est, lp, pool["blogp"][p, sl], pool["mask"][p, sl].to(lp.dtype), adv, G, eps=eps)
-            grads = torch.autograd.grad(out.loss, params)
-            vals.append(sum(float(g.double().pow(2).sum()) for g in grads))
-        per_prompt.append(vals)
-    x = np.array(per_prompt)
-    P = len(idx)
+            loss = policy_loss(est, lp, pool["blogp"][p, sl], pool["mask"][p, sl].to(lp.dtype), adv, G, eps=eps)
+            grads = torch.autograd.grad(loss.loss, params)
+            out[p, q] = sum(float(g.double().pow(2).sum()) for g in grads)
+    return out
+
+
+def direct_mean(x: np.ndarray) -> dict:
+    """The mean of per-group values ``x`` ``(P, groups)`` and its standard error with the prompts fixed (the
+    spread within each prompt): ``{"direct", "direct_se"}``."""
+    P, groups = x.shape
     se = math.sqrt((x.var(1, ddof=1) / groups).sum()) / P if groups > 1 else math.nan
-    return {"estimator": est, "G": G, "groups_per_prompt": groups, "prompts": P, "direct": float(x.mean()),
-            "direct_se": se}
+    return {"direct": float(x.mean()), "direct_se": se}
 
 
 def agreement(direct: dict, pool_value: float, pool_se: float, sketch_k: int) -> dict:
