@@ -274,6 +274,9 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
     budget_md, budget_missing = budget_section(report_dir, figures_out, draw_missing, figure_sections)
     md += budget_md
     missing += budget_missing
+    from studies.warning.section import warning_section  # the early warning beside the group-size laws
+
+    md += warning_section(report_dir, figures_out, draw_missing, figure_sections)[0]  # it draws no figure
     from studies.corrections_2026.section import corrections_2026_section
 
     md += corrections_2026_section()

@@ -3,6 +3,8 @@
     python -m studies.warning --select          # choose the rule on the committed training grids (once):
                                                 #   studies/warning/frozen.json and selection.json
     python -m studies.warning --verdict budget  # apply the frozen rule to a grid's runs -> its verdicts file
+    python -m studies.warning --pairs           # the candidates on the frozen pairs' pools at G = 4 .. 128:
+                                                #   results/llm/budget/pair_warning_candidates.{csv,json}
 
 ``--select`` refuses to overwrite ``frozen.json``: the rule is frozen before the runs that confirm it.
 """
@@ -68,7 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verdict", metavar="GRID", default=None, help="apply the frozen rule to grid GRID's runs")
     p.add_argument("--out", default=None, help="with --verdict: the verdicts file (default: the grid folder's "
                                                "warning_verdicts.json)")
+    p.add_argument("--pairs", action="store_true", help="the candidates on the frozen pairs' pools at G = 4 .. 128 "
+                                                        "(studies.warning.pairs)")
+    p.add_argument("--only", nargs="+", default=None, metavar="PAIR", help="with --pairs: these pairs only")
+    p.add_argument("--redo", action="store_true", help="with --pairs: measure pairs already measured again")
     args = p.parse_args(argv)
+    if args.pairs:
+        from .pairs import main as pairs_main
+
+        return pairs_main(args.only, args.redo)
     if args.select:
         return select_main()
     if args.verdict:

@@ -19,6 +19,7 @@ from .analysis import counts, firing_updates, table_at
 
 FROZEN_FILE = Path(__file__).resolve().parent / "frozen.json"
 VERDICTS_FILE = "warning_verdicts.json"
+VERDICTS_FORMAT = "gmc-grpo-warning-verdicts/1"
 MIN_STRATUM = 5
 """A stratum needs at least this many collapsed and this many held runs for its rates to be read."""
 ROC_POINTS = 60
@@ -115,19 +116,32 @@ def verdict(grid: str, root: Path | None = None) -> dict:
 
     rule = frozen_rule()
     root = Path(root) if root is not None else grid_folder(grid)
-    head = {"grid": grid, "folder": str(root), "rule": {k: rule[k] for k in ("statistic", "summary", "window",
-                                                                            "threshold", "decision")}}
+    head = {"format": VERDICTS_FORMAT, "grid": grid, "folder": str(root),
+            "rule": {k: rule[k] for k in ("statistic", "summary", "window", "threshold", "decision")}}
     if not root.is_dir():
         return {**head, "verdict": "not yet run", "why": f"{root} does not exist: the grid has no run yet",
-                "runs": 0, "planned": None, "table": []}
+                "interim": True, "complete": 0, "runs": 0, "planned": None, "table": []}
     recs = [r for r in read_records_in(root) if r["delay"] > 0]
     planned = planned_runs(root)
     rec = decide(recs, rule) if recs else {"verdict": "INCONCLUSIVE", "why": "no complete run", "table": []}
-    if planned is None or len(recs) < planned:
-        rec = {**rec, "interim_verdict": rec["verdict"], "verdict": "not yet run",
+    interim = planned is None or len(recs) < planned
+    if interim:
+        rec = {**rec, "interim_verdict": rec["verdict"], "interim_why": rec["why"], "verdict": "not yet run",
                "why": f"{len(recs)} of {planned if planned is not None else '?'} planned runs at positive delay are "
                       f"complete; interim numbers on the runs so far ({rec['why']})"}
-    return {**head, "planned": planned, **rec}
+    return {**head, "interim": interim, "complete": len(recs), "planned": planned, **rec,
+            "pair_invariance": pair_invariance(root)}
+
+
+def pair_invariance(root: Path) -> dict | None:
+    """The invariance test on the frozen pairs' pools (:func:`studies.warning.pairs.invariance`) from the grid
+    folder's ``pair_warning_candidates.csv`` (None where it is not there: ``python -m studies.warning --pairs``)."""
+    import pandas as pd
+
+    from .pairs import CSV_NAME, invariance
+
+    path = Path(root) / CSV_NAME
+    return invariance(pd.read_csv(path).to_dict("records")) if path.is_file() else None
 
 
 def read_records_in(root: Path) -> list[dict]:
@@ -147,7 +161,9 @@ def read_records_in(root: Path) -> list[dict]:
 
 
 def summary_lines(rec: dict) -> list[str]:
-    lines = [f"early warning on {rec['grid']}: {rec['verdict']} ({rec['why']})"]
+    mark = (f" [INTERIM: {rec.get('complete', 0)} of {rec['planned'] if rec.get('planned') is not None else '?'} "
+            "planned runs]") if rec.get("interim", True) else ""
+    lines = [f"early warning on {rec['grid']}: {rec['verdict']}{mark} ({rec['why']})"]
     for row in rec.get("table", []):
         hi, fa = row["hit_ci"], row["false_alarm_ci"]
         lines.append(f"  G = {row['G']!s:>3}: hits {row['hits']}/{row['collapsed']} [{hi[0]:.2f}, {hi[1]:.2f}], "
@@ -157,9 +173,16 @@ def summary_lines(rec: dict) -> list[str]:
 
 
 def _main_verdict(grid: str, out: Path | None = None) -> int:
-    from schema.io import write_json
+    from schema.io import check_output, write_json
 
     try:
+        if out is not None:
+            check_output(out)
+        else:  # the grid's own file, once it exists: a file of that name the toolkit did not write is kept
+            from grids import grid_folder
+
+            if grid_folder(grid).is_dir():
+                check_output(grid_folder(grid) / VERDICTS_FILE)
         rec = verdict(grid)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
