@@ -65,8 +65,14 @@ def test_lower_step_halves_every_step_after_the_firing(tmp_path):
     first = log["warn/fired"].iloc[:9].astype(int).tolist().index(1)
     assert first < 8
     keep = [c for c in log.columns if not c.startswith("perf/")]
-    # up to the firing update both runs took the same steps; the next update is the first taken at half the rate
-    pd.testing.assert_frame_equal(log[keep].iloc[:first + 2], low[keep].iloc[:first + 2])
+    # up to the firing update both runs took the same steps, byte for byte
+    pd.testing.assert_frame_equal(log[keep].iloc[:first + 1], low[keep].iloc[:first + 1])
+    # the next update is the first taken at half the rate: everything it measured before its step is the same; the
+    # cosine of its step to the previous one (train/update_cos) is left out: it is scale-free only in exact
+    # arithmetic (the step is the float32 difference of the parameters after and before it, each rounded to 2^-24 of
+    # the parameter, not of the step, so a step and its half give cosines a few 2^-24 |theta| / |step| apart)
+    same = [c for c in keep if c != "train/update_cos"]
+    pd.testing.assert_frame_equal(log[same].iloc[first + 1:first + 2], low[same].iloc[first + 1:first + 2])
     assert not log[keep].iloc[first + 2:].equals(low[keep].iloc[first + 2:])
 
 
