@@ -161,12 +161,16 @@ def main(argv: list[str] | None, grids: dict[str, Grid], prog: str = "python -m 
             from llm_runs.config import resolve_config
             from llm_runs.run_folder import run_state
             from schema.results import finished_run_problem, is_packed_run
+            from schema.runlock import RunLocked
 
             for c in cells:
                 if c.estimator in missing:
                     state = "estimator not registered"
                 elif (out / c.name).exists() or is_packed_run(out / c.name):  # a packed run: complete
-                    state = run_state(out / c.name, resolve_config(c.overrides).to_dict())
+                    try:
+                        state = run_state(out / c.name, resolve_config(c.overrides).to_dict())
+                    except RunLocked as exc:  # a live trainer holds it: the dry run reports, it runs nothing
+                        state = f"running (pid {exc.holder.get('pid', 'unknown')})"
                     if state == "torn":  # finished, its metrics not whole: the run refuses it, naming it
                         state = f"torn: {finished_run_problem(out / c.name)}"
                 else:

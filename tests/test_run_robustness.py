@@ -537,3 +537,27 @@ def test_a_torn_metrics_row_before_the_last_checkpoint_is_rewritten(cache, tmp_p
     a, b = pd.read_csv(path), pd.read_csv(clean / "metrics.csv")
     cols = [c for c in a.columns if not c.startswith("perf/")]
     pd.testing.assert_frame_equal(a[cols], b[cols])
+
+
+def test_a_dry_run_reports_a_held_run_as_running_and_runs_nothing(tmp_path, capsys):
+    """``--dry-run`` over a grid whose run a live trainer holds (a grid being run now) says so and exits 0: it
+    only reads, so the lock that refuses a second trainer does not refuse it."""
+    from studies.grids import GRIDS
+    from studies.run import main
+
+    name = GRIDS["budget"].cells()[0].name
+    run = tmp_path / name
+    run.mkdir()
+    code = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from schema.runlock import RunLock; "
+            f"RunLock({str(run)!r}).acquire(); print('locked', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert main(["--grid", "budget", "--dry-run", "--out", str(tmp_path)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert f"{name:34s} running (pid {holder.pid})" in lines
+        assert sum(line.endswith(" new") for line in lines) == len(GRIDS["budget"].cells()) - 1
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # nothing was made
