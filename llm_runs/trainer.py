@@ -1,18 +1,40 @@
-"""GRPO on a Qwen3-architecture model with a controlled rollout delay: the training loop
-(:class:`Trainer`; the command line is :mod:`llm_runs.train`).
+"""GRPO on a Qwen3-architecture model with a controlled rollout delay: the training loop (:class:`Trainer`; the
+command line is :mod:`llm_runs.train`).
 
-    python -m llm_runs.train --preset tiny-cpu --estimator gmc --eps 0.2 --delay 8 \\
-        --group-size 8 --steps 200 --seed 0 --out results/llm/<run>      [--resume]
+    python -m llm_runs.train --preset tiny-cpu --estimator gmc --eps 0.2 --delay 8 --group-size 8 --steps 200 \\
+        --seed 0 --out results/llm/<run>      [--resume]
 
-Each update t: take the B prompts of step t, sample G completions of each from the
-snapshot theta_{t-d_t} (recording log mu per token and the policy version), compute
-leave-one-out advantages, one gradient step on ``estimators.losses.policy_loss``, write one
-metrics row. Results: ``<out>/config.json`` (before step 0), ``<out>/metrics.csv``,
-``<out>/checkpoints/step-NNNNNN/`` (``from_pretrained`` folders + trainer state),
+Each update t: take the B prompts of step t, sample G completions of each from the snapshot theta_{t-d_t}
+(recording log mu per token and the policy version), compute leave-one-out advantages, one gradient step on
+``estimators.losses.policy_loss``, write one metrics row. Results: ``<out>/config.json`` (before step 0),
+``<out>/metrics.csv``, ``<out>/checkpoints/step-NNNNNN/`` (``from_pretrained`` folders + trainer state),
 ``<out>/summary.json`` at the end.
 
-How it differs from textbook GRPO (DeepSeekMath; TRL's ``GRPOTrainer``), point by point: docs/LLM.md,
-"How the trainer differs from textbook GRPO".
+How it differs from textbook GRPO (DeepSeekMath; TRL's ``GRPOTrainer``):
+
+1. The importance ratio is per trajectory, w_i = exp(sum_t [log pi_theta - log mu]) over the completion, and the
+   estimator's weight c_i(w_1..w_G) of THEORY §2 multiplies the whole trajectory's score; there is no per-token
+   ratio or clip (except in the ``token_clip`` and ``gspo`` baselines).
+2. Advantages are leave-one-out, A_i = r_i - mean_{j != i} r_j, with no division by the group std (``grpo`` and
+   ``drgrpo`` are options).
+3. No length normalisation: the loss is -(1/(B G)) sum_i c_i A_i w_i(theta)/sg(w_i), whose gradient is THEORY's
+   g_hat = (1/G) sum_i c_i A_i grad log pi_theta(o_i|q) averaged over the B groups.
+4. One optimiser step per batch: no PPO epochs or mini-batches over the same rollouts, so at delay 0 every ratio
+   is 1 and every trajectory scheme gives the same update.
+5. Off-policyness is a controlled parameter: the rollouts of update t come from the stored snapshot theta_{t-d_t}
+   (d_t = d, or uniform in [0, d]), and the staleness t - version is recorded per sample.
+6. The behaviour log-probs are the ones recorded while sampling, never recomputed, so the ratio is the true
+   pi_theta / mu (sampler-vs-trainer numerical mismatch included; ~1e-6 per token here).
+7. Sampling is at temperature 1 with no top-k/top-p truncation by default, so the behaviour policy is exactly
+   pi_{theta_{t-d}} (truncation is optional and warned about: it biases the ratio).
+8. No KL penalty to a reference model and no entropy bonus.
+9. Stop-gradients are placed as THEORY §2 says: GMC's lambda is detached; TIC-mask is the clamped surrogate
+   (clamped trajectories get no gradient); TIC-trunc is detached truncation.
+10. The gradient norm is recorded but not clipped by default: the estimator's own bound is what is being studied.
+11. Randomness is per sample, from keys derived from (seed, step, prompt, sample), so a run resumed after SIGKILL
+    reproduces an uninterrupted run exactly.
+12. (Engineering, not statistics.) The training pass runs each group's shared prompt once and repeats its KV cache
+    G times: the same log-probs and gradient as one pass per completion, for about 40% of the compute.
 """
 from __future__ import annotations
 
@@ -68,11 +90,9 @@ class _Stop(Exception):
 
 
 class Trainer:
-    """One run: ``Trainer(config, out).run()``; ``resume=True`` continues from the last checkpoint.
-
-    Refuses (``ValueError``) an existing non-empty ``out`` without ``resume``, a ``resume`` of
-    a folder that holds no run, or a resume whose config differs from the stored one.
-    """
+    """One run: ``Trainer(config, out).run()``; ``resume=True`` continues from the last checkpoint. Refuses
+    (``ValueError``) an existing non-empty ``out`` without ``resume``, a ``resume`` of a folder that holds no run, or
+    a resume whose config differs from the stored one."""
 
     def __init__(self, config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, progress: bool = True,
                  log=None):
@@ -163,7 +183,6 @@ class Trainer:
         write_json(self.out / "config.json", self.info)
         return start
 
-    # ------------------------------------------------------------------ pieces
     def autocast(self):
         """bf16 autocast around every forward pass when ``amp = bfloat16`` (master weights stay float32)."""
         cfg = self.config
@@ -246,11 +265,9 @@ class Trainer:
                                   "python": random.getstate()}})
         torch.save(state, tmp / "trainer_state.pt")
 
-    # ------------------------------------------------------------------ loop
     def run(self) -> RunResult:
-        """Open the folder, set up (fresh or from the last checkpoint), train update by update
-        (evaluating when due), stop cleanly on SIGINT/SIGTERM, finish with an evaluation, a final
-        checkpoint and ``summary.json``."""
+        """Open the folder, set up (fresh or from the last checkpoint), train update by update (evaluating when
+        due), stop cleanly on SIGINT/SIGTERM, finish with an evaluation, a final checkpoint and ``summary.json``."""
         prev_threads = torch.get_num_threads()
         torch.set_num_threads(self.config.threads)
         handlers = self._install_signal_handlers()
@@ -353,7 +370,6 @@ class Trainer:
                 "train_pc_start": float(first["eval/train_pc"]), "train_pc_end": float(last["eval/train_pc"]),
                 "step_s_median": float(df["perf/step_s"].median())}
 
-    # ------------------------------------------------------------------ signals
     def _install_signal_handlers(self):
         if threading.current_thread() is not threading.main_thread():
             return None
@@ -372,7 +388,6 @@ class Trainer:
     def _restore_signal_handlers(handlers) -> None:
         for s, h in (handlers or {}).items():
             signal.signal(s, h)
-
 
 
 def _show_progress(bar, row: dict) -> None:

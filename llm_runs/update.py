@@ -217,7 +217,7 @@ def _check_step(model, params, optimizer, grad_norm: float) -> None:
 
 def _opob(model, batch: RolloutBatch, temperature: float, control) -> tuple[torch.Tensor, dict]:
     """VCPO's OPOB advantages of ``batch`` (:func:`llm_runs.stepsize.opob_advantages`) and the cost
-    column ``step/opob_s`` (seconds spent on the per-trajectory gradients)."""
+    column ``perf/opob_s`` (seconds spent on the per-trajectory gradients)."""
     import time
 
     t0 = time.perf_counter()
