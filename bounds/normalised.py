@@ -256,20 +256,23 @@ def _vespo_peak(k_pos, lambda_pos, k_neg, lambda_neg):
 def weight_max(scheme: str, G, eps, prompts_per_step=1, **params) -> float:
     """§8.3: ``sup_w max_i c_i``, the largest weight one trajectory can get (exact, from the scheme's
     definition in :mod:`estimators`): IS inf; GMC G(1+eps); TOPR 1; ... (:data:`SIGN_TABLE`). A
-    scheme with knobs takes them as keywords; a knob not given takes the default written in the
-    row, which is :data:`estimators.params.PARAMS`'s (this module sits below :mod:`estimators`, so a
-    test checks the two agree)."""
+    scheme with knobs takes them as keywords; a knob not given takes its default from the scheme's
+    record (:func:`estimators.params.resolve`, which also refuses an unknown knob or a bad value)."""
+    from estimators.params import resolve
+
     row = SIGN_TABLE.get(scheme)
     if row is None:
         raise ValueError(f"no §8 entry for scheme {scheme!r}; schemes: {', '.join(SIGN_TABLE)}")
+    knobs = resolve(scheme, params)
     try:
-        return float(row["c_max"](float(G), float(eps), int(prompts_per_step), **params))
+        return float(row["c_max"](float(G), float(eps), int(prompts_per_step), **knobs))
     except TypeError as e:
         raise ValueError(f"weight_max({scheme!r}): pass exactly its knobs as keywords ({e})") from None
 
 
 SIGN_TABLE: dict[str, dict] = {
-    # scheme: c_max(G, eps, B, **knobs): the largest single weight; mass_sq: twin of a bound on
+    # scheme: c_max(G, eps, B, **knobs): the largest single weight (every knob of the scheme's record, passed by
+    # weight_max with its record's default where not given); mass_sq: twin of a bound on
     # E (group mass)^2 (every scheme, leave-one-out); weight_sq: twin of a bound on E_b c^2 (per-sample
     # schemes only: the iid form); mass_bias: twin of a bound on m (||b|| <= M m)
     "is": {"c_max": lambda G, e, B: math.inf, "mass_sq": "mass_sq_is", "weight_sq": "weight_sq_is",
@@ -283,12 +286,12 @@ SIGN_TABLE: dict[str, dict] = {
             "mass_bias": "m_gmc_scarf"},
     "snis": {"c_max": lambda G, e, B: G, "mass_sq": 1.0, "weight_sq": None, "mass_bias": None},
     "topr": {"c_max": lambda G, e, B: 1.0, "mass_sq": 1.0, "weight_sq": None, "mass_bias": "m_abs_dev"},
-    "vespo": {"c_max": lambda G, e, B, k_pos=2.0, lambda_pos=3.0, k_neg=3.0, lambda_neg=2.0:
+    "vespo": {"c_max": lambda G, e, B, k_pos, lambda_pos, k_neg, lambda_neg:
               _vespo_peak(k_pos, lambda_pos, k_neg, lambda_neg), "mass_sq": "peak", "weight_sq": None,
               "mass_bias": None},
-    "seq_tis_bn": {"c_max": lambda G, e, B, C=2.0: B * G, "mass_sq": None, "weight_sq": None, "mass_bias": None},
-    "seq_mis": {"c_max": lambda G, e, B, lo=0.5, hi=2.0: hi, "mass_sq": None, "weight_sq": None, "mass_bias": None},
-    "gmc_cap": {"c_max": lambda G, e, B, kappa=1.0: (1 + e) * kappa, "mass_sq": None, "weight_sq": None,
+    "seq_tis_bn": {"c_max": lambda G, e, B, C: B * G, "mass_sq": None, "weight_sq": None, "mass_bias": None},
+    "seq_mis": {"c_max": lambda G, e, B, lo, hi: hi, "mass_sq": None, "weight_sq": None, "mass_bias": None},
+    "gmc_cap": {"c_max": lambda G, e, B, kappa: (1 + e) * kappa, "mass_sq": None, "weight_sq": None,
                 "mass_bias": None},
     "gmc_topr": {"c_max": lambda G, e, B: G * (1 + e), "mass_sq": None, "weight_sq": None, "mass_bias": None},
     "topr_gmc": {"c_max": lambda G, e, B: max(1.0, (G - 1) * (1 + e)), "mass_sq": None, "weight_sq": None,

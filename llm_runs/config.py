@@ -50,6 +50,15 @@ def _with_knobs(cls):
     return dataclass(cls)
 
 
+def _takers(option: str) -> tuple[str, ...]:
+    """The token losses whose record takes ``option`` beyond their knobs (``options=`` of
+    :func:`estimators.losses.register_token_loss`), in registration order; read when asked, so a loss
+    registered later is among them."""
+    from estimators.losses import TOKEN_LOSSES
+
+    return tuple(n for n, t in TOKEN_LOSSES.items() if option in t.options)
+
+
 def _estimator_help() -> str:
     from estimators import SCHEMES
     from estimators.losses import TOKEN_LOSSES
@@ -107,8 +116,8 @@ class TrainConfig:
     # --- GRPO ----------------------------------------------------------------------------
     estimator: str = _f("gmc", "c_i", _estimator_help())
     eps: float = _f(0.2, "epsilon", "ratio threshold 1+epsilon (GMC mass cap, TIC clip; token_clip/opsm: lower clip)")
-    eps_high: float | None = _f(None, "epsilon_high", "token_clip/opsm/minpro/trm upper clip (None: = eps); ignored "
-                                "by the others", knob_for=("token_clip", "opsm", "minpro", "trm_k2", "trm_k3"))
+    eps_high: float | None = _f(None, "epsilon_high", f"{'/'.join(_takers('eps_high'))} upper clip (None: = eps); "
+                                "ignored by the others", option="eps_high")
     advantage: str = _f("loo", "A_i", "advantage (THEORY §1): loo (canonical), grpo, drgrpo")
     group_size: int = _f(8, "G", "completions per prompt (one group)")
     prompts_per_step: int = _f(32, "B", "groups (prompts) per update; batch = B * G completions")
@@ -204,7 +213,7 @@ class TrainConfig:
         for f in dataclasses.fields(self):
             if f.metadata.get("knob", ("",))[0] == self.estimator:
                 out[f.metadata["knob"][1]] = getattr(self, f.name)
-            if self.estimator in f.metadata.get("knob_for", ()) and getattr(self, f.name) is not None:
+            if self.estimator in _takers(f.metadata.get("option", "")) and getattr(self, f.name) is not None:
                 out[f.name] = getattr(self, f.name)
         return out
 

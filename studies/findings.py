@@ -25,6 +25,7 @@ from pathlib import Path
 
 from claims.llm_pairs import not_yet_run
 from schema.io import write_text
+from schema.metrics import estimator_label
 from studies.budget.section import readme_line
 from studies.drift.verdict_text import (
     D7_ESTIMATORS,
@@ -54,9 +55,6 @@ SECTION_LIMIT = 1750
 OPTIMISERS = {"sgd": "SGD with a small fixed step", "adam": "Adam (the study's)",
               "adamclip": "Adam + gradient clipping",
               "adamwclip": "AdamW + decay + clipping (verl's actor default)"}
-NAMES = {"gmc": "GMC", "topr": "TOPR", "gspo": "GSPO", "vespo": "VESPO", "is": "IS", "tic_mask": "TIC-mask",
-         "tic_trunc": "TIC-trunc", "gmc_cap": "GMC + per-trajectory cap", "topr_gmc": "`topr_gmc`",
-         "gmc_topr": "`gmc_topr`"}
 
 
 def _ci(r: dict) -> str:
@@ -105,10 +103,10 @@ def staleness(study: dict, runs: list[dict], peers: list[dict], mechanism: dict)
     new = _stable(peers, "long", delay)
     holds = (f"TOPR ({_share(long_['topr'])}), GSPO ({_share(long_['gspo'])}) "
              f"and VESPO ({_share(new['vespo'])}; run after")
-    h2 = "; ".join(f"GMC - {NAMES[b]} {_ci(v)}" for b, v in h["H2"]["baselines"].items())
+    h2 = "; ".join(f"GMC - {estimator_label(b)} {_ci(v)}" for b, v in h["H2"]["baselines"].items())
     h4 = h["H4"]
     m5 = mechanism["hypotheses"]["M5"]
-    scale = ", ".join(f"{NAMES[e]} {_share(m5['stable_shares'][e])}" for e in ("gmc", "topr", "gspo"))
+    scale = ", ".join(f"{estimator_label(e)} {_share(m5['stable_shares'][e])}" for e in ("gmc", "topr", "gspo"))
     return (f"**GMC collapses with long completions under Adam** (the pre-registered staleness study, "
             f"{len(seeds)} whole seeds, long horizon, d = {delay}): GMC is stable in {_share(long_['gmc'])} seeds, "
             f"while {holds} the study, exploratory) hold. "
@@ -170,7 +168,7 @@ def in_progress(drift: dict, replicate: dict) -> str:
     state = "provisional" if replicate.get("provisional") else "final"
     signs = replicate["signs"]
     same_sign = sum(bool(s["agree_in_sign"]) for s in signs)
-    lead = step_size_lead(drift, name=lambda e: NAMES.get(e, e))
+    lead = step_size_lead(drift, name=estimator_label)
     undecided = [k for k in hyps if drift[k].get("why", "").startswith("not yet run")]
     decided = [f"{k} {verdict_cell(drift, k)}" for k in hyps if k not in undecided]
     if lead:

@@ -123,16 +123,25 @@ def test_batch_form_by_hand_and_at_one_group():
         fB(mu=2.0, M=1.0, m2=1.0, prompts_per_step=2)
 
 
-def test_table_knob_defaults_are_the_estimators():
-    """The c_max rows carry their schemes' knob defaults (bounds sits below estimators): they must agree."""
+def test_table_rows_take_their_records_knobs_and_defaults():
+    """Each c_max row takes exactly its scheme's knobs, with no default of its own: weight_max fills them from
+    the scheme's record and refuses an unknown knob or a bad value."""
     import inspect
 
-    from estimators.params import defaults
+    from estimators.params import defaults, params_of
 
     for scheme, row in nb.SIGN_TABLE.items():
-        sig = inspect.signature(row["c_max"])
-        knobs = {k: p.default for k, p in list(sig.parameters.items())[3:]}
-        assert knobs == defaults(scheme), scheme
+        sig = list(inspect.signature(row["c_max"]).parameters.values())[3:]
+        assert [p.name for p in sig] == [p.name for p in params_of(scheme)], scheme
+        assert all(p.default is inspect.Parameter.empty for p in sig), scheme
+        assert nb.weight_max(scheme, 6, 0.2, 3) == row["c_max"](6.0, 0.2, 3, **defaults(scheme)), scheme
+    assert nb.weight_max("seq_mis", 6, 0.2) == 2.0 and nb.weight_max("seq_mis", 6, 0.2, hi=3.0) == 3.0
+    assert nb.weight_max("gmc_cap", 6, 0.2) == pytest.approx(1.2) and nb.weight_max("seq_tis_bn", 6, 0.2, 3) == 18
+    assert nb.weight_max("vespo", 6, 0.2) == pytest.approx(max(nb.phi_peak(2, 3), nb.phi_peak(3, 2)), rel=1e-15)
+    with pytest.raises(ValueError, match=r"'gmc' takes no option\(s\) \['kappa'\]"):
+        nb.weight_max("gmc", 6, 0.2, kappa=2.0)
+    with pytest.raises(ValueError, match=r"kappa .* got -1.0"):
+        nb.weight_max("gmc_cap", 6, 0.2, kappa=-1.0)
 
 
 def test_share_and_step_form_and_vcpo():

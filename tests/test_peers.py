@@ -198,29 +198,39 @@ def test_trajectory_peer_gradients_equal_their_weights():
         (grad,) = torch.autograd.grad(policy_loss(name, logp, old, mask, A, G, 0.2).loss, theta, retain_graph=True)
         expected = ((c * A)[:, None, None] * score).sum(0) / len(A)
         torch.testing.assert_close(-grad, expected, rtol=1e-10, atol=1e-12)
-    assert SCHEMES["tic_mask"].surrogate == "clamp"
-    assert [n for n, s in SCHEMES.items() if s.surrogate == "clamp"] == ["tic_mask"]
+    assert SCHEMES["tic_mask"].surrogate == "clamp"  # the only shipped one: test_estimators.test_schemes_registered
 
 
 # ----------------------------------------------------------------- defaults, knobs, membership
 
 
+PAPER_DEFAULTS = {"m2po": {"tau": 0.04}, "cispo": {"eps_low": 10.0, "eps_high": 0.2}, "opsm": {"delta": 0.5},
+                  "gspo": {"eps_low": 3e-4, "eps_high": 4e-4}, "seq_tis": {"C": 2.0}, "seq_tis_bn": {"C": 2.0},
+                  "seq_mis": {"lo": 0.5, "hi": 2.0}, "icepop": {"lo": 0.5, "hi": 5.0},
+                  "seq_geo_mask": {"lo": 0.999, "hi": 1.001, "length": 1.0, "C": 0.0},
+                  "sapo": {"tau_pos": 1.0, "tau_neg": 1.05},
+                  "vespo": {"k_pos": 2.0, "lambda_pos": 3.0, "k_neg": 3.0, "lambda_neg": 2.0},
+                  "dppo_tv": {"delta": 0.15, "C": 1e4}, "gmc_cap": {"kappa": 1.0},
+                  "ctpo": {"delta": 0.2}, "trm_k2": {"delta": 0.05}, "trm_k3": {"delta": 0.05},
+                  "dispo": {"pos_low": 0.2, "pos_high": 0.28, "neg_low": 0.2, "neg_high": 0.2}, "oapl": {"beta": 1.0}}
+"""The shipped estimators' knobs and their defaults (the sources: :mod:`estimators.params`' table)."""
+KNOBLESS = ("is", "stale", "tic_mask", "tic_trunc", "tic_ppo", "gmc", "snis", "topr", "gmc_topr", "topr_gmc",
+            "token_clip", "p3o", "minpro")
+"""The shipped estimators with no knob."""
+EPS_HIGH_TAKERS = ("token_clip", "opsm", "minpro", "trm_k2", "trm_k3")
+"""The shipped token losses that take the run's ``eps_high`` (an option beyond their knobs)."""
+
+
 def test_paper_defaults_and_config_fields():
     d = {name: {p.name: p.default for p in ps} for name, ps in PARAMS.items()}
-    assert d == {"m2po": {"tau": 0.04}, "cispo": {"eps_low": 10.0, "eps_high": 0.2}, "opsm": {"delta": 0.5},
-                 "gspo": {"eps_low": 3e-4, "eps_high": 4e-4}, "seq_tis": {"C": 2.0}, "seq_tis_bn": {"C": 2.0},
-                 "seq_mis": {"lo": 0.5, "hi": 2.0}, "icepop": {"lo": 0.5, "hi": 5.0},
-                 "seq_geo_mask": {"lo": 0.999, "hi": 1.001, "length": 1.0, "C": 0.0},
-                 "sapo": {"tau_pos": 1.0, "tau_neg": 1.05},
-                 "vespo": {"k_pos": 2.0, "lambda_pos": 3.0, "k_neg": 3.0, "lambda_neg": 2.0},
-                 "dppo_tv": {"delta": 0.15, "C": 1e4}, "gmc_cap": {"kappa": 1.0},
-                 "ctpo": {"delta": 0.2}, "trm_k2": {"delta": 0.05}, "trm_k3": {"delta": 0.05},
-                 "dispo": {"pos_low": 0.2, "pos_high": 0.28, "neg_low": 0.2, "neg_high": 0.2}, "oapl": {"beta": 1.0}}
+    assert {n: d.get(n) for n in PAPER_DEFAULTS} == PAPER_DEFAULTS
+    assert set(KNOBLESS) <= set(loss_names()) and not set(KNOBLESS) & set(d)
     knobs = {f.metadata["knob"]: f for f in config_fields() if "knob" in f.metadata}
     assert set(knobs) == {(n, p.name) for n, ps in PARAMS.items() for p in ps}  # every knob has a field
     cfg = TrainConfig()
-    for (name, param), f in knobs.items():
-        assert getattr(cfg, f.name) == d[name][param] and f.metadata["symbol"]
+    for (name, param), f in knobs.items():  # every registered knob: its record's default, checked, with a symbol
+        spec = next(p for p in PARAMS[name] if p.name == param)
+        assert getattr(cfg, f.name) == d[name][param] == spec.check(spec.default, name) and f.metadata["symbol"]
     from llm_runs.train import build_parser, field_flag
 
     text = build_parser().format_help()
@@ -230,6 +240,15 @@ def test_paper_defaults_and_config_fields():
     assert dataclasses.replace(cfg, estimator="gspo").loss_options() == {"eps_low": 3e-4, "eps_high": 4e-4}
     assert dataclasses.replace(cfg, estimator="opsm", eps_high=0.28).loss_options() == {"delta": 0.5, "eps_high": 0.28}
     assert dataclasses.replace(cfg, estimator="gmc").loss_options() == {}
+    takers = []
+    for name in loss_names():  # every registered loss: the config hands it only options it takes
+        options = dataclasses.replace(cfg, estimator=name, eps_high=0.28).loss_options()
+        assert check_options(name, options) == options, name
+        assert set(d.get(name, {})) <= set(options) <= set(d.get(name, {})) | {"eps_high"}, name
+        if options.get("eps_high") == 0.28:
+            takers.append(name)
+    shipped = set(PAPER_DEFAULTS) | set(KNOBLESS)
+    assert set(takers) & shipped == set(EPS_HIGH_TAKERS)
 
 
 @pytest.mark.parametrize("call, match", [
