@@ -4,7 +4,8 @@ results root (:mod:`grids.folders`: :func:`grid_folder`), its runner (:mod:`grid
 of ``python -m studies.run``; :mod:`grids.sweep` runs the cells, and is the first delay sweep's command),
 the check that a folder is the grid it claims to be (:mod:`grids.check`), its run tables
 (:mod:`grids.run_table`, :mod:`grids.bound_table`) and the mechanism grid's table
-(:mod:`grids.mechanism_table`), and what a plan costs (:mod:`grids.costs`).
+(:mod:`grids.mechanism_table`), what a plan costs (:mod:`grids.costs`), and a run's place on the drift grid's map
+(:mod:`grids.drift_place`, ``python -m grids.drift_place``).
 
 This floor lies between the producers (:mod:`llm_runs`, the training library, and the simulators) and the
 readers (claims, figures, report cards, studies); a study (a campaign, ``studies/<study>/``) defines its

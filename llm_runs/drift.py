@@ -1,9 +1,7 @@
 """A run's drift: how far its policy moved from the behaviour policy that sampled its rollouts, and
-its place on the drift map.
-
-    python -m llm_runs.drift RUN_DIR                      # a run of this toolkit
-    python -m llm_runs.drift metrics.jsonl --stack verl   # a verl metrics export (file logger)
-    python -m llm_runs.drift trainer_state.json --stack trl --delay 4   # steps_per_generation = 5
+its place on a drift map. The command that reads a run and places it on the drift grid's map is
+``python -m grids.drift_place RUN`` (:mod:`grids.drift_place`: which grids' files it reads is the grids' floor's
+to know); ``python -m llm_runs.drift`` runs it for one release and says so.
 
 The drift of a run (:func:`summary`) is the median over updates t in [d, d + 20) (``early``, the
 map's axis: read before a collapse makes the ratios explode) and over every t >= d (``all``) of:
@@ -20,17 +18,15 @@ abs_log_w_median    ``drift/abs_log_w_median``                   (none)
 ==================  ==========================================  ==============================================
 
 TRL logs no KL, chi^2 or ESS of its own; with this toolkit's adapter (:mod:`llm_runs.integrations.trl`)
-its ``log_history`` carries the toolkit's names. The map itself (per estimator and optimiser, the
-stable share at each measured drift and the fitted failure boundary) is written by the drift study's
-analysis (``python -m studies.drift`` -> ``results/llm/drift/map.json``); :func:`place` reads it.
+its ``log_history`` carries the toolkit's names. A map (per estimator and optimiser, the stable share at each
+measured drift and the fitted failure boundary: a ``map.json``) is given to :func:`place`; this library reads
+none of its own.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import numbers
 import sys
-from pathlib import Path
 
 import pandas as pd
 
@@ -125,26 +121,6 @@ def placement_problem(s: dict, delay: int, axis: str = "kl") -> str | None:
     return None
 
 
-DRIFT_GRID, GROUP_SIZE_GRID = "drift", "group_size"
-"""The grids whose files the command reads: the drift map (``map.json``, written by ``python -m studies.drift``)
-and the group-size verdicts (``verdicts.json``, ``python -m studies.group_size``). Their folders follow the grids'
-convention, ``llm/<grid name>`` under the results root (:func:`schema.results.llm_relpath`; neither predates it,
-:data:`grids.folders.FOLDERS_BEFORE_THE_CONVENTION`): this floor lies below :mod:`grids`, and a test holds these
-paths to :func:`grids.grid_folder`'s."""
-
-
-def map_path() -> Path:
-    from schema.results import llm_relpath, results_root
-
-    return results_root() / llm_relpath(DRIFT_GRID) / "map.json"
-
-
-def group_size_verdicts_path() -> Path:
-    from schema.results import llm_relpath, results_root
-
-    return results_root() / llm_relpath(GROUP_SIZE_GRID) / "verdicts.json"
-
-
 def measured_range(table: dict) -> tuple[float, float] | None:
     """The smallest and largest drift any row of the map was measured at (None: no level)."""
     levels = [lv["drift"] for row in table.get("boundaries", []) for lv in row.get("levels", [])
@@ -152,8 +128,9 @@ def measured_range(table: dict) -> tuple[float, float] | None:
     return (min(levels), max(levels)) if levels else None
 
 
-def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dict]:
-    """Per (estimator, optimiser) of the drift map, what it did at drift ``drift`` on ``axis``: the
+def place(drift: float, axis: str, table: dict) -> list[dict]:
+    """Per (estimator, optimiser) of the drift map ``table`` (a ``map.json``; the drift grid's is read by
+    :func:`grids.drift_place.read_map`), what it did at drift ``drift`` on ``axis``: the
     nearest measured level's stable share and whether ``drift`` lies below its fitted boundary. A drift
     outside the map's measured range (:func:`measured_range`) is a ValueError saying so: no correction
     was measured there, and the nearest level's share says nothing about it. So is a drift that no map holds
@@ -161,13 +138,6 @@ def place(drift: float, axis: str = "kl", table: dict | None = None) -> list[dic
     why = unplaceable(drift)
     if why is not None:
         raise ValueError(why)
-    if table is None:
-        path = map_path()
-        if not path.is_file():
-            raise ValueError(f"no drift map at {path}: run the drift grid and `python -m studies.drift` first")
-        from schema.results import read_json
-
-        table = read_json(path)
     if table.get("axis") != axis:
         raise ValueError(f"the map's axis is {table.get('axis')!r}, not {axis!r}")
     span = measured_range(table)
@@ -214,53 +184,6 @@ def unplaceable(drift: float, axis: str = "kl") -> str | None:
     return None
 
 
-def map_group_size() -> int:
-    """The group size of every run of the drift map: the study's setting (``llm_runs.reference.STUDY_BASE``), which
-    the drift grids run under."""
-    from .reference import STUDY_BASE
-
-    return int(STUDY_BASE["group_size"])
-
-
-def group_size_cells() -> list[dict]:
-    """The group-size grid's cells at d = 64 (``results/llm/group_size/verdicts.json``, written by
-    ``python -m studies.group_size``; none before it exists): per level, G and correction, the stable share."""
-    from schema.results import read_json
-
-    path = group_size_verdicts_path()
-    if not path.is_file():
-        return []
-    return [c for c in read_json(path).get("cells", []) if c.get("B", 0) * c.get("G", 0) == 128]
-
-
-def measured_group_sizes(G: int, cells: list[dict]) -> tuple[list[int], int, bool]:
-    """(the group sizes measured: the drift map's and the group-size grid's ``cells``', the nearest to ``G``,
-    whether ``G`` lies outside their range)."""
-    measured = sorted({map_group_size()} | {int(c["G"]) for c in cells})
-    near = min(measured, key=lambda g: (abs(math.log(g) - math.log(G)), g))
-    return measured, near, not measured[0] <= G <= measured[-1]
-
-
-def group_size_lines(G: int | None, cells: list[dict] | None = None) -> list[str]:
-    """What the maps measured say about a run of group size ``G``: the drift map's G, the group sizes the
-    group-size grid measured, the nearest one to ``G`` and its cells, and when ``G`` lies outside them."""
-    cells = group_size_cells() if cells is None else cells
-    map_G = map_group_size()
-    if G is None:
-        return [f"group size: unknown (give --group-size); the drift map was measured at G = {map_G}"]
-    measured, near, outside = measured_group_sizes(G, cells)
-    out = [f"group size: G = {G}; the drift map was measured at G = {map_G}"
-           + (f", the group-size grid at G = {', '.join(map(str, measured))}" if cells else "")
-           + f"; nearest measured G = {near}"]
-    if outside:
-        out.append(f"group size: G = {G} lies outside the measured range ({measured[0]}-{measured[-1]}): no run was "
-                   f"made at it, and the map's boundaries may not transfer")
-    for c in sorted((c for c in cells if int(c["G"]) == near), key=lambda c: (c["level"], c["estimator"])):
-        out.append(f"  G = {near} {c['level']:16s} {c['estimator']:10s} stable {c['stable_share']:.0%} of {c['n']}, "
-                   f"early KL {c['kl_early_pre_collapse']:.4g}")
-    return out
-
-
 def axis_note(s: dict, axis: str) -> str:
     """The column an axis was read from and what of it was missing (:func:`summary`'s counts), for the printout."""
     col = s[f"{axis}_column"]
@@ -272,83 +195,11 @@ def axis_note(s: dict, axis: str) -> str:
     return col + "".join(f"; {n}" for n in notes)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llm_runs.drift", description=__doc__.split("\n\n")[0])
-    p.add_argument("path", help="a run folder, a verl .jsonl export or a TRL trainer_state.json")
-    p.add_argument("--stack", default="toolkit", choices=sorted(COLUMNS))
-    p.add_argument("--delay", type=int, default=None, help="the run's delay d (read from a toolkit run's config)")
-    p.add_argument("--group-size", type=int, default=None,
-                   help="the run's group size G (read from a toolkit run's config)")
-    args = p.parse_args(argv)
-    if args.group_size is not None and args.group_size < 2:
-        print(f"error: --group-size must be an integer >= 2, got {args.group_size}", file=sys.stderr)
-        return 2
-    try:
-        m, delay = read_export(args.path, args.stack)
-        delay = args.delay if args.delay is not None else delay
-        if delay is None:
-            raise ValueError("give --delay: the export does not record the run's delay")
-        s = summary(m, delay, args.stack)
-        G = args.group_size if args.group_size is not None else run_group_size(args.path)
-        cells = group_size_cells()
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (TypeError, KeyError, AttributeError, IndexError, OSError) as exc:  # a file of another shape
-        print(f"error: {args.path}: not a metrics export this reader knows ({type(exc).__name__}: "
-              f"{str(exc).splitlines()[0][:120] if str(exc) else ''})", file=sys.stderr)
-        return 2
-    for line in group_size_lines(G, cells):
-        print(line)
-    if args.stack == "trl":
-        print(f"TRL: steps_per_generation = {delay + 1} cycles the delay through 0..{delay}; read at the "
-              f"{s['fixed_delay_updates']} updates {delay} steps stale (the map's fixed delay d = {delay})")
-    for axis in AXES:
-        print(f"{axis:17s} early {s[axis + '_early']:.4g}  all {s[axis + '_all']:.4g}   [{axis_note(s, axis)}]")
-    from .warning import warning_line
-
-    step = next(c for c in STEP_COLUMNS if c in m)  # summary() found one
-    print(warning_line(m, args.stack, pd.to_numeric(m[step], errors="coerce") - FIRST_STEP.get(args.stack, 0)))
-    kl = s["kl_early"]
-    why = placement_problem(s, delay)
-    if why is not None:
-        print(f"map: {why}; its place on the map (whose axis is the early KL) is unknown")
-        return 0
-    if G is not None and (found := measured_group_sizes(G, cells))[2]:
-        measured, near = found[0], found[1]
-        print(f"map: not placed: G = {G} lies outside the group sizes measured ({measured[0]}-{measured[-1]}; "
-              f"nearest measured G = {near}): no correction is said to have held at it")
-        return 0
-    try:
-        rows = place(kl)
-    except ValueError as exc:
-        print(f"map: {exc}")
-        return 0
-    if not rows:
-        print(f"map: an early KL per token of {kl:.4g} cannot be placed (the map holds no level to compare)")
-        return 0
-    held = sorted({f"{r['estimator']} ({r['optimizer']})" for r in rows
-                   if r["outside"] is None and r["stable_share"] >= 0.8})
-    print(f"map: at early KL per token {kl:.4g}, the drift study's nearest levels held (stable share >= 0.8) for: "
-          f"{', '.join(held) or 'none'}")
-    for side, edge, at in (("beyond", "largest", 1), ("below", "smallest", 0)):
-        out = [r for r in rows if r["outside"] == side]
-        if out:
-            far = (max if at else min)(r["measured_range"][at] for r in out)
-            print(f"map: for {len(out)} of {len(rows)} corrections {kl:.4g} is {side} the {edge} drift measured "
-                  f"({far:.4g}): no correction was measured there")
-    for r in rows:
-        if r["outside"] is not None:
-            edge = "largest" if r["outside"] == "beyond" else "smallest"
-            print(f"  {r['estimator']:10s} {r['optimizer']:9s} {r['outside']} the {edge} drift measured for it "
-                  f"({r['measured_range'][1 if edge == 'largest' else 0]:.4g}): not measured there")
-            continue
-        print(f"  {r['estimator']:10s} {r['optimizer']:9s} nearest level KL {r['nearest_drift']:.4g}: stable "
-              f"{r['stable_share']:.0%} of {r['n']}; boundary "
-              f"{r['boundary'] if r['boundary'] is None else round(r['boundary'], 4)}"
-              f"{' (' + r['censored'] + ')' if r.get('censored') else ''}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # Kept for one release: the command is `python -m grids.drift_place` (a run's place on the drift map needs the
+    # grids' files, which this library does not know). The alias runs that command and says so.
+    import runpy
+
+    print("note: `python -m llm_runs.drift` is now `python -m grids.drift_place`; this alias goes in the next release",
+          file=sys.stderr)
+    runpy.run_module("grids.drift_place", run_name="__main__", alter_sys=True)

@@ -28,8 +28,9 @@ def cell_stats(runs: pd.DataFrame, c: LLMCell, estimator: str) -> dict:
 def drift(runs: list) -> dict:
     """The drift of a cell's runs (:func:`llm_runs.drift.summary`: the early window's median KL per token
     and trajectory chi^2, each run's, then their median over runs) and, where the drift study's map exists
-    (:func:`llm_runs.drift.map_path`), the place of that KL on it (:func:`llm_runs.drift.place`)."""
-    from llm_runs.drift import map_path, place, read_export, summary
+    (:func:`grids.drift_place.map_path`), the place of that KL on it (:func:`llm_runs.drift.place`)."""
+    from grids.drift_place import map_path
+    from llm_runs.drift import place, read_export, summary
     from schema.results import results_root
 
     vals = {"kl": [], "chi2": []}
@@ -60,7 +61,7 @@ def drift(runs: list) -> dict:
                       "the card places a run on it once it is not")
     else:
         try:
-            rows = [r for r in place(kl, table=table) if r.get("outside") is None]  # measured there only
+            rows = [r for r in place(kl, "kl", table) if r.get("outside") is None]  # measured there only
         except ValueError as exc:  # outside every measured range
             out["map"] = f"not placed: {exc}"
             return out

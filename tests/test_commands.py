@@ -43,7 +43,7 @@ def test_a_retired_command_is_gone():
 
 def test_every_documented_command_answers_help():
     mods = [m for m in documented_modules() if m != "claims"]  # claims runs every check (its own tests)
-    assert {"llm_runs.bench", "estimators.bench", "simulators.bench", "report_card", "llm_runs.drift"} <= set(mods)
+    assert {"llm_runs.bench", "estimators.bench", "simulators.bench", "report_card", "grids.drift_place"} <= set(mods)
     code = textwrap.dedent("""
         import contextlib, io, runpy, sys
         for m in sys.argv[1:]:

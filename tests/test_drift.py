@@ -1,5 +1,5 @@
-"""A run's drift (llm_runs.drift) from this toolkit's runs and from verl and TRL metrics exports, and
-the drift map's failure boundary (studies.drift)."""
+"""A run's drift (llm_runs.drift) and its place on a map (grids.drift_place) from this toolkit's runs and from verl
+and TRL metrics exports, and the drift map's failure boundary (studies.drift)."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from grids import drift_place
 from grids.run_table import MARGIN
 from llm_runs import drift
 from studies.drift import analysis, beside, d5, drift_map, verdicts
@@ -60,9 +61,9 @@ def test_a_trl_trainer_state_with_the_toolkit_adapter(tmp_path, capsys):
     hist.append({"train_runtime": 12.0})  # TRL's last entry has no step
     path = tmp_path / "trainer_state.json"
     path.write_text(json.dumps({"log_history": hist, "global_step": 39}))
-    assert drift.main([str(path), "--stack", "trl"]) == 2  # the delay is not in the export
+    assert drift_place.main([str(path), "--stack", "trl"]) == 2  # the delay is not in the export
     assert "give --delay" in capsys.readouterr().err
-    rc = drift.main([str(path), "--stack", "trl", "--delay", "4"])
+    rc = drift_place.main([str(path), "--stack", "trl", "--delay", "4"])
     out = capsys.readouterr().out
     assert rc == 0 and "kl" in out and "[mech/kl]" in out
 
@@ -89,7 +90,7 @@ def test_a_trl_trainer_state_is_read_at_its_fixed_delay_steps_with_its_ess(tmp_p
         h["step/ess_ratio"] = 0.5
     path.write_text(json.dumps({"log_history": hist, "global_step": 100}))
     assert drift.summary(drift.read_export(path, "trl")[0], d, "trl")["ess_ratio_column"] == "step/ess_ratio"
-    assert drift.main([str(path), "--stack", "trl", "--delay", str(d)]) == 0
+    assert drift_place.main([str(path), "--stack", "trl", "--delay", str(d)]) == 0
     out = capsys.readouterr().out
     assert "read at the 25 updates 3 steps stale" in out and "[step/ess_ratio]" in out
 
@@ -512,12 +513,14 @@ def test_outside_the_measured_range_no_correction_is_said_to_hold(tmp_path, monk
     assert rows["is"]["outside"] == "beyond" and rows["gmc"]["outside"] is None
     path = tmp_path / "map.json"
     path.write_text(json.dumps(_TABLE))
-    monkeypatch.setattr(drift, "map_path", lambda: path)
-    assert drift.main([str(_verl_export(tmp_path / "m.jsonl", lambda t: 2.0)), "--stack", "verl", "--delay", "4"]) == 0
+    monkeypatch.setattr(drift_place, "map_path", lambda: path)
+    assert drift_place.main([str(_verl_export(tmp_path / "m.jsonl", lambda t: 2.0)), "--stack", "verl",
+                             "--delay", "4"]) == 0
     out = capsys.readouterr().out
     assert "beyond the largest drift measured (0.6): no correction was measured there" in out
     assert "held" not in out
-    assert drift.main([str(_verl_export(tmp_path / "m.jsonl", lambda t: 0.3)), "--stack", "verl", "--delay", "4"]) == 0
+    assert drift_place.main([str(_verl_export(tmp_path / "m.jsonl", lambda t: 0.3)), "--stack", "verl",
+                             "--delay", "4"]) == 0
     out = capsys.readouterr().out
     assert "held (stable share >= 0.8) for: none" in out and "is         sgd       beyond" in out
 
@@ -526,15 +529,15 @@ def test_outside_the_measured_range_no_correction_is_said_to_hold(tmp_path, monk
 def test_missing_values_are_counted_and_too_many_refuse_the_place(tmp_path, monkeypatch, capsys, blank):
     path = tmp_path / "map.json"
     path.write_text(json.dumps(_TABLE))
-    monkeypatch.setattr(drift, "map_path", lambda: path)
+    monkeypatch.setattr(drift_place, "map_path", lambda: path)
     half = _verl_export(tmp_path / "h.jsonl", lambda t: 0.02 if t % 2 else blank)
     s = drift.summary(*drift.read_export(half, "verl")[:1], 4, "verl")
     assert (s["kl_early_rows"], s["kl_early_missing"]) == (20, 10) and s["kl_early"] == 0.02
-    assert drift.main([str(half), "--stack", "verl", "--delay", "4"]) == 0
+    assert drift_place.main([str(half), "--stack", "verl", "--delay", "4"]) == 0
     out = capsys.readouterr().out
     assert "10 of 20 early values missing" in out
     most = _verl_export(tmp_path / "m.jsonl", lambda t: 0.02 if t % 4 == 0 else blank)
-    assert drift.main([str(most), "--stack", "verl", "--delay", "4"]) == 0
+    assert drift_place.main([str(most), "--stack", "verl", "--delay", "4"]) == 0
     out = capsys.readouterr().out
     assert "15 of the early window's 20 kl values are missing" in out and "held" not in out
 
@@ -543,7 +546,7 @@ def test_kl_logged_only_before_the_window_is_said_so(tmp_path, capsys):
     path = tmp_path / "m.jsonl"
     path.write_text("".join(json.dumps({"step": t, "data": {"rollout_corr/k3_kl": 0.02}}) + "\n" for t in range(1, 11))
                     + "".join(json.dumps({"step": t, "data": {"other": 1.0}}) + "\n" for t in range(11, 60)))
-    assert drift.main([str(path), "--stack", "verl", "--delay", "25"]) == 0
+    assert drift_place.main([str(path), "--stack", "verl", "--delay", "25"]) == 0
     out = capsys.readouterr().out
     assert "KL logged at steps 1\u201310; the window starts at 25" in out and "logs no KL" not in out
 
@@ -560,13 +563,13 @@ def test_kl_logged_only_before_the_window_is_said_so(tmp_path, capsys):
     lambda d: (d / "m").mkdir() or (d / "m" / "metrics.csv").write_text("step,x\n0,1\n") or d / "m",
 ])
 def test_things_that_are_not_runs_are_one_line_and_exit_2(tmp_path, capsys, make):
-    rc = drift.main([str(make(tmp_path)), "--delay", "0"])
+    rc = drift_place.main([str(make(tmp_path)), "--delay", "0"])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: ")
 
 
 def test_the_reader_names_the_run_s_group_size_and_the_nearest_measured_one():
-    from llm_runs.drift import group_size_lines
+    from grids.drift_place import group_size_lines
 
     assert "measured at G = 8" in group_size_lines(8, [])[0] and len(group_size_lines(8, [])) == 1
     out = group_size_lines(64, [])
@@ -581,7 +584,7 @@ def test_the_reader_names_the_run_s_group_size_and_the_nearest_measured_one():
 
 
 def test_a_group_size_below_two_is_refused(tmp_path, capsys):
-    from llm_runs.drift import main
+    from grids.drift_place import main
 
     assert main([str(tmp_path), "--group-size", "1"]) == 2
     assert "--group-size must be an integer >= 2, got 1" in capsys.readouterr().err
@@ -833,9 +836,9 @@ def test_the_drift_reader_names_bad_values_and_says_why_a_drift_is_not_placed(tm
 
     path = tmp_path / "map.json"
     path.write_text(json.dumps(_TABLE))
-    monkeypatch.setattr(drift, "map_path", lambda: path)
-    monkeypatch.setattr(drift, "group_size_cells", list)
-    got = drift.main([str(make(tmp_path)), *args])
+    monkeypatch.setattr(drift_place, "map_path", lambda: path)
+    monkeypatch.setattr(drift_place, "group_size_cells", list)
+    got = drift_place.main([str(make(tmp_path)), *args])
     cap = capsys.readouterr()
     text = cap.err if rc else cap.out
     assert got == rc and re.search(want, text), (cap.out, cap.err)

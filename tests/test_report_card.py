@@ -304,7 +304,7 @@ def test_a_token_level_correction_from_outside(loaded):
 def test_the_drift_of_a_cell_and_its_place_on_the_map(tmp_path, monkeypatch):
     """A cell's early KL is llm_runs.drift.summary's, median over its runs; it is placed on a map that is
     not provisional (llm_runs.drift.place) and not on a provisional one."""
-    import llm_runs.drift
+    from grids import drift_place
     from llm_runs.drift import read_export, summary
     from report_card import llm_numbers
 
@@ -313,7 +313,7 @@ def test_the_drift_of_a_cell_and_its_place_on_the_map(tmp_path, monkeypatch):
     row = {"estimator": "x", "optimizer": "adam", "boundary": 2 * kl, "censored": None,
            "levels": [{"drift": kl, "stable_share": 1.0, "n": 3}]}
     path = tmp_path / "map.json"
-    monkeypatch.setattr(llm_runs.drift, "map_path", lambda: path)
+    monkeypatch.setattr(drift_place, "map_path", lambda: path)
     for provisional in (True, False):
         path.write_text(json.dumps({"axis": "kl", "provisional": provisional, "seeds": 10, "boundaries": [row]}))
         d = llm_numbers.drift(runs)

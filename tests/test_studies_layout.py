@@ -107,11 +107,10 @@ def test_the_pairs_a_grid_declares_are_what_the_runner_checks():
 
 
 def test_the_drift_command_reads_the_grids_folders():
-    from grids import grid_folder
-    from llm_runs import drift
+    from grids import drift_place, grid_folder
 
-    assert drift.map_path() == grid_folder("drift") / "map.json"
-    assert drift.group_size_verdicts_path() == grid_folder("group_size") / "verdicts.json"
+    assert drift_place.map_path() == grid_folder("drift") / "map.json"
+    assert drift_place.group_size_verdicts_path() == grid_folder("group_size") / "verdicts.json"
 
 
 def test_every_committed_grid_folder_reads_back_as_the_grid_that_defines_it():

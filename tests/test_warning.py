@@ -217,18 +217,18 @@ def test_verdict_says_not_yet_run(tmp_path, monkeypatch):
 @pytest.mark.parametrize("stack,column,first", [("toolkit", "warn/kl", 0), ("verl", "actor/warn/kl", 0),
                                                 ("trl", "mech/kl", 1)])
 def test_the_drift_reader_applies_the_rule_under_each_stacks_names(tmp_path, capsys, stack, column, first):
-    from llm_runs import drift
+    from grids import drift_place
 
     kl = [0.01] * 10 + [1.0] * 10  # (1 + 6 x 0.01) / 7 >= the threshold: fires at the first large update
     rows = [{"step": t + first, column: v} for t, v in enumerate(kl)]
     path = tmp_path / "m.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    assert drift.main([str(path), "--stack", stack, "--delay", "2", "--group-size", "8"]) == 0
+    assert drift_place.main([str(path), "--stack", stack, "--delay", "2", "--group-size", "8"]) == 0
     out = capsys.readouterr().out
     assert f"fires at update 10 [{column}]" in out
     quiet = [{"step": t + first, column: 0.01} for t in range(20)]
     path.write_text("\n".join(json.dumps(r) for r in quiet) + "\n")
-    assert drift.main([str(path), "--stack", stack, "--delay", "2", "--group-size", "8"]) == 0
+    assert drift_place.main([str(path), "--stack", stack, "--delay", "2", "--group-size", "8"]) == 0
     assert "does not fire in 20 updates (largest mean 0.01)" in capsys.readouterr().out
 
 
