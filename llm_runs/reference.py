@@ -1,8 +1,8 @@
-"""The reference setup of the LLM runs: the study model (:data:`STUDY_MODEL`, and :data:`STUDY_MODEL_LARGE`
-for the scale grids), the settings every grid of the studies shares (:data:`STUDY_BASE`), one block of
-task settings per horizon (:data:`HORIZONS`) and the committed warm starts' settings
-(:data:`COMMITTED_WARM_STARTS`, :func:`committed_config`). The grids (:mod:`grids.spec`, defined in
-``studies/<study>/grids.py``) are built on these."""
+"""The reference setup of the LLM runs, which the committed warm starts were made with (llm_runs/warmstarts;
+:data:`COMMITTED_WARM_STARTS`, :func:`committed_config`): the model (:data:`STUDY_MODEL`, and
+:data:`STUDY_MODEL_LARGE`, the larger one), the shared settings (:data:`STUDY_BASE`) and one block of task settings
+per horizon (:data:`HORIZONS`). The grids (:mod:`grids.spec`, defined in ``studies/<study>/grids.py``) are built on
+these; what one grid sets of its own (its arms, its kernel path) lives with it, not here."""
 from __future__ import annotations
 
 from schema.results import HORIZON_TASKS
@@ -31,12 +31,6 @@ HORIZONS = {
 """Horizon -> task settings. short: ``3+5+9=`` -> ``17`` (H <= 3 tokens with EOS); long: seven
 one-digit operands with every partial sum written out, ``08,17,...`` (H = 18 tokens)."""
 
-
-AVX2_KERNELS = (("ATEN_CPU_CAPABILITY", "avx2"), ("MKL_ENABLE_INSTRUCTIONS", "AVX2"), ("DNNL_MAX_CPU_ISA", "AVX2"))
-"""A second kernel path on an AVX-512 machine: torch's dispatch, MKL's and oneDNN's ISA limited to AVX2
-(the setting the earlier investigation found to change the long warm start's outcome: pc 0.860
-against 0.514). On this machine it changes the warm-start recipe's rounding
-(:func:`llm_runs.warmstart.rounds_as_committed` is False under it)."""
 
 COMMITTED_WARM_STARTS = {"long": {**STUDY_BASE, **HORIZONS["long"]}, "short": {**STUDY_BASE, **HORIZONS["short"]},
                          "large": {**STUDY_BASE, **HORIZONS["long"], "model_kwargs": STUDY_MODEL_LARGE}}

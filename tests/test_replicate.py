@@ -14,8 +14,8 @@ def test_the_replicate_grid_forces_its_kernel_path_and_others_record_none(monkey
     import os
 
     from grids import runner as study
-    from llm_runs.reference import AVX2_KERNELS
     from studies.grids import GRIDS
+    from studies.replicate.grids import AVX2_KERNELS
 
     assert GRIDS["replicate_avx2"].record()["kernel_env"] == [list(kv) for kv in AVX2_KERNELS]
     assert "kernel_env" not in GRIDS["primary"].record()  # recorded settings of earlier grids unchanged

@@ -3,9 +3,15 @@ Run with ``python -m studies.run --grid replicate_avx2``."""
 from __future__ import annotations
 
 from grids import Arm, Grid, grid_out
-from llm_runs.reference import AVX2_KERNELS, HORIZONS, STUDY_BASE
+from llm_runs.reference import HORIZONS, STUDY_BASE
 
 from ..mechanism.grids import MECHANISM_ARMS, MECHANISM_ESTIMATORS
+
+AVX2_KERNELS = (("ATEN_CPU_CAPABILITY", "avx2"), ("MKL_ENABLE_INSTRUCTIONS", "AVX2"), ("DNNL_MAX_CPU_ISA", "AVX2"))
+"""The replicate's kernel path on an AVX-512 machine (its grid's ``kernel_env``): torch's dispatch, MKL's and oneDNN's
+ISA limited to AVX2 (the setting the earlier investigation found to change the long warm start's outcome: pc 0.860
+against 0.514). On this machine it changes the warm-start recipe's rounding
+(:func:`llm_runs.warmstart.rounds_as_committed` is False under it)."""
 
 
 def replicate_arms() -> tuple[Arm, ...]:
