@@ -175,7 +175,7 @@ def monitor_for(config, metrics_file=None, where: str = "run") -> EarlyWarning |
 WARN_COLUMNS = {"toolkit": ("warn/kl", "drift/kl", "mech/kl"), "verl": ("actor/warn/kl", "actor/mech/kl"),
                 "trl": ("warn/kl", "mech/kl", "drift/kl")}
 """Stack -> the metric names that carry the rule's statistic, the per-token KL (k3) of each update, preferred first:
-the monitor's own, then the same estimate under the stack's other names (``python -m llm_runs.drift`` reads them)."""
+the monitor's own, then the same estimate under the stack's other names (``python -m grids.drift_place`` reads them)."""
 
 
 def warning_line(m, stack: str, updates) -> str:
