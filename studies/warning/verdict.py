@@ -116,7 +116,9 @@ def verdict(grid: str, root: Path | None = None) -> dict:
 
     rule = frozen_rule()
     root = Path(root) if root is not None else grid_folder(grid)
-    head = {"format": VERDICTS_FORMAT, "grid": grid, "folder": str(root),
+    from schema.sources import shown_path
+
+    head = {"format": VERDICTS_FORMAT, "grid": grid, "folder": shown_path(root),  # never a machine's own path
             "rule": {k: rule[k] for k in ("statistic", "summary", "window", "threshold", "decision")}}
     if not root.is_dir():
         return {**head, "verdict": "not yet run", "why": f"{root} does not exist: the grid has no run yet",
@@ -173,14 +175,13 @@ def summary_lines(rec: dict) -> list[str]:
 
 
 def _main_verdict(grid: str, out: Path | None = None) -> int:
+    from grids import grid_folder
     from schema.io import check_output, write_json
 
     try:
         if out is not None:
             check_output(out)
         else:  # the grid's own file, once it exists: a file of that name the toolkit did not write is kept
-            from grids import grid_folder
-
             if grid_folder(grid).is_dir():
                 check_output(grid_folder(grid) / VERDICTS_FILE)
         rec = verdict(grid)
@@ -188,7 +189,7 @@ def _main_verdict(grid: str, out: Path | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print("\n".join(summary_lines(rec)))
-    folder = Path(rec["folder"])
+    folder = grid_folder(grid)
     path = Path(out) if out is not None else folder / VERDICTS_FILE
     if out is None and not folder.is_dir():
         print(f"(no verdicts file written: {folder} does not exist yet)")
