@@ -236,7 +236,8 @@ def _check_kernel_env(run: Path) -> None:
 def _check_warm_start(run: Path, cfg, rounding: bool = True) -> None:
     """Refuse a replay that cannot be byte-identical: this machine's warm start for the run's
     settings is not the one the run started from, or (``rounding``) it is (the committed weights)
-    but this machine rounds the recipe differently from the one that made it (:class:`ReplaySkipped`)."""
+    but this machine rounds the recipe differently from the one that made it and the run was made on another
+    machine than this one (:class:`ReplaySkipped`)."""
     from schema.results import read_run_doc
 
     from .tasks import build_task
@@ -256,7 +257,10 @@ def _check_warm_start(run: Path, cfg, rounding: bool = True) -> None:
                          f"({why}): the numerics depend on the CPU (this one: {machine()}; the run's: {made_on}), "
                          f"so no replay here can be byte-identical. Replay it on a machine whose warm start "
                          f"matches, or give --cache-dir a cache holding the run's own warm start")
-    if rounding and here.get("source") == "committed" and rounds_as_committed(cfg, task, here) is False:
+    same_machine = isinstance(made_on, dict) and all(made_on.get(k) == v for k, v in machine().items())
+    # a run made on this very machine replays here to every byte whatever the warm start's machine rounded
+    if rounding and not same_machine and here.get("source") == "committed" and \
+            rounds_as_committed(cfg, task, here) is False:
         raise ReplaySkipped(f"{run} starts from the committed warm start, which this machine loads, but this machine "
                             f"rounds the recipe differently from the one that made the run (this one: {machine()}; "
                             f"the run's: {made_on}; `python -m llm_runs.warmstart --check`), so its updates can "

@@ -140,9 +140,15 @@ def test_a_machine_that_rounds_differently_uses_the_committed_weights_and_its_ru
     (reference / "run-s0").mkdir(parents=True)
     (reference / "run-s0" / "config.json").write_text(json.dumps({"warm_start": record, "config": {}}))
     check_pairing(grid, reference)
+    # made on this machine: it replays here to every byte, whatever the warm start's machine rounded
+    assert replay(grid / "run-s0", 2, cache_dir=tmp_path / "cache-replay") == []
+    # the same run as if made on another machine (the committing one): skipped, with the reason
+    doc = json.loads((grid / "run-s0" / "config.json").read_text())
+    doc["machine"] = {**doc["machine"], "cpu_flags": "0" * 16}
+    (grid / "run-s0" / "config.json").write_text(json.dumps(doc))
     with pytest.raises(ReplaySkipped, match="byte-for-byte check is skipped"):
         replay(grid / "run-s0", 2, cache_dir=tmp_path / "cache-replay")
-    # the recipe's rounding is a proxy: compared all the same, the run made here replays here to every byte
+    # the recipe's rounding is a proxy: compared all the same, the run replays here to every byte
     assert replay(grid / "run-s0", 2, cache_dir=tmp_path / "cache-replay", anyway=True) == []
 
 
