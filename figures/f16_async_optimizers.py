@@ -5,16 +5,17 @@ the right token at probability p0 = 0.8 at every position at theta_0). One colum
 (SGD, Adam, Adam + clip, AdamW + clip); top row the final J, middle row the final J minus TOPR's,
 seed by seed (the LLM study's comparison; TIC-mask and stale left out of this row, whose scale
 they would set), bottom row the average ||grad J||^2 over the run (log axis); each scheme at each
-horizon H: mean over the paired seeds with its 95% t-interval (scipy).
+horizon H: mean over the paired seeds with its 95% t-interval. Every number is computed by :func:`load` (the
+intervals with :func:`stats.t_interval`); :func:`plot` only draws.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from claims.optimizers import SOURCE, ordering_table
 from schema.results import read_sim, source_note
+from stats import t_interval
 
 from . import style
 
@@ -26,10 +27,14 @@ OPT_TITLE = {"sgd": "SGD", "adam": "Adam", "adam_clip": "Adam + clip", "adamw_cl
 METRICS = [("final_J", "final $J$", False), ("final_J_vs_topr", "final $J$ $-$ TOPR's (paired)", False),
            ("avg_grad_sq", r"avg $\|\nabla J\|^2$", True)]
 NOT_PAIRED = ("topr", "tic_mask", "stale")  # left out of the paired row
+LEVEL = 0.95  # the intervals' confidence
 
 
-def load() -> pd.DataFrame:
-    return read_sim(SOURCE)
+def load() -> dict:
+    """The sweep's rows (``runs``) and their per-cell means and interval half-widths (``cells``,
+    :func:`cell_means`)."""
+    df = read_sim(SOURCE)
+    return {"runs": df, "cells": cell_means(df)}
 
 
 def cell_means(df: pd.DataFrame) -> pd.DataFrame:
@@ -44,18 +49,15 @@ def cell_means(df: pd.DataFrame) -> pd.DataFrame:
         r = {"optimizer": opt, "H": int(H), "scheme": s, "n": len(g)}
         for m, _, _ in METRICS:
             x = g[m].to_numpy(float)
-            x = x[np.isfinite(x)]
-            r[m] = float(x.mean()) if len(x) else np.nan
-            r[m + "_half"] = float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))) \
-                if len(x) > 1 else np.nan
+            r[m], r[m + "_half"], _ = t_interval(x[np.isfinite(x)], LEVEL)
         rows.append(r)
     return pd.DataFrame(rows)
 
 
-def plot(df: pd.DataFrame, ax=None):
+def plot(d: dict, ax=None):
     import matplotlib.pyplot as plt
 
-    cm = cell_means(df)
+    df, cm = d["runs"], d["cells"]
     opts = [o for o in OPT_ORDER if o in set(cm["optimizer"])]
     Hs = sorted(cm["H"].unique())
     estimator_names = style.ordered(cm["scheme"].unique())
@@ -93,7 +95,8 @@ def plot(df: pd.DataFrame, ax=None):
     return fig
 
 
-def caption(df: pd.DataFrame) -> str:
+def caption(loaded: dict) -> str:
+    df = loaded["runs"]
     tab = ordering_table(df)
     d = int(tab["d"].iloc[0])
     parts = [f"{OPT_TITLE.get(r.optimizer, r.optimizer)} H={r.H}: GMC-TIC-mask avg||grad J||^2 {r.mask_mean:+.2e} "

@@ -1,4 +1,4 @@
-"""Generic statistics shared by every study: intervals for shares, paired bootstrap, multiple-comparison
+"""Generic statistics shared by every study: intervals for shares and means, paired bootstrap, multiple-comparison
 correction, power, rank statistics and exact tests. Nothing here knows a study, an estimator or a results
 folder: every setting a study fixes (level, resamples, random state) is an argument."""
 from __future__ import annotations
@@ -41,6 +41,20 @@ def share_ci(k: int, n: int, method: str = "exact", alpha: float = 0.05) -> tupl
         return math.nan, math.nan
     ci = _st.binomtest(k, n).proportion_ci(confidence_level=1 - alpha, method=method)
     return float(ci.low), float(ci.high)
+
+
+def t_interval(x, confidence: float) -> tuple[float, float, int]:
+    """Mean of the sample ``x`` and the half-width of its two-sided Student-t interval at ``confidence``
+    (``t_{(1+confidence)/2, n-1} * sd / sqrt(n)``, sd with ddof 1): ``(mean, half, n)``. NaN half-width
+    below 2 values, NaN mean for none."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
+    x = np.asarray(x, float)
+    n = len(x)
+    mean = float(x.mean()) if n else math.nan
+    if n < 2:
+        return mean, math.nan, n
+    return mean, float(_st.t.ppf(0.5 + confidence / 2, n - 1) * x.std(ddof=1) / np.sqrt(n)), n
 
 
 def newcombe(k1: int, n1: int, k2: int, n2: int, alpha: float = 0.05) -> tuple[float, float]:

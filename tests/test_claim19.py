@@ -93,14 +93,16 @@ def test_f15_and_f16_draw_every_series_and_caption(quick_results, monkeypatch):
     per_panel = df["scheme"].nunique()
     assert len(style.series_lines(fig)) == n_env * n_G * per_panel + 2 * n_G  # + the bound in E1 and E2
     assert "GMC/TIC-trunc" in f14.caption(df) and "(quick sweep)" in f14.caption(df)
-    df = f15.load()
-    fig = f15.plot(df)
+    loaded = f15.load()
+    df = loaded["runs"]
+    fig = f15.plot(loaded)
     n_s, n_o = df["scheme"].nunique(), df["optimizer"].nunique()
     paired = len(set(df["scheme"]) - set(f15.NOT_PAIRED))
     assert len(style.series_lines(fig)) == n_o * (2 * n_s + paired)
-    cap = f15.caption(df)
+    cap = f15.caption(loaded)
     assert "GMC-TIC-mask" in cap and "collapsed" in cap
-    cm = f15.cell_means(df)
+    cm = loaded["cells"]
+    pd.testing.assert_frame_equal(cm, f15.cell_means(df))
     g = df[(df["d"] == df["d"].max()) & (df["optimizer"] == "adam") & (df["scheme"] == "gmc") & (df["H"] == 6)]
     row = cm[(cm["optimizer"] == "adam") & (cm["scheme"] == "gmc") & (cm["H"] == 6)].iloc[0]
     assert row["final_J"] == pytest.approx(g["final_J"].mean())

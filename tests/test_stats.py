@@ -53,3 +53,23 @@ def test_holm_power_bootstrap_and_exact_tests():
     assert np.isnan(stats.bootstrap_mean([0.2], 0.95, 10, 1)["low"])
     assert stats.sign_test(0, 0) == 1.0 and stats.sign_test(5, 0) == pytest.approx(0.0625)
     assert stats.fisher_greater([[5, 0], [0, 5]]) == pytest.approx(1 / 252)
+
+
+def test_t_interval_is_scipys_student_t_interval_of_the_mean():
+    """A fixed sample: the mean and the half-width of the 95% and 90% intervals against
+    scipy.stats.t.interval; float64 and a handful of operations, so agreement to 1e-12 relative."""
+    from scipy import stats as st
+
+    x = np.array([0.31, 0.27, 0.45, 0.38, 0.22, 0.40])
+    for level in (0.95, 0.9):
+        mean, half, n = stats.t_interval(x, level)
+        lo, hi = st.t.interval(level, len(x) - 1, loc=x.mean(), scale=st.sem(x))
+        assert n == 6 and mean == pytest.approx(x.mean(), rel=1e-15)
+        assert (mean - half, mean + half) == pytest.approx((lo, hi), rel=1e-12)
+    assert stats.t_interval(x, 0.95)[1] > stats.t_interval(x, 0.9)[1]
+    one = stats.t_interval([0.5], 0.95)
+    assert one[0] == 0.5 and np.isnan(one[1]) and one[2] == 1
+    none = stats.t_interval([], 0.95)
+    assert np.isnan(none[0]) and np.isnan(none[1]) and none[2] == 0
+    with pytest.raises(ValueError, match="confidence must lie in \\(0, 1\\), got 95"):
+        stats.t_interval(x, 95)
