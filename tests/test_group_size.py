@@ -303,7 +303,7 @@ def test_f26_draws_the_boundaries_and_the_g3_cell_as_the_verdicts_file_holds_the
          "cells": [{"level": f26.G3_LEVEL, "G": G, "B": 128 // G, "estimator": "gmc", "n": 5,
                     "stable_share": s} for G, s in ((4, 0.0), (8, 0.2), (16, 0.6), (32, 1.0))]
          + [{"level": "adamclip3e-05", "G": 4, "B": 32, "estimator": "gmc", "n": 5, "stable_share": 0.4}]}
-    fig = f26.plot(v)
+    fig = f26.plot(f26.with_share_intervals(v))
     lines = {ln.get_gid(): ln for ln in style.series_lines(fig)}
     assert set(lines) == {"series:boundary:gmc", "series:boundary:tic_trunc", "series:stable-share:gmc"}
     np.testing.assert_allclose(lines["series:boundary:gmc"].get_ydata(), [0.004, 0.008, 0.016, 0.032])
@@ -311,6 +311,21 @@ def test_f26_draws_the_boundaries_and_the_g3_cell_as_the_verdicts_file_holds_the
     assert "2 at 8 boundaries" in fig._suptitle.get_text()
     assert "provisional: G3 not yet decided" in f26.caption(v)
     plt.close(fig)
+
+
+def test_f26_share_intervals_are_clopper_pearson_from_scipy():
+    """with_share_intervals: each cell's exact binomial 95% interval, here 3 of 5 runs, against the
+    Clopper-Pearson bounds as beta quantiles (scipy.stats.beta; float64 root-finding agrees to 1e-9)."""
+    from scipy import stats as st
+
+    from studies.group_size.figures import f26_boundary_vs_g as f26
+
+    v = {"runs": 5, "cells": [{"level": f26.G3_LEVEL, "G": 4, "B": 32, "estimator": "gmc", "n": 5,
+                               "stable_share": 0.6}]}
+    c = f26.with_share_intervals(v)["cells"][0]
+    assert c["share_low"] == pytest.approx(st.beta.ppf(0.025, 3, 3), rel=1e-9)
+    assert c["share_high"] == pytest.approx(st.beta.ppf(0.975, 4, 2), rel=1e-9)
+    assert "share_low" not in v["cells"][0]  # the verdicts read are left as they are
 
 
 def test_claim_26_confirms_a_planted_law_with_the_predicted_exponent_and_records_another_as_refuted(tmp_path):

@@ -5,7 +5,8 @@ drawn here). Left: each correction's boundary on the pre-collapse early-KL axis 
 (3e-5, 5.5e-5, 1e-4) at G = 4, 8, 16, 32 (``boundaries``: descriptive, no test); a filled marker is an
 interpolated boundary, ``^`` a boundary beyond the largest drift measured (no level failed), ``v`` one below the
 smallest (every level failed). Right: the stable share at Adam + clip 1e-4 (G3's cell) against G, with exact
-binomial 95% intervals. The title names the seeds each point stands on: the grid is read as it is.
+binomial 95% intervals. The title names the seeds each point stands on: the grid is read as it is. Every number
+is read or computed by :func:`load` (the intervals with :func:`stats.share_ci`); :func:`plot` only draws.
 """
 from __future__ import annotations
 
@@ -27,13 +28,26 @@ G3_LEVEL = "adamclip0.0001"
 
 
 def load() -> dict:
+    """The verdicts file, each cell with its stable share's interval (:func:`with_share_intervals`)."""
     from grids import grid_folder
 
     p = grid_folder("group_size") / "verdicts.json"
     if not p.is_file():
         raise MissingResults(f"missing results llm/group_size/verdicts.json: {p} does not exist; make it with "
                              f"`{VERDICTS.command}`")
-    return read_json(p)
+    return with_share_intervals(read_json(p))
+
+
+def with_share_intervals(v: dict) -> dict:
+    """A copy of the verdicts ``v`` whose every cell also holds ``share_low`` and ``share_high``: the exact
+    binomial 95% interval of its stable share, ``round(stable_share * n)`` of ``n`` runs (:func:`stats.share_ci`)."""
+    from stats import share_ci
+
+    cells = []
+    for c in v.get("cells", []):
+        lo, hi = share_ci(round(c["stable_share"] * c["n"]), c["n"])
+        cells.append({**c, "share_low": lo, "share_high": hi})
+    return {**v, "cells": cells}
 
 
 def _finite(x) -> bool:
@@ -44,8 +58,6 @@ def _finite(x) -> bool:
 
 
 def plot(v: dict, ax=None):
-    from stats import share_ci
-
     if ax is None:
         style.plt.rcParams.update(style.RC)
         fig, axes = style.plt.subplots(1, 2, figsize=(9.0, 3.4))
@@ -76,7 +88,7 @@ def plot(v: dict, ax=None):
         rows = sorted((c for c in cells if c["estimator"] == est), key=lambda c: c["G"])
         G = np.array([c["G"] for c in rows], float) * (1 + 0.03 * (i - 2))
         share = np.array([c["stable_share"] for c in rows])
-        ci = np.array([share_ci(round(c["stable_share"] * c["n"]), c["n"]) for c in rows])
+        ci = np.array([(c["share_low"], c["share_high"]) for c in rows])
         line = right.errorbar(G, share, yerr=[share - ci[:, 0], ci[:, 1] - share], color=kw["color"],
                               marker=kw["marker"], markersize=4, linewidth=1.1, capsize=2, label=style.label(est))
         style.mark(line.lines[0], "stable-share", est)
