@@ -6,7 +6,8 @@ staleness study's unclipped Adam, with the GMC variants), one point per estimato
 pc over the seeds complete in every cell of the grid (the whole seeds; before the first whole seed,
 every complete run, marked interim), with the 95% percentile-bootstrap interval of the mean
 (:func:`grids.run_table.bootstrap`). The numbers under each point: stable seeds / seeds. Dotted grey:
-the warm start; dashed: each arm's delay-0 mean.
+the warm start; dashed: each arm's delay-0 mean. Every number is computed by :func:`load` (the table of
+means and intervals, :func:`table`); :func:`plot` only draws.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pandas as pd
 
 from figures import style
 from grids.folders import MECHANISM, STUDY
-from grids.mechanism_table import DELAY, load
+from grids.mechanism_table import DELAY
+from grids.mechanism_table import load as load_runs
 from grids.run_table import bootstrap
 
 NAME = "f20_mechanism_pc"
@@ -24,6 +26,14 @@ SOURCES = [MECHANISM, STUDY]
 ARMS = ("sgd", "adamclip", "adamwclip", "adam", "adamk2")
 ARM_LABELS = {"sgd": "SGD (fixed step)", "adamclip": "Adam + clip 1", "adamwclip": "AdamW + decay + clip 1",
               "adam": "Adam (study)", "adamk2": "Adam, GMC+cap kappa 2"}
+
+
+def load(study=None, root=None) -> dict:
+    """The runs (:func:`grids.mechanism_table.load`, ``study`` and ``root`` passed on) and their table of
+    means and bootstrap intervals (:func:`table`), the warm-start pc and the whole seeds."""
+    runs = load_runs(study, root)
+    return {"runs": runs, "table": table(runs), "pc0": float(runs.loc[runs["complete"], "pc0"].mean()),
+            "seeds": list(runs.attrs.get("seeds", []))}
 
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -43,8 +53,8 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["arm", "estimator", "n", "stable", "mean", "low", "high"])
 
 
-def plot(runs: pd.DataFrame, ax=None):
-    tab = table(runs)
+def plot(d: dict, ax=None):
+    tab = d["table"]
     fig, (a,) = style.panels(1, ax, width=9.5, height=3.8)
     arms = [x for x in ARMS if x in set(tab["arm"])]
     for i, arm in enumerate(arms):
@@ -59,11 +69,11 @@ def plot(runs: pd.DataFrame, ax=None):
         z = tab[(tab["arm"] == arm) & (tab["estimator"] == "delay 0")]
         if len(z):
             a.hlines(float(z["mean"].iloc[0]), i - 0.4, i + 0.4, colors="0.4", linestyles="--", linewidth=0.9)
-    a.axhline(float(runs.loc[runs["complete"], "pc0"].mean()), color="0.5", linestyle=":", linewidth=1.0)
+    a.axhline(d["pc0"], color="0.5", linestyle=":", linewidth=1.0)
     a.set_xticks(range(len(arms)), [ARM_LABELS.get(x, x) for x in arms], fontsize=8)
     a.set_ylabel("final held-out pc")
     a.set_ylim(-0.08, 0.85)
-    n = len(runs.attrs.get("seeds", []))
+    n = len(d["seeds"])
     a.set_title(f"mean and 95% bootstrap interval over {n} whole seed{'s' * (n != 1)}"
                 + ("" if n else " (interim: every complete run)"), fontsize=9)
     handles, labels = a.get_legend_handles_labels()
@@ -72,14 +82,14 @@ def plot(runs: pd.DataFrame, ax=None):
     return fig
 
 
-def caption(runs: pd.DataFrame) -> str:
-    tab = table(runs)
+def caption(d: dict) -> str:
+    tab = d["table"]
     parts = []
     for arm in [x for x in ARMS if x in set(tab["arm"])]:
         t = tab[(tab["arm"] == arm) & (tab["estimator"] != "delay 0")].sort_values("mean", ascending=False)
         parts.append(f"{ARM_LABELS.get(arm, arm)}: " + ", ".join(
             f"{style.label(r.estimator)} {r.mean:.3f} ({r.stable}/{r.n} stable)" for r in t.itertuples()))
-    seeds = runs.attrs.get("seeds", [])
+    seeds = d["seeds"]
     head = (f"Final held-out pc at long d = {DELAY} over {len(seeds)} whole seed(s) ({', '.join(map(str, seeds))})"
             if seeds else f"Final held-out pc at long d = {DELAY}, interim: no whole seed yet, every complete run")
     return head + ". " + "; ".join(parts) + "."
