@@ -101,10 +101,30 @@ def warning_stats(logw: torch.Tensor, eps: float, seed, Gs=WARN_G, Ns=WARN_N, nb
     prompt's pool (``logw`` ``(P, M)``: each completion's log-ratio log pi - log pi_b). A group is a block of G
     consecutive completions of one of :data:`WARN_PERMS` random orders of its prompt's pool."""
     lw = logw.double().numpy()
-    P, M = lw.shape
+    rows = []
+    for N, G, B, p, members in warning_batches(*lw.shape, seed, Gs, Ns, nb):
+        x = lw[p[..., None], members]
+        flat = x.reshape(nb, B * G)
+        g_lse, g_lse2 = _lse(x, 2), _lse(2 * x, 2)
+        with np.errstate(over="ignore"):
+            stats = {"chi2_pooled": np.expm1(_lse(2 * flat, 1) - math.log(B * G)),
+                     "max_w_share": np.exp(flat.max(1) - _lse(flat, 1)),
+                     "ess_frac": np.exp(2 * g_lse - g_lse2 - math.log(G)).mean(1),
+                     "gmc_cap_share": (g_lse - math.log(G) > math.log1p(eps)).mean(1)}
+        for name, v in stats.items():
+            finite = np.isfinite(v).all()
+            rows.append({"statistic": name, "G": G, "B": B, "N": N, "mean": float(v.mean()),
+                         "se": float(v.std(ddof=1) / math.sqrt(nb)) if finite else math.nan,
+                         "median": float(np.median(v)), "q10": float(np.quantile(v, 0.1)),
+                         "q90": float(np.quantile(v, 0.9))})
+    return rows
+
+
+def warning_batches(P: int, M: int, seed, Gs=WARN_G, Ns=WARN_N, nb: int = WARN_BATCHES):
+    """Yield ``(N, G, B, p, members)`` per cell of :func:`warning_stats`: the prompts ``p (nb, B)`` and pool indices
+    ``members (nb, B, G)`` of its ``nb`` batches, drawn from one generator seeded ``seed`` in this order."""
     rng = np.random.default_rng(seed)
     perms = np.stack([np.stack([rng.permutation(M) for _ in range(P)]) for _ in range(WARN_PERMS)])  # (W, P, M)
-    rows = []
     for N in Ns:
         for G in Gs:
             B = N // G
@@ -113,22 +133,7 @@ def warning_stats(logw: torch.Tensor, eps: float, seed, Gs=WARN_G, Ns=WARN_N, nb
             p = rng.integers(0, P, (nb, B))
             w = rng.integers(0, WARN_PERMS, (nb, B))
             j = rng.integers(0, M // G, (nb, B))
-            members = perms[w[..., None], p[..., None], j[..., None] * G + np.arange(G)]  # (nb, B, G)
-            x = lw[p[..., None], members]
-            flat = x.reshape(nb, B * G)
-            g_lse, g_lse2 = _lse(x, 2), _lse(2 * x, 2)
-            with np.errstate(over="ignore"):
-                stats = {"chi2_pooled": np.expm1(_lse(2 * flat, 1) - math.log(B * G)),
-                         "max_w_share": np.exp(flat.max(1) - _lse(flat, 1)),
-                         "ess_frac": np.exp(2 * g_lse - g_lse2 - math.log(G)).mean(1),
-                         "gmc_cap_share": (g_lse - math.log(G) > math.log1p(eps)).mean(1)}
-            for name, v in stats.items():
-                finite = np.isfinite(v).all()
-                rows.append({"statistic": name, "G": G, "B": B, "N": N, "mean": float(v.mean()),
-                             "se": float(v.std(ddof=1) / math.sqrt(nb)) if finite else math.nan,
-                             "median": float(np.median(v)), "q10": float(np.quantile(v, 0.1)),
-                             "q90": float(np.quantile(v, 0.9))})
-    return rows
+            yield N, G, B, p, perms[w[..., None], p[..., None], j[..., None] * G + np.arange(G)]
 
 
 SKETCH_Z = 4.0

@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from studies.budget.pairs_checks import WARN_BATCHES, WARN_G, WARN_N, WARN_PERMS
+from studies.budget.pairs_checks import WARN_BATCHES, WARN_G, WARN_N
+from studies.budget.pairs_checks import warning_batches as batches  # the batches of pair_warning_stats.csv
 
 FORMAT = "gmc-grpo-warning-pairs/1"
 CSV_NAME = "pair_warning_candidates.csv"
@@ -57,22 +58,6 @@ DIAG_EPS = 0.2
 AGREE = 1e-9
 """The recomputed statistics agree with the committed rows when every mean, median and quantile is within this of
 theirs, relative to 1 + |theirs| (the same batches give the same values up to the rounding of another formula)."""
-
-
-def batches(P: int, M: int, seed, Gs=WARN_G, Ns=WARN_N, nb: int = WARN_BATCHES):
-    """Yield ``(N, G, B, p, members)`` per cell: the prompts ``p (nb, B)`` and pool indices ``members (nb, B, G)`` of
-    :func:`studies.budget.pairs_checks.warning_stats`'s batches, the same draws of the same generator in its order."""
-    rng = np.random.default_rng(seed)
-    perms = np.stack([np.stack([rng.permutation(M) for _ in range(P)]) for _ in range(WARN_PERMS)])  # (W, P, M)
-    for N in Ns:
-        for G in Gs:
-            B = N // G
-            if B < 1 or G > M or B * G != N:
-                continue
-            p = rng.integers(0, P, (nb, B))
-            w = rng.integers(0, WARN_PERMS, (nb, B))
-            j = rng.integers(0, M // G, (nb, B))
-            yield N, G, B, p, perms[w[..., None], p[..., None], j[..., None] * G + np.arange(G)]
 
 
 def batch_columns(lr: np.ndarray, tok_lr: torch.Tensor, mask: torch.Tensor) -> dict:
