@@ -697,7 +697,7 @@ def test_a_paired_grid_adds_exploratory_rows_and_never_enters_the_hypotheses(tmp
     _fake_newcomers(tmp_path / "llm" / "study_2025", effect=0.08, seeds=range(7))
     (tmp_path / "llm" / "study_2025" / "short-sapo-d64-s6" / "metrics.csv").unlink()  # seed 6 is not whole there
 
-    runs = f10.load()
+    runs = f10.load_runs()
     extra = runs.attrs["exploratory"]
     assert extra.attrs["seeds"] == list(range(6)) and set(extra["estimator"]) == {"icepop", "sapo"}
     assert set(runs["estimator"]) == {"gmc", "is", "tic_mask"}  # the study's own frame is untouched
@@ -722,7 +722,7 @@ def test_a_paired_grid_adds_exploratory_rows_and_never_enters_the_hypotheses(tmp
     assert facts["masked_updates"] == {"icepop": 0.0, "sapo": pytest.approx(8 / 32)}  # 8 of the 32 with a signal
     assert "exactly zero" in text and "SAPO 0.25." in text and "IcePop 0.00" not in text
 
-    assert "(expl.)" in f10.caption(runs) and "(expl.)" in f11.caption(runs)
+    assert "(expl.)" in f10.caption(f10.summary(runs)) and "(expl.)" in f11.caption(f11.summary(runs))
     t11 = f11.table(runs)
     ice11 = t11[t11["estimator"] == "icepop"]
     assert ice11["exploratory"].all() and list(ice11["delay"]) == [0, 64, 0, 64]
@@ -730,7 +730,7 @@ def test_a_paired_grid_adds_exploratory_rows_and_never_enters_the_hypotheses(tmp
     import matplotlib.pyplot as plt
 
     for m in (f10, f11):
-        plt.close(m.plot(runs))
+        plt.close(m.plot(m.summary(runs)))
 
 
 def test_a_paired_grid_run_from_another_warm_start_is_refused(tmp_path):

@@ -116,9 +116,10 @@ def gid_line(fig, gid):
 def test_f10_points_and_intervals_are_the_paired_bootstrap_of_whole_seeds(study):
     from studies.staleness.figures import f10_study_differences as f10
 
-    runs = f10.load()
+    loaded = f10.load()
+    runs = loaded["runs"]
     assert runs.attrs["seeds"] == [0, 1, 2] and 3 not in set(runs["seed"])  # seed 3 misses a run
-    fig = f10.plot(runs)
+    fig = f10.plot(loaded)
     for h, d, b in (("long", 64, "tic_mask"), ("long", 64, "is"), ("long", 16, "is"), ("short", 64, "tic_mask")):
         diffs = [final_pc((h, "gmc", d, s)) - final_pc((h, b, d, s)) for s in range(3)]
         x, _, pt = gid_line(fig, f"series:pc_final:{h}:{d}:{b}")
@@ -134,7 +135,7 @@ def test_f10_points_and_intervals_are_the_paired_bootstrap_of_whole_seeds(study)
     assert "3 whole seeds" in fig._suptitle.get_text()
     margin = [ln for ln in fig.axes[0].get_lines() if ln.get_linestyle() == "--"]
     assert len(margin) == 1 and margin[0].get_xdata()[0] == pytest.approx(-0.03)
-    assert "fewer than the pre-registered 6" in f10.caption(runs)
+    assert "fewer than the pre-registered 6" in f10.caption(loaded)
 
 
 # --------------------------------------------------------------------------- F11
@@ -143,8 +144,7 @@ def test_f10_points_and_intervals_are_the_paired_bootstrap_of_whole_seeds(study)
 def test_f11_means_intervals_and_the_shared_delay_zero_point(study):
     from studies.staleness.figures import f11_study_pc_vs_delay as f11
 
-    runs = f11.load()
-    fig = f11.plot(runs)
+    fig = f11.plot(f11.load())
     for h, e in (("long", "gmc"), ("long", "tic_mask"), ("short", "is")):
         delays = [0] + sorted({k[2] for k in FINAL if k[0] == h and k[1] == e and k[2] > 0})
         vals = [[final_pc((h, "gmc", 0, s)) if d == 0 else final_pc((h, e, d, s)) for s in range(3)] for d in delays]

@@ -24,7 +24,7 @@ def gpu_study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -
     if root is None:
         return md + [(f"Not yet run on a GPU: `{GPU_STUDY.command}` (one CUDA GPU, at most 8 minutes) writes "
                      "`results/llm/gpu_study/`, and this section then shows its plain answer and F14."), ""]
-    runs = fig_module(GPU_FIGURE).load()
+    runs = fig_module(GPU_FIGURE).load_runs()
     record = read_json(root / "gpu_study.json") if (root / "gpu_study.json").is_file() else {}
     ws, plan = record.get("warm_start", {}), record.get("plan", {})
     if ws:

@@ -182,7 +182,7 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     from schema.stability import STABLE_FRACTION
     from studies.replicate.section import survival_lines
     from studies.staleness.analysis import MIN_SEEDS, bound_table, exploratory_estimators
-    from studies.staleness.figures.f10_study_differences import load as load_runs
+    from studies.staleness.figures.f10_study_differences import load_runs
 
     md = ["## Staleness study (headline)", "",
           ("The pre-registered study (docs/PREREGISTRATION.md): GMC and ten baselines at delays 16 and 64 (and the "

@@ -1,10 +1,12 @@
 """F14: the Qwen3-0.6B study on one GPU: final held-out pc against the delay, per estimator.
 
-F11's drawing (:func:`studies.staleness.figures.f11_study_pc_vs_delay.plot`, the same points, intervals and
+F11's drawing (:func:`figures.pc_vs_delay.plot`, the same points, intervals and
 warm-start line) of the runs of ``python -m studies.gpu.run`` (``results/llm/gpu_study/``):
 the long-horizon task, the estimators at the study's large delay and the seed's delay-0 run,
 over the whole seeds (:func:`grids.run_table.whole_seeds`). Not among the figures ``python -m
-studies.figures`` draws (no GPU, no results): the report draws it when the folder exists.
+studies.figures`` draws (no GPU, no results): the report draws it when the folder exists. Every number is
+computed by :func:`load` (the table of means and 95% percentile-bootstrap intervals, :func:`figures.pc_vs_delay.table`
+with :func:`grids.run_table.bootstrap`); :func:`plot` and :func:`caption` only read it.
 """
 from __future__ import annotations
 
@@ -12,11 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from figures import style
-from grids.run_table import run_row, whole_seeds
+from figures import pc_vs_delay, style
+from grids.run_table import MIN_SEEDS, bootstrap, run_row, whole_seeds
 from schema.results import read_json, run_folders
 from studies.gpu.grid import GPU_STUDY
-from studies.staleness.figures import f11_study_pc_vs_delay as f11
 
 NAME = "f14_gpu_pc_vs_delay"
 TITLE = "F14. Qwen3-0.6B on one GPU: final held-out pc against the delay"
@@ -38,7 +39,7 @@ def read_gpu_runs(root: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def load() -> pd.DataFrame:
+def load_runs() -> pd.DataFrame:
     """The GPU study's runs (:func:`read_gpu_runs`), whole seeds only; ``attrs``: ``seeds``, ``source`` and
     the model's parameter count (from ``gpu_study.json``)."""
     root = GPU_STUDY.require()
@@ -51,21 +52,26 @@ def load() -> pd.DataFrame:
     return out
 
 
+def load() -> dict:
+    """The GPU study's runs (:func:`load_runs`) and what :func:`plot` and :func:`caption` read of them
+    (:func:`figures.pc_vs_delay.summary`: the table of means and bootstrap intervals, the warm start)."""
+    runs = load_runs()
+    return pc_vs_delay.summary(runs, pc_vs_delay.table(runs, bootstrap))
+
+
 def model_label(runs: pd.DataFrame) -> str:
     p = runs.attrs.get("parameters")
     return f"Qwen3, {p / 1e6:.1f}M parameters" if p else "Qwen3"
 
 
-def plot(runs: pd.DataFrame, ax=None):
-    fig = f11.plot(runs, ax)
-    n = len(runs.attrs.get("seeds", sorted(runs["seed"].unique())))
-    fig.suptitle(f"{model_label(runs)}, one GPU: final held-out pc, mean and 95% bootstrap interval over {n} whole "
-                 f"seed{'s' * (n != 1)}", fontsize=10)
-    return fig
+def plot(loaded: dict, ax=None):
+    title = (f"{model_label(loaded['runs'])}, one GPU: final held-out pc, "
+             f"{pc_vs_delay.over_seeds(len(loaded['seeds']))}")
+    return pc_vs_delay.plot(loaded, title, ax)
 
 
-def caption(runs: pd.DataFrame) -> str:
-    return f"{model_label(runs)} (`python -m studies.gpu.run`). " + f11.caption(runs)
+def caption(loaded: dict) -> str:
+    return f"{model_label(loaded['runs'])} (`python -m studies.gpu.run`). " + pc_vs_delay.caption(loaded, MIN_SEEDS)
 
 
 def main(out=None):

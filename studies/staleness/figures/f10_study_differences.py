@@ -5,7 +5,9 @@ under the pc curve (bottom). Each baseline is a point at the mean paired differe
 whole seeds (:func:`grids.run_table.whole_seeds`, as the pre-registered analysis) with its 95%
 percentile-bootstrap interval (:func:`grids.run_table.differences_table`). Solid grey: zero; dashed:
 the non-inferiority margin -MARGIN. A cross marks a baseline unstable in that cell (fewer than
-STABLE_FRACTION of its seeds stable, :func:`grids.run_table.stable_in_cell`).
+STABLE_FRACTION of its seeds stable, :func:`grids.run_table.stable_in_cell`). Every number is computed by
+:func:`load` (the table of differences and intervals, :func:`grids.run_table.differences`, and each cell's
+stability); :func:`plot` and :func:`caption` only read it.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from figures import style
+from figures.pc_vs_delay import tick
 from grids.folders import STUDY, STUDY_2025
 from grids.run_table import (
     MARGIN,
@@ -35,7 +38,7 @@ SOURCES = [STUDY, STUDY_2025]
 METRICS = {"pc_final": "final held-out pc", "auc": "AUC of held-out pc"}  # keys: DIFFERENCE_METRICS
 
 
-def load() -> pd.DataFrame:
+def load_runs() -> pd.DataFrame:
     """The study's runs (one row per run, :func:`grids.run_table.read_runs`), whole seeds only;
     ``attrs["seeds"]`` lists them. The 2025-2026 corrections' runs (``STUDY_2025``, exploratory,
     paired by seed: :func:`grids.run_table.read_paired`), where they exist, are set beside them in
@@ -53,6 +56,22 @@ def load() -> pd.DataFrame:
     return out
 
 
+def load() -> dict:
+    """The runs (:func:`load_runs`) and what :func:`plot` and :func:`caption` read of them (:func:`summary`)."""
+    return summary(load_runs())
+
+
+def summary(runs: pd.DataFrame) -> dict:
+    """``runs`` (:func:`load_runs`' frame), their ``table`` (:func:`table`: the paired differences and their
+    bootstrap intervals), ``seeds`` (the whole seeds), ``extra`` (the exploratory estimators set beside them)
+    and ``gmc_stable`` ((horizon, delay) -> whether GMC is stable in the cell,
+    :func:`grids.run_table.stable_in_cell`)."""
+    tab = table(runs)
+    return {"runs": runs, "table": tab, "seeds": list(runs.attrs.get("seeds", sorted(runs["seed"].unique()))),
+            "extra": list(exploratory_estimators(runs)),
+            "gmc_stable": {(h, d): stable_in_cell(runs, h, d, "gmc") for h, d in cells(tab)}}
+
+
 def table(runs: pd.DataFrame) -> pd.DataFrame:
     """:func:`grids.run_table.differences` (computed once per runs frame)."""
     return differences(runs)
@@ -64,8 +83,8 @@ def cells(tab: pd.DataFrame) -> list[tuple[str, int]]:
                   key=lambda c: ({"short": 0, "long": 1}.get(c[0], 2), c[0], c[1]))
 
 
-def plot(runs: pd.DataFrame, ax=None):
-    tab = table(runs)
+def plot(loaded: dict, ax=None):
+    tab = loaded["table"]
     panels = cells(tab)
     plt.rcParams.update(style.RC)
     if ax is not None:
@@ -74,7 +93,7 @@ def plot(runs: pd.DataFrame, ax=None):
     else:
         fig, axes = plt.subplots(len(METRICS), max(len(panels), 1), figsize=(2.9 * max(len(panels), 1), 6.2),
                                  sharey=True, squeeze=False)
-    extra = set(exploratory_estimators(runs))
+    extra = set(loaded["extra"])
     baselines = style.ordered(tab["baseline"], last=extra) if len(tab) else []
     ypos = {b: i for i, b in enumerate(reversed(baselines))}
     for r, (metric, mlabel) in enumerate(METRICS.items()):
@@ -98,32 +117,26 @@ def plot(runs: pd.DataFrame, ax=None):
                              else f"baseline unstable in the cell (< {STABLE_FRACTION:.0%} of seeds stable)")
                 style.mark(pt, metric, h, str(d), row.baseline)
             a.set_yticks(range(len(baselines)), [tick(b, extra) for b in reversed(baselines)])
-            gmc_note = "" if stable_in_cell(runs, h, d, "gmc") else " (GMC unstable)"
+            gmc_note = "" if loaded["gmc_stable"][(h, d)] else " (GMC unstable)"
             a.set_title(f"{h} horizon, $d = {d}${gmc_note}" if r == 0 else "")
             a.set_xlabel(f"GMC $-$ baseline, {mlabel}")
-    n = len(runs.attrs.get("seeds", sorted(runs["seed"].unique())))
+    n = len(loaded["seeds"])
     fig.suptitle(f"GMC minus each baseline, mean and 95% bootstrap interval over {n} whole seed{'s' * (n != 1)}",
                  fontsize=10)
     style.legend(fig, list(axes.ravel()), ncol=2)
     return fig
 
 
-def tick(baseline: str, extra) -> str:
-    """A baseline's label; ``(expl.)`` after an exploratory one (not in the pre-registered families)."""
-    return style.label(baseline) + (" (expl.)" if baseline in extra else "")
-
-
-def caption(runs: pd.DataFrame) -> str:
-    tab = table(runs)
-    seeds = runs.attrs.get("seeds", sorted(runs["seed"].unique()))
-    extra = set(exploratory_estimators(runs))
+def caption(loaded: dict) -> str:
+    runs, tab, seeds = loaded["runs"], loaded["table"], loaded["seeds"]
+    extra = set(loaded["extra"])
     parts = []
     pc = tab[tab["metric"] == "pc_final"]
     for h, d in cells(pc):
         t = pc[(pc["horizon"] == h) & (pc["delay"] == d)]
         above = [tick(b, extra) for b, lo in zip(t["baseline"], t["low"]) if lo > 0]
         below = [tick(b, extra) for b, hi in zip(t["baseline"], t["high"]) if hi < 0]
-        gmc = "" if stable_in_cell(runs, h, d, "gmc") else " (GMC itself unstable in the cell)"
+        gmc = "" if loaded["gmc_stable"][(h, d)] else " (GMC itself unstable in the cell)"
         parts.append(f"{h} horizon, d = {d}{gmc}: interval above 0 against {', '.join(above) or 'none'}; "
                      "below 0 against "
                      f"{', '.join(below) or 'none'}; {len(t) - len(above) - len(below)} of {len(t)} include 0")
