@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from .analysis import jackknife, offdiagonal_mean
+from stats import jackknife, offdiagonal_mean
 
 PROMPTS = 32
 DRAWS = 2048
@@ -245,7 +245,7 @@ def per_sample_vectors(model, pool: dict, rows: slice, coefs: torch.Tensor, chun
 
 
 def cross_norm(X: torch.Tensor) -> tuple[float, float]:
-    """:func:`studies.group_size.analysis.offdiagonal_mean` of the replicates ``X`` (unbiased for |E X|^2) and
+    """:func:`stats.offdiagonal_mean` of the replicates ``X`` (unbiased for |E X|^2) and
     its jackknife s.e."""
     gram = (X @ X.T).double()
     return jackknife(lambda keep: offdiagonal_mean(gram, keep), len(X))

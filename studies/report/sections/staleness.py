@@ -167,7 +167,7 @@ def step_size_first() -> list[str]:
     """The drift map's D7 leads the plain answer when it holds (docs/PREREGISTRATION-DRIFT.md: "If it holds, the
     plain answer leads with the step size"), then what the map says at the user's drift; nothing before it is
     decided."""
-    from studies.drift.verdict_text import drift_guide, read_verdicts, step_control_sentence, step_size_lead
+    from studies.report.verdict_text import drift_guide, read_verdicts, step_control_sentence, step_size_lead
 
     v, name = read_verdicts(), (lambda e: plain(style.label(e)))
     return [x for text in (step_size_lead(v, name=name), step_control_sentence(v), drift_guide(v, name=name)) if text
@@ -180,7 +180,7 @@ def study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> tu
     from grids.folders import STUDY, VERDICTS
     from schema.results import read_json
     from schema.stability import STABLE_FRACTION
-    from studies.replicate.section import survival_lines
+    from studies.report.sections.replicate import survival_lines
     from studies.staleness.analysis import MIN_SEEDS, bound_table, exploratory_estimators
     from studies.staleness.figures.f10_study_differences import load_runs
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import progress, rules
-from .grids import BUDGET_ESTIMATORS, CAP_KAPPAS, MECHANISM_CELLS, SEEDS
+from studies.budget import progress, rules
+from studies.budget.grids import BUDGET_ESTIMATORS, CAP_KAPPAS, MECHANISM_CELLS, SEEDS
 
 HYPOTHESES = {
     "B1": "at fixed B, GMC's learned share rises with G (d = 64)",
@@ -22,7 +22,7 @@ CBS = "\"Critical Batch Size for LLM Policy Optimization\" (ICML 2026 workshop)"
 
 
 def _f(x, fmt=".3g") -> str:
-    from studies.fmt import num
+    from studies.report.fmt import num
 
     return num(x, "{:" + fmt + "}")
 
@@ -33,7 +33,7 @@ def _ci(c, d: int | None = None) -> str:
 
 def _r(x, d: int = 2) -> str:
     """A slope or difference to ``d`` decimals (shares: 2, a final pc: 3), a rounding residue shown as 0."""
-    from studies.fmt import num
+    from studies.report.fmt import num
 
     try:
         x = round(float(x), d) + 0.0
@@ -101,7 +101,7 @@ def verdict_lines(doc: dict, df, inter: dict) -> list[str]:
 
 def cell_lines(doc: dict) -> list[str]:
     """The Adam + clip cells: learned / finished (held) per correction at d = 64, and the d = 0 control."""
-    from .grids import LEVEL
+    from studies.budget.grids import LEVEL
 
     cells = {(c["estimator"], c["delay"], c["B"], c["G"]): c for c in doc["cells"]
              if c["level"] == LEVEL and not c["kappa"]}
@@ -132,7 +132,7 @@ def pair_lines(s: dict) -> list[str]:
     per_check = ", ".join(f"{k} {sum(bool(p['checks'].get(k)) for p in pairs.values())}" for k in names)
     text = [(f"Frozen pairs measured: {len(pairs)}; {len(ok)} passed every validity check ({', '.join(ok) or 'none'}; "
              f"pairs passing each check: {per_check}).")]
-    from .pairs_checks import MC_Z
+    from studies.budget.pairs_checks import MC_Z
 
     mc = [c for n in ok for c in pairs[n]["direct_mc"]]
     zs = []
@@ -218,7 +218,7 @@ def placement_lines(doc: dict, df, inter: dict, s: dict) -> list[str]:
     """Point by point beside IsoCompute and the critical-batch-size paper: what the data show so far."""
     from stats import newcombe
 
-    from .grids import LEVEL, SGD_LEVEL
+    from studies.budget.grids import LEVEL, SGD_LEVEL
 
     b2, b4 = inter["B2"], inter["B4"]
     out = [("**Beside published claims** (what the data show so far; the B verdicts decide, the rest is "
@@ -279,8 +279,8 @@ def budget_section(report_dir: Path | None = None, figures_out: Path | None = No
     the run reader (:func:`studies.budget.progress.design_table`'s; default the run table's)."""
     from grids import grid_folder
 
-    from . import analysis
-    from .figures import FIGURES
+    from studies.budget import analysis
+    from studies.budget.figures import FIGURES
 
     df = progress.design_table(read)
     folder = grid_folder("budget")
@@ -315,7 +315,7 @@ def budget_section(report_dir: Path | None = None, figures_out: Path | None = No
 
 
 def readme_line(root: Path) -> str:
-    """The README's line (:func:`studies.findings.render_summary`), from the committed files under ``root``: the
+    """The README's line (:func:`studies.report.findings.render_summary`), from the committed files under ``root``: the
     verdicts of ``verdicts.json`` where ``python -m studies.budget.analysis --write`` has written it (else marked in
     progress), and the frozen pairs' MSE at N = :data:`~studies.budget.progress.PLANE_N`, fewest prompts against
     most, for GMC and TOPR."""

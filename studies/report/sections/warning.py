@@ -7,13 +7,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
 ROC_ROWS = 8
 """Thresholds shown of the verdicts file's ROC (evenly spaced among its points)."""
 
 
 def _f(x, fmt=".3g") -> str:
-    from studies.fmt import num
+    from studies.report.fmt import num
 
     return num(x, "{:" + fmt + "}")
 
@@ -23,7 +22,7 @@ def _ci(lo_hi) -> str:
 
 
 def rule_lines(rule: dict) -> list[str]:
-    from .verdict import MIN_STRATUM
+    from studies.warning.verdict import MIN_STRATUM
 
     dec = rule["decision"]
     text = (f"**The frozen rule** (`studies/warning/frozen.json`, chosen on {rule['training_runs']} committed training "
@@ -51,7 +50,7 @@ def table_lines(rows: list[dict], interim: bool = False) -> list[str]:
 def law_section(law: dict) -> list[str]:
     """The exact models' law (``selection.json``), iso-samples N = 128, as :func:`studies.warning.invariance.law_lines`
     writes it."""
-    from .invariance import law_lines
+    from studies.warning.invariance import law_lines
 
     iso = {k: v for k, v in law.items() if k.endswith("iso")}
     first = next(iter(next(iter(iso.values()))["per_G"].values()))["kl"] if iso else {}
@@ -64,7 +63,7 @@ def law_section(law: dict) -> list[str]:
 def pair_section(doc: dict, inv: dict) -> list[str]:
     """The candidates on the frozen pairs' pools (``pair_warning_candidates.json``) and the invariance test
     (:func:`studies.warning.pairs.invariance`)."""
-    from .pairs import N_TEST, RULE
+    from studies.warning.pairs import N_TEST, RULE
 
     pairs = doc.get("pairs", {})
     if not pairs or not inv:
@@ -111,7 +110,7 @@ def pair_section(doc: dict, inv: dict) -> list[str]:
 
 def other_budget(pairs: dict, N_test: int) -> list[str]:
     """The same test at the pools' other budgets N (not the pre-stated N = :data:`studies.warning.pairs.N_TEST`)."""
-    from .pairs import invariance
+    from studies.warning.pairs import invariance
 
     rows = [r for p in pairs.values() for r in p["rows"]]
     out = []
@@ -128,7 +127,7 @@ def rule_table(v: dict, pairs: dict) -> list[str]:
     at every G (:func:`studies.warning.pairs.homogeneity_test`, Holm over the pairs)."""
     from llm_runs.warning import FROZEN
 
-    from .pairs import RULE
+    from studies.warning.pairs import RULE
 
     if not v.get("pairs"):
         return []
@@ -180,7 +179,7 @@ def summary_lines(inv: dict) -> list[str]:
     """The pools' answer in words: the frozen statistic's mean against G, its spread, and the rule at a fixed drift."""
     from llm_runs.warning import FROZEN
 
-    from .pairs import RULE
+    from studies.warning.pairs import RULE
 
     kl, rule = inv.get("kl", {}), inv.get(RULE, {})
     if not kl.get("pairs"):
@@ -255,7 +254,7 @@ def confirmation_lines(v: dict | None) -> list[str]:
 def verdicts_path() -> Path:
     from grids import grid_folder
 
-    from .verdict import VERDICTS_FILE
+    from studies.warning.verdict import VERDICTS_FILE
 
     return grid_folder("budget") / VERDICTS_FILE
 
@@ -263,20 +262,21 @@ def verdicts_path() -> Path:
 def warning_section(report_dir: Path | None = None, figures_out: Path | None = None, draw_missing: bool = False,
                     figure_sections=None) -> tuple[list[str], list[str]]:
     """The section's lines and the figures not drawn (it has none of its own: the arguments mirror
-    :func:`studies.group_size.section.group_size_section`)."""
+    :func:`studies.report.sections.group_size.group_size_section`)."""
     import pandas as pd
 
     from grids import grid_folder
     from schema.results import read_json
 
-    from .pairs import CSV_NAME, JSON_NAME, invariance
+    from studies.warning.pairs import CSV_NAME, JSON_NAME, invariance
 
     head = "## The early warning of collapse"
     lead = ("Pre-registration: [docs/PREREGISTRATION-WARNING.md](../docs/PREREGISTRATION-WARNING.md) (rule, "
             "confirmation set and decision rule committed before the budget grid's first run). `python -m "
             "studies.warning --select` chose the rule (once), `--pairs` measures the candidates on the frozen pairs' "
             "pools, `--verdict budget` applies the rule to the budget grid.")
-    frozen = HERE / "frozen.json"
+    from studies.warning.verdict import FROZEN_FILE as frozen
+
     if not frozen.is_file():
         return [f"{head} (not yet chosen)", "", lead, "", "`studies/warning/frozen.json` does not exist.", ""], []
     rule = read_json(frozen)
@@ -286,7 +286,7 @@ def warning_section(report_dir: Path | None = None, figures_out: Path | None = N
     md = [f"{head} ({state})", "", lead, ""] + rule_lines(rule)
     md += ["**Training table** (the frozen rule on the runs it was chosen on; 95% Clopper-Pearson intervals):", ""]
     md += table_lines(rule["training_table"]) + [""]
-    sel = HERE / "selection.json"
+    sel = frozen.with_name("selection.json")
     if sel.is_file() and "law" in (s := read_json(sel)):
         md += law_section(s["law"])
     folder = grid_folder("budget")

@@ -1,5 +1,5 @@
 """The Qwen3-0.6B study's section of the report (``python -m studies.gpu.run`` on one CUDA GPU): its
-warm start, plan and plain answer (the staleness study's rule, :func:`studies.staleness.section.plain_answer`)
+warm start, plan and plain answer (the staleness study's rule, :func:`studies.report.sections.staleness.plain_answer`)
 and F14. Renders only."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from figures.mdhtml import num as _num
 from figures.registry import fig_module, figure_section
 from schema.results import results_root
 from studies.gpu.figures import GPU_FIGURE
-from studies.staleness.section import plain_answer
+from studies.report.sections.staleness import plain_answer
 
 
 def gpu_study_section(report_dir: Path, figures_out: Path, draw_missing: bool) -> list[str]:

@@ -191,7 +191,7 @@ def drift_lines(runs, study: Path, root: Path) -> list[str]:
 
 def _drift_map_answer() -> str:
     """D1's answer (the drift map's pre-registered test of rule against drift) once it is decided; "" before."""
-    from studies.drift.verdict_text import d1_sentence, read_verdicts
+    from studies.report.verdict_text import d1_sentence, read_verdicts
 
     return d1_sentence(read_verdicts())
 
@@ -218,7 +218,7 @@ def mechanism_section(report_dir: Path, figures_out: Path, draw_missing: bool,
         return md + [f"*{e}*", ""], missing
     from grids.mechanism_table import load
     from studies.mechanism.analysis import analyse
-    from studies.replicate.section import survival_lines
+    from studies.report.sections.replicate import survival_lines
 
     runs = load(study, root)
     seeds = runs.attrs["seeds"]

@@ -5,9 +5,9 @@ Each block sits in the page between ``<!-- NAME:start ... -->`` and ``<!-- NAME:
 of its own); :data:`BLOCKS` names its renderer. ``tests/test_narrative.py`` asserts every block is the one its
 renderer writes from the committed results.
 
-    python -m studies.narrative            # print every block
-    python -m studies.narrative --write    # rewrite the page's blocks
-    python -m studies.narrative --check    # exit 1 if a block of the page is not the rendered one
+    python -m studies.report.narrative            # print every block
+    python -m studies.report.narrative --write    # rewrite the page's blocks
+    python -m studies.report.narrative --check    # exit 1 if a block of the page is not the rendered one
 """
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from pathlib import Path
 
 from figures.style import label
 from schema.io import loads_json, write_text
-from studies.findings import block_arguments
+from studies.report.findings import block_arguments
 from studies.grids import GRIDS
 from studies.mechanism.warning import WARNING_FILE
-from studies.verdict_files import RESULTS, cell_rows, load, stable_count
+from studies.report.verdict_files import RESULTS, cell_rows, load, stable_count
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "RESULTS-NARRATIVE.md"
 
 CELLS = (("short", 16), ("short", 64), ("long", 16), ("long", 64))
@@ -97,7 +97,7 @@ BLOCKS: dict[str, Callable[[dict], str]] = {
     "delay0-gain": delay0_gain,
     "warning-auc": warning_auc,
 }
-"""Every generated block of the page: its name and its renderer (of :func:`studies.verdict_files.load`'s sources and
+"""Every generated block of the page: its name and its renderer (of :func:`studies.report.verdict_files.load`'s sources and
 the mechanism study's chosen warning signal, ``warning``)."""
 
 
@@ -131,7 +131,7 @@ def rewrite(text: str, bodies: dict[str, str]) -> str:
 
 
 def main(argv=None) -> int:
-    args = block_arguments("python -m studies.narrative", __doc__, "the page's generated blocks", argv)
+    args = block_arguments("python -m studies.report.narrative", __doc__, "the page's generated blocks", argv)
     try:  # a missing or torn verdict file is one line naming it
         bodies = render()
     except (ValueError, OSError) as exc:
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     stale = [name for name, body in page_blocks(text).items() if body != bodies[name]]
     if args.check:
         if stale:
-            print(f"{PAGE}: blocks out of date {stale}: run python -m studies.narrative --write", file=sys.stderr)
+            print(f"{PAGE}: blocks out of date {stale}: run python -m studies.report.narrative --write", file=sys.stderr)
             return 1
         return 0
     if stale:

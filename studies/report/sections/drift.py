@@ -1,14 +1,14 @@
 """The report's section on the drift map (``results/llm/drift/verdicts.json``, made by
 ``python -m studies.drift``), followed by the second-rounding replicate's table
-(:mod:`studies.replicate.section`). It only reads those files; what a verdict says is decided there, and each
-verdict's sentence is :mod:`studies.drift.verdict_text`."""
+(:mod:`studies.report.sections.replicate`). It only reads those files; what a verdict says is decided there, and each
+verdict's sentence is :mod:`studies.report.verdict_text`."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from grids.run_table import MARGIN
 from schema.results import read_json
-from studies.drift.verdict_text import (
+from studies.report.verdict_text import (
     OPTIMIZER_NAMES,
     _delay0_of,
     _fails_at_delay0,
@@ -22,7 +22,7 @@ from studies.drift.verdict_text import (
     verdict_cell,
     verdicts_path,
 )
-from studies.fmt import num as _num
+from studies.report.fmt import num as _num
 
 
 def drift_lines(path: Path) -> list[str]:
@@ -171,7 +171,7 @@ def progress_section(report_dir: Path | None = None, figures_out: Path | None = 
     "Campaigns in progress" while the map is provisional; the map as a section of its own once decided.
     Returns the lines, the figures not drawn and whether the map is decided (the report then leads with it)."""
     from studies.drift.figures import FIGURES as DRIFT_FIGURES
-    from studies.replicate.section import comparison_path, replicate_lines
+    from studies.report.sections.replicate import comparison_path, replicate_lines
 
     path = verdicts_path()
     decided = drift_decided(path)

@@ -99,7 +99,7 @@ def _fires(rec: dict, col: str, tau: float) -> int | None:
     return int(steps[np.argmax(hit)]) if hit.any() else None
 
 
-def _counts(recs: list[dict], col: str, tau: float) -> dict:
+def counts(recs: list[dict], col: str, tau: float) -> dict:
     hit = miss = fa = quiet = 0
     leads = []
     for r in recs:
@@ -143,11 +143,11 @@ def _d5_signals(train: list[dict], held: list[dict], suffix: str = "") -> dict:
             cands = list(np.quantile(cands, np.linspace(0, 1, 401)))
         best, best_j = None, -math.inf
         for tau in cands:
-            c = _counts(train, col, tau)
+            c = counts(train, col, tau)
             j = c["hits"][0] / max(c["hits"][1], 1) - c["false_alarms"][0] / max(c["false_alarms"][1], 1)
             if j > best_j:
                 best, best_j = tau, j
-        c = _counts(held, col, best)
+        c = counts(held, col, best)
         (h, nh), (f, nf) = c["hits"], c["false_alarms"]
         p = fisher_greater([[h, nh - h], [f, nf - f]]) if nh and nf else math.nan
         out[base] = {"fires": side, "threshold": best, "train_youden": best_j, **c, "p_fisher": p,

@@ -22,7 +22,7 @@ def verdicts_path() -> Path:
 
 
 def _f(x, fmt=".3g") -> str:
-    from studies.fmt import num
+    from studies.report.fmt import num
 
     return num(x, "{:" + fmt + "}")
 

@@ -16,7 +16,7 @@ SHARE = 0.80
 N_BOOT = 2000
 AXIS = "kl_early"
 PRE_AXIS = "kl_precollapse"
-"""The early KL read before the run's collapse (:func:`studies.drift.d5.precollapse_kl`): the map's axis for runs
+"""The early KL read before the run's collapse (:func:`studies.common.d5.precollapse_kl`): the map's axis for runs
 that collapse after the early window, the 20 updates before the collapse for the others."""
 
 
@@ -72,7 +72,7 @@ def bracket(levels: list[tuple[float, float]]) -> list[float] | None:
     return None
 
 
-def _resampled_boundary(by_level: dict, pick) -> float | None:
+def resampled_boundary(by_level: dict, pick) -> float | None:
     """:func:`boundary` on the seeds ``pick`` (drawn with replacement; every run of a drawn seed counts once per
     draw): ``by_level`` maps each level to ``{seed: (drifts, stable flags)}`` of its runs. A level without a
     drawn seed is left out."""
@@ -109,7 +109,7 @@ def boundaries(runs: pd.DataFrame, seeds: list[int], n_boot: int = N_BOOT, axis:
         sub = r[(r["estimator"] == est) & (r["family"] == fam)]
         by_level = {lv: {s: (x[axis].to_numpy(float), x["stable"].to_numpy(float)) for s, x in g2.groupby("seed")}
                     for lv, g2 in sub.groupby("level")}
-        boot = [_resampled_boundary(by_level, pick)
+        boot = [resampled_boundary(by_level, pick)
                 for pick in resamples(tuple(s for s in seeds if s in set(sub["seed"])))]
         boot = [x for x in boot if x is not None]
         lo, hi = ((float(np.quantile(boot, ALPHA / 2)), float(np.quantile(boot, 1 - ALPHA / 2))) if boot
@@ -123,11 +123,11 @@ def boundaries(runs: pd.DataFrame, seeds: list[int], n_boot: int = N_BOOT, axis:
     return out
 
 
-def _find(bounds: list[dict], est: str, fam: str) -> dict | None:
+def find_boundary(bounds: list[dict], est: str, fam: str) -> dict | None:
     return next((b for b in bounds if b["estimator"] == est and b["optimizer"] == fam), None)
 
 
-def _overlap(a: dict, b: dict) -> bool | None:
+def boundaries_overlap(a: dict, b: dict) -> bool | None:
     if None in (a["low"], a["high"], b["low"], b["high"]):
         return None
     return a["low"] <= b["high"] and b["low"] <= a["high"]

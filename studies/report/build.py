@@ -37,8 +37,8 @@ from schema.results import (
     results_root,
     verify_was_quick,
 )
-from studies.gpu.section import gpu_study_section
-from studies.staleness.section import (  # noqa: F401  (the staleness study's sections, placed here)
+from studies.report.sections.gpu import gpu_study_section
+from studies.report.sections.staleness import (  # noqa: F401  (the staleness study's sections, placed here)
     differences_markdown,
     plain_answer,
     stopping_markdown,
@@ -250,8 +250,8 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
           "Every number and verdict below is computed from the results files when the report is made. The bounds "
           "are THEORY.md's reconstruction ([R]) of the paper (only its abstract is public), not the paper's text."), ""]
 
-    from studies.drift.section import progress_section
-    from studies.mechanism.section import mechanism_section
+    from studies.report.sections.drift import progress_section
+    from studies.report.sections.mechanism import mechanism_section
 
     # once decided, the drift map leads: its figure is the report's first
     drift_md, missing, lead = progress_section(report_dir, figures_out, draw_missing, figure_sections)
@@ -264,20 +264,20 @@ def build(report_dir: Path, figures_out: Path, draw_missing: bool = True) -> str
     missing += study_missing
     md += gpu_study_section(report_dir, figures_out, draw_missing)
     md += [] if lead else drift_md
-    from studies.group_size.section import group_size_section
+    from studies.report.sections.group_size import group_size_section
 
     gs_md, gs_missing = group_size_section(report_dir, figures_out, draw_missing, figure_sections)
     md += gs_md
     missing += gs_missing
-    from studies.budget.section import budget_section  # the sample budget's split, after the group-size laws
+    from studies.report.sections.budget import budget_section  # the sample budget's split, after the group-size laws
 
     budget_md, budget_missing = budget_section(report_dir, figures_out, draw_missing, figure_sections)
     md += budget_md
     missing += budget_missing
-    from studies.warning.section import warning_section  # the early warning beside the group-size laws
+    from studies.report.sections.warning import warning_section  # the early warning beside the group-size laws
 
     md += warning_section(report_dir, figures_out, draw_missing, figure_sections)[0]  # it draws no figure
-    from studies.corrections_2026.section import corrections_2026_section
+    from studies.report.sections.corrections_2026 import corrections_2026_section
 
     md += corrections_2026_section()
 

@@ -10,9 +10,9 @@ summary between :data:`SUMMARY_START` and :data:`SUMMARY_END`, docs/RESULTS-NARR
 :data:`START` and :data:`END`; ``tests/test_readme.py`` asserts each equals its renderer's, and that the
 README's section stays within :data:`SECTION_LIMIT` characters.
 
-    python -m studies.findings            # print both blocks
-    python -m studies.findings --write    # rewrite both pages' blocks
-    python -m studies.findings --check    # exit 1 if a page's block is not the rendered one
+    python -m studies.report.findings            # print both blocks
+    python -m studies.report.findings --write    # rewrite both pages' blocks
+    python -m studies.report.findings --check    # exit 1 if a page's block is not the rendered one
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from pathlib import Path
 from claims.llm_pairs import not_yet_run
 from schema.io import write_text
 from schema.metrics import estimator_label
-from studies.budget.section import readme_line
-from studies.drift.verdict_text import (
+from studies.report.sections.budget import readme_line
+from studies.report.verdict_text import (
     D7_ESTIMATORS,
     _rate,
     _stable_of,
@@ -39,14 +39,14 @@ from studies.drift.verdict_text import (
     verdict_cell,
 )
 from studies.grids import GRIDS
-from studies.verdict_files import RESULTS, cell_rows, load, stable_count
+from studies.report.verdict_files import RESULTS, cell_rows, load, stable_count
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 NARRATIVE = REPO / "docs" / "RESULTS-NARRATIVE.md"
-START = "<!-- findings:start (python -m studies.findings --write; generated from the verdict files, do not edit) -->"
+START = "<!-- findings:start (python -m studies.report.findings --write; generated from the verdict files, do not edit) -->"
 END = "<!-- findings:end -->"
-SUMMARY_START = "<!-- findings-summary:start (python -m studies.findings --write) -->"
+SUMMARY_START = "<!-- findings-summary:start (python -m studies.report.findings --write) -->"
 SUMMARY_END = "<!-- findings-summary:end -->"
 SECTION = "## What it found"
 SECTION_LIMIT = 1750
@@ -367,7 +367,7 @@ def block_arguments(prog: str, doc: str, what: str, argv=None) -> argparse.Names
 
 
 def main(argv=None) -> int:
-    args = block_arguments("python -m studies.findings", __doc__, "README.md's and RESULTS-NARRATIVE.md's findings",
+    args = block_arguments("python -m studies.report.findings", __doc__, "README.md's and RESULTS-NARRATIVE.md's findings",
                            argv)
     try:  # a missing or torn verdict file is one line naming it
         pages = ((README, SUMMARY_START, SUMMARY_END, render_summary()),
@@ -384,7 +384,7 @@ def main(argv=None) -> int:
         old = page_block(text, start, end, page.name)
         if args.check:
             if old != block:
-                print(f"{page.name}'s findings block is out of date: run python -m studies.findings --write",
+                print(f"{page.name}'s findings block is out of date: run python -m studies.report.findings --write",
                       file=sys.stderr)
                 stale += 1
             continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from schema.results import read_json
-from studies.fmt import num as _num
+from studies.report.fmt import num as _num
 from studies.replicate.analysis import SEEDS_NEEDED
 
 

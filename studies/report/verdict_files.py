@@ -1,6 +1,6 @@
 """The committed files the README's findings and the narrative's numbers are read from (:data:`SOURCES`: the
 claims table, the studies' verdict files and their grids' ``summary.csv``), and the counting of a grid's
-summary rows they share (:mod:`studies.findings`, :mod:`studies.narrative`)."""
+summary rows they share (:mod:`studies.report.findings`, :mod:`studies.report.narrative`)."""
 from __future__ import annotations
 
 import csv
@@ -9,7 +9,7 @@ from pathlib import Path
 from schema.io import loads_json
 from studies.grids import GRIDS
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 """The committed results: the README and the narrative describe these, whatever ``GMC_RESULTS`` says."""
 SOURCES = {
     "claims": (None, "verify/claims.json"),

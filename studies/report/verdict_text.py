@@ -1,5 +1,5 @@
 """The drift map's verdicts (``results/llm/drift/verdicts.json``, made by ``python -m studies.drift``) in words:
-one sentence per verdict, which the drift section (:mod:`studies.drift.section`), the other studies' sections and
+one sentence per verdict, which the drift section (:mod:`studies.report.sections.drift`), the other studies' sections and
 the README's findings quote. It only reads the verdicts; what a verdict says is decided there."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grids.run_table import MARGIN
 from schema.results import read_json
-from studies.fmt import num as _num
+from studies.report.fmt import num as _num
 
 OPTIMIZER_NAMES = {"sgd": "SGD", "adamclip": "Adam + clip 1.0"}
 D7_ESTIMATORS = ("gmc", "is", "tic_mask", "tic_trunc", "topr")  # the pre-registration's five (D7)
@@ -55,7 +55,7 @@ def _delay0_of(x: dict) -> str:
 
 def _fails_at_delay0(x: dict) -> bool:
     """The level fails without staleness: its delay-0 runs are below the map's stable share."""
-    from studies.drift.drift_map import SHARE
+    from studies.common.drift_map import SHARE
 
     share = _delay0_share(x)
     return share is not None and share < SHARE
@@ -191,7 +191,7 @@ def d5_sentence(v: dict | None) -> str:
             f"{counts(sig['train/grad_norm'])}.")
     dev = d5.get("deviation")
     if dev:
-        from studies.drift.d5 import d5_rule
+        from studies.common.d5 import d5_rule
 
         passes = d5_rule(dev["signals"]) == "CONFIRMED"
         text += (f" Disclosed deviation: chosen on the {dev['train_runs']} runs the pre-registration's text counts, "
@@ -277,7 +277,7 @@ def verdict_cell(v: dict, h: str) -> str:
     text = r.get("verdict", "n/a") + (f" ({r['why']})" if "why" in r else "")
     dev = r.get("deviation") if h == "D5" else None
     if dev and "signals" in r:
-        from studies.drift.d5 import d5_rule
+        from studies.common.d5 import d5_rule
 
         other = d5_rule(dev["signals"])
         if other != r["verdict"]:
