@@ -52,7 +52,7 @@ def read_runs(root: str | Path, grid: str | tuple[str, ...] | None = None) -> pd
     of pc, stability (:func:`schema.results.run_summary`), collapse timing, every setting). ``grid``:
     the grid(s) an analysis needs; a folder whose ``sweep.json`` names another is refused
     (:func:`grids.check.check_grid_folder`)."""
-    rows = [r for r in (run_row(run) for run in _study_folders(root, grid)) if r is not None]
+    rows = [r for r in (run_row(run) for run in study_folders(root, grid)) if r is not None]
     if not rows:
         raise ValueError(f"no run folder (config.json + metrics.csv or metrics.csv.gz) under {root}")
     return summary_table(rows)
@@ -165,7 +165,7 @@ def masked_update_fraction(m: pd.DataFrame) -> float:
     return float((u["train/grad_norm"] == 0).mean()) if len(u) else math.nan
 
 
-def _study_folders(root: str | Path, grid: str | tuple[str, ...] | None = None) -> list[Path]:
+def study_folders(root: str | Path, grid: str | tuple[str, ...] | None = None) -> list[Path]:
     """The run folders under ``root`` that belong to its grid (:func:`grids.check.audit`), which
     must be one of ``grid`` when given. ``ValueError`` if it is no folder, another grid's, or holds a
     foreign run (never mixed in); a run folder without metrics is named on stderr (it is not
@@ -242,7 +242,7 @@ def seeds_for_power(sd_diff: float, delta: float = MARGIN, alpha: float = ALPHA,
 
 
 
-def _interval(boot: dict) -> dict:
+def interval_of(boot: dict) -> dict:
     return {k: boot[k] for k in ("n", "mean", "low", "high")}
 
 
@@ -287,7 +287,7 @@ def differences_table(runs: pd.DataFrame, reference: str = "gmc", metric: str = 
     for (h, d), g in runs[runs["delay"] > 0].groupby(["horizon", "delay"]):
         for e in sorted(set(g["estimator"]) - {reference}):
             b = bootstrap(paired(runs, h, int(d), reference, e, metric))
-            rows.append({"horizon": h, "delay": int(d), "baseline": e, **_interval(b),
+            rows.append({"horizon": h, "delay": int(d), "baseline": e, **interval_of(b),
                          "baseline_stable": stable_in_cell(runs, h, int(d), e)})
     return pd.DataFrame(rows)
 
@@ -314,8 +314,9 @@ def differences(runs: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------- grids paired with the study
 
 
-def read_paired(root: str | Path, primary: pd.DataFrame, grids) -> pd.DataFrame:
-    """The runs of a grid of ``grids`` (the studies' grids, :class:`grids.spec.Grid`) that pairs with the study
+def read_paired(root: str | Path, primary: pd.DataFrame, with_primary: tuple[str, ...]) -> pd.DataFrame:
+    """The runs of a grid of ``with_primary`` (the names of the grids whose :attr:`grids.spec.Grid.pairs` name the
+    study, :func:`grids.spec.pairing_with`) that pairs with the study
     (:attr:`grids.spec.Grid.pairs`; the 2025-2026 corrections, ``python -m studies.run --grid peers_2025``),
     to set beside ``primary`` (the study's runs,
     ``attrs["source"]`` their folder, ``attrs["seeds"]`` its whole seeds) as exploratory rows: not
@@ -326,9 +327,7 @@ def read_paired(root: str | Path, primary: pd.DataFrame, grids) -> pd.DataFrame:
     seed would not be paired, :func:`grids.check.check_pairing`), or if the grid runs an
     estimator the study has (two runs of one cell)."""
     from .check import audit, check_grid_folder, check_pairing
-    from .spec import pairing_with
 
-    with_primary = pairing_with(grids, PRIMARY)
     check_grid_folder(root, with_primary)
     check_pairing(root, primary.attrs["source"])
     runs = read_runs(root, with_primary)
@@ -376,7 +375,7 @@ def read_traces(root: str | Path, columns: tuple[str, ...], grid: str | tuple[st
     from schema.results import horizon_of, horizon_tokens, read_run, read_run_config
 
     frames = []
-    for run in _study_folders(root, grid):
+    for run in study_folders(root, grid):
         settings, m = read_run(run)
         steps = int(settings["steps"])
         if m.empty or m["step"].max() < steps:

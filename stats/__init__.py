@@ -134,3 +134,31 @@ def stratified_auc(scores: np.ndarray, labels: np.ndarray, strata: np.ndarray) -
             num += auc(scores[sel], labels[sel]) * p * n
             den += p * n
     return num / den if den else math.nan
+
+
+def offdiagonal_mean(gram, keep) -> float:
+    """The mean of ``gram[r, s]`` over the pairs r != s of the replicates ``keep`` (numpy or torch): the
+    cross-product estimate of ``|E X|^2`` from the Gram matrix of independent replicates X_r, in which no
+    replicate's own noise enters."""
+    sub = gram[np.ix_(keep, keep)]
+    k = len(keep)
+    return float((sub.sum() - sub.diagonal().sum()) / (k * (k - 1)))
+
+
+def jackknife(stat, R: int) -> tuple[float, float]:
+    """``stat`` (a function of the kept replicates' indices) on all R replicates, and its leave-one-replicate-out
+    jackknife standard error."""
+    full = stat(list(range(R)))
+    jack = np.array([stat([j for j in range(R) if j != i]) for i in range(R)])
+    return full, float(math.sqrt((R - 1) / R * ((jack - jack.mean()) ** 2).sum()))
+
+
+def cross_bias(means: np.ndarray, target: np.ndarray) -> tuple[float, float]:
+    """The squared relative bias ``|m - t|^2 / |t|^2`` of a mean ``m`` estimated by R independent replicate
+    means ``means`` ``(R, P)`` against an exact target ``t``: :func:`offdiagonal_mean` of the replicates'
+    ``m_r - t``, divided by ``|t|^2``, with its jackknife standard error."""
+    D = means - target[None]
+    gram = D @ D.T
+    full, se = jackknife(lambda keep: offdiagonal_mean(gram, keep), len(D))
+    n2 = float(target @ target)
+    return full / n2, se / n2

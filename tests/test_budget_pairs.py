@@ -21,7 +21,7 @@ def small():
     from llm_runs.reference import committed_config
     from llm_runs.tasks import build_task
     from llm_runs.warmstart import default_max_new_tokens, get_warm_start
-    from studies.group_size.pool import pool_prompts, sample_pool, token_logp
+    from studies.common.pool import pool_prompts, sample_pool, token_logp
 
     torch.set_num_threads(1)
     cfg = committed_config("long")
@@ -54,7 +54,7 @@ def test_per_completion_gradients_equal_one_backward_pass_per_row(small):
     import copy
 
     from studies.budget.pairs_grads import per_completion_gradients
-    from studies.group_size.pool import per_sample_vectors
+    from studies.common.pool import per_sample_vectors
 
     model = copy.deepcopy(small["models"][0]).double()
     b = small["b"]
@@ -137,7 +137,7 @@ def test_the_count_sketch_is_its_definition_and_folds_into_a_smaller_one():
 
 @pytest.mark.parametrize("est", ESTIMATORS)
 def test_a_group_s_own_update_is_p_k_times_its_coefficients(est):
-    from studies.group_size.pool import group_coefficients
+    from studies.common.pool import group_coefficients
 
     g = torch.Generator().manual_seed(0)
     P, n, T, G = 2, 8, 5, 4
@@ -274,7 +274,7 @@ def test_warning_statistics_estimate_the_pool_s_chi2_at_every_g():
 
 def test_one_pair_on_a_small_pool_with_its_checks(small):
     from studies.budget.pairs import COLUMNS, compute, splits
-    from studies.group_size.pairs import PAIRS
+    from studies.common.pairs import PAIRS
 
     ctx = {**small, "pair": PAIRS[0]}
     res = compute(ctx, R=4, mc_cells=(("gmc", 4), ("topr", 8)), log=lambda m: None)
@@ -306,7 +306,7 @@ def test_one_pair_on_a_small_pool_with_its_checks(small):
 
 def test_a_pair_whose_on_policy_groups_all_have_equal_rewards_has_no_relative_terms(small):
     from studies.budget.pairs import compute
-    from studies.group_size.pairs import PAIRS
+    from studies.common.pairs import PAIRS
 
     on = {**small["on"], "rewards": torch.zeros_like(small["on"]["rewards"])}
     res = compute({**small, "on": on, "pair": PAIRS[7]}, R=4, log=lambda m: None)
@@ -340,7 +340,7 @@ def test_the_command_keeps_a_measured_pair_and_refuses_a_foreign_file(tmp_path, 
         return {"pair": ctx["pair"].name, "rows": [row], "warning_rows": [], "checks": {"passed": True},
                 "cost_s": {}}
 
-    monkeypatch.setattr(pairs, "load", lambda pair, cache, quick, log=print: {"pair": pair})
+    monkeypatch.setattr(pairs, "load_pools", lambda pair, cache, quick, log=print: {"pair": pair})
     monkeypatch.setattr(pairs, "compute", fake_compute)
     assert pairs.main(["--only", "p1", "--quick"]) == 0
     assert pairs.main(["--only", "p1", "--quick"]) == 0
@@ -386,7 +386,7 @@ def test_a_missing_committed_run_is_one_line_not_a_traceback(tmp_path, monkeypat
     def missing(pair, cache, quick, log=print):
         raise MissingResults(f"pair {pair.name}: 5 of its 5 committed runs are missing")
 
-    monkeypatch.setattr(pairs, "load", missing)
+    monkeypatch.setattr(pairs, "load_pools", missing)
     assert pairs.main(["--only", "p3", "--quick"]) == 2
     assert "error: pair p3: 5 of its 5 committed runs are missing" in capsys.readouterr().err
     assert not (tmp_path / "cache" / "budget_pairs" / "quick" / "pairs.json").exists()

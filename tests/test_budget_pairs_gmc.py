@@ -25,7 +25,7 @@ def capped():
     from llm_runs.reference import committed_config
     from llm_runs.tasks import build_task
     from llm_runs.warmstart import default_max_new_tokens, get_warm_start
-    from studies.group_size.pool import pool_prompts, sample_pool, token_logp
+    from studies.common.pool import pool_prompts, sample_pool, token_logp
 
     torch.set_num_threads(1)
     cfg = committed_config("long")
@@ -76,10 +76,10 @@ def _direct_vector(model, pool: dict, sl: slice, est: str) -> torch.Tensor:
 
 def _pool_terms(c: dict, est: str, sl: slice):
     """The pool pass's pieces of the group ``sl``: its own coefficients ``a`` ``(G,)`` (the table's
-    :func:`studies.group_size.pool.group_coefficients`, one group: P K = 1) and per-completion gradients
+    :func:`studies.common.pool.group_coefficients`, one group: P K = 1) and per-completion gradients
     ``(G, dim)``."""
     from studies.budget.pairs_grads import per_completion_gradients
-    from studies.group_size.pool import group_coefficients
+    from studies.common.pool import group_coefficients
 
     pool = c["pool"]
     _, coef = group_coefficients(est, G, c["lp"][:, sl], pool["blogp"][:, sl], pool["mask"][:, sl],

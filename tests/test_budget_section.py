@@ -1,4 +1,4 @@
-"""The budget study's report section (studies.budget.section), its figure F27 and its README line, on a small
+"""The budget study's report section (studies.report.sections.budget), its figure F27 and its README line, on a small
 synthetic results tree: a planted frozen-pair table whose every ratio is known, and planted run outcomes for a
 partial grid (seed 0 of every cell below N = 512, every seed at N = 128)."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ from stats import share_ci
 from studies.budget import analysis, progress
 from studies.budget.figures import f27_budget_plane as f27
 from studies.budget.grids import splits
-from studies.budget.section import budget_section, readme_line
+from studies.report.sections.budget import budget_section, readme_line
 
 ROOT = Path(__file__).resolve().parents[1]
 K = {"gmc": 0.25, "tic_trunc": 0.125, "topr": 0.125, "is": 0.0}

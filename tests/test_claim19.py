@@ -109,7 +109,7 @@ def test_f15_and_f16_draw_every_series_and_caption(quick_results, monkeypatch):
     t = df[(df["d"] == df["d"].max()) & (df["optimizer"] == "adam") & (df["scheme"] == "topr") & (df["H"] == 6)]
     diff = g.set_index("seed")["final_J"] - t.set_index("seed")["final_J"]
     assert row["final_J_vs_topr"] == pytest.approx(diff.mean())
-    from studies.report import simulator_ordering_paragraph
+    from studies.report.build import simulator_ordering_paragraph
 
     assert "reproduce" in simulator_ordering_paragraph(df)
 

@@ -88,8 +88,8 @@ def test_a_missing_seed_leaves_every_hypothesis_not_yet_run():
 def test_the_report_section_shows_the_verdicts_or_the_cells_so_far_and_the_departures(tmp_path, monkeypatch):
     import json
 
-    from studies.corrections_2026 import section
     from studies.corrections_2026.analysis import analyse
+    from studies.report.sections import corrections_2026 as section
 
     path = tmp_path / "verdicts.json"
     monkeypatch.setattr(section, "verdicts_path", lambda: path)

@@ -12,7 +12,8 @@ import pytest
 from grids import drift_place
 from grids.run_table import MARGIN
 from llm_runs import drift
-from studies.drift import analysis, beside, d5, drift_map, verdicts
+from studies.common import d5, drift_map, drift_runs
+from studies.drift import analysis, beside, verdicts
 
 
 def _table(n=100, d=10):
@@ -144,11 +145,11 @@ def test_the_failure_boundary(levels, want, censored):
 
 
 def test_the_level_of_a_run():
-    assert analysis._level({"optimizer": "sgd", "lr": 2e-4, "max_grad_norm": None}) == "sgd0.0002"
-    assert analysis._level({"optimizer": "adam", "lr": 1e-5, "max_grad_norm": 1.0}) == "adamclip1e-05"
-    assert analysis._level({"optimizer": "adam", "lr": 1e-4, "max_grad_norm": None}) is None  # the study's Adam
-    assert analysis._level({"optimizer": "adam", "lr": 1e-4, "max_grad_norm": 1.0, "ess_scaling": "sqrt"}) is None
-    assert analysis._level({"optimizer": "adamw", "lr": 1e-4, "max_grad_norm": 1.0, "weight_decay": 0.01}) is None
+    assert drift_runs._level({"optimizer": "sgd", "lr": 2e-4, "max_grad_norm": None}) == "sgd0.0002"
+    assert drift_runs._level({"optimizer": "adam", "lr": 1e-5, "max_grad_norm": 1.0}) == "adamclip1e-05"
+    assert drift_runs._level({"optimizer": "adam", "lr": 1e-4, "max_grad_norm": None}) is None  # the study's Adam
+    assert drift_runs._level({"optimizer": "adam", "lr": 1e-4, "max_grad_norm": 1.0, "ess_scaling": "sqrt"}) is None
+    assert drift_runs._level({"optimizer": "adamw", "lr": 1e-4, "max_grad_norm": 1.0, "weight_decay": 0.01}) is None
 
 
 def _runs(shares_sgd, shares_clip, drifts_sgd, drifts_clip, n=5):
@@ -174,8 +175,8 @@ def test_d1_confirms_matching_boundaries_and_refutes_sgd_holding_beyond_adam():
 
 
 def test_the_report_section_reads_the_saved_verdicts(tmp_path):
-    from studies.drift.section import drift_lines
-    from studies.replicate.section import replicate_lines
+    from studies.report.sections.drift import drift_lines
+    from studies.report.sections.replicate import replicate_lines
 
     assert "No drift verdicts yet" in drift_lines(tmp_path / "none.json")[0]
     v = {"seeds_drift": [0], "seeds_decisive": [], "provisional": True,
@@ -213,7 +214,7 @@ def test_d5_chooses_a_threshold_on_training_runs_and_counts_held_out_hits():
 
 
 def test_the_report_section_shows_saved_non_finite_values_as_not_available():
-    from studies.fmt import num as _num
+    from studies.report.fmt import num as _num
 
     assert _num("nan") == "n/a" and _num(None) == "n/a" and _num(float("inf")) == "n/a" and _num(0.01234) == "0.0123"
 
@@ -272,7 +273,7 @@ def test_the_exact_model_s_boundaries_come_from_its_chi2_levels(monkeypatch):
 def test_the_report_leads_with_the_map_once_it_is_decided(tmp_path, monkeypatch, provisional):
     """None: the key absent, as verdicts written before it was always saved have it when decided."""
     from schema.io import write_json
-    from studies.drift.section import progress_section
+    from studies.report.sections.drift import progress_section
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     (tmp_path / "llm" / "drift").mkdir(parents=True)
@@ -328,7 +329,7 @@ def _decided(d1_verdict="CONFIRMED", d7_verdict="CONFIRMED", delay0_share=0.2):
 
 
 def test_d1_s_sentence_says_what_was_found_and_when_a_level_fails_without_delay():
-    from studies.drift.verdict_text import d1_sentence
+    from studies.report.verdict_text import d1_sentence
 
     text = d1_sentence(_decided())
     assert "D1 CONFIRMED" in text and "0.016 [0.013, 0.043] under SGD" in text
@@ -340,7 +341,7 @@ def test_d1_s_sentence_says_what_was_found_and_when_a_level_fails_without_delay(
 
 
 def test_the_plain_answer_leads_with_the_step_size_only_when_d7_holds():
-    from studies.drift.verdict_text import step_size_lead
+    from studies.report.verdict_text import step_size_lead
 
     text = step_size_lead(_decided(), name=str.upper)
     assert text.startswith("Lower the step first (D7 CONFIRMED") and "lr 1e-05" in text
@@ -351,7 +352,7 @@ def test_the_plain_answer_leads_with_the_step_size_only_when_d7_holds():
 
 
 def test_d2_s_numbers_name_a_correction_short_of_gmc():
-    from studies.drift.verdict_text import d2_sentence
+    from studies.report.verdict_text import d2_sentence
 
     bounds = {e: 0.05 for e in ("gmc", "topr", "vespo")}
     d2 = {"verdict": "INCONCLUSIVE", "spearman": 0.64, "low": -0.18, "high": 0.79, "below_gmc": [],
@@ -365,7 +366,7 @@ def test_d2_s_numbers_name_a_correction_short_of_gmc():
 
 def test_the_section_shows_the_decided_hypotheses_numbers(tmp_path):
     from schema.io import write_json
-    from studies.drift.section import drift_lines
+    from studies.report.sections.drift import drift_lines
 
     write_json(tmp_path / "v.json", _decided())
     text = "\n".join(drift_lines(tmp_path / "v.json"))
@@ -373,7 +374,7 @@ def test_the_section_shows_the_decided_hypotheses_numbers(tmp_path):
 
 
 def test_the_guide_says_below_which_drift_each_correction_held():
-    from studies.drift.verdict_text import drift_guide
+    from studies.report.verdict_text import drift_guide
 
     v = _decided()
     v["boundaries"] = [
@@ -418,7 +419,7 @@ def test_verdicts_written_elsewhere_take_their_map_with_them(tmp_path, monkeypat
                                                           **{h: {"verdict": "INCONCLUSIVE"} for h in
                                                              ("D1", "D2", "D3", "D4", "D5", "D6", "D7")}})
     monkeypatch.setattr(analysis, "map_table", lambda result, runs=None: {"map": True})
-    monkeypatch.setattr(analysis, "_folders", lambda: {"drift": tmp_path / "committed"})
+    monkeypatch.setattr(analysis, "map_folders", lambda: {"drift": tmp_path / "committed"})
     assert analysis.main(["--json", str(tmp_path / "elsewhere" / "v.json")]) == 0
     assert json.loads((tmp_path / "elsewhere" / "map.json").read_text()) == {"map": True}
     assert not (tmp_path / "committed").exists()
@@ -438,7 +439,7 @@ def _step_arms():
 
 
 def test_the_step_size_arms_are_said_with_their_shares_and_paired_differences():
-    from studies.drift.verdict_text import step_control_sentence
+    from studies.report.verdict_text import step_control_sentence
 
     text = step_control_sentence(_step_arms())
     assert "(10 of 10 and 9 of 10 seeds)" in text and "+0.073 [+0.052, +0.091]" in text and "D3 CONFIRMED" in text
@@ -449,7 +450,7 @@ def test_the_step_size_arms_are_said_with_their_shares_and_paired_differences():
 
 
 def test_d5_s_sentence_says_when_the_disclosed_deviation_would_change_the_verdict():
-    from studies.drift.verdict_text import d5_sentence
+    from studies.report.verdict_text import d5_sentence
 
     def sig(h, f, p):
         return {"hits": h, "false_alarms": f, "p_fisher": p, "lead_median": 14}
@@ -468,8 +469,8 @@ def test_d5_s_sentence_says_when_the_disclosed_deviation_would_change_the_verdic
 
 @pytest.mark.parametrize("decided", [True, False])
 def test_the_mechanism_section_takes_d1_s_answer_once_it_is_decided(monkeypatch, decided):
-    import studies.drift.verdict_text as drift_text
-    from studies.mechanism import section as mech
+    import studies.report.verdict_text as drift_text
+    from studies.report.sections import mechanism as mech
 
     row = {"arm": "sgd", "estimator": "gmc", "stable": 1, "runs": 1}
     monkeypatch.setattr("grids.mechanism_table.drift_table", lambda *a: pd.DataFrame([row]))
@@ -693,7 +694,7 @@ def test_the_resampled_boundary_is_the_boundary_of_the_drawn_seeds_runs():
     rows = pd.concat([sub[sub["seed"] == s] for s in pick])
     expect = drift_map.boundary([(float(x["kl_early"].median()), float(x["stable"].mean()))
                                 for _, x in rows.groupby("level")])[0]
-    assert drift_map._resampled_boundary(by_level, pick) == expect
+    assert drift_map.resampled_boundary(by_level, pick) == expect
 
 
 def _beside():
@@ -723,8 +724,8 @@ def _beside():
 
 def test_the_section_shows_what_is_beside_the_verdicts(tmp_path):
     from schema.io import write_json
-    from studies.drift.section import drift_lines
-    from studies.drift.verdict_text import drift_guide
+    from studies.report.sections.drift import drift_lines
+    from studies.report.verdict_text import drift_guide
 
     v = _decided()
     v["boundaries"][0].update({"bracket": [0.0148, 0.0845], "censored": None})
@@ -745,7 +746,7 @@ def test_the_section_shows_what_is_beside_the_verdicts(tmp_path):
 
 
 def test_d2_says_which_resampling_and_shows_whole_seeds():
-    from studies.drift.verdict_text import d2_sentence
+    from studies.report.verdict_text import d2_sentence
 
     bounds = {e: 0.05 for e in ("gmc", "topr", "vespo")}
     d2 = {"verdict": "INCONCLUSIVE", "spearman": 0.43, "low": -0.14, "high": 0.79, "below_gmc": [],
@@ -757,7 +758,7 @@ def test_d2_says_which_resampling_and_shows_whole_seeds():
 
 
 def test_d5_s_cell_names_both_readings_when_they_disagree():
-    from studies.drift.verdict_text import verdict_cell
+    from studies.report.verdict_text import verdict_cell
 
     def sig(h, f, p):
         return {"hits": h, "false_alarms": f, "p_fisher": p}

@@ -149,7 +149,7 @@ def test_deadline_executor_kills_running_runs_and_starts_nothing_after_it(tmp_pa
 
 
 def test_report_shows_the_gpu_study_or_says_it_has_not_run(tiny, monkeypatch, tmp_path):
-    from studies import report
+    from studies.report import build as report
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path / "empty"))
     md = "\n".join(report.gpu_study_section(tmp_path, tmp_path / "figs", draw_missing=False))

@@ -88,7 +88,7 @@ def _replicate(P=3, n=16, T=5, seed=0):
 
 
 def test_sampled_group_coefficients_average_to_the_exact_expectation_for_per_sample_corrections():
-    from studies.group_size.pool import coefficients
+    from studies.common.pool import coefficients
 
     logp, blogp, mask, rewards = _replicate()
     for est in ("is", "tic_trunc"):
@@ -100,7 +100,7 @@ def test_sampled_group_coefficients_average_to_the_exact_expectation_for_per_sam
 
 
 def test_gmc_coefficients_equal_is_where_no_cap_binds_and_shrink_where_it_does():
-    from studies.group_size.pool import coefficients
+    from studies.common.pool import coefficients
 
     logp, blogp, mask, rewards = _replicate()
     c_is = coefficients("is", 4, logp * 0 + blogp, blogp, mask, rewards, 0.2, np.random.default_rng(0))
@@ -112,7 +112,7 @@ def test_gmc_coefficients_equal_is_where_no_cap_binds_and_shrink_where_it_does()
 
 
 def test_a_pool_too_small_for_g_is_refused():
-    from studies.group_size.pool import coefficients
+    from studies.common.pool import coefficients
 
     logp, blogp, mask, rewards = _replicate(n=16)
     with pytest.raises(ValueError, match="too small for G = 32"):
@@ -122,7 +122,7 @@ def test_a_pool_too_small_for_g_is_refused():
 def test_the_on_policy_target_coefficients_are_leave_one_out():
     import torch
 
-    from studies.group_size.pool import loo_target
+    from studies.common.pool import loo_target
 
     r = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
     assert np.allclose(loo_target(r).numpy(), [[(1 - 1 / 3) / 4, (0 - 2 / 3) / 4, (0 - 2 / 3) / 4, (1 - 1 / 3) / 4]])
@@ -135,7 +135,7 @@ def test_per_completion_gradients_give_the_same_update_vectors_as_backward_passe
     from llm_runs.reference import committed_config
     from llm_runs.tasks import build_task
     from llm_runs.warmstart import default_max_new_tokens, get_warm_start
-    from studies.group_size.pool import per_sample_vectors, pool_prompts, sample_pool, update_vectors
+    from studies.common.pool import per_sample_vectors, pool_prompts, sample_pool, update_vectors
 
     cfg = committed_config("long")
     task = build_task(cfg)
@@ -205,7 +205,7 @@ def test_g3_needs_every_seed_and_reads_the_outcomes():
 
 
 def test_gate_b_passes_a_correct_sampler_and_fails_a_biased_one():
-    from studies.group_size.pool import coefficients, mc_agreement
+    from studies.common.pool import coefficients, mc_agreement
 
     logp, blogp, mask, rewards = _replicate(P=4, n=32)
     sampled, exact, biased = [], [], []
@@ -221,7 +221,7 @@ def test_gate_b_passes_a_correct_sampler_and_fails_a_biased_one():
 
 
 def test_gate_b_at_the_whole_replicate_compares_up_to_rounding():
-    from studies.group_size.pool import coefficients, mc_agreement
+    from studies.common.pool import coefficients, mc_agreement
 
     logp, blogp, mask, rewards = _replicate(P=2, n=8)
     e = coefficients("is", 8, logp, blogp, mask, rewards, 0.2, np.random.default_rng(0), exact=True)
@@ -349,8 +349,8 @@ def test_claim_26_confirms_a_planted_law_with_the_predicted_exponent_and_records
 def test_a_pair_whose_target_is_zero_is_a_failed_measurement_not_a_crash():
     import torch
 
+    from studies.common.pool import cross_norm, relative_bias
     from studies.group_size.pairs import gate_table
-    from studies.group_size.pool import cross_norm, relative_bias
 
     T = torch.zeros(8, 5)  # every on-policy group had equal rewards: no gradient
     V = torch.randn(8, 5, generator=torch.Generator().manual_seed(0))
@@ -366,7 +366,7 @@ def test_a_pair_whose_target_is_zero_is_a_failed_measurement_not_a_crash():
 def test_the_report_rows_give_every_decided_hypothesis_its_numbers():
     """An INCONCLUSIVE or REFUTED verdict is shown with the numbers that decided it, not an empty cell; a
     hypothesis not yet run shows why."""
-    from studies.group_size.section import verdict_rows
+    from studies.report.sections.group_size import verdict_rows
 
     end = {"boundary": 0.05, "censored": "right"}
     v = {"G3": {"verdict": "INCONCLUSIVE", "why": "not yet run: seeds 0-9"},
@@ -383,7 +383,7 @@ def test_the_report_rows_give_every_decided_hypothesis_its_numbers():
 
 
 def test_the_narrative_words_g3_s_cells_once_it_is_decided():
-    from studies.findings import _g3_line
+    from studies.report.findings import _g3_line
 
     assert _g3_line({"G3": {"verdict": "INCONCLUSIVE", "why": "not yet run"}}) == ""
     v = {"G3": {"verdict": "REFUTED", "seeds": 10, "shares_gmc": [0.5, 0.2, 0.2, 0.0],
@@ -398,7 +398,7 @@ def test_the_narrative_words_g3_s_cells_once_it_is_decided():
 def test_the_report_reads_g3_and_g4_as_the_g5_rule_allows():
     """Only a CONFIRMED G5 lets G3's and G4's differences be read as staleness effects (the pre-registration's
     rule); otherwise the report says the group size changes learning at d = 0 too."""
-    from studies.group_size.section import g5_reading
+    from studies.report.sections.group_size import g5_reading
 
     assert g5_reading({"G5": {"verdict": "INCONCLUSIVE", "why": "not yet run"}}) == []
     held = {"4": [5, 5], "32": [5, 5]}
@@ -457,3 +457,12 @@ def test_the_pairs_command_refuses_an_empty_request_or_a_missing_run_before_any_
     assert rc == 2 and err and re.search(message, err[-1]), err
     assert "Traceback" not in "\n".join(err)
     assert not (tmp_path / "cache").exists()
+
+
+def test_each_pair_chooses_among_the_seeds_its_grid_plans():
+    from studies.common.pairs import PAIRS
+    from studies.grids import GRIDS
+
+    for pair in PAIRS:
+        planned = sorted(c.seed for c in GRIDS[pair.grid].cells() if c.name.startswith(pair.run_prefix + "-s"))
+        assert planned == list(pair.seeds), pair.name

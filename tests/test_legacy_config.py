@@ -141,9 +141,9 @@ def test_the_first_sweep_passes_its_own_dry_run(capsys):
 
 def test_committed_summary_tables_keep_their_headers_and_read_under_todays_names():
     """The committed grids' summary.csv files were written with the older setting names (``tis_cap``,
-    ``geo_length``, ...) and are not rewritten; their reader (studies.findings.load) maps each row's
+    ``geo_length``, ...) and are not rewritten; their reader (studies.report.findings.load) maps each row's
     names through schema.runs.RENAMED_FIELDS."""
-    from studies.findings import load
+    from studies.report.findings import load
 
     header = (SWEEP.parent / "study_2025" / "summary.csv").read_text().split("\n", 1)[0].split(",")
     assert {"tis_cap", "geo_length"} <= set(header)

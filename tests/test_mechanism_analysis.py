@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from studies.mechanism.analysis import _diff, _m1, _m2, _m3, _m4, arm_of, m5_verdict, whole_seeds_of
+from studies.common.mechanism_rules import m1, paired_difference
+from studies.mechanism.analysis import _m2, _m3, _m4, arm_of, m5_verdict, whole_seeds_of
 
 
 def _runs(cells: dict) -> pd.DataFrame:
@@ -51,10 +52,10 @@ def test_m2_confirms_a_planted_rise_in_stability_and_refutes_a_fall():
 def test_m1_m4_m3_on_planted_orderings():
     ok = _runs({("sgd", "gmc"): (GOOD, _pc(0.65)), ("sgd", "tic_mask"): (GOOD, _pc(0.6)),
                 ("sgd", "is"): (BAD, _pc(0.2))})
-    assert _m1(ok)["verdict"] == "CONFIRMED"
+    assert m1(ok)["verdict"] == "CONFIRMED"
     bad = _runs({("sgd", "gmc"): (BAD, _pc(0.2)), ("sgd", "tic_mask"): (GOOD, _pc(0.6)),
                  ("sgd", "is"): (BAD, _pc(0.2))})
-    assert _m1(bad)["verdict"] == "REFUTED"
+    assert m1(bad)["verdict"] == "REFUTED"
     sign = _runs({("adam", "topr"): (GOOD, _pc(0.62)), ("adam", "gmc_topr"): (BAD, _pc(0.2)),
                   ("adam", "topr_gmc"): (GOOD, _pc(0.62))})
     r = _m4(sign)
@@ -91,12 +92,12 @@ def test_replay_comparison_ignores_columns_only_the_replay_has(tmp_path):
 def test_m5_keeps_the_sign_of_the_study_model_or_refutes_it():
     """The larger model's GMC - TOPR (paired by seed) against the study model's sign (-0.456)."""
     worse = _runs({("", "gmc"): (BAD, _pc(0.2)), ("", "topr"): (GOOD, _pc(0.6))})
-    assert m5_verdict(-0.456, _diff(worse, "", "gmc", "", "topr")) == "CONFIRMED"
+    assert m5_verdict(-0.456, paired_difference(worse, "", "gmc", "", "topr")) == "CONFIRMED"
     better = _runs({("", "gmc"): (GOOD, _pc(0.7)), ("", "topr"): (GOOD, _pc(0.6))})
-    assert m5_verdict(-0.456, _diff(better, "", "gmc", "", "topr")) == "REFUTED"
+    assert m5_verdict(-0.456, paired_difference(better, "", "gmc", "", "topr")) == "REFUTED"
     level = 0.6 + RNG.normal(0, 0.05, 10)
     same = _runs({("", "gmc"): (GOOD, level + RNG.normal(0, 0.05, 10)), ("", "topr"): (GOOD, level)})
-    assert m5_verdict(-0.456, _diff(same, "", "gmc", "", "topr")) == "INCONCLUSIVE"
+    assert m5_verdict(-0.456, paired_difference(same, "", "gmc", "", "topr")) == "INCONCLUSIVE"
     assert m5_verdict(-0.456, {"n": 0, "mean": float("nan"), "low": float("nan"), "high": float("nan")}) == \
         "INCONCLUSIVE"
 
@@ -116,15 +117,15 @@ def test_the_scale_variants_are_absent_until_they_have_run(tmp_path):
 
 
 def test_the_report_quotes_each_verdicts_numbers_and_picks_the_best_variant_once_decided():
-    from studies.mechanism.section import variant_pick, verdict_numbers
+    from studies.report.sections.mechanism import variant_pick, verdict_numbers
 
     runs = _runs({("sgd", "gmc"): (GOOD, _pc(0.65)), ("sgd", "tic_mask"): (GOOD, _pc(0.6)),
                   ("sgd", "is"): (BAD, _pc(0.2)), ("adam", "topr"): (GOOD, _pc(0.62)),
                   ("adam", "gmc_topr"): (BAD, _pc(0.2)), ("adam", "topr_gmc"): (GOOD, _pc(0.61)),
                   ("adam", "gmc_cap"): (BAD, _pc(0.3))})
-    m1, m4 = _m1(runs), _m4(runs)
-    text = verdict_numbers("M1", m1)
-    d = m1["gmc_minus_tic_mask"]
+    r1, m4 = m1(runs), _m4(runs)
+    text = verdict_numbers("M1", r1)
+    d = r1["gmc_minus_tic_mask"]
     assert text.startswith(f"SGD: GMC stable 10/10; GMC - TIC-mask {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
                            " (n = 10)")
     text = verdict_numbers("M4", m4)

@@ -1,10 +1,10 @@
-"""The research narrative's generated blocks (studies.narrative): each is the one its renderer writes from the
+"""The research narrative's generated blocks (studies.report.narrative): each is the one its renderer writes from the
 committed results, and the block machinery finds, refuses and rewrites blocks as it says."""
 from __future__ import annotations
 
 import pytest
 
-from studies import narrative
+from studies.report import narrative
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +16,7 @@ def test_every_block_of_the_page_is_the_rendered_one(rendered):
     found = narrative.page_blocks(narrative.PAGE.read_text())
     assert set(found) == set(narrative.BLOCKS)
     for name, body in rendered.items():
-        assert found[name] == body, f"{name} is stale: python -m studies.narrative --write"
+        assert found[name] == body, f"{name} is stale: python -m studies.report.narrative --write"
 
 
 def test_the_table_holds_every_correction_and_cell(rendered):
@@ -54,7 +54,7 @@ def test_a_torn_or_missing_verdict_file_is_named(tmp_path, tear, message):
     never a bare JSON error or a traceback of the commands."""
     import shutil
 
-    from studies.verdict_files import RESULTS, SOURCES, load, source_path
+    from studies.report.verdict_files import RESULTS, SOURCES, load, source_path
 
     for key in SOURCES:
         dest = source_path(key, tmp_path)

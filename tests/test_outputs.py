@@ -67,7 +67,7 @@ def test_claims_abstract_out_never_replaces_a_user_file(tmp_path, capsys, monkey
 
 
 def test_figures_report_out_never_replaces_a_user_file_and_checks_first(tmp_path, capsys, monkeypatch):
-    from studies import report
+    from studies.report import build as report
 
     monkeypatch.setattr(report, "build", lambda *a, **k: pytest.fail("the report was built before the check"))
     out = tmp_path / "out"

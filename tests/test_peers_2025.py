@@ -280,7 +280,7 @@ def test_bad_knobs_refused(call, match):
 def test_report_sentence_places_each_newcomer_against_gmc():
     import pandas as pd
 
-    from studies.report import newcomers_sentence
+    from studies.report.build import newcomers_sentence
 
     rows = [("gmc", "trajectory", 0.2, 0.1, True, 1.2), ("vespo", "trajectory", 0.3, 0.05, False, 1.24),
             ("seq_geo_mask", "trajectory", 0.4, 0.0, True, 1.0), ("sapo", "token", 0.3, 0.2, None, float("nan")),

@@ -1,5 +1,5 @@
 """The README as a front door: its Python snippets run as written, its findings block is the one
-``python -m studies.findings`` renders from the committed verdict files, and every command it names
+``python -m studies.report.findings`` renders from the committed verdict files, and every command it names
 exists (a ``make`` target of the Makefile, a ``python -m`` module of the toolkit)."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from studies import findings
-from studies.verdict_files import load
+from studies.report import findings
+from studies.report.verdict_files import load
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -77,7 +77,7 @@ def test_every_docs_python_block_runs(name, code, tmp_path):
 
 def test_the_findings_blocks_are_the_rendered_ones():
     """No number of "What it found" or of the narrative's findings is typed by hand: rerun
-    ``python -m studies.findings --write`` after a verdict file changes."""
+    ``python -m studies.report.findings --write`` after a verdict file changes."""
     text = README.read_text()
     assert findings.page_block(text, findings.SUMMARY_START, findings.SUMMARY_END) == findings.render_summary()
     assert findings.page_block(findings.NARRATIVE.read_text()) == findings.render()

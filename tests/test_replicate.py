@@ -53,7 +53,7 @@ def test_the_machines_that_made_the_committed_replicate_runs_are_counted():
 def test_the_report_names_the_machines_and_what_the_replays_across_them_found(tmp_path):
     import json
 
-    from studies.replicate.section import machine_lines
+    from studies.report.sections.replicate import machine_lines
 
     one = {"cpu_capability": "AVX2", "cpu_flags": "aaaa", "kernel_env": {"ATEN_CPU_CAPABILITY": "avx2"}, "runs": 7}
     other = {"cpu_capability": "AVX2", "cpu_flags": "bbbb", "kernel_env": {}, "runs": 3}
@@ -73,7 +73,7 @@ def test_the_report_names_the_machines_and_what_the_replays_across_them_found(tm
 def test_the_study_sections_say_whether_their_verdicts_survived(tmp_path):
     import json
 
-    from studies.replicate.section import survival_lines
+    from studies.report.sections.replicate import survival_lines
 
     assert survival_lines(("H1",), tmp_path / "none.json") == []
     v = {"seeds_whole": [0], "provisional": True}
@@ -95,7 +95,7 @@ def test_the_study_sections_say_whether_their_verdicts_survived(tmp_path):
 
 
 def test_the_readme_says_when_the_replicate_left_its_single_machine():
-    from studies.findings import machines_sentence
+    from studies.report.findings import machines_sentence
 
     one = {"cpu_capability": "AVX2", "cpu_flags": "a", "kernel_env": {}, "runs": 3}
     assert machines_sentence({"machines": [one]}) == "" == machines_sentence({})

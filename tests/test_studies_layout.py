@@ -42,14 +42,14 @@ def test_study_commands_resolve():
     for name in ("staleness", "mechanism", "drift", "replicate"):
         assert importlib.util.find_spec(f"studies.{name}.__main__") is not None
         assert callable(importlib.import_module(f"studies.{name}.analysis").main)
-    assert callable(importlib.import_module("studies.report").main)
+    assert callable(importlib.import_module("studies.report.build").main)
 
 
 def test_the_report_finds_the_figures_where_python_m_figures_draws_them():
     import inspect
 
     from figures import style
-    from studies import report
+    from studies.report import build as report
 
     assert style.OUT == REPO / "figures" / "out"
     assert "style.OUT" in inspect.getsource(report.write_report)
@@ -159,3 +159,15 @@ def test_every_committed_grid_summary_has_each_setting_as_a_column():
     assert seen >= 15
     mech = pd.read_csv(grid_folder("mechanism") / "summary.csv")
     assert set(mech["optimizer"]) == {"adam", "adamw", "sgd"}
+
+
+def test_the_grids_set_beside_the_staleness_study_pair_with_it_and_live_in_its_companion_folder():
+    from grids import grid_relpath
+    from grids.folders import STUDY_2025
+    from grids.run_table import PRIMARY
+    from grids.spec import pairing_with
+    from studies.common.settings import BESIDE_PRIMARY
+    from studies.grids import GRIDS
+
+    assert BESIDE_PRIMARY and set(BESIDE_PRIMARY) <= set(pairing_with(GRIDS.values(), PRIMARY))
+    assert [grid_relpath(g) for g in BESIDE_PRIMARY] == list(STUDY_2025.candidates)

@@ -429,7 +429,7 @@ def test_stopping_points_are_the_rule_on_the_first_k_whole_seeds(tmp_path):
 
 
 def test_report_tabulates_the_stopping_points(tmp_path):
-    from studies.report import stopping_markdown
+    from studies.report.build import stopping_markdown
     from studies.staleness.analysis import read_runs, stopping_points
 
     _fake_study(tmp_path / "s", effect_long=0.1, n_seeds=8)
@@ -689,7 +689,7 @@ def test_a_paired_grid_adds_exploratory_rows_and_never_enters_the_hypotheses(tmp
     plain answer; the verdicts are those of the study alone; a seed not whole there is left out."""
     import studies.staleness.figures.f10_study_differences as f10
     import studies.staleness.figures.f11_study_pc_vs_delay as f11
-    from studies.report import differences_markdown, plain_answer
+    from studies.report.build import differences_markdown, plain_answer
     from studies.staleness.analysis import analyse, differences, plain_answer_facts, read_runs
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
@@ -752,14 +752,16 @@ def test_a_paired_grid_run_from_another_warm_start_is_refused(tmp_path):
     check_pairing(other, root)
     primary = read_runs(root)
     primary.attrs.update(source=str(root), seeds=whole_seeds(primary))
+    from grids.spec import pairing_with
     from studies.grids import GRIDS
+    from studies.staleness.analysis import PRIMARY
 
-    assert list(read_paired(other, primary, GRIDS.values())["estimator"]) == ["icepop"]
+    assert list(read_paired(other, primary, pairing_with(GRIDS.values(), PRIMARY))["estimator"]) == ["icepop"]
     _set_warm_start(other / "long-icepop-d64-s0", heldout_pc=0.010061427227023785)
     with pytest.raises(ValueError, match=r"1 run\(s\) under .*study_2025 started from another warm start .*"
                                          r"long-icepop-d64-s0: held-out pc 0\.010061427227023785 vs "
                                          r"0\.514326903992187"):
-        read_paired(other, primary, GRIDS.values())
+        read_paired(other, primary, pairing_with(GRIDS.values(), PRIMARY))
 
 
 # --------------------------------------------------------------------------- each analysis reads its own grid

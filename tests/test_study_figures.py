@@ -316,7 +316,7 @@ VERDICTS = {
 
 
 def test_report_headline_renders_the_verdicts_and_tables(study, tmp_path):
-    from studies import report
+    from studies.report import build as report
 
     (study / "verdicts.json").write_text(json.dumps(VERDICTS))
     md, missing = report.study_section(tmp_path, tmp_path / "figs", draw_missing=True)
@@ -348,7 +348,7 @@ def test_report_headline_renders_the_verdicts_and_tables(study, tmp_path):
 
 
 def test_report_headline_names_the_commands_of_missing_results(tmp_path, monkeypatch):
-    from studies import report
+    from studies.report import build as report
 
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     md, missing = report.study_section(tmp_path, tmp_path / "figs", draw_missing=True)

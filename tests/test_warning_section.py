@@ -1,5 +1,5 @@
 """The early warning on the frozen pairs' pools (studies.warning.pairs), its verdicts file (studies.warning.verdict)
-and its report section (studies.warning.section), on small synthetic pools and synthetic grids."""
+and its report section (studies.report.sections.warning), on small synthetic pools and synthetic grids."""
 from __future__ import annotations
 
 import inspect
@@ -235,7 +235,7 @@ def test_the_verdicts_file_carries_the_pair_invariance(grid):
 
 
 def _section():
-    from studies.warning.section import warning_section
+    from studies.report.sections.warning import warning_section
 
     md, missing = warning_section()
     assert missing == []
@@ -321,6 +321,6 @@ def test_the_section_shows_the_pair_invariance(grid):
 
 
 def test_the_report_places_the_section():
-    from studies import report
+    from studies.report import build as report
 
     assert "warning_section(report_dir, figures_out, draw_missing, figure_sections)" in inspect.getsource(report.build)

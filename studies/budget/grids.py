@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from grids import Arm, Grid, grid_out
 from llm_runs.reference import HORIZONS
-
-from ..drift.grids import DRIFT_BASE
-from ..group_size.grids import GS_LEVELS
+from studies.common.settings import DRIFT_BASE, GS_LEVELS
 
 PROMPTS = (4, 8, 16, 32)
 """B: prompts per update."""

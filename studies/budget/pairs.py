@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from studies.group_size.pairs import LOW_ESS, M_BASE, M_LOW_ESS, PAIRS, PER_SAMPLE, REPLICATES, T_PAIR, pair_Gs
-from studies.group_size.pool import POOL_SEED, PROMPTS, drift_stats, merge, pool_prompts, sample_pool, token_logp
+from studies.common.pairs import PAIRS, PER_SAMPLE, REPLICATES, SIM_SEED, load_pools, pair_Gs
+from studies.common.pool import POOL_SEED, drift_stats
 
 from .pairs_checks import MC_CELLS, run_checks, warning_stats
 from .pairs_grads import CountSketch
@@ -39,7 +39,6 @@ BUDGETS = (64, 128, 512)
 B_RANGE = (2, 128)
 BIAS_Z = 4.0
 """The squared bias agrees with the committed measurement's when within this many combined standard errors."""
-SIM_SEED = 20261208
 COLUMNS = ("pair", "estimator", "B", "G", "N", "rel_mse", "bias_sq", "var", "cos_mean", "cos_neg_share", "max_share",
            "equal_reward_share", "se", "bias_se", "var_se", "within", "within_se", "between", "between_se", "cos_se",
            "cos_neg_share_se", "max_share_se", "max_coef_share", "zero_update_share", "target_ok", "checks_passed")
@@ -52,62 +51,6 @@ def splits(n: int) -> list[tuple[int, int, int]]:
     """Every (B, G, N) with N in :data:`BUDGETS`, B and G powers of two in [2, 128] and G at most ``n``."""
     return [(N // G, G, N) for N in BUDGETS for G in TABLE_G
             if G <= n and N % G == 0 and B_RANGE[0] <= N // G <= B_RANGE[1]]
-
-
-def load(pair, cache: Path, quick: bool, log=print) -> dict:
-    """The pair's models (retrained or cached), its behaviour pool, on-policy pool and log-probabilities, drawn
-    as :func:`studies.group_size.pairs.measure` draws them (cached in ``cache/budget_pairs/<pair>``)."""
-    from llm_runs.config import resolve_config
-    from llm_runs.presets import load_pretrained
-    from llm_runs.tasks import build_task
-    from llm_runs.warmstart import default_max_new_tokens, get_warm_start
-    from studies.group_size.pairs import committed_run, retrain
-
-    t0, c0 = time.perf_counter(), time.process_time()
-    run, seed, _ = committed_run(pair)
-    cached = (cache / "group_size_pairs" / pair.name / "pair.pt").is_file()
-    log(f"{pair.name}: {'cached' if cached else 'retraining'} {run.name} to update {T_PAIR}")
-    trained = retrain(pair, run, cache / "group_size_pairs", log)
-    config = resolve_config(trained["config"])
-    task = build_task(config)
-    ws = get_warm_start(config, task, log)
-    models = []
-    for key in ("current", "behaviour"):
-        m, tok = load_pretrained(ws.path, config.dtype, config.device)
-        m.load_state_dict(trained[key])
-        m.eval()
-        models.append(m)
-    for p in models[1].parameters():
-        p.requires_grad_(False)
-    cost = {"retrain": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "cached": cached}}
-    max_new = default_max_new_tokens(config, task)
-    idx = pool_prompts(task)[: (4 if quick else PROMPTS)]
-    m_base, m_low = (64, 128) if quick else (M_BASE, M_LOW_ESS)
-    path = cache / "budget_pairs" / pair.name / ("pools-quick.pt" if quick else "pools.pt")
-    t1, c1 = time.perf_counter(), time.process_time()
-    pools_cached = path.is_file()
-    pools = torch.load(path, weights_only=False) if pools_cached else None
-    if pools is None:
-        pi, pib = models
-        with torch.no_grad():
-            b = sample_pool(pib, tok, task, idx, m_base, 0, max_new, chunk=min(128, m_base))
-            lp_b = token_logp(pi, b)
-            first = drift_stats(((lp_b - b["blogp"]) * b["mask"]).sum(-1), (lp_b - b["blogp"]), b["mask"])
-            if first["ess"] < LOW_ESS:
-                more = sample_pool(pib, tok, task, idx, m_low - m_base, 0, max_new, chunk=min(128, m_base),
-                                   start=m_base)
-                b = merge(b, more)
-                lp_b = torch.cat([lp_b, token_logp(pi, more)], 1)
-            on = sample_pool(pi, tok, task, idx, b["ids"].shape[1], 1, max_new, chunk=min(128, m_base))
-        pools = {"b": b, "on": on, "lp_b": lp_b, "first": first}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        from schema.io import atomic
-
-        atomic(path, lambda tmp: torch.save(pools, tmp))
-    cost["pools"] = {"wall": time.perf_counter() - t1, "cpu": time.process_time() - c1, "cached": pools_cached}
-    return {"pair": pair, "run": run.name, "seed": seed, "config": config, "models": models, "tokenizer": tok,
-            "task": task, "idx": idx, "max_new": max_new, "committed_rows": trained["committed_rows"], "cost": cost,
-            **pools}
 
 
 def compute(ctx: dict, R: int = REPLICATES, mc_cells=MC_CELLS, log=print) -> dict:
@@ -165,7 +108,7 @@ def compute(ctx: dict, R: int = REPLICATES, mc_cells=MC_CELLS, log=print) -> dic
     with clock("cells"):
         gT = (T @ T.T).double() if T is not None else None
         V = acc.V if acc is not None else None
-        from studies.group_size.analysis import offdiagonal_mean
+        from stats import offdiagonal_mean
 
         for ei, (est, G) in enumerate(keys):
             Bs = sorted({B for B, GG, _ in splits(n) if GG == G})
@@ -199,7 +142,7 @@ def compute(ctx: dict, R: int = REPLICATES, mc_cells=MC_CELLS, log=print) -> dic
 
 
 def _estimators():
-    from studies.group_size.pairs import ESTIMATORS
+    from studies.common.pairs import ESTIMATORS
 
     return ESTIMATORS
 
@@ -273,7 +216,7 @@ def measure_pair(name: str, quick: bool) -> dict:
 
     torch.set_num_threads(1)
     t0, c0 = time.perf_counter(), time.process_time()
-    ctx = load({p.name: p for p in PAIRS}[name], results_root() / "cache", quick)
+    ctx = load_pools({p.name: p for p in PAIRS}[name], results_root() / "cache", quick)
     ctx["quick"] = quick
     res = compute(ctx)
     res["cost_s"]["total"] = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}

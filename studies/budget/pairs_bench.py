@@ -5,7 +5,7 @@ shared machine's load inflates far less than wall-clock seconds.
 
 * ``pair_grads_vs_torch_func_ratio``: seconds of :func:`studies.budget.pairs_grads.per_completion_gradients` (one
   batched forward and backward, per-sample outer products from hooks) over
-  :func:`studies.group_size.pool.per_sample_vectors` (``torch.func``, the group-size study's per-completion
+  :func:`studies.common.pool.per_sample_vectors` (``torch.func``, the group-size study's per-completion
   gradients) on the same 128 completions of one prompt. Below 1: ours is faster.
 * ``pair_table_vs_bias_ratio``: seconds of one pair's whole (B, G) table (:func:`studies.budget.pairs.compute`: the
   coefficients, the target, the gradient pass, every cell and the batch simulation, without the validity checks)
@@ -33,7 +33,7 @@ def _setup(prompts: int, per_prompt: int) -> dict:
     from llm_runs.reference import committed_config
     from llm_runs.tasks import build_task
     from llm_runs.warmstart import default_max_new_tokens, get_warm_start
-    from studies.group_size.pool import pool_prompts, sample_pool, token_logp
+    from studies.common.pool import pool_prompts, sample_pool, token_logp
 
     cfg = committed_config("long")
     task = build_task(cfg)
@@ -63,8 +63,8 @@ def _bias_stage(ctx: dict, R: int) -> None:
     """The group-size study's gradient stage of its bias measurement on ``ctx``'s pools (its coefficients, then its
     per-completion vectors for the behaviour pool's unique coefficient matrices and for the target)."""
     from studies.budget.pairs_pass import dedup, replicate_coefficients
-    from studies.group_size.pairs import PAIR_G
-    from studies.group_size.pool import POOL_SEED, loo_target, per_sample_vectors
+    from studies.common.pairs import PAIR_G
+    from studies.common.pool import POOL_SEED, loo_target, per_sample_vectors
 
     pi, b, on, lp_b = ctx["models"][0], ctx["b"], ctx["on"], ctx["lp_b"]
     n = b["ids"].shape[1] // R
@@ -81,8 +81,8 @@ def _bias_stage(ctx: dict, R: int) -> None:
 def main(argv=None) -> int:
     from studies.budget.pairs import compute
     from studies.budget.pairs_grads import per_completion_gradients
-    from studies.group_size.pairs import PAIRS, REPLICATES
-    from studies.group_size.pool import per_sample_vectors
+    from studies.common.pairs import PAIRS, REPLICATES
+    from studies.common.pool import per_sample_vectors
 
     p = argparse.ArgumentParser(prog="python -m studies.budget.pairs_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--prompts", type=int, default=2)

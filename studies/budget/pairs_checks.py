@@ -17,6 +17,8 @@ import math
 import numpy as np
 import torch
 
+from studies.common.pairs import WARN_BATCHES, WARN_G, WARN_N, warning_batches
+
 MC_CELLS = (("gmc", 8), ("topr", 32))
 """The two (correction, G) where the pool's second moment meets a direct Monte Carlo."""
 MC_GROUPS = 8
@@ -25,10 +27,6 @@ MC_WHICH = 10
 """Pool key offset of the direct Monte Carlo's draws (the pools use 0 and 1): cell i draws with MC_WHICH + i."""
 MC_Z = 4.0
 """The direct Monte Carlo agrees when it is within this many combined standard errors of the pool's estimate."""
-WARN_G = (4, 8, 16, 32, 64, 128)
-WARN_N = (128, 512)
-WARN_BATCHES = 2000
-WARN_PERMS = 16
 
 
 def direct_second_moment(model, behaviour, tokenizer, task, idx: list[int], est: str, G: int, eps: float,
@@ -37,7 +35,7 @@ def direct_second_moment(model, behaviour, tokenizer, task, idx: list[int], est:
     ``behaviour``), u the parameter gradient (ascent) of ``est``'s loss on the group alone under ``model``
     (leave-one-out advantages; :func:`group_second_moments`), with its standard error (prompts fixed: the spread
     within each prompt)."""
-    from studies.group_size.pool import sample_pool
+    from studies.common.pool import sample_pool
 
     M = G * groups
     pool = sample_pool(behaviour, tokenizer, task, idx, M, which, max_new_tokens, chunk=min(128, M))
@@ -47,7 +45,7 @@ def direct_second_moment(model, behaviour, tokenizer, task, idx: list[int], est:
 
 def group_second_moments(model, pool: dict, est: str, G: int, eps: float, groups: int) -> np.ndarray:
     """``(P, groups)``: ``|u|^2`` of each group of G consecutive completions of each prompt of ``pool``
-    (:func:`studies.group_size.pool.sample_pool`'s blocks), u the parameter gradient (ascent) of ``est``'s loss
+    (:func:`studies.common.pool.sample_pool`'s blocks), u the parameter gradient (ascent) of ``est``'s loss
     (:func:`estimators.losses.policy_loss`, leave-one-out advantages, the pool's behaviour log-probs) on the group
     alone under ``model``, by one backward pass per group."""
     from estimators import advantages
@@ -118,22 +116,6 @@ def warning_stats(logw: torch.Tensor, eps: float, seed, Gs=WARN_G, Ns=WARN_N, nb
                          "median": float(np.median(v)), "q10": float(np.quantile(v, 0.1)),
                          "q90": float(np.quantile(v, 0.9))})
     return rows
-
-
-def warning_batches(P: int, M: int, seed, Gs=WARN_G, Ns=WARN_N, nb: int = WARN_BATCHES):
-    """Yield ``(N, G, B, p, members)`` per cell of :func:`warning_stats`: the prompts ``p (nb, B)`` and pool indices
-    ``members (nb, B, G)`` of its ``nb`` batches, drawn from one generator seeded ``seed`` in this order."""
-    rng = np.random.default_rng(seed)
-    perms = np.stack([np.stack([rng.permutation(M) for _ in range(P)]) for _ in range(WARN_PERMS)])  # (W, P, M)
-    for N in Ns:
-        for G in Gs:
-            B = N // G
-            if B < 1 or G > M or B * G != N:
-                continue
-            p = rng.integers(0, P, (nb, B))
-            w = rng.integers(0, WARN_PERMS, (nb, B))
-            j = rng.integers(0, M // G, (nb, B))
-            yield N, G, B, p, perms[w[..., None], p[..., None], j[..., None] * G + np.arange(G)]
 
 
 SKETCH_Z = 4.0

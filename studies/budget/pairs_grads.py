@@ -6,7 +6,7 @@ random projection.
   of the summed sequence log-probabilities at its output are caught by hooks; since the rows do not interact,
   that gradient at row j's positions is the gradient of row j's own log-probability, and each row's parameter
   gradient is an outer product summed over its positions (the per-sample gradient of Opacus and BackPACK). The
-  same numbers as :func:`studies.group_size.pool.per_sample_vectors`'s ``torch.func`` form, to rounding, for
+  same numbers as :func:`studies.common.pool.per_sample_vectors`'s ``torch.func`` form, to rounding, for
   several times less work (``python -m studies.budget.pairs_bench``).
 * :class:`CountSketch`: ``z = S s`` in k dimensions, ``S`` a seeded CountSketch (each coordinate goes to one of
   k buckets with a random sign). For any fixed vectors ``x, y`` it is unbiased, ``E <Sx, Sy> = <x, y>``, with

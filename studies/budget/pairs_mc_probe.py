@@ -12,7 +12,7 @@ loss on the group alone under pi):
   (:func:`studies.budget.pairs_checks.group_second_moments`);
 * **pool**: the pair's behaviour pool (the table's completions, ``results/cache/budget_pairs/<pair>/pools.pt``) cut
   into disjoint groups of G consecutive completions within each replicate, ``|u|^2 = a^T Gram a`` by the table's
-  formula (:func:`studies.group_size.pool.group_coefficients` for a group's own coefficients ``a``, the exact Gram
+  formula (:func:`studies.common.pool.group_coefficients` for a group's own coefficients ``a``, the exact Gram
   matrix of :func:`studies.budget.pairs_grads.per_completion_gradients`).
 
 Printed (and written with ``--out``): each sample's mean and s.e. (prompts fixed) as the groups grow, skewness and
@@ -43,11 +43,11 @@ def pool_group_second_moments(model, pool: dict, lp: torch.Tensor, est: str, G: 
                               log=None) -> dict:
     """Per prompt of ``pool`` ``(P, M, T)``, cut into R replicates of n = M / R: each replicate's disjoint groups of G
     consecutive completions, ``|u|^2`` by the table's formula (a group's own coefficients from
-    :func:`studies.group_size.pool.group_coefficients` with each group alone, the exact Gram matrix of the
+    :func:`studies.common.pool.group_coefficients` with each group alone, the exact Gram matrix of the
     replicate's per-completion gradients), and each group's GMC lambda: ``{"u2", "lam"}``, ``(P, R n / G)`` each."""
     import estimators
     from estimators.losses import trajectory_log_ratio
-    from studies.group_size.pool import group_coefficients
+    from studies.common.pool import group_coefficients
 
     from .pairs_grads import per_completion_gradients
 
@@ -128,10 +128,9 @@ def _cached(path: Path, compute, P: int, log):
 def probe(pair_name: str, est: str, G: int, groups: int, log=print) -> dict:
     from schema.results import results_root
     from schema.runlock import RunLock
-    from studies.group_size.pairs import PAIRS, REPLICATES
-    from studies.group_size.pool import sample_pool
-
-    from .pairs import load
+    from studies.common.pairs import PAIRS, REPLICATES
+    from studies.common.pairs import load_pools as load
+    from studies.common.pool import sample_pool
 
     if (est, G) not in MC_CELLS:
         raise ValueError(f"({est!r}, G = {G}) is not a cell of the table's direct check; valid: {list(MC_CELLS)}")

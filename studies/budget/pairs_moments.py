@@ -16,7 +16,7 @@ S_w / G) / (B |grad J|^2)``, ``between = V_b / (B |grad J|^2)``, ``within = S_w 
 **Estimates** from the pools' P prompts and R independent replicates (cross-products of replicates, so that no
 replicate's own noise enters a squared mean; m_p^r is replicate r's estimate of m_p, V_r = (1/P) sum_p m_p^r):
 
-* ``bias^2``: the committed measurement's (:func:`studies.group_size.pool.relative_bias`): the off-diagonal mean of
+* ``bias^2``: the committed measurement's (:func:`studies.common.pool.relative_bias`): the off-diagonal mean of
   ``(V_r - T_r).(V_s - T_s)``, J and grad J the pool prompts' average as there; ``|grad J|^2`` the off-diagonal mean
   of ``T_r.T_s``;
 * ``S = (1/P) sum_p E[|u|^2 | p]``: the mean of the sampled groups' sketched squared norms (a random G-subset of a
@@ -43,7 +43,7 @@ import math
 import numpy as np
 import torch
 
-from studies.group_size.analysis import jackknife, offdiagonal_mean
+from stats import jackknife, offdiagonal_mean
 
 BATCHES = 1000
 """Simulated batches per (correction, B, G)."""

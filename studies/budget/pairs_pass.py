@@ -16,7 +16,7 @@ expected-update vectors are the committed measurement's. Per block (:func:`promp
 * :data:`Q_STORED` sampled groups per block kept for the batch simulation: their sketch folded to :data:`FOLD`
   buckets, ``|u|^2``, ``u . T_s``, and their largest and summed |coefficient|.
 
-A group's own update is ``u = sum_i a_i grad log pi(o_i)`` with ``a = P K coef`` (:func:`studies.group_size.pool.
+A group's own update is ``u = sum_i a_i grad log pi(o_i)`` with ``a = P K coef`` (:func:`studies.common.pool.
 group_coefficients`: the loss averages over the P K groups of one call).
 """
 from __future__ import annotations
@@ -27,8 +27,8 @@ import time
 import numpy as np
 import torch
 
-from studies.group_size.pairs import ESTIMATORS, PER_SAMPLE
-from studies.group_size.pool import DRAWS, completion_coefficients, group_coefficients
+from studies.common.pairs import ESTIMATORS, PER_SAMPLE
+from studies.common.pool import DRAWS, completion_coefficients, group_coefficients
 
 from .pairs_grads import CountSketch, per_completion_gradients, sketch_error
 
@@ -198,9 +198,9 @@ def _quadratic(gram: torch.Tensor, pick: torch.Tensor, a: torch.Tensor) -> torch
 
 def target_vectors(model, on: dict, R: int, n: int) -> torch.Tensor:
     """``(R, params)``: each replicate's on-policy target ``sum (r - mean of the others) / (P n) grad log pi``
-    (:func:`studies.group_size.pool.loo_target`), by one backward pass per chunk
-    (:func:`studies.group_size.pool.update_vectors`)."""
-    from studies.group_size.pool import loo_target, update_vectors
+    (:func:`studies.common.pool.loo_target`), by one backward pass per chunk
+    (:func:`studies.common.pool.update_vectors`)."""
+    from studies.common.pool import loo_target, update_vectors
 
     return torch.stack([update_vectors(model, on, slice(r * n, (r + 1) * n),
                                        loo_target(on["rewards"][:, r * n:(r + 1) * n])[None])[0] for r in range(R)])

@@ -84,7 +84,7 @@ PAIR_G = (4, 8, 16, 32)
 
 
 def _gmc_mc(env, theta, tb, gJ, G, samples, reps, seed) -> dict:
-    from studies.group_size.analysis import cross_bias, jackknife
+    from stats import cross_bias, jackknife
 
     rng = np.random.default_rng([seed, G])
     groups = max(samples // G // reps, 8)

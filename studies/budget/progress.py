@@ -1,8 +1,8 @@
-"""The budget study's numbers as far as its runs have gone, for the report's section (:mod:`studies.budget.section`)
-and its figure (F27): the design's runs read once with the wall time their summaries record, the runs each
-hypothesis reads, interim estimates (the decision rules' own statistics on the finished runs, no p-value, no
-verdict), the frozen pairs' table at the plane's splits, the grid's cost estimated and measured, and the
-descriptive numbers the report sets beside two published claims.
+"""The budget study's numbers as far as its runs have gone, for the report's section
+(:mod:`studies.report.sections.budget`) and its figure (F27): the design's runs read once with the wall time their
+summaries record, the runs each hypothesis reads, interim estimates (the decision rules' own statistics on the
+finished runs, no p-value, no verdict), the frozen pairs' table at the plane's splits, the grid's cost estimated and
+measured, and the descriptive numbers the report sets beside two published claims.
 
 Nothing here writes: the verdicts are :mod:`studies.budget.analysis`'s, computed from the same table.
 """

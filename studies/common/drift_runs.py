@@ -19,7 +19,7 @@ SETTINGS = ("optimizer", "lr", "max_grad_norm", "weight_decay", "momentum", "adv
 """The run settings the drift analysis reads from each run's config (the per-run summary omits some)."""
 
 
-def _folders() -> dict[str, Path]:
+def map_folders() -> dict[str, Path]:
     """The folders of the grids the analysis reads (:func:`grids.run_table.grid_folder`)."""
     return {g: grid_folder(g) for g in ("drift", "drift_decisive", "mechanism")}
 
@@ -44,7 +44,7 @@ def read(folders: dict[str, Path] | None = None) -> pd.DataFrame:
     from llm_runs.drift import summary
     from schema.results import read_run, read_run_config
 
-    folders = folders or _folders()
+    folders = folders or map_folders()
     rows = []
     for name, root in folders.items():
         if not root.is_dir():

@@ -53,13 +53,15 @@ def interval_fields(b: dict) -> dict:
 
 def m1(runs) -> dict:
     k, n = stable_share(runs, "sgd", "gmc")
-    b_mask, b_is = paired_difference(runs, "sgd", "gmc", "sgd", "tic_mask"), paired_difference(runs, "sgd", "gmc", "sgd", "is")
+    b_mask = paired_difference(runs, "sgd", "gmc", "sgd", "tic_mask")
+    b_is = paired_difference(runs, "sgd", "gmc", "sgd", "is")
     ok = holm({"b": p_below(b_mask, -MARGIN), "c": p_below(b_is, 0.0)})
     bad = holm({"b": 1 - p_below(b_mask, 0.0), "c": 1 - p_below(b_is, 0.0)})
     a = bool(n) and k / n >= STABLE_FRACTION
     v = "CONFIRMED" if a and ok["b"] and ok["c"] else "REFUTED" if (n and not a) or bad["b"] or bad["c"] \
         else "INCONCLUSIVE"
-    return {"verdict": v, "gmc_stable": [k, n], "gmc_minus_tic_mask": interval_fields(b_mask), "gmc_minus_is": interval_fields(b_is),
+    return {"verdict": v, "gmc_stable": [k, n], "gmc_minus_tic_mask": interval_fields(b_mask),
+            "gmc_minus_is": interval_fields(b_is),
             "noninferior_to_tic_mask": ok["b"], "above_is": ok["c"]}
 
 
@@ -72,7 +74,8 @@ def m2b(runs) -> dict:
     v = "INCONCLUSIVE" if not baselines else "CONFIRMED" if all(noninf.values()) else \
         "REFUTED" if any(worse.values()) else "INCONCLUSIVE"
     return {"verdict": v, "margin": MARGIN, "gmc_stable": list(stable_share(runs, "adamwclip", "gmc")),
-            "baselines": {e: {**interval_fields(boots[e]), "noninferior": noninf[e], "worse": worse[e]} for e in baselines}}
+            "baselines": {e: {**interval_fields(boots[e]), "noninferior": noninf[e], "worse": worse[e]}
+                          for e in baselines}}
 
 
 

@@ -39,17 +39,20 @@ class Pair:
     overrides: dict
     rank: int  # which qualifying seed (0: the lowest)
     past_boundary: bool
+    seeds: tuple[int, ...]  # the seeds its grid plans for run_prefix (each a committed run it chooses among)
 
 
+DRIFT_SEEDS = tuple(range(5))  # the drift map's seeds 0-4
+TEN_SEEDS = tuple(range(10))  # the staleness and mechanism grids' seeds 0-9
 PAIRS = (
-    Pair("p1", "drift", "long-adamclip1e-05-gmc-d64", {"max_grad_norm": 1.0, "lr": 1e-5}, 0, False),
-    Pair("p2", "drift", "long-adamclip3e-05-gmc-d64", {"max_grad_norm": 1.0, "lr": 3e-5}, 0, False),
-    Pair("p3", "drift", "long-adamclip3e-05-gmc-d64", {"max_grad_norm": 1.0, "lr": 3e-5}, 1, False),
-    Pair("p4", "mechanism", "long-adamclip-gmc-d64", {"max_grad_norm": 1.0, "lr": 1e-4}, 0, True),
-    Pair("p5", "mechanism", "long-adamclip-gmc-d64", {"max_grad_norm": 1.0, "lr": 1e-4}, 1, True),
-    Pair("p6", "primary", "long-gmc-d64", {"lr": 1e-4}, 0, True),
-    Pair("p7", "drift", "long-sgd0.0003-gmc-d64", {"optimizer": "sgd", "lr": 3e-4}, 0, True),
-    Pair("p8", "drift", "long-sgd0.0006-gmc-d64", {"optimizer": "sgd", "lr": 6e-4}, 0, True),
+    Pair("p1", "drift", "long-adamclip1e-05-gmc-d64", {"max_grad_norm": 1.0, "lr": 1e-5}, 0, False, DRIFT_SEEDS),
+    Pair("p2", "drift", "long-adamclip3e-05-gmc-d64", {"max_grad_norm": 1.0, "lr": 3e-5}, 0, False, DRIFT_SEEDS),
+    Pair("p3", "drift", "long-adamclip3e-05-gmc-d64", {"max_grad_norm": 1.0, "lr": 3e-5}, 1, False, DRIFT_SEEDS),
+    Pair("p4", "mechanism", "long-adamclip-gmc-d64", {"max_grad_norm": 1.0, "lr": 1e-4}, 0, True, TEN_SEEDS),
+    Pair("p5", "mechanism", "long-adamclip-gmc-d64", {"max_grad_norm": 1.0, "lr": 1e-4}, 1, True, TEN_SEEDS),
+    Pair("p6", "primary", "long-gmc-d64", {"lr": 1e-4}, 0, True, TEN_SEEDS),
+    Pair("p7", "drift", "long-sgd0.0003-gmc-d64", {"optimizer": "sgd", "lr": 3e-4}, 0, True, DRIFT_SEEDS),
+    Pair("p8", "drift", "long-sgd0.0006-gmc-d64", {"optimizer": "sgd", "lr": 6e-4}, 0, True, DRIFT_SEEDS),
 )
 """The pre-registered pairs (docs/PREREGISTRATION-GROUP-SIZE.md)."""
 
@@ -64,7 +67,7 @@ def pair_Gs(pair: Pair) -> tuple[int, ...]:
 def committed_run(pair: Pair) -> tuple[Path, int, list[dict]]:
     """The committed run the pair retrains: the ``rank``-th lowest seed whose run had not collapsed by
     update :data:`T_PAIR` (seed 0 if none qualifies), with every candidate's collapse update."""
-    from studies.drift.d5 import d5_run
+    from studies.common.d5 import d5_run
 
     runs = pair_runs(pair)
     seeds = sorted(int(n.rsplit("-s", 1)[1]) for n in runs)
@@ -81,25 +84,21 @@ def committed_run(pair: Pair) -> tuple[Path, int, list[dict]]:
 
 def pair_runs(pair: Pair) -> dict[str, Path]:
     """Every committed run the pair chooses among (name -> run): each seed its grid plans for
-    ``run_prefix`` (the plan its folder's ``sweep.json`` records, :func:`grids.spec.recorded_grid`), since which
-    seed is the ``rank``-th qualifying one depends on them all. A planned run that is missing or holds no metrics is :class:`schema.results.MissingResults`
-    naming its folder and the command that makes it."""
+    ``run_prefix`` (:attr:`Pair.seeds`, which ``tests/test_group_size.py`` holds equal to the grid's plan),
+    since which seed is the ``rank``-th qualifying one depends on them all. A planned run that is missing or holds
+    no metrics is :class:`schema.results.MissingResults` naming its folder and the command that makes it."""
     from grids import grid_folder
-    from grids.spec import recorded_grid
     from schema.results import MissingResults, run_folders
 
     folder = grid_folder(pair.grid)
-    recorded = (folder / "sweep.json").is_file()
-    planned = ([c.name for c in recorded_grid(folder).cells() if c.name.startswith(pair.run_prefix + "-s")]
-               if recorded else [])
+    planned = [f"{pair.run_prefix}-s{s}" for s in pair.seeds]
     found = {r.name: r for r in run_folders(folder)}
     missing = [folder / n for n in planned if n not in found]
     if missing or not planned:
         arg = "" if pair.grid == "primary" else f" --grid {pair.grid}"
         what = (f"{len(missing)} of its {len(planned)} committed runs are missing: "
                 + ", ".join(str(m) for m in missing[:3]) + (", ..." if len(missing) > 3 else "")
-                if planned else f"its grid {pair.grid!r} plans no run named {pair.run_prefix}-s<seed>" if recorded
-                else f"{folder / 'sweep.json'} does not exist")
+                if planned else f"it names no seed of {pair.run_prefix}-s<seed>")
         raise MissingResults(f"pair {pair.name}: {what} (a run folder with config.json and its metrics, or the "
                              f"grid's packed tables); make them with `python -m studies.run{arg}`")
     return {n: found[n] for n in planned}

@@ -28,6 +28,11 @@ under the study's unclipped Adam (its gmc and topr again, with the diagnostics, 
 replay of the committed runs they reuse)."""
 
 # the 2025-2026 corrections' grids
+BESIDE_PRIMARY = ("peers_2025",)
+"""The grids whose runs pair with the staleness study's by seed, set beside them as exploratory rows
+(:func:`grids.run_table.read_paired`): the grids whose ``Grid.pairs`` name ``primary``
+(``tests/test_studies_layout.py`` holds the two equal)."""
+
 NEWCOMER_HORIZONS = {"short": {**HORIZONS["short"], "seq_geo_mask_length": 3.0},
                      "long": {**HORIZONS["long"], "seq_geo_mask_length": 18.0}}
 """The study's horizons with seq_geo_mask's averaging length: L = 18 tokens at the long horizon

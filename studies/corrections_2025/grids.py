@@ -4,19 +4,13 @@ Run with ``python -m studies.run --grid NAME``."""
 from __future__ import annotations
 
 from grids import Arm, Grid, grid_out
-from llm_runs.reference import HORIZONS, STUDY_BASE
-
-from ..mechanism.grids import SGD_LR
+from llm_runs.reference import STUDY_BASE
+from studies.common.settings import NEWCOMER_HORIZONS, SGD_LR
 
 NEWCOMERS_2025 = ("icepop", "seq_geo_mask", "sapo", "vespo", "dppo_tv")
 """The corrections verl, TRL, AReaL and prime-rl added in 2025-2026 (:mod:`estimators.peers_2025`,
 :mod:`estimators.losses`)."""
 
-NEWCOMER_HORIZONS = {"short": {**HORIZONS["short"], "seq_geo_mask_length": 3.0},
-                     "long": {**HORIZONS["long"], "seq_geo_mask_length": 18.0}}
-"""The study's horizons with seq_geo_mask's averaging length: L = 18 tokens at the long horizon
-(every completion has 18), L = 3 at the short one (completions of at most 3 tokens). The grids of
-the 2025-2026 corrections run them, so that an intervention on the mask changes nothing else."""
 
 GRIDS = {
     "peers_2025": Grid("peers_2025", grid_out("peers_2025"), STUDY_BASE,

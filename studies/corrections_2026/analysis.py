@@ -32,7 +32,7 @@ PREDICTED_HELD_NOT_LEARNED = ("trm_k2", "trm_k3")
 def read() -> pd.DataFrame:
     """Every run of the grid and the committed drift-map runs at :data:`LEVELS` (d = 64 and d = 0)."""
     from grids import grid_folder
-    from studies.drift.analysis import read as drift_read
+    from studies.common.drift_runs import read as drift_read
 
     folders = {g: grid_folder(g) for g in ("corrections_2026", "drift", "mechanism")}
     runs = drift_read(folders)
@@ -113,7 +113,7 @@ def n2(runs: pd.DataFrame) -> dict:
     studies' margin), ``held, not learned`` (held, the interval not above it), ``not held`` (stable in fewer
     than 4 of 5 seeds: the drift map's 80% share)."""
     from grids.run_table import MARGIN, bootstrap
-    from studies.drift.drift_map import SHARE
+    from studies.common.drift_map import SHARE
 
     out: dict[str, dict] = {}
     for c in CORRECTIONS_2026:
@@ -138,7 +138,7 @@ def n2(runs: pd.DataFrame) -> dict:
 
 
 def limits(b: dict | None) -> tuple[float, float]:
-    """What a boundary (:func:`studies.drift.drift_map.boundaries`) says of where the failure lies: ``(low, high)``
+    """What a boundary (:func:`studies.common.drift_map.boundaries`) says of where the failure lies: ``(low, high)``
     from its seed-bootstrap interval; right-censored (no level failed): at least its value, no upper limit;
     left-censored (every level failed): at most its value (the smallest drift measured), no lower limit; no
     boundary or no interval: nothing (-inf, inf)."""
@@ -155,13 +155,13 @@ def limits(b: dict | None) -> tuple[float, float]:
 
 def n3(runs: pd.DataFrame) -> dict:
     """N3 (boundary), per correction and optimiser: the boundary on the early-KL axis by the drift map's rule
-    (:func:`studies.drift.drift_map.boundaries`, unchanged, seed-bootstrap intervals) over :data:`LEVELS`, GMC's
+    (:func:`studies.common.drift_map.boundaries`, unchanged, seed-bootstrap intervals) over :data:`LEVELS`, GMC's
     over the same levels, each read as limits (:func:`limits`, censoring included). Applied as: CONFIRMED where
     c's lower limit lies above GMC's upper limit, REFUTED where c's upper limit lies below GMC's lower limit,
     INCONCLUSIVE otherwise. Under SGD one level (3e-4) is measured: every boundary there is censored. The axis is
     each run's own early KL: a correction whose runs drift further at the same step size can fail at a smaller
     step size than GMC and still place its boundary beyond GMC's on this axis (N1 reads the step sizes)."""
-    from studies.drift.drift_map import boundaries
+    from studies.common.drift_map import boundaries
 
     r = runs[runs["estimator"].isin((*CORRECTIONS_2026, "gmc"))]
     bounds = boundaries(r, list(SEEDS))
@@ -190,8 +190,8 @@ def analyse(runs: pd.DataFrame) -> dict:
 
 
 def points(runs: pd.DataFrame) -> list[dict]:
-    """Each 2026 run at d = 64 as a point of the drift map (:func:`studies.drift.drift_map.points`), for F24."""
-    from studies.drift.drift_map import points as map_points
+    """Each 2026 run at d = 64 as a point of the drift map (:func:`studies.common.drift_map.points`), for F24."""
+    from studies.common.drift_map import points as map_points
 
     return map_points(runs[runs["estimator"].isin(CORRECTIONS_2026)], list(SEEDS))
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 from estimators.losses import CORRECTIONS_2026
 from grids import Arm, Grid, grid_out
 from llm_runs.reference import HORIZONS
-
-from ..drift.grids import DRIFT_BASE, DRIFT_OPTIMIZERS
+from studies.common.settings import DRIFT_BASE, DRIFT_OPTIMIZERS
 
 LEVELS_2026 = (("adamclip", 3e-5), ("adamclip", 1e-4), ("sgd", 3e-4))
 """(optimiser, rate) of the pre-registered levels, in the drift map's labels (``adamclip3e-05`` ...)."""

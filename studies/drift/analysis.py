@@ -9,91 +9,31 @@ study's rule) and its drift (:func:`llm_runs.drift.summary`, the early KL per to
 Writes the map (``map.json``: per estimator and optimiser, each level's drift and stable share and the
 failure boundary with its seed-bootstrap interval) and the verdicts. Every rule is the
 pre-registration's; a hypothesis whose seeds are not whole is INCONCLUSIVE ("not yet run"). The map is
-:mod:`studies.drift.drift_map`, the verdicts :mod:`studies.drift.verdicts` and :mod:`studies.drift.d5`, what the
+:mod:`studies.common.drift_map`, the verdicts :mod:`studies.drift.verdicts` and :mod:`studies.common.d5`, what the
 report shows beside them :mod:`studies.drift.beside`.
 """
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from grids.run_table import grid_folder, run_row
+from studies.common.d5 import D5_HELD_OUT, D5_TRAIN, d5, d5_records
+from studies.common.drift_map import AXIS, SHARE, boundaries, cell_table, exact_model, points
+from studies.common.drift_runs import map_folders, read
 from studies.drift.beside import beside, m6_disclosure
-from studies.drift.d5 import D5_HELD_OUT, D5_TRAIN, d5, d5_records, precollapse_kl, rule_collapse
-from studies.drift.drift_map import AXIS, PRE_AXIS, SHARE, boundaries, cell_table, exact_model, points
 from studies.drift.verdicts import _not_run, adam_study_drift, d1, d2, d3, d4, d6, d7, step_arms, study_gain
 
-STEP_ARMS = ("vcpo", "ess", "gmcstep", "skip0")
 VERDICTS_FORMAT = "gmc-grpo-drift-verdicts/1"
 MAP_FORMAT = "gmc-grpo-drift-map/1"
-SETTINGS = ("optimizer", "lr", "max_grad_norm", "weight_decay", "momentum", "advantage", "ess_scaling", "gmc_step",
-            "skip_zero_grad", "estimator")
-"""The run settings the drift analysis reads from each run's config (the per-run summary omits some)."""
-
-
-def _folders() -> dict[str, Path]:
-    """The folders of the grids the analysis reads (:func:`grids.run_table.grid_folder`)."""
-    return {g: grid_folder(g) for g in ("drift", "drift_decisive", "mechanism")}
-
-
-def _level(cfg: dict) -> str | None:
-    """``sgd0.0001``, ``adamclip1e-05``: the drift level of a run's settings (None: not a level run)."""
-    if cfg.get("ess_scaling", "none") != "none" or cfg.get("gmc_step") or cfg.get("skip_zero_grad"):
-        return None
-    if cfg.get("advantage", "loo") != "loo":
-        return None
-    opt = cfg.get("optimizer", "adam")
-    if opt == "sgd" and not cfg.get("momentum") and cfg.get("max_grad_norm") is None:
-        return f"sgd{cfg['lr']:g}"
-    if opt == "adam" and cfg.get("max_grad_norm") == 1.0 and not cfg.get("weight_decay"):
-        return f"adamclip{cfg['lr']:g}"
-    return None
-
-
-def read(folders: dict[str, Path] | None = None) -> pd.DataFrame:
-    """One row per run of the drift grids and the mechanism grid's ``sgd``/``adamclip`` arms."""
-    from grids.run_table import _study_folders
-    from llm_runs.drift import summary
-    from schema.results import read_run, read_run_config
-
-    folders = folders or _folders()
-    rows = []
-    for name, root in folders.items():
-        if not root.is_dir():
-            continue
-        for run in _study_folders(root, name):
-            arm = run.name.split("-")[1]
-            if name == "mechanism" and arm not in ("sgd", "adamclip"):
-                continue
-            row = run_row(run)
-            if row is None:
-                continue
-            _, m = read_run(run)
-            cfg = read_run_config(run)
-            row.update({k: cfg.get(k) for k in SETTINGS})
-            row.update(summary(m, int(row["delay"])))
-            row["t_collapse_rule"] = None if row["stable"] else rule_collapse(m, cfg)
-            row[PRE_AXIS] = precollapse_kl(m, int(row["delay"]), row["t_collapse_rule"])
-            scale = m.loc[m["step"] >= row["delay"], "step/lr_scale"].dropna() if "step/lr_scale" in m else ()
-            row["lr_scale"] = float(scale.median()) if len(scale) else math.nan  # the step-size control's factor
-            row["grid"] = name
-            row["arm"] = arm if arm in STEP_ARMS else None
-            row["level"] = None if row["arm"] else _level(row)
-            row["family"] = None if row["level"] is None else "sgd" if row["optimizer"] == "sgd" else "adamclip"
-            rows.append(row)
-    if not rows:
-        raise ValueError("no run of the drift grids: run `python -m studies.run --grid drift` first")
-    return pd.DataFrame(rows)
 
 
 def whole_seeds(runs: pd.DataFrame, grid: str) -> list[int]:
     """Seeds of ``grid`` (``drift`` or ``drift_decisive``) whose every planned run is present and complete
     (runs the grid takes from the mechanism grid count where they are)."""
-    from studies.grids import GRIDS
+    from studies.drift.grids import GRIDS
 
     have = {(r["run"], r["grid"]) for r in runs[runs["complete"]].to_dict("records")}
     return [s for s in GRIDS[grid].seeds
@@ -102,14 +42,14 @@ def whole_seeds(runs: pd.DataFrame, grid: str) -> list[int]:
 
 
 def _planned(grid: str, seed: int) -> list[str]:
-    from studies.grids import GRIDS
+    from studies.drift.grids import GRIDS
 
     return [c.name for c in GRIDS[grid].cells() if c.seed == seed]
 
 
 def _reused_names(seed: int) -> list[str]:
     """The mechanism grid's runs of ``seed`` that stand for the drift grid's two 1e-4 levels."""
-    from studies.mechanism.grids import MECHANISM_ESTIMATORS
+    from studies.common.settings import MECHANISM_ESTIMATORS
 
     return [name for arm in ("sgd", "adamclip")
             for name in (f"long-{arm}-gmc-d0-s{seed}", *(f"long-{arm}-{e}-d64-s{seed}" for e in MECHANISM_ESTIMATORS))]
@@ -170,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="write the verdicts here (default: results/llm/drift/verdicts.json), "
                                                 "and the map beside them as map.json")
     args = p.parse_args(argv)
-    folders = _folders()
+    folders = map_folders()
     out = Path(args.json) if args.json else folders["drift"] / "verdicts.json"
     map_out = out.with_name("map.json")  # beside the verdicts: --json never writes into the committed folder
     try:

@@ -11,16 +11,16 @@ import pandas as pd
 from scipy import stats
 
 from grids.run_table import ALPHA, BOOT_SEED, MARGIN, bootstrap, grid_folder
-from studies.drift.drift_map import (
+from studies.common.drift_map import (
     AXIS,
     N_BOOT,
     PRE_AXIS,
     SHARE,
-    _find,
-    _resampled_boundary,
     boundaries,
     cell_table,
+    find_boundary,
     level_runs,
+    resampled_boundary,
 )
 
 
@@ -40,7 +40,7 @@ def d2_whole_seeds(runs: pd.DataFrame, seeds: list[int], n_boot: int = N_BOOT) -
     rhos = []
     for _ in range(n_boot):
         pick = rng.choice(seeds, size=len(seeds), replace=True)
-        b = {key: _resampled_boundary(by_level, pick) for key, by_level in cells.items()}
+        b = {key: resampled_boundary(by_level, pick) for key, by_level in cells.items()}
         x = [b.get((e, "sgd")) for e in DRIFT_ESTIMATORS]
         y = [b.get((e, "adamclip")) for e in DRIFT_ESTIMATORS]
         if None not in x and None not in y:
@@ -75,7 +75,7 @@ def precollapse_boundaries(runs: pd.DataFrame, seeds: list[int], early: list[dic
     ``outside`` when it lies outside the early boundary's 95% seed-bootstrap interval."""
     out = []
     for b in boundaries(runs, seeds, axis=PRE_AXIS):
-        e = _find(early, b["estimator"], b["optimizer"])
+        e = find_boundary(early, b["estimator"], b["optimizer"])
         moved = (e is None or b["censored"] != e["censored"] or b["boundary"] is None or e["boundary"] is None
                  or abs(math.log(b["boundary"] / e["boundary"])) > 0.01)
         outside = (e is not None and None not in (e["low"], e["high"], b["boundary"])
@@ -137,13 +137,13 @@ def m6_disclosure() -> dict:
     """The mechanism study's M6 on the 200 runs its analysis uses and on all 220 its pre-registration
     names at d = 64 (the 20 more are the ``adam`` arm's gmc and topr runs, byte copies of study runs
     the signal was chosen on): hits and false alarms and Fisher's one-sided p for each."""
-    from studies.mechanism.analysis import read_both
-    from studies.mechanism.warning import _m6
+    from grids.mechanism_table import read_both
+    from studies.common.mechanism_rules import m6
 
     runs, replays = read_both(grid_folder("primary"), grid_folder("mechanism"))
     out = {}
     for label, df in (("200", runs), ("220", pd.concat([runs, replays.assign(source="mechanism")], ignore_index=True))):
-        r = _m6(grid_folder("mechanism"), df)
+        r = m6(grid_folder("mechanism"), df)
         out[label] = {"verdict": r["verdict"], "hits": [r["hit_rate"]["k"], r["hit_rate"]["n"]],
                       "false_alarms": [r["false_alarm_rate"]["k"], r["false_alarm_rate"]["n"]],
                       "p_fisher": r["p_fisher"]}

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from grids import Arm, Grid, grid_out
 from llm_runs.reference import HORIZONS, STUDY_BASE
-
-from ..corrections_2025.grids import NEWCOMER_HORIZONS
-from ..mechanism.grids import MECHANISM_ESTIMATORS, SGD_LR
+from studies.common.settings import DRIFT_BASE, DRIFT_OPTIMIZERS, MECHANISM_ESTIMATORS, NEWCOMER_HORIZONS, SGD_LR
 
 DRIFT_PILOT_LRS = {"sgd": (3e-4, 6e-4, 1e-3), "adamclip": (1e-5, 3e-5, 3e-4)}
 """The drift pilot's step sizes beside the mechanism grid's (SGD 1e-4, Adam + clip 1e-4, whose seed-0
@@ -32,7 +30,6 @@ drift at d = 64 grows with the rate; SGD 6e-4 already degrades its delay-0 run (
 are the mechanism grid's arms (gmc, is, tic_mask, tic_trunc, topr and the delay-0 run, read from
 results/llm/mechanism); the drift grid adds gspo and vespo there."""
 
-DRIFT_OPTIMIZERS = {"sgd": {"optimizer": "sgd"}, "adamclip": {"max_grad_norm": 1.0}}
 DRIFT_STUDY_LR = 1e-4
 """The Adam + clip rate of the step-size arms: the staleness study's (and the mechanism grid's)."""
 
@@ -65,8 +62,6 @@ def drift_step_arms() -> tuple[Arm, ...]:
                 ("seq_geo_mask",), zero_delay=False))
 
 
-DRIFT_BASE = {**STUDY_BASE, "drift_diagnostics": True}
-"""The drift grids' shared settings: the study's, with the drift/ columns (ratios only)."""
 
 
 def drift_decisive_arms() -> tuple[Arm, ...]:

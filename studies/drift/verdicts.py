@@ -1,5 +1,5 @@
 """The drift study's pre-registered verdicts D1-D4, D6 and D7 (docs/PREREGISTRATION-DRIFT.md) on the drift map
-(:mod:`studies.drift.drift_map`); D5 is :mod:`studies.drift.d5`. :func:`studies.drift.analysis.analyse` calls them."""
+(:mod:`studies.common.drift_map`); D5 is :mod:`studies.common.d5`. :func:`studies.drift.analysis.analyse` calls them."""
 from __future__ import annotations
 
 import math
@@ -11,7 +11,7 @@ from scipy import stats
 
 from grids.run_table import ALPHA, BOOT_SEED, MARGIN, bootstrap, grid_folder, holm, p_below
 from stats import fisher_greater
-from studies.drift.drift_map import AXIS, N_BOOT, SHARE, _find, _overlap
+from studies.common.drift_map import AXIS, N_BOOT, SHARE, boundaries_overlap, find_boundary
 
 D7_GAIN_MARGIN = 0.02
 
@@ -44,7 +44,7 @@ def adam_study_drift(runs_mech: pd.DataFrame | None = None) -> float:
 
 
 def d1(bounds, cells, adam_level: float) -> dict:
-    sgd, clip = _find(bounds, "gmc", "sgd"), _find(bounds, "gmc", "adamclip")
+    sgd, clip = find_boundary(bounds, "gmc", "sgd"), find_boundary(bounds, "gmc", "adamclip")
     if sgd is None or clip is None:
         return _not_run("GMC's levels under both optimisers")
     c = cells[cells["estimator"] == "gmc"]
@@ -58,7 +58,7 @@ def d1(bounds, cells, adam_level: float) -> dict:
                 refute.append({"sgd_level": s["level"], "adamclip_level": a["level"], "p": p})
     high = s_rows[s_rows["drift"] >= adam_level]
     second = None if high.empty else bool((high["stable_share"] < SHARE).all())
-    overlap = _overlap(sgd, clip)
+    overlap = boundaries_overlap(sgd, clip)
     numbers = {"boundary_sgd": [sgd["boundary"], sgd["low"], sgd["high"], sgd["censored"]],
                "boundary_adamclip": [clip["boundary"], clip["low"], clip["high"], clip["censored"]],
                "adam_study_drift": adam_level, "sgd_levels_at_or_above_it": high["level"].tolist(),
@@ -87,7 +87,7 @@ def _jitter(bounds: list[dict], rng) -> list[float]:
 def d2(bounds) -> dict:
     from studies.drift.grids import DRIFT_ESTIMATORS
 
-    pairs = [(_find(bounds, e, "sgd"), _find(bounds, e, "adamclip")) for e in DRIFT_ESTIMATORS]
+    pairs = [(find_boundary(bounds, e, "sgd"), find_boundary(bounds, e, "adamclip")) for e in DRIFT_ESTIMATORS]
     if any(a is None or b is None for a, b in pairs):
         return _not_run("every drift estimator's levels under both optimisers")
     x = [a["boundary"] for a, _ in pairs]
@@ -97,11 +97,11 @@ def d2(bounds) -> dict:
     boot = [stats.spearmanr(_jitter([a for a, _ in pairs], rng), _jitter([b for _, b in pairs], rng)).statistic
             for _ in range(N_BOOT)]
     lo, hi = float(np.nanquantile(boot, 0.025)), float(np.nanquantile(boot, 0.975))
-    gmc = {f: _find(bounds, "gmc", f) for f in ("sgd", "adamclip")}
+    gmc = {f: find_boundary(bounds, "gmc", f) for f in ("sgd", "adamclip")}
     below = [f"{e} ({f})" for e in ("topr", "vespo") for f in ("sgd", "adamclip")
-             if (b := _find(bounds, e, f))["high"] is not None and gmc[f]["low"] is not None
+             if (b := find_boundary(bounds, e, f))["high"] is not None and gmc[f]["low"] is not None
              and b["high"] < gmc[f]["low"]]
-    beyond = all(_find(bounds, e, f)["boundary"] >= gmc[f]["boundary"] for e in ("topr", "vespo") for f in gmc)
+    beyond = all(find_boundary(bounds, e, f)["boundary"] >= gmc[f]["boundary"] for e in ("topr", "vespo") for f in gmc)
     numbers = {"spearman": rho, "low": lo, "high": hi, "boundaries_sgd": dict(zip(DRIFT_ESTIMATORS, x)),
                "boundaries_adamclip": dict(zip(DRIFT_ESTIMATORS, y)), "below_gmc": below}
     if lo > 0 and beyond:
@@ -192,8 +192,8 @@ def study_gain() -> float:
 
 
 def d7(runs, seeds, reference_gain: float) -> dict:
+    from studies.common.settings import MECHANISM_ESTIMATORS
     from studies.drift.grids import DRIFT_LEVELS
-    from studies.mechanism.grids import MECHANISM_ESTIMATORS
 
     r = runs[runs["seed"].isin(seeds)]
     for lr in sorted(DRIFT_LEVELS["adamclip"]):

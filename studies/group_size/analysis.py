@@ -2,8 +2,6 @@
 shared by the predictions' power computation and the verdicts (``python -m studies.group_size``)."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from claims.llm_pairs import (  # noqa: F401 - G1 and G2 are decided where THEORY's claims 24 and 26 read them
@@ -18,36 +16,15 @@ from claims.llm_pairs import (  # noqa: F401 - G1 and G2 are decided where THEOR
     g_half,
     pair_rows,
 )
-from stats import one_sided_drop  # noqa: F401 - the pre-registration names it here
+from stats import (  # noqa: F401 - the pre-registration names them here
+    cross_bias,
+    jackknife,
+    offdiagonal_mean,
+    one_sided_drop,
+)
 
 N_BOOT = 10_000
 BOOT_SEED = 20261206
-def offdiagonal_mean(gram, keep) -> float:
-    """The mean of ``gram[r, s]`` over the pairs r != s of the replicates ``keep`` (numpy or torch): the
-    cross-product estimate of ``|E X|^2`` from the Gram matrix of independent replicates X_r, in which no
-    replicate's own noise enters."""
-    sub = gram[np.ix_(keep, keep)]
-    k = len(keep)
-    return float((sub.sum() - sub.diagonal().sum()) / (k * (k - 1)))
-
-
-def jackknife(stat, R: int) -> tuple[float, float]:
-    """``stat`` (a function of the kept replicates' indices) on all R replicates, and its leave-one-replicate-out
-    jackknife standard error."""
-    full = stat(list(range(R)))
-    jack = np.array([stat([j for j in range(R) if j != i]) for i in range(R)])
-    return full, float(math.sqrt((R - 1) / R * ((jack - jack.mean()) ** 2).sum()))
-
-
-def cross_bias(means: np.ndarray, target: np.ndarray) -> tuple[float, float]:
-    """The squared relative bias ``|m - t|^2 / |t|^2`` of a mean ``m`` estimated by R independent replicate
-    means ``means`` ``(R, P)`` against an exact target ``t``: :func:`offdiagonal_mean` of the replicates'
-    ``m_r - t``, divided by ``|t|^2``, with its jackknife standard error."""
-    D = means - target[None]
-    gram = D @ D.T
-    full, se = jackknife(lambda keep: offdiagonal_mean(gram, keep), len(D))
-    n2 = float(target @ target)
-    return full / n2, se / n2
 
 
 def slope_test(gmc: np.ndarray, trunc: np.ndarray, Gs, n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict:

@@ -28,7 +28,7 @@ def run_record(run) -> dict | None:
     from grids.run_table import run_row
     from llm_runs.drift import EARLY_UPDATES
     from schema.results import read_run, read_run_config, read_run_doc
-    from studies.drift.d5 import d5_run
+    from studies.common.d5 import d5_run
 
     row = run_row(run)
     if row is None or not row["complete"]:
@@ -109,7 +109,7 @@ def level_drift(recs, est, level, G, seeds, key="kl_pre") -> tuple[float, bool]:
 
 
 def family_boundary(recs, est, G, seeds, key="kl_pre") -> tuple[float | None, str | None, list]:
-    from studies.drift.drift_map import boundary
+    from studies.common.drift_map import boundary
 
     lv, notes = [], []
     for level in FAMILY_LEVELS:
@@ -130,7 +130,7 @@ GRID_GS = (4, 8, 16, 32)
 def boundaries(recs) -> list[dict]:
     """Descriptive, for F26: each correction's boundary on the pre-collapse early-KL axis at each G over the
     Adam + clip family (:data:`FAMILY_LEVELS`), from the seeds present at every level the correction ran at
-    that G (none: no boundary), censored as :func:`studies.drift.drift_map.boundary` says. G4 tests G = 4
+    that G (none: no boundary), censored as :func:`studies.common.drift_map.boundary` says. G4 tests G = 4
     against 32 for GMC and TIC-trunc; these rows carry no test."""
     out = []
     for est in BOUNDARY_ESTIMATORS:
@@ -216,15 +216,15 @@ def g5(recs) -> dict:
 
 def g6(recs) -> dict:
     from stats import fisher_greater
-    from studies.drift.d5 import _counts
-    from studies.grids import GRIDS
+    from studies.common.d5 import counts
+    from studies.group_size.grids import GRIDS
 
     planned = {c.name for c in GRIDS["group_size"].cells() if c.delay > 0}
     have = {r["run"] for r in recs if r["delay"] > 0}
     if not planned <= have:
         return _not_run(f"G6 reads every d = 64 run of seeds 0-4 ({len(planned & have)} of {len(planned)} complete)")
     pos = [r["d5"] for r in recs if r["delay"] > 0 and r["d5"] is not None]
-    c = _counts(pos, "stale/ess@0", G6_THRESHOLD)
+    c = counts(pos, "stale/ess@0", G6_THRESHOLD)
     (h, nh), (f, nf) = c["hits"], c["false_alarms"]
     p = fisher_greater([[h, nh - h], [f, nf - f]]) if nh and nf else math.nan
     if nh and nf and p < ALPHA and h / nh > f / nf:

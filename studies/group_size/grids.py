@@ -11,17 +11,12 @@ from __future__ import annotations
 
 from grids import Arm, Grid, grid_out
 from llm_runs.reference import HORIZONS
-
-from ..drift.grids import DRIFT_BASE
+from studies.common.settings import DRIFT_BASE, GS_LEVELS
 
 GROUP_SIZES = (4, 8, 16, 32)
 ISO_SAMPLES = 128
 """Completions per update, B x G, at every G."""
 GS_ESTIMATORS = ("gmc", "tic_trunc", "tic_mask", "topr", "is")
-GS_LEVELS = {"adamclip3e-05": {"max_grad_norm": 1.0, "lr": 3e-5}, "adamclip0.0001": {"max_grad_norm": 1.0, "lr": 1e-4},
-             "sgd0.0003": {"optimizer": "sgd", "lr": 3e-4}}
-"""The drift map's levels where it separates the corrections: GMC held at Adam + clip 3e-5 (10 of 10),
-collapsed in 8 of 10 at 1e-4, held in half at SGD 3e-4."""
 GS_INSIDE = {"adamclip5.5e-05": {"max_grad_norm": 1.0, "lr": 5.5e-5}}
 """A level inside the drift map's interpolated gap (GMC's boundary lay between 3e-5 and 1e-4, a 5.7x KL
 gap no run measured): gmc and tic_trunc only."""

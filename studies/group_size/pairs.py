@@ -20,13 +20,27 @@ import argparse
 import math
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .pool import (
+from studies.common.pairs import (
+    ESTIMATORS,
+    LOW_ESS,
+    M_BASE,
+    M_LOW_ESS,
+    PAIRS,
+    PER_SAMPLE,
+    REPLICATES,
+    T_PAIR,
+    Pair,
+    committed_run,
+    pair_Gs,
+    pair_runs,
+    retrain,
+)
+from studies.common.pool import (
     DRAWS,
     POOL_SEED,
     PROMPTS,
@@ -43,132 +57,7 @@ from .pool import (
     token_logp,
 )
 
-T_PAIR = 70
-DELAY = 64
-M_BASE = 1024
-M_LOW_ESS = 4096
-LOW_ESS = 0.02
-REPLICATES = 8
-PAIR_G = (2, 4, 8, 16, 32, 64, 128)
-PAST_G = 512
-ESTIMATORS = ("gmc", "tic_trunc", "tic_mask", "topr", "is", "snis", "vespo", "gspo")
-PER_SAMPLE = ("is", "tic_trunc", "tic_mask")
-"""Corrections whose coefficient depends on a completion's own ratio and reward only: their expected
-coefficient over groups is exact (the leave-one-out baseline over the rest of the replicate), and the
-sampled-group average is checked against it (gate b)."""
 FORMAT = "gmc-grpo-group-size-pairs/1"
-
-
-@dataclass(frozen=True)
-class Pair:
-    name: str
-    grid: str
-    run_prefix: str  # the committed runs' name before "-s<seed>"
-    overrides: dict
-    rank: int  # which qualifying seed (0: the lowest)
-    past_boundary: bool
-
-
-PAIRS = (
-    Pair("p1", "drift", "long-adamclip1e-05-gmc-d64", {"max_grad_norm": 1.0, "lr": 1e-5}, 0, False),
-    Pair("p2", "drift", "long-adamclip3e-05-gmc-d64", {"max_grad_norm": 1.0, "lr": 3e-5}, 0, False),
-    Pair("p3", "drift", "long-adamclip3e-05-gmc-d64", {"max_grad_norm": 1.0, "lr": 3e-5}, 1, False),
-    Pair("p4", "mechanism", "long-adamclip-gmc-d64", {"max_grad_norm": 1.0, "lr": 1e-4}, 0, True),
-    Pair("p5", "mechanism", "long-adamclip-gmc-d64", {"max_grad_norm": 1.0, "lr": 1e-4}, 1, True),
-    Pair("p6", "primary", "long-gmc-d64", {"lr": 1e-4}, 0, True),
-    Pair("p7", "drift", "long-sgd0.0003-gmc-d64", {"optimizer": "sgd", "lr": 3e-4}, 0, True),
-    Pair("p8", "drift", "long-sgd0.0006-gmc-d64", {"optimizer": "sgd", "lr": 6e-4}, 0, True),
-)
-"""The pre-registered pairs (docs/PREREGISTRATION-GROUP-SIZE.md)."""
-
-
-def pair_Gs(pair: Pair) -> tuple[int, ...]:
-    return PAIR_G + ((PAST_G,) if pair.past_boundary else ())
-
-
-# --------------------------------------------------------------------------- choosing and retraining
-
-
-def committed_run(pair: Pair) -> tuple[Path, int, list[dict]]:
-    """The committed run the pair retrains: the ``rank``-th lowest seed whose run had not collapsed by
-    update :data:`T_PAIR` (seed 0 if none qualifies), with every candidate's collapse update."""
-    from studies.drift.d5 import d5_run
-
-    runs = pair_runs(pair)
-    seeds = sorted(int(n.rsplit("-s", 1)[1]) for n in runs)
-    cand, ok = [], []
-    for s in seeds:
-        rec = d5_run(runs[f"{pair.run_prefix}-s{s}"])
-        tc = None if rec is None else rec["t_collapse"]
-        cand.append({"seed": s, "t_collapse": tc})
-        if tc is None or tc > T_PAIR:
-            ok.append(s)
-    seed = ok[pair.rank] if len(ok) > pair.rank else seeds[0]
-    return runs[f"{pair.run_prefix}-s{seed}"], seed, cand
-
-
-def pair_runs(pair: Pair) -> dict[str, Path]:
-    """Every committed run the pair chooses among (name -> run): each seed its grid plans for
-    ``run_prefix`` (:data:`studies.grids.GRIDS`), since which seed is the ``rank``-th qualifying one depends on
-    them all. A planned run that is missing or holds no metrics is :class:`schema.results.MissingResults`
-    naming its folder and the command that makes it."""
-    from grids import grid_folder
-    from schema.results import MissingResults, run_folders
-    from studies.grids import GRIDS
-
-    folder = grid_folder(pair.grid)
-    planned = [c.name for c in GRIDS[pair.grid].cells() if c.name.startswith(pair.run_prefix + "-s")]
-    found = {r.name: r for r in run_folders(folder)}
-    missing = [folder / n for n in planned if n not in found]
-    if missing or not planned:
-        arg = "" if pair.grid == "primary" else f" --grid {pair.grid}"
-        what = (f"{len(missing)} of its {len(planned)} committed runs are missing: "
-                + ", ".join(str(m) for m in missing[:3]) + (", ..." if len(missing) > 3 else "")
-                if planned else f"its grid {pair.grid!r} plans no run named {pair.run_prefix}-s<seed>")
-        raise MissingResults(f"pair {pair.name}: {what} (a run folder with config.json and its metrics, or the "
-                             f"grid's packed tables); make them with `python -m studies.run{arg}`")
-    return {n: found[n] for n in planned}
-
-
-def retrain(pair: Pair, run: Path, cache: Path, log=print) -> dict:
-    """theta_{t-64} and theta_t of the committed run's settings retrained to update t = :data:`T_PAIR`
-    (cached in ``cache/<pair>``), and the retrained rows against the committed ones."""
-    from llm_runs.config import resolve_config
-    from llm_runs.trainer import Trainer
-    from schema.results import read_run, read_run_config
-
-    folder = cache / pair.name
-    saved = folder / "pair.pt"
-    if saved.is_file():
-        return torch.load(saved, weights_only=False)
-    cfg = dict(read_run_config(run))
-    for k, v in pair.overrides.items():
-        if cfg.get(k, v) != v:
-            raise ValueError(f"{run}: the committed run has {k} = {cfg.get(k)!r}, the pair {pair.name} {v!r}")
-    cfg.update({"steps": T_PAIR, "checkpoint_every": 0, "keep_checkpoints": 1})
-    config = resolve_config(cfg)
-    if folder.exists():
-        import shutil
-
-        shutil.rmtree(folder)  # an unfinished retrain of this pair's own cache (never a result)
-    trainer = Trainer(config, folder / "run", progress=False, log=log)
-    t0 = time.perf_counter()
-    trainer.run()
-    behaviour = trainer.source.ring.get(T_PAIR - DELAY)
-    current = {k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}
-    _, mine = read_run(folder / "run")
-    _, theirs = read_run(run)
-    cmp = {}
-    for col in ("train/reward_mean", "train/grad_norm"):
-        a = mine.set_index("step")[col].dropna()
-        b = theirs.set_index("step")[col].dropna().reindex(a.index)
-        cmp[col] = {"max_abs_diff": float((a - b).abs().max()), "identical": bool((a.to_numpy() == b.to_numpy()).all())}
-    out = {"behaviour": behaviour, "current": current, "config": config.to_dict(),
-           "retrain_s": time.perf_counter() - t0,
-           "committed_rows": cmp}
-    torch.save(out, saved)
-    return out
-
 
 # --------------------------------------------------------------------------- one pair
 
@@ -281,7 +170,7 @@ def measure(pair: Pair, cache: Path, quick: bool = False, log=print) -> dict:
 
 GATE_B_Z = 4.0
 """Gate (b) fails when a per-sample correction's sampled-group average departs from its exact expectation by
-more than this many computed standard errors (:func:`studies.group_size.pool.mc_agreement`)."""
+more than this many computed standard errors (:func:`studies.common.pool.mc_agreement`)."""
 
 
 def gate_table(rows: list[dict], gate_b: dict, target_sq: float, target_se: float) -> dict:

@@ -143,7 +143,7 @@ def iso_sweep(seeds=tuple(range(20)), d=32, T=150, early=20) -> dict:
     for est in ISO_ESTIMATORS:
         for G in ISO_G:
             lv = [(r["chi2_early"], r["stable_share"]) for r in rows if r["estimator"] == est and r["G"] == G]
-            from studies.drift.drift_map import boundary
+            from studies.common.drift_map import boundary
 
             b, cens = boundary(lv)
             bounds[f"{est}/G{G}"] = {"boundary_chi2": b, "censored": cens}

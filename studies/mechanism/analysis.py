@@ -48,7 +48,6 @@ from grids.run_table import (
     MARGIN,
     MIN_SEEDS,
     PRIMARY,
-    bootstrap,
     holm,
     p_below,
     read_runs,
@@ -56,7 +55,19 @@ from grids.run_table import (
 )
 from schema.stability import STABLE_FRACTION
 from stats import auc, sign_test
-from studies.mechanism.warning import WARNING_FILE, WARNING_WINDOW, _m6, select_warning
+from studies.common.mechanism_rules import (
+    WARNING_FILE,
+    WARNING_WINDOW,
+    arm_runs,
+    arm_stable,
+    interval_fields,
+    m1,
+    m2b,
+    m6,
+    paired_difference,
+    stable_share,
+)
+from studies.mechanism.warning import select_warning
 
 HYPOTHESES = {
     "M1": "under SGD GMC is stable, not below TIC-mask and above IS (THEORY claim 17's setting)",
@@ -70,34 +81,6 @@ HYPOTHESES = {
 
 
 
-def _arm(runs: pd.DataFrame, arm: str) -> pd.DataFrame:
-    return runs[runs["arm"] == arm]
-
-
-def _share(runs: pd.DataFrame, arm: str, estimator: str) -> tuple[int, int]:
-    sel = _arm(runs, arm)
-    sel = sel[(sel["estimator"] == estimator) & (sel["delay"] == DELAY) & sel["complete"]]
-    return int(sel["stable"].sum()), len(sel)
-
-
-def _stable(runs, arm, estimator) -> bool:
-    k, n = _share(runs, arm, estimator)
-    return bool(n) and k / n >= STABLE_FRACTION
-
-
-def _diff(runs, arm_a, a, arm_b, b, metric="pc_final") -> dict:
-    x = _arm(runs, arm_a)
-    x = x[(x["estimator"] == a) & (x["delay"] == DELAY) & x["complete"]].groupby("seed")[metric].first()
-    y = _arm(runs, arm_b)
-    y = y[(y["estimator"] == b) & (y["delay"] == DELAY) & y["complete"]].groupby("seed")[metric].first()
-    common = x.index.intersection(y.index)
-    return bootstrap((x[common] - y[common]).to_numpy(float))
-
-
-def _iv(b: dict) -> dict:
-    return {k: b[k] for k in ("n", "mean", "low", "high")}
-
-
 def analyse(study: str | Path, root: str | Path) -> dict:
     runs, replays = read_both(study, root)
     seeds = mechanism_seeds(runs, replays)
@@ -106,14 +89,14 @@ def analyse(study: str | Path, root: str | Path) -> dict:
     key = dict(zip(zip(means["root"], means.index), means["stale/mass_bias"]))
     runs = runs.assign(mass_bias=[key.get((str(study) if r.source == "study" else str(root), r.run), math.nan)
                                   for r in runs.itertuples()])
-    hyp = {"M1": _m1(runs), "M2": _m2(runs), "M2b": _m2b(runs), "M3": _m3(runs), "M4": _m4(runs),
-           "M5": _m5(study, grid_folder(SCALE)), "M6": _m6(root, runs)}
+    hyp = {"M1": m1(runs), "M2": _m2(runs), "M2b": m2b(runs), "M3": _m3(runs), "M4": _m4(runs),
+           "M5": _m5(study, grid_folder(SCALE)), "M6": m6(root, runs)}
     for h, r in hyp.items():
         r["seeds"] = seeds
         if h != "M5" and len(seeds) < MIN_SEEDS:
             r["interim_verdict"], r["verdict"] = r["verdict"], "NOT DECIDED"
             r["reason"] = f"{len(seeds)} whole seeds, fewer than the pre-registered minimum of {MIN_SEEDS}"
-    shares = {f"{a}/{e}": list(_share(runs, a, e)) for a, e in
+    shares = {f"{a}/{e}": list(stable_share(runs, a, e)) for a, e in
               sorted(set(runs.loc[runs["delay"] == DELAY, ["arm", "estimator"]].itertuples(index=False, name=None)))}
     d0 = {a: float(g["pc_final"].mean() - g["pc0"].mean()) for a, g in runs[runs["delay"] == 0].groupby("arm")}
     return {"hypotheses": hyp, "seeds": seeds, "stable_shares": shares, "delay0_gain": d0,
@@ -122,24 +105,12 @@ def analyse(study: str | Path, root: str | Path) -> dict:
             "scale_variants": scale_variants(grid_folder(SCALE), grid_folder(SCALE_VARIANTS))}
 
 
-def _m1(runs) -> dict:
-    k, n = _share(runs, "sgd", "gmc")
-    b_mask, b_is = _diff(runs, "sgd", "gmc", "sgd", "tic_mask"), _diff(runs, "sgd", "gmc", "sgd", "is")
-    ok = holm({"b": p_below(b_mask, -MARGIN), "c": p_below(b_is, 0.0)})
-    bad = holm({"b": 1 - p_below(b_mask, 0.0), "c": 1 - p_below(b_is, 0.0)})
-    a = bool(n) and k / n >= STABLE_FRACTION
-    v = "CONFIRMED" if a and ok["b"] and ok["c"] else "REFUTED" if (n and not a) or bad["b"] or bad["c"] \
-        else "INCONCLUSIVE"
-    return {"verdict": v, "gmc_stable": [k, n], "gmc_minus_tic_mask": _iv(b_mask), "gmc_minus_is": _iv(b_is),
-            "noninferior_to_tic_mask": ok["b"], "above_is": ok["c"]}
-
-
 def _m2(runs) -> dict:
     out, p = {}, {}
     for e in ("gmc", "is"):
-        a = _arm(runs, "adamclip")
+        a = arm_runs(runs, "adamclip")
         a = a[(a["estimator"] == e) & (a["delay"] == DELAY) & a["complete"]].groupby("seed")["stable"].first()
-        b = _arm(runs, "adam")
+        b = arm_runs(runs, "adam")
         b = b[(b["estimator"] == e) & (b["delay"] == DELAY) & b["complete"]].groupby("seed")["stable"].first()
         common = a.index.intersection(b.index)
         up = int((a[common] & ~b[common]).sum())
@@ -154,43 +125,33 @@ def _m2(runs) -> dict:
     return {"verdict": v, **{e: {**out[e], "rejected": rej[e]} for e in out}}
 
 
-def _m2b(runs) -> dict:
-    baselines = [e for e in ("is", "tic_mask", "tic_trunc", "topr") if _stable(runs, "adamwclip", e)]
-    boots = {e: _diff(runs, "adamwclip", "gmc", "adamwclip", e) for e in baselines}
-    noninf = holm({e: p_below(b, -MARGIN) for e, b in boots.items()})
-    worse = holm({e: 1 - p_below(b, 0.0) for e, b in boots.items()})
-    v = "INCONCLUSIVE" if not baselines else "CONFIRMED" if all(noninf.values()) else \
-        "REFUTED" if any(worse.values()) else "INCONCLUSIVE"
-    return {"verdict": v, "margin": MARGIN, "gmc_stable": list(_share(runs, "adamwclip", "gmc")),
-            "baselines": {e: {**_iv(boots[e]), "noninferior": noninf[e], "worse": worse[e]} for e in baselines}}
-
-
 def _m3(runs) -> dict:
-    k, n = _share(runs, "adam", "gmc_cap")
-    b = _diff(runs, "adam", "gmc_cap", "adam", "tic_trunc", "mass_bias")
+    k, n = stable_share(runs, "adam", "gmc_cap")
+    b = paired_difference(runs, "adam", "gmc_cap", "adam", "tic_trunc", "mass_bias")
     a = bool(n) and k / n >= STABLE_FRACTION
     below = 1 - p_below(b, 0.0) <= ALPHA  # H0: gmc_cap - tic_trunc >= 0
     v = "CONFIRMED" if a and below else "REFUTED" if (n and not a) or b["low"] > 0 else "INCONCLUSIVE"
-    k2, n2 = _share(runs, "adamk2", "gmc_cap")
-    return {"verdict": v, "gmc_cap_stable": [k, n], "mass_bias_gmc_cap_minus_tic_trunc": _iv(b),
+    k2, n2 = stable_share(runs, "adamk2", "gmc_cap")
+    return {"verdict": v, "gmc_cap_stable": [k, n], "mass_bias_gmc_cap_minus_tic_trunc": interval_fields(b),
             "exploratory_kappa2_stable": [k2, n2],
-            "exploratory_kappa2_minus_topr_pc": _iv(_diff(runs, "adamk2", "gmc_cap", "adam", "topr"))}
+            "exploratory_kappa2_minus_topr_pc":
+                interval_fields(paired_difference(runs, "adamk2", "gmc_cap", "adam", "topr"))}
 
 
 def _m4(runs) -> dict:
     variants = ("gmc_topr", "topr_gmc")
-    boots = {v: _diff(runs, "adam", v, "adam", "topr") for v in variants}
+    boots = {v: paired_difference(runs, "adam", v, "adam", "topr") for v in variants}
     noninf = holm({v: p_below(b, -MARGIN) for v, b in boots.items()})
     worse = holm({v: 1 - p_below(b, 0.0) for v, b in boots.items()})
-    stable = {v: _stable(runs, "adam", v) for v in variants}
+    stable = {v: arm_stable(runs, "adam", v) for v in variants}
     if any(stable[v] and noninf[v] for v in variants):
         verdict = "CONFIRMED"
-    elif all((_share(runs, "adam", v)[1] and not stable[v]) or worse[v] for v in variants):
+    elif all((stable_share(runs, "adam", v)[1] and not stable[v]) or worse[v] for v in variants):
         verdict = "REFUTED"
     else:
         verdict = "INCONCLUSIVE"
     return {"verdict": verdict, "margin": MARGIN,
-            **{v: {"stable": list(_share(runs, "adam", v)), **_iv(boots[v]), "noninferior": noninf[v],
+            **{v: {"stable": list(stable_share(runs, "adam", v)), **interval_fields(boots[v]), "noninferior": noninf[v],
                    "worse": worse[v]} for v in variants}}
 
 
@@ -215,19 +176,19 @@ def _m5(study: str | Path, scale: str | Path) -> dict:
     base = {"hypothesis": HYPOTHESES["M5"]}
     s = read_runs(study, PRIMARY)
     s = s[(s["horizon"] == "long") & (s["delay"] == DELAY)].assign(arm="adam")
-    ref = _diff(s, "adam", "gmc", "adam", "topr")
-    base["study_model"] = _iv(ref)
+    ref = paired_difference(s, "adam", "gmc", "adam", "topr")
+    base["study_model"] = interval_fields(ref)
     if not (Path(scale).is_dir() and any(Path(scale).iterdir())):
         return {**base, "verdict": "NOT DECIDED", "reason": f"the larger model's grid ({scale}) has not been run",
                 "scale_seeds": []}
     runs = read_runs(scale, SCALE).assign(arm="")
     seeds = whole_seeds_of(runs, planned_cells(SCALE))
     runs = runs[runs["seed"].isin(seeds)]
-    diff = _diff(runs, "", "gmc", "", "topr") if seeds else {"n": 0, "mean": math.nan, "low": math.nan,
+    diff = paired_difference(runs, "", "gmc", "", "topr") if seeds else {"n": 0, "mean": math.nan, "low": math.nan,
                                                               "high": math.nan}
-    shares = {e: list(_share(runs, "", e)) for e in sorted(set(runs.loc[runs["delay"] == DELAY, "estimator"]))}
+    shares = {e: list(stable_share(runs, "", e)) for e in sorted(set(runs.loc[runs["delay"] == DELAY, "estimator"]))}
     d0 = runs[runs["delay"] == 0]
-    out = {**base, "scale_seeds": seeds, "gmc_minus_topr": _iv(diff), "stable_shares": shares,
+    out = {**base, "scale_seeds": seeds, "gmc_minus_topr": interval_fields(diff), "stable_shares": shares,
            "delay0_gain": float(d0["pc_final"].mean() - d0["pc0"].mean()) if len(d0) else math.nan,
            "means": {e: float(g["pc_final"].mean()) for e, g in runs[runs["delay"] == DELAY].groupby("estimator")}}
     verdict = m5_verdict(ref["mean"], diff)
@@ -279,10 +240,10 @@ def scale_variants(scale: str | Path, variants: str | Path) -> dict:
     runs = runs[runs["complete"]]
     out = {}
     for v in sorted(set(mine["estimator"])):
-        k, n = _share(runs, "", v)
+        k, n = stable_share(runs, "", v)
         sel = runs[(runs["estimator"] == v) & (runs["delay"] == DELAY)]
         out[v] = {"stable": k, "runs": n, "mean": float(sel["pc_final"].mean()) if n else math.nan,
-                  "minus_topr": _iv(_diff(runs, "", v, "", "topr")) if n else {}}
+                  "minus_topr": interval_fields(paired_difference(runs, "", v, "", "topr")) if n else {}}
     return out
 
 

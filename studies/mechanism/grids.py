@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from grids import Arm, Grid, grid_out
 from llm_runs.reference import HORIZONS, STUDY_BASE
+from studies.common.settings import (  # noqa: F401 (named here by the pre-registration)
+    MECHANISM_ARMS,
+    MECHANISM_ESTIMATORS,
+    SGD_LR,
+)
 
 SGD_PILOT_LRS = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3)
 """SGD step sizes of the pilot (one seed). Adam's per-coordinate step of lr 1e-4 moves the 247k
@@ -13,25 +18,7 @@ eta = 1e-3 and 3e-3 (and 1e-2, 3e-2, stopped early) collapsing at delay 0 within
 (the reward fell from 0.42 to 0.09 after one step at 1e-3: the gradient is concentrated on few
 coordinates), so the grid reaches down to 3e-5."""
 
-SGD_LR = 1e-4
-"""The mechanism grid's SGD step eta: of the pilot's step sizes whose held-out pc never fell below
-the warm start's at delay 0, the one whose gain over 200 updates is closest to Adam's (seed 0:
-SGD 1e-4 +0.161, Adam lr 1e-4 +0.163; 3e-4 gained +0.162 but fell to 0.476 on the way; 1e-3 and
-above collapse at delay 0; docs/PREREGISTRATION-MECHANISM.md)."""
-MECHANISM_ESTIMATORS = ("gmc", "is", "tic_mask", "tic_trunc", "topr")
-"""The optimiser arms' estimators: GMC, IS (no correction), the two TIC schemes, TOPR."""
 
-MECHANISM_ARMS = (
-    Arm("sgd", {"optimizer": "sgd", "lr": SGD_LR}, MECHANISM_ESTIMATORS),
-    Arm("adamclip", {"max_grad_norm": 1.0}, MECHANISM_ESTIMATORS),
-    Arm("adamwclip", {"optimizer": "adamw", "weight_decay": 0.01, "max_grad_norm": 1.0}, MECHANISM_ESTIMATORS),
-    Arm("adam", {}, ("gmc", "topr", "gmc_cap", "gmc_topr", "topr_gmc", "snis"), zero_delay=False),
-    Arm("adamk2", {"gmc_cap_kappa": 2.0}, ("gmc_cap",), zero_delay=False),
-)
-"""docs/PREREGISTRATION-MECHANISM.md's arms: the optimiser arms (SGD with a fixed step, Adam with
-the gradient norm clipped at 1, AdamW + decay 0.01 + clip 1: verl's actor), and the scheme arm
-under the study's unclipped Adam (its gmc and topr again, with the diagnostics, as the full-length
-replay of the committed runs they reuse)."""
 
 GRIDS = {
     "mechanism": Grid("mechanism", grid_out("mechanism"), {**STUDY_BASE, "mechanism_diagnostics": True},

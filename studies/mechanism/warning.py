@@ -3,23 +3,19 @@ staleness study only (``python -m studies.mechanism --select-warning`` writes it
 :data:`WARNING_FILE`), then tested on the mechanism grid's held-out runs."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from grids.mechanism_table import DELAY, GRID
-from grids.run_table import ALPHA, BOOT_SEED, PRIMARY, read_runs, read_traces, share_ci
-from stats import auc, fisher_greater, stratified_auc
+from grids.run_table import ALPHA, BOOT_SEED, PRIMARY, read_runs, read_traces
+from stats import auc, stratified_auc
+from studies.common.mechanism_rules import WARNING_FILE, WARNING_WINDOW, m6  # noqa: F401 (M6 is decided here)
 
-WARNING_WINDOW = 20  # updates 0-19: before the first evaluation that can detect a collapse
 WARNING_SUMMARIES = ("median", "mean", "min", "max")
 WARNING_MIN_FINITE = 0.9  # a candidate must be finite in at least this share of the training runs
 WARNING_EXCLUDE_PREFIXES = ("eval/", "perf/", "stale/staleness_", "stale/dropped")
-WARNING_FILE = "warning.json"
-"""M6's pre-registered signal, under the mechanism grid's folder (written by ``--select-warning``)."""
 
 
 def warning_candidates(traces: pd.DataFrame) -> pd.DataFrame:
@@ -85,33 +81,4 @@ def _trace_columns() -> tuple[str, ...]:
     return tuple(c for c in COLUMNS if c != "step" and not c.startswith(WARNING_EXCLUDE_PREFIXES))
 
 
-
-def _m6(root, runs) -> dict:
-    path = Path(root) / WARNING_FILE
-    if not path.is_file():
-        return {"verdict": "INCONCLUSIVE", "reason": f"{path} is missing: the signal was not pre-registered"}
-    from schema.results import read_json
-
-    rule = read_json(path)
-    col, summary = rule["signal"].rsplit(":", 1)
-    held = runs[(runs["source"] == "mechanism") & (runs["delay"] == DELAY) & runs["complete"]]
-    tr = read_traces(root, (col,), GRID)
-    early = tr[tr["step"] < WARNING_WINDOW].groupby("run")[col].agg(summary)
-    x = early.reindex(held["run"]).to_numpy(float)
-    warned = x >= rule["threshold"] if rule["direction"] == "high" else x <= rule["threshold"]
-    collapsed = held["collapsed"].to_numpy(bool)
-    hit, miss = int((warned & collapsed).sum()), int((~warned & collapsed).sum())
-    fa, quiet = int((warned & ~collapsed).sum()), int((~warned & ~collapsed).sum())
-
-    def rate(k, n):
-        return {"k": k, "n": n, "rate": k / n if n else math.nan, "ci": list(share_ci(k, n))}
-
-    hits, alarms = rate(hit, hit + miss), rate(fa, fa + quiet)
-    p = fisher_greater([[hit, miss], [fa, quiet]])
-    if hit + miss < 5 or fa + quiet < 5:
-        v = "INCONCLUSIVE"
-    else:
-        v = "CONFIRMED" if p < ALPHA else "REFUTED" if hits["rate"] <= alarms["rate"] else "INCONCLUSIVE"
-    return {"verdict": v, "signal": rule["signal"], "direction": rule["direction"], "threshold": rule["threshold"],
-            "hit_rate": hits, "false_alarm_rate": alarms, "p_fisher": p}
 

@@ -7,8 +7,8 @@ beside the committed runs of the same cell and seeds (``results/llm/study``, ``r
 the stable shares with exact intervals and the Newcombe interval of their difference, the paired
 difference of final pc, the sign agreement of GMC's paired differences with each baseline, and H1,
 H2, H4, M1, M2b re-decided on the replicate alone by the studies' own rules
-(:func:`studies.staleness.analysis._analyse`, :func:`studies.mechanism.analysis._m1`,
-:func:`studies.mechanism.analysis._m2b`).
+(:func:`studies.common.staleness_rules.hypotheses`, :func:`studies.common.mechanism_rules.m1`,
+:func:`studies.common.mechanism_rules.m2b`).
 Decided at 10 whole seeds; fewer are shown as provisional.
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ def read(root: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def whole_seeds(rep: pd.DataFrame) -> list[int]:
-    from studies.grids import GRIDS
+    from studies.replicate.grids import GRIDS
 
     done = set(rep.loc[rep["complete"], "run"])
     return [s for s in GRIDS[GRID].seeds if all(c.name in done for c in GRIDS[GRID].cells() if c.seed == s)]
@@ -105,12 +105,12 @@ def signs(rep: pd.DataFrame, com: pd.DataFrame, seeds: list[int]) -> list[dict]:
 
 def verdicts(rep: pd.DataFrame, seeds: list[int]) -> dict:
     """H1, H2, H4 and M1, M2b on the replicate alone, by the studies' own rules."""
-    from studies.mechanism.analysis import _m1, _m2b
-    from studies.staleness.analysis import _analyse
+    from studies.common.mechanism_rules import m1, m2b
+    from studies.common.staleness_rules import hypotheses
 
     r = rep[rep["seed"].isin(seeds)]
-    study = _analyse(r[r["arm"] == "study"].assign(horizon="long"))
-    return {"H1": study["H1"], "H2": study["H2"], "H4": study["H4"], "M1": _m1(r), "M2b": _m2b(r)}
+    study = hypotheses(r[r["arm"] == "study"].assign(horizon="long"))
+    return {"H1": study["H1"], "H2": study["H2"], "H4": study["H4"], "M1": m1(r), "M2b": m2b(r)}
 
 
 def committed_verdicts() -> dict[str, str]:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from grids import Arm, Grid, grid_out
 from llm_runs.reference import HORIZONS, STUDY_BASE
-
-from ..mechanism.grids import MECHANISM_ARMS, MECHANISM_ESTIMATORS
+from studies.common.settings import MECHANISM_ARMS, MECHANISM_ESTIMATORS
 
 AVX2_KERNELS = (("ATEN_CPU_CAPABILITY", "avx2"), ("MKL_ENABLE_INSTRUCTIONS", "AVX2"), ("DNNL_MAX_CPU_ISA", "AVX2"))
 """The replicate's kernel path on an AVX-512 machine (its grid's ``kernel_env``): torch's dispatch, MKL's and oneDNN's

@@ -26,25 +26,26 @@ from pathlib import Path
 from claims.llm_pairs import not_yet_run
 from schema.io import write_text
 from schema.metrics import estimator_label
+from studies.grids import GRIDS
 from studies.report.sections.budget import readme_line
+from studies.report.verdict_files import RESULTS, cell_rows, load, stable_count
 from studies.report.verdict_text import (
     D7_ESTIMATORS,
-    _rate,
-    _stable_of,
     d1_sentence,
     d5_sentence,
     level_entry,
+    rate_words,
+    stable_of,
     step_control_sentence,
     step_size_lead,
     verdict_cell,
 )
-from studies.grids import GRIDS
-from studies.report.verdict_files import RESULTS, cell_rows, load, stable_count
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 NARRATIVE = REPO / "docs" / "RESULTS-NARRATIVE.md"
-START = "<!-- findings:start (python -m studies.report.findings --write; generated from the verdict files, do not edit) -->"
+START = ("<!-- findings:start (python -m studies.report.findings --write; generated from the verdict files, "
+         "do not edit) -->")
 END = "<!-- findings:end -->"
 SUMMARY_START = "<!-- findings-summary:start (python -m studies.report.findings --write) -->"
 SUMMARY_END = "<!-- findings-summary:end -->"
@@ -294,9 +295,10 @@ def drift_line(drift: dict) -> str:
     d7 = drift.get("D7", {})
     lead = ""
     if d7.get("verdict") == "CONFIRMED":
-        shares = sorted({_stable_of(level_entry(drift, e, d7["level"])) for e in D7_ESTIMATORS})
+        shares = sorted({stable_of(level_entry(drift, e, d7["level"])) for e in D7_ESTIMATORS})
         held = shares[0] if len(shares) == 1 else " to ".join((shares[0], shares[-1]))
-        lead = (f"lower the step first: under Adam + clip at {_rate(d7['level'])} the {len(D7_ESTIMATORS)} corrections "
+        lead = (f"lower the step first: under Adam + clip at {rate_words(d7['level'])} the {len(D7_ESTIMATORS)} "
+                f"corrections "
                 f"D7 tests are each stable in {held} seeds at d = 64 (D7 CONFIRMED); ")
     return f"**Drift map** ([study](studies/drift/README.md)): {lead}of its {len(hyps)} verdicts, {tally}."
 
@@ -367,8 +369,8 @@ def block_arguments(prog: str, doc: str, what: str, argv=None) -> argparse.Names
 
 
 def main(argv=None) -> int:
-    args = block_arguments("python -m studies.report.findings", __doc__, "README.md's and RESULTS-NARRATIVE.md's findings",
-                           argv)
+    args = block_arguments("python -m studies.report.findings", __doc__,
+                           "README.md's and RESULTS-NARRATIVE.md's findings", argv)
     try:  # a missing or torn verdict file is one line naming it
         pages = ((README, SUMMARY_START, SUMMARY_END, render_summary()),
                  (NARRATIVE, START, END, render(page=NARRATIVE)))

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from figures.style import label
 from schema.io import loads_json, write_text
-from studies.report.findings import block_arguments
 from studies.grids import GRIDS
 from studies.mechanism.warning import WARNING_FILE
+from studies.report.findings import block_arguments
 from studies.report.verdict_files import RESULTS, cell_rows, load, stable_count
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,8 +97,8 @@ BLOCKS: dict[str, Callable[[dict], str]] = {
     "delay0-gain": delay0_gain,
     "warning-auc": warning_auc,
 }
-"""Every generated block of the page: its name and its renderer (of :func:`studies.report.verdict_files.load`'s sources and
-the mechanism study's chosen warning signal, ``warning``)."""
+"""Every generated block of the page: its name and its renderer (of :func:`studies.report.verdict_files.load`'s
+sources and the mechanism study's chosen warning signal, ``warning``)."""
 
 
 def block_pattern(name: str) -> re.Pattern:
@@ -144,7 +144,8 @@ def main(argv=None) -> int:
     stale = [name for name, body in page_blocks(text).items() if body != bodies[name]]
     if args.check:
         if stale:
-            print(f"{PAGE}: blocks out of date {stale}: run python -m studies.report.narrative --write", file=sys.stderr)
+            print(f"{PAGE}: blocks out of date {stale}: run python -m studies.report.narrative --write",
+                  file=sys.stderr)
             return 1
         return 0
     if stale:

@@ -1,6 +1,6 @@
 """The drift map's verdicts (``results/llm/drift/verdicts.json``, made by ``python -m studies.drift``) in words:
-one sentence per verdict, which the drift section (:mod:`studies.report.sections.drift`), the other studies' sections and
-the README's findings quote. It only reads the verdicts; what a verdict says is decided there."""
+one sentence per verdict, which the drift section (:mod:`studies.report.sections.drift`), the other studies'
+sections and the README's findings quote. It only reads the verdicts; what a verdict says is decided there."""
 from __future__ import annotations
 
 import math
@@ -37,7 +37,7 @@ def level_entry(v: dict, estimator: str, level: str) -> dict | None:
     return None
 
 
-def _stable_of(x: dict | None) -> str:
+def stable_of(x: dict | None) -> str:
     return "n/a" if x is None else f"{round(x['stable_share'] * x['n'])} of {x['n']}"
 
 
@@ -47,13 +47,13 @@ def _delay0_share(x: dict) -> float | None:
     return float(share) if x.get("delay0_n") and share is not None and math.isfinite(float(share)) else None
 
 
-def _delay0_of(x: dict) -> str:
+def delay0_of(x: dict) -> str:
     """The level's own delay-0 runs, "k of n stable"."""
     share = _delay0_share(x)
     return "n/a" if share is None else f"{round(share * x['delay0_n'])} of {x['delay0_n']} stable"
 
 
-def _fails_at_delay0(x: dict) -> bool:
+def fails_at_delay0(x: dict) -> bool:
     """The level fails without staleness: its delay-0 runs are below the map's stable share."""
     from studies.common.drift_map import SHARE
 
@@ -68,7 +68,7 @@ def _boundary(b: list) -> str:
     return f"{side}{_num(est)} [{_num(lo)}, {_num(hi)}]"
 
 
-def _rate(level: str) -> str:
+def rate_words(level: str) -> str:
     """``adamclip1e-05`` -> "lr 1e-05" (the optimiser's name is said beside it)."""
     return next((f"lr {level[len(opt):]}" for opt in OPTIMIZER_NAMES if level.startswith(opt)), level)
 
@@ -79,12 +79,12 @@ def d1_sentence(v: dict | None) -> str:
     if d1.get("verdict") not in ("CONFIRMED", "REFUTED"):
         return ""
     high = [(lv, level_entry(v, "gmc", lv) or {}) for lv in d1.get("sgd_levels_at_or_above_it", [])]
-    at = [f"stable in {_stable_of(x or None)} seeds at {_rate(lv)} (early KL {_num(x.get('drift'))}; the same step "
-          f"at delay 0: {_delay0_of(x)})" for lv, x in high]
+    at = [f"stable in {stable_of(x or None)} seeds at {rate_words(lv)} (early KL {_num(x.get('drift'))}; the same step "
+          f"at delay 0: {delay0_of(x)})" for lv, x in high]
     reach = (f" Under SGD at the steps whose drift reaches the Adam study's (early KL "
              f"{_num(d1.get('adam_study_drift'))}), GMC is " + "; ".join(at) + "." if at else
              f" No SGD level reaches the Adam study's drift (early KL {_num(d1.get('adam_study_drift'))}).")
-    if any(_fails_at_delay0(x) for _, x in high):
+    if any(fails_at_delay0(x) for _, x in high):
         reach += (" That step fails without any delay too, so this part of D1 does not isolate the staleness; the "
                   "overlap of the two boundaries carries the verdict.")
     meaning = ("So at matched drift the update rule does not move where GMC fails: the optimiser decides through the "
@@ -240,12 +240,12 @@ def drift_guide(v: dict | None, name=lambda e: e) -> str:
         advice = []
         for opt, label in OPTIMIZER_NAMES.items():
             levels = sorted({g["level"] for g in gains if g["optimizer"] == opt},
-                            key=lambda lv: float(_rate(lv).split()[-1]))
+                            key=lambda lv: float(rate_words(lv).split()[-1]))
             per = []
             for lv in levels:
                 ok = [name(g["estimator"]) for g in gains if g["optimizer"] == opt and g["level"] == lv
                       and g["held"] and g["learned"]]
-                per.append(f"at {_rate(lv)}, " + (", ".join(ok) if ok else "none"))
+                per.append(f"at {rate_words(lv)}, " + (", ".join(ok) if ok else "none"))
             advice.append(f"under {label}: " + "; ".join(per))
         text += (" Which correction, at your setting (optimiser and step, at d = 64): use one that held (at least "
                  f"80% of seeds stable) and learned (its gain over the warm start's held-out pc above {MARGIN}, 95% "
@@ -260,12 +260,13 @@ def step_size_lead(v: dict | None, name=lambda e: e) -> str:
     if d7.get("verdict") != "CONFIRMED":
         return ""
     level = d7["level"]
-    shares = {e: _stable_of(level_entry(v, e, level)) for e in D7_ESTIMATORS}
+    shares = {e: stable_of(level_entry(v, e, level)) for e in D7_ESTIMATORS}
     names = ", ".join(name(e) for e in D7_ESTIMATORS[:-1]) + f" and {name(D7_ESTIMATORS[-1])}"
     held = (f"each stable in {next(iter(shares.values()))} seeds" if len(set(shares.values())) == 1 else
             "stable in " + ", ".join(f"{s} ({name(e)})" for e, s in shares.items()) + " seeds")
     return (f"Lower the step first (D7 CONFIRMED, docs/PREREGISTRATION-DRIFT.md): under Adam + clip 1.0 at "
-            f"{_rate(level)}, the smallest rate that gains as much held-out pc at delay 0 as the staleness study's "
+            f"{rate_words(level)}, the smallest rate that gains as much held-out pc at delay 0 as the staleness "
+            f"study's "
             f"setting ({d7['delay0_gain']:+.3f} against {d7['study_gain']:+.3f} over 200 updates), {names} are "
             f"{held} at d = 64. The staleness study's ranking of the corrections is a ranking at its larger step.")
 

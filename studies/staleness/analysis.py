@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 import pandas as pd
@@ -42,14 +41,13 @@ from grids.run_table import (  # noqa: F401
     N_RESAMPLES,
     PRIMARY,
     TRAJECTORY,
-    _interval,
-    _study_folders,
     bootstrap,
     collapse_timing,
     differences,
     differences_table,
     exploratory_estimators,
     holm,
+    interval_of,
     masked_update_fraction,
     p_below,
     paired,
@@ -61,20 +59,15 @@ from grids.run_table import (  # noqa: F401
     seeds_for_power,
     share_ci,
     stable_in_cell,
+    study_folders,
     whole_seeds,
     with_exploratory,
 )
 from schema.io import dumps_json
 from schema.stability import STABLE_FRACTION
+from studies.common.staleness_rules import hypotheses, verdict_of  # noqa: F401 (H1-H4's rules, named here before)
 
 # --------------------------------------------------------------------------- the hypotheses
-
-
-def _verdict(low: float, high: float, threshold: float = 0.0) -> str:
-    if math.isnan(low) or math.isnan(high):
-        return "INCONCLUSIVE"
-    return "CONFIRMED" if low > threshold else "REFUTED" if high < threshold else "INCONCLUSIVE"
-
 
 
 def analyse(runs: pd.DataFrame) -> dict:
@@ -82,7 +75,7 @@ def analyse(runs: pd.DataFrame) -> dict:
     only. With fewer than :data:`MIN_SEEDS` of them the stopping rule is not met: each verdict is
     NOT DECIDED, and the rule's outcome on the seeds so far is kept as ``interim_verdict``."""
     seeds = whole_seeds(runs)
-    out = _analyse(runs[runs["seed"].isin(seeds)])
+    out = hypotheses(runs[runs["seed"].isin(seeds)])
     for r in out.values():
         r["seeds"] = seeds
         if len(seeds) < MIN_SEEDS:
@@ -111,71 +104,6 @@ def stopping_points(runs: pd.DataFrame, step: int = 2) -> list[dict]:
     return out
 
 
-def _analyse(runs: pd.DataFrame) -> dict:
-    out = {}
-    dmax = int(runs.loc[runs["delay"] > 0, "delay"].max()) if (runs["delay"] > 0).any() else 0
-    # H1: GMC's final held-out pc exceeds TIC-mask's at the largest delay, long horizon.
-    b = bootstrap(paired(runs, "long", dmax, "gmc", "tic_mask"))
-    out["H1"] = {"verdict": _verdict(b["low"], b["high"]), "delay": dmax, "gmc_minus_tic_mask": _interval(b)}
-    # H2: GMC is at least as good as every stable baseline there (non-inferiority by MARGIN, Holm).
-    baselines = sorted(e for e in runs.loc[(runs["horizon"] == "long") & (runs["delay"] == dmax), "estimator"].unique()
-                       if e != "gmc" and stable_in_cell(runs, "long", dmax, e))
-    boots = {e: bootstrap(paired(runs, "long", dmax, "gmc", e)) for e in baselines}
-    p_noninf = {e: p_below(bt, -MARGIN) for e, bt in boots.items()}  # H0: gmc - e <= -MARGIN
-    p_worse = {e: 1.0 - p_below(bt, 0.0) for e, bt in boots.items()}  # H0: gmc - e >= 0
-    noninf, worse = holm(p_noninf), holm(p_worse)
-    if not baselines:
-        v2 = "INCONCLUSIVE"
-    elif all(noninf.values()):
-        v2 = "CONFIRMED"
-    elif any(worse.values()):
-        v2 = "REFUTED"
-    else:
-        v2 = "INCONCLUSIVE"
-    out["H2"] = {"verdict": v2, "delay": dmax, "margin": MARGIN,
-                 "baselines": {e: {**_interval(boots[e]), "p_noninferior": p_noninf[e], "noninferior": noninf[e],
-                                   "p_worse": p_worse[e], "worse": worse[e]} for e in baselines},
-                 "unstable_excluded": sorted(set(runs.loc[(runs["horizon"] == "long") & (runs["delay"] == dmax),
-                                                          "estimator"]) - set(baselines) - {"gmc"})}
-    # H3: the gap between trajectory corrections (GMC - TIC-mask) grows with H (long minus short, paired by seed).
-    a, c = TRAJECTORY
-    g_long = _per_seed(runs, "long", dmax, a, c)
-    g_short = _per_seed(runs, "short", dmax, a, c)
-    common = g_long.index.intersection(g_short.index)
-    b3 = bootstrap((g_long[common] - g_short[common]).to_numpy(float))
-    out["H3"] = {"verdict": _verdict(b3["low"], b3["high"]), "delay": dmax, "pair": list(TRAJECTORY),
-                 "long_gap_minus_short_gap": _interval(b3)}
-    # H4: the diagnostic crossing its threshold precedes collapse.
-    pos = runs[(runs["delay"] > 0) & runs["complete"]]
-    col = pos[pos["collapsed"]]
-    warned_first = [(r.t_warning is not None and not _nan(r.t_warning) and r.t_warning < r.t_collapse)
-                    for r in col.itertuples()]
-    k, n = int(sum(warned_first)), len(warned_first)
-    quiet = pos[~pos["collapsed"]]
-    false_alarms = int(sum(t is not None and not _nan(t) for t in quiet["t_warning"]))
-    if n < MIN_COLLAPSES:
-        v4, ci = "INCONCLUSIVE", (math.nan, math.nan)
-    else:
-        ci = share_ci(k, n)
-        v4 = "CONFIRMED" if ci[0] > 0.5 else "REFUTED" if ci[1] < 0.5 else "INCONCLUSIVE"
-    out["H4"] = {"verdict": v4, "diagnostic": H4_DIAGNOSTIC, "threshold": H4_THRESHOLD, "collapsed_runs": n,
-                 "warned_before_collapse": k, "ci": list(ci), "false_alarms": false_alarms,
-                 "non_collapsed_runs": len(quiet)}
-    return out
-
-
-def _nan(x) -> bool:
-    return isinstance(x, float) and math.isnan(x)
-
-
-def _per_seed(runs, horizon, delay, a, b) -> pd.Series:
-    sel = runs[(runs["horizon"] == horizon) & (runs["delay"] == delay) & runs["complete"]]
-    x = sel[sel["estimator"] == a].groupby("seed")["pc_final"].first()
-    y = sel[sel["estimator"] == b].groupby("seed")["pc_final"].first()
-    common = x.index.intersection(y.index)
-    return x[common] - y[common]
-
-
 def plain_answer_facts(runs: pd.DataFrame) -> dict:
     """The study's answer so far, by rule: at the largest positive delay of the long horizon (else
     the first horizon with one), the stable estimators ranked by mean final pc, GMC's paired
@@ -198,7 +126,7 @@ def plain_answer_facts(runs: pd.DataFrame) -> dict:
                  gmc_stable="gmc" in stable)
     others = [e for e in ranked if e != "gmc"]
     if "gmc" in means.index and others:
-        facts["gmc_vs_best"] = {"best": others[0], **_interval(bootstrap(paired(runs, h, d, "gmc", others[0])))}
+        facts["gmc_vs_best"] = {"best": others[0], **interval_of(bootstrap(paired(runs, h, d, "gmc", others[0])))}
     extra = exploratory_estimators(runs)
     if extra:  # ranked over the seeds whole in both grids, every estimator on the same seeds
         xseeds = list(runs.attrs["exploratory"].attrs.get("seeds", []))

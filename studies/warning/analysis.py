@@ -2,7 +2,7 @@
 
 Every complete run at positive delay of the training grids (:data:`TRAINING_GRIDS`) gives one record
 (:func:`run_record`): its group size, collapse (the stability rule) and collapse update (both
-:func:`studies.drift.d5.d5_run`'s, which G6 read) and the per-update trace of every candidate statistic
+:func:`studies.common.d5.d5_run`'s, which G6 read) and the per-update trace of every candidate statistic
 (:data:`STATISTICS`). A rule is (statistic, summary, window W, threshold tau): the summary (mean or median)
 of the last W updates' values, from the first update on, fires at the first update where it reaches tau
 (:func:`llm_runs.warning.first_firing`, the live monitor's own logic). Per G stratum: hits (collapsed runs
@@ -83,10 +83,10 @@ def statistic_trace(name: str, m, B: int, G: int) -> np.ndarray:
 
 def run_record(run, names=tuple(STATISTICS)) -> dict | None:
     """One run of a grid: name, G, B, delay, estimator, collapsed and collapse update (G6's reading,
-    :func:`studies.drift.d5.d5_run`), the update steps and the trace of each statistic of ``names``
+    :func:`studies.common.d5.d5_run`), the update steps and the trace of each statistic of ``names``
     (None: delay 0, or not complete)."""
     from schema.results import read_run, read_run_config
-    from studies.drift.d5 import d5_run
+    from studies.common.d5 import d5_run
 
     rec = d5_run(run)
     if rec is None:

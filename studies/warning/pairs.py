@@ -5,7 +5,7 @@
     python -m studies.warning --pairs --only p1    # one pair (pairs already measured are kept; --redo measures again)
 
 The pools are the budget pair measurement's (``results/cache/budget_pairs/<pair>/pools.pt``, made by
-:func:`studies.budget.pairs.load`, which makes them again where they are missing): per prompt, M completions from
+:func:`studies.common.pairs.load_pools`, which makes them again where they are missing): per prompt, M completions from
 pi_b with every token's log-probability under pi_b and under pi_theta, so the per-token statistics are computed, not
 approximated from the sequence log-ratios. The batches are those of :func:`studies.budget.pairs_checks.warning_stats`,
 the same draws in the same order from the same seed (B = N / G prompts uniform with replacement on the pool's P, one
@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from studies.budget.pairs_checks import WARN_BATCHES, WARN_G, WARN_N
-from studies.budget.pairs_checks import warning_batches as batches  # the batches of pair_warning_stats.csv
+from studies.common.pairs import WARN_BATCHES, WARN_G, WARN_N
+from studies.common.pairs import warning_batches as batches  # the batches of pair_warning_stats.csv
 
 FORMAT = "gmc-grpo-warning-pairs/1"
 CSV_NAME = "pair_warning_candidates.csv"
@@ -249,16 +249,15 @@ METHOD = {
 
 def pool_arrays(name: str, cache: Path, log=print) -> dict:
     """``logw``, ``tok_lr`` and ``mask`` of pair ``name``'s behaviour pool, as :func:`studies.budget.pairs.compute`
-    forms them (the cached pools, or :func:`studies.budget.pairs.load` where they are missing)."""
+    forms them (the cached pools, or :func:`studies.common.pairs.load_pools` where they are missing)."""
     path = cache / "budget_pairs" / name / "pools.pt"
     if path.is_file():
         pools = torch.load(path, weights_only=False)
     else:
-        from studies.budget.pairs import load
-        from studies.group_size.pairs import PAIRS
+        from studies.common.pairs import PAIRS, load_pools
 
         log(f"{name}: {path} is missing; making the pools as the pair measurement does")
-        pools = load(next(p for p in PAIRS if p.name == name), cache, False, log)
+        pools = load_pools(next(p for p in PAIRS if p.name == name), cache, False, log)
     b = pools["b"]
     tok_lr = (pools["lp_b"] - b["blogp"]) * b["mask"]
     return {"logw": tok_lr.sum(-1), "tok_lr": tok_lr, "mask": b["mask"]}
@@ -272,8 +271,7 @@ def main(only=None, redo: bool = False) -> int:
     from schema.provenance import provenance
     from schema.results import read_json, results_root
     from schema.runlock import RunLock
-    from studies.budget.pairs import SIM_SEED
-    from studies.group_size.pairs import PAIRS
+    from studies.common.pairs import PAIRS, SIM_SEED
 
     names = [p.name for p in PAIRS]
     bad = [n for n in (only or []) if n not in names]

@@ -217,7 +217,6 @@ def _state(doc: dict, h: str, inter_text: str) -> str:
 def placement_lines(doc: dict, df, inter: dict, s: dict) -> list[str]:
     """Point by point beside IsoCompute and the critical-batch-size paper: what the data show so far."""
     from stats import newcombe
-
     from studies.budget.grids import LEVEL, SGD_LEVEL
 
     b2, b4 = inter["B2"], inter["B4"]
@@ -278,7 +277,6 @@ def budget_section(report_dir: Path | None = None, figures_out: Path | None = No
     """The section's lines (with F27 where ``figure_sections`` places figures) and the figures not drawn. ``read``:
     the run reader (:func:`studies.budget.progress.design_table`'s; default the run table's)."""
     from grids import grid_folder
-
     from studies.budget import analysis
     from studies.budget.figures import FIGURES
 

@@ -8,21 +8,21 @@ from pathlib import Path
 
 from grids.run_table import MARGIN
 from schema.results import read_json
+from studies.report.fmt import num as _num
 from studies.report.verdict_text import (
     OPTIMIZER_NAMES,
-    _delay0_of,
-    _fails_at_delay0,
-    _rate,
     d1_sentence,
     d2_sentence,
     d5_sentence,
+    delay0_of,
     drift_guide,
+    fails_at_delay0,
+    rate_words,
     step_control_sentence,
     step_size_lead,
     verdict_cell,
     verdicts_path,
 )
-from studies.report.fmt import num as _num
 
 
 def drift_lines(path: Path) -> list[str]:
@@ -48,7 +48,7 @@ def drift_lines(path: Path) -> list[str]:
                "| correction | optimiser | levels: KL, stable (n) | boundary |", "|---|---|---|---|"]
         for b in bounds:
             lv = "; ".join(f"{x['level']}: {_num(x['drift'])}, {x['stable_share']:.0%} ({x['n']})"
-                           + (f", d0: {_delay0_of(x)}" if _fails_at_delay0(x) else "") for x in b["levels"])
+                           + (f", d0: {delay0_of(x)}" if fails_at_delay0(x) else "") for x in b["levels"])
             cens = {"right": " (none failed: beyond)", "left": " (failed at the smallest)"}.get(b.get("censored"), "")
             md.append(f"| {b['estimator']} | {b['optimizer']} | {lv} | {_num(b['boundary'])}{cens}"
                       f"{_bracket_note(b)} |")
@@ -99,7 +99,7 @@ def _factor(r: float) -> str:
 
 
 def _level_name(opt: str, level: str) -> str:
-    return f"{OPTIMIZER_NAMES[opt]} {_rate(level)}"
+    return f"{OPTIMIZER_NAMES[opt]} {rate_words(level)}"
 
 
 def beside_lines(v: dict) -> list[str]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from schema.results import read_json
-from studies.report.fmt import num as _num
 from studies.replicate.analysis import SEEDS_NEEDED
+from studies.report.fmt import num as _num
 
 
 def comparison_path() -> Path:

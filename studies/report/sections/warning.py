@@ -126,7 +126,6 @@ def rule_table(v: dict, pairs: dict) -> list[str]:
     """The frozen rule at each pool's fixed drift: the share of windows it fires in, per G, and the test of one share
     at every G (:func:`studies.warning.pairs.homogeneity_test`, Holm over the pairs)."""
     from llm_runs.warning import FROZEN
-
     from studies.warning.pairs import RULE
 
     if not v.get("pairs"):
@@ -178,7 +177,6 @@ def exact_lines(pairs: dict) -> list[str]:
 def summary_lines(inv: dict) -> list[str]:
     """The pools' answer in words: the frozen statistic's mean against G, its spread, and the rule at a fixed drift."""
     from llm_runs.warning import FROZEN
-
     from studies.warning.pairs import RULE
 
     kl, rule = inv.get("kl", {}), inv.get(RULE, {})
@@ -253,7 +251,6 @@ def confirmation_lines(v: dict | None) -> list[str]:
 
 def verdicts_path() -> Path:
     from grids import grid_folder
-
     from studies.warning.verdict import VERDICTS_FILE
 
     return grid_folder("budget") / VERDICTS_FILE
@@ -267,7 +264,6 @@ def warning_section(report_dir: Path | None = None, figures_out: Path | None = N
 
     from grids import grid_folder
     from schema.results import read_json
-
     from studies.warning.pairs import CSV_NAME, JSON_NAME, invariance
 
     head = "## The early warning of collapse"

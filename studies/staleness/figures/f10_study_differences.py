@@ -50,9 +50,9 @@ def load_runs() -> pd.DataFrame:
     out.attrs.update(source=str(root), seeds=seeds)
     extra = STUDY_2025.find()
     if extra is not None:
-        from studies.grids import GRIDS
+        from studies.common.settings import BESIDE_PRIMARY
 
-        out.attrs["exploratory"] = read_paired(extra, out, GRIDS.values())
+        out.attrs["exploratory"] = read_paired(extra, out, BESIDE_PRIMARY)
     return out
 
 
