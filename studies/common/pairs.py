@@ -84,7 +84,7 @@ def committed_run(pair: Pair) -> tuple[Path, int, list[dict]]:
 
 def pair_runs(pair: Pair) -> dict[str, Path]:
     """Every committed run the pair chooses among (name -> run): each seed its grid plans for
-    ``run_prefix`` (:attr:`Pair.seeds`, which ``tests/test_group_size.py`` holds equal to the grid's plan),
+    ``run_prefix`` (:attr:`Pair.seeds`, which ``tests/test_group_size_pairs.py`` holds equal to the grid's plan),
     since which seed is the ``rank``-th qualifying one depends on them all. A planned run that is missing or holds
     no metrics is :class:`schema.results.MissingResults` naming its folder and the command that makes it."""
     from grids import grid_folder
