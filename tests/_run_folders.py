@@ -1,6 +1,7 @@
 """What the run-folder fault tests share (tests/test_run_robustness*.py): the checkout's root, the small
 trainer's settings and their command-line flags, a subprocess environment, waiting on a process or a
-condition, the check that metrics.csv holds each step once, and the ``cache`` fixture (a module's warm-start
+condition, the check that metrics.csv holds each step once, another process holding a folder's run lock
+(:func:`_lock_held`), and the ``cache`` fixture (a module's warm-start
 cache; import ``cache_fixture`` to use it).
 
 Every trainer here is a 1-layer, hidden-32 Qwen3 on 2 prompts x G = 2 (about 0.02 s per update).
@@ -9,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -67,3 +71,17 @@ def _steps_once(out: Path, n: int | None = None) -> list[int]:
 @pytest.fixture(scope="module", name="cache")
 def cache_fixture(tmp_path_factory):
     return tmp_path_factory.mktemp("robust-cache")
+
+
+@contextmanager
+def _lock_held(folder: Path):
+    """Another Python process holding ``folder``'s run lock (it sleeps 60 s): yields its ``Popen`` (its pid is
+    the one a refusal must name) once it says it holds the lock; it is killed on leaving."""
+    code = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from schema.runlock import RunLock; "
+            f"RunLock({str(folder)!r}).acquire(); print('locked', flush=True); time.sleep(60)")
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout.readline().strip() == "locked"
+            yield proc
+        finally:
+            proc.kill()

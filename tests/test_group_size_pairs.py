@@ -185,3 +185,21 @@ def test_each_pair_chooses_among_the_seeds_its_grid_plans():
     for pair in PAIRS:
         planned = sorted(c.seed for c in GRIDS[pair.grid].cells() if c.name.startswith(pair.run_prefix + "-s"))
         assert planned == list(pair.seeds), pair.name
+
+
+def test_a_second_pairs_measurement_at_once_is_refused_naming_the_first_ones_pid(tmp_path, monkeypatch, capsys):
+    """While another process holds the pairs' cache (a measurement under way), the command is one line naming
+    that process, and measures and writes nothing."""
+    from _run_folders import _lock_held
+
+    from studies.group_size.pairs import main
+
+    monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
+    _planted_runs(tmp_path, "llm/drift", P1_RUNS)
+    cache = tmp_path / "cache" / "group_size_pairs"
+    cache.mkdir(parents=True)
+    with _lock_held(cache) as holder:
+        assert main(["--only", "p1", "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and f"pid {holder.pid}" in err[-1] and "Traceback" not in "\n".join(err), err
+    assert not (cache / "quick" / "pairs.json").exists() and not (cache / "p1").exists()

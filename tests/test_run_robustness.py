@@ -11,11 +11,20 @@ import os
 import signal
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from _run_folders import REPO, SMALL, _alive, _env, _flags, _steps_once, _wait, cache_fixture  # noqa: F401 (a fixture)
+from _run_folders import (  # noqa: F401 (a fixture)
+    REPO,
+    SMALL,
+    _alive,
+    _env,
+    _flags,
+    _lock_held,
+    _steps_once,
+    _wait,
+    cache_fixture,
+)
 
 from llm_runs.train import main
 from schema.runlock import LOCK_NAME, RunLock, RunLocked, read_holder
@@ -24,20 +33,6 @@ from schema.runlock import LOCK_NAME, RunLock, RunLocked, read_holder
 def _rows(out: Path) -> int:
     p = out / "metrics.csv"
     return max(0, len(p.read_text().splitlines()) - 1) if p.is_file() else 0
-
-
-@contextmanager
-def _lock_held(folder: Path):
-    """Another Python process holding ``folder``'s run lock (it sleeps 60 s): yields its ``Popen`` (its pid is
-    the one a refusal must name) once it says it holds the lock; it is killed on leaving."""
-    code = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from schema.runlock import RunLock; "
-            f"RunLock({str(folder)!r}).acquire(); print('locked', flush=True); time.sleep(60)")
-    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) as proc:
-        try:
-            assert proc.stdout.readline().strip() == "locked"
-            yield proc
-        finally:
-            proc.kill()
 
 
 # --------------------------------------------------------------------------- the lock itself
