@@ -21,6 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOCS = sorted(p for p in (REPO / "docs").glob("*.md")
               if not p.name.startswith("PREREGISTRATION") and p.name != "THEORY.md")  # those two are frozen
+MODULE_DOCS = {"ADD-A-CORRECTION.md"}
+"""Docs whose Python block is a module to save into the package, not a snippet to run beside it (run as a snippet in a
+toolkit that already holds the module, it would register its correction twice): tests/test_add_a_correction.py drops
+it into a copy of the repository and runs it there."""
 
 # Names a snippet takes from its reader's own program, given here as the smallest working stand-ins.
 TRL_SETUP = """
@@ -53,7 +57,7 @@ def _run_block(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 
 README_BLOCKS = python_blocks(README)
-DOC_BLOCKS = [(p.name, b) for p in DOCS for b in python_blocks(p)]
+DOC_BLOCKS = [(p.name, b) for p in DOCS if p.name not in MODULE_DOCS for b in python_blocks(p)]
 
 
 def test_the_readme_has_the_three_quickstarts():
@@ -67,6 +71,13 @@ def test_the_readme_has_the_three_quickstarts():
 def test_every_readme_python_block_runs(code, tmp_path):
     proc = _run_block(code, tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def test_each_module_doc_s_block_is_the_one_its_own_test_drops_into_the_package():
+    from test_add_a_correction import DOC, example_block
+
+    assert {p.name for p in DOCS} >= MODULE_DOCS == {DOC.name}
+    assert python_blocks(DOC) == [example_block()]
 
 
 @pytest.mark.parametrize("name,code", DOC_BLOCKS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(DOC_BLOCKS)])
