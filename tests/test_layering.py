@@ -28,8 +28,8 @@ LAYERS = {"estimators": 0, "bounds": 1, "execution": 0, "stats": 0, "schema": 1,
           "grids": 3, "claims": 4, "figures": 5, "report_card": 6, "studies": 7}
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+def _module_name(path: Path, root: Path | None = None) -> str:
+    rel = path.relative_to(root or ROOT).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
@@ -45,16 +45,23 @@ def _resolve(module: str, level: int, current: str, is_pkg: bool) -> str:
     return ".".join(base + ([module] if module else []))
 
 
-def imports_of(path: Path) -> list[tuple[str, int]]:
-    """``(imported module, line)`` for every import in ``path``."""
+def imports_of(path: Path, root: Path | None = None) -> list[tuple[str, int]]:
+    """``(imported module, line)`` for every import in ``path`` (a module under ``root``, by default the checkout)."""
+    return [(mod, line) for mod, line, _ in import_records(path, root)]
+
+
+def import_records(path: Path, root: Path | None = None) -> list[tuple[str, int, list[str]]]:
+    """``(imported module, line, names)`` for every import in ``path`` (a module under ``root``): ``names`` are
+    those a ``from ... import`` takes from the module (empty for the other kinds)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    current, is_pkg = _module_name(path), path.name == "__init__.py"
+    current, is_pkg = _module_name(path, root), path.name == "__init__.py"
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out += [(a.name, node.lineno) for a in node.names]
+            out += [(a.name, node.lineno, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            out.append((_resolve(node.module or "", node.level, current, is_pkg), node.lineno))
+            out.append((_resolve(node.module or "", node.level, current, is_pkg), node.lineno,
+                        [a.name for a in node.names]))
         elif isinstance(node, ast.Call) and node.args:
             f = node.func
             name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
@@ -62,9 +69,9 @@ def imports_of(path: Path) -> list[tuple[str, int]]:
                 continue
             arg = node.args[0]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                out.append((arg.value, node.lineno))
+                out.append((arg.value, node.lineno, []))
             elif isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
-                out.append((str(arg.values[0].value).rstrip("."), node.lineno))
+                out.append((str(arg.values[0].value).rstrip("."), node.lineno, []))
     return out
 
 

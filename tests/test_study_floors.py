@@ -5,35 +5,25 @@ of every module (function-level and relative imports included), and no private n
 another folder."""
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from test_layering import import_records
 
 REPO = Path(__file__).resolve().parents[1]
 FLOOR = "common"
 TOP = "report"
 
 
-def _module(path: Path, root: Path) -> list[str]:
-    parts = list(path.relative_to(root.parent).with_suffix("").parts)
-    return parts[:-1] if parts[-1] == "__init__" else parts
-
-
 def _imports(path: Path, root: Path):
-    """``(line, imported module parts, names)`` of every import in ``path``, relative ones resolved."""
-    mod = _module(path, root)
-    pkg = mod if path.name == "__init__.py" else mod[:-1]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                yield node.lineno, a.name.split("."), []
-        elif isinstance(node, ast.ImportFrom):
-            base = (pkg[: len(pkg) - node.level + 1] if node.level else [])
-            target = base + (node.module.split(".") if node.module else [])
-            if node.module is None:  # from . import x: x may be a module
-                for a in node.names:
-                    yield node.lineno, [*target, a.name], []
-            else:
-                yield node.lineno, target, [a.name for a in node.names]
+    """``(line, imported module, the modules it reaches as parts, the names it takes)`` of every import in
+    ``path`` (:func:`test_layering.import_records`, relative ones resolved). ``from pkg import mod`` of a module
+    ``mod`` is an import of ``pkg.mod`` for the floor check, and ``mod`` is no name taken from another folder."""
+    for mod, line, names in import_records(path, root.parent):
+        target = mod.split(".")
+        there = root.parent.joinpath(*target)
+        modules = [n for n in names if (there / f"{n}.py").is_file() or (there / n / "__init__.py").is_file()]
+        reached = [[*target, n] for n in modules] + ([target] if len(modules) < len(names) or not names else [])
+        yield line, mod, reached, [n for n in names if n not in modules]
 
 
 def _unit(parts: list[str], root: Path) -> str | None:
@@ -50,13 +40,14 @@ def violations(root: Path) -> list[str]:
     """Every import under ``root`` (a ``studies`` package) that breaks its floors, as ``file:line says why``."""
     out = []
     for path in sorted(root.rglob("*.py")):
-        src = _unit(_module(path, root), root)
+        src = _unit(list(path.relative_to(root.parent).with_suffix("").parts), root)
         where = path.relative_to(root.parent)
-        for line, target, names in _imports(path, root):
-            dst = _unit(target, root)
+        for line, name, reached, names in _imports(path, root):
             at = f"{where}:{line}"
-            if dst is not None and dst != src:
-                name = ".".join(target)
+            target = name.split(".")
+            for dst in dict.fromkeys(_unit(parts, root) for parts in reached):
+                if dst is None or dst == src:
+                    continue
                 if src == FLOOR:
                     out.append(f"{at} imports {name}: {FLOOR}/ imports no study, no report and no registry")
                 elif src not in (TOP, ".") and dst != FLOOR:
