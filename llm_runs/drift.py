@@ -55,8 +55,11 @@ COLUMNS = {
 """Stack -> axis -> the metric names that carry it, preferred first. TRL's adapter logs the batch ESS
 ratio as ``step/ess_ratio`` when a step-size control runs, and always the mean per-group ESS/G as
 ``stale/ess`` (a per-group quantity: the column read is printed beside the value)."""
-FIRST_STEP = {"trl": 1}
-"""The step number a stack gives its first update (TRL's ``log_history`` counts from 1; the others from 0)."""
+FIRST_STEP = {"trl": 1, "verl": 1}
+"""The step number a stack gives its first update: TRL's ``log_history`` counts from 1, and so does verl
+(``RayPPOTrainer.fit`` sets ``global_steps = 0``, logs the validation before training at step 0, then adds 1 before
+the first update and logs each update's metrics at ``global_steps``: verl 0.9.1, ``verl/trainer/ppo/ray_trainer.py``);
+this toolkit's runs count from 0."""
 MIN_EARLY_VALUES = 5
 MIN_EARLY_SHARE = 0.5
 """A run is placed on the map only when its early window holds at least :data:`MIN_EARLY_VALUES` KL
@@ -112,8 +115,8 @@ def placement_problem(s: dict, delay: int, axis: str = "kl") -> str | None:
         return (f"its {name} column {s[f'{axis}_column']} holds no value at all (every one missing: empty, n/a, NaN "
                 f"or null)")
     if rows == 0 or rows == missing:
-        return (f"{axis.upper() if axis == 'kl' else axis} logged at steps {steps[0]}\u2013{steps[1]}; the window "
-                f"starts at {delay} (steps {delay}\u2013{delay + EARLY_UPDATES - 1}): no value in it")
+        return (f"{axis.upper() if axis == 'kl' else axis} logged at updates {steps[0]}\u2013{steps[1]} (counted from "
+                f"0); the early window is updates {delay}\u2013{delay + EARLY_UPDATES - 1}: no value in it")
     present = rows - missing
     if present < MIN_EARLY_VALUES or present < MIN_EARLY_SHARE * rows:
         return (f"{missing} of the early window's {rows} {axis} values are missing (empty, n/a, NaN); at least "

@@ -34,13 +34,15 @@ def test_a_mechanism_run_s_kl_column_is_read_where_drift_columns_are_absent():
 
 
 def test_a_verl_file_logger_export(tmp_path):
-    """verl's file logger writes one JSON object per step, {"step": n, "data": {metric: value}}; the KL
-    is rollout_corr/k3_kl, the sequence chi^2 rollout_corr/chi2_seq."""
+    """verl's file logger writes one JSON object per step, {"step": n, "data": {metric: value}}, the first update at
+    step 1 (a validation before training at step 0 carries no training metric); the KL is rollout_corr/k3_kl, the
+    sequence chi^2 rollout_corr/chi2_seq."""
     path = tmp_path / "metrics.jsonl"
     with path.open("w") as fh:
-        for t in range(30):
-            fh.write(json.dumps({"step": t, "data": {"rollout_corr/k3_kl": 0.001 * t, "rollout_corr/chi2_seq": 0.1 * t,
-                                                     "actor/pg_loss": 0.5}}) + "\n")
+        fh.write(json.dumps({"step": 0, "data": {"val-core/acc": 0.5}}) + "\n")
+        for t in range(30):  # update t at step t + 1
+            data = {"rollout_corr/k3_kl": 0.001 * t, "rollout_corr/chi2_seq": 0.1 * t, "actor/pg_loss": 0.5}
+            fh.write(json.dumps({"step": t + 1, "data": data}) + "\n")
     m, delay = drift.read_export(path, "verl")
     assert delay is None
     s = drift.summary(m, 4, "verl")
@@ -146,7 +148,8 @@ _TABLE = {"axis": "kl", "boundaries": [
      "levels": [{"drift": 0.01, "stable_share": 1.0, "n": 5}, {"drift": 0.05, "stable_share": 0.9, "n": 5}]}]}
 
 
-def _verl_export(path, kl_of_step, steps=range(40)):
+def _verl_export(path, kl_of_step, steps=range(1, 41)):
+    """A verl file-logger export, steps numbered as verl numbers them (the first update at step 1)."""
     path.write_text("".join(json.dumps({"step": t, "data": {"rollout_corr/k3_kl": kl_of_step(t)}}) + "\n"
                             for t in steps))
     return path
@@ -196,7 +199,25 @@ def test_kl_logged_only_before_the_window_is_said_so(tmp_path, capsys):
                     + "".join(json.dumps({"step": t, "data": {"other": 1.0}}) + "\n" for t in range(11, 60)))
     assert drift_place.main([str(path), "--stack", "verl", "--delay", "25"]) == 0
     out = capsys.readouterr().out
-    assert "KL logged at steps 1\u201310; the window starts at 25" in out and "logs no KL" not in out
+    assert "KL logged at updates 0\u20139 (counted from 0); the early window is updates 25\u201344" in out
+    assert "logs no KL" not in out
+
+
+@pytest.mark.parametrize("stack,first", [("verl", 1), ("trl", 1), ("toolkit", 0)])
+def test_the_early_window_starts_at_update_d_whatever_a_stack_numbers_its_first_update(tmp_path, stack, first):
+    """verl and TRL log their first update at step 1, this toolkit at 0: the early window is the updates d .. d + 19
+    (counted from 0) in each, so a KL equal to the update's index has the early median d + 9.5."""
+    import pandas as pd
+
+    d = 4
+    kl = drift.COLUMNS[stack]["kl"][0]
+    m = pd.DataFrame({"step": [u + first for u in range(60)], kl: [float(u) for u in range(60)]})
+    s = drift.summary(m, d, stack)
+    if stack == "trl":  # TRL reads only the updates d steps stale: u mod (d + 1) == d
+        want = float(np.median([u for u in range(60) if u % (d + 1) == d][:drift.EARLY_UPDATES]))
+    else:
+        want = d + (drift.EARLY_UPDATES - 1) / 2
+    assert s["kl_early"] == want and s["kl_steps"] == (0, 59)
 
 
 @pytest.mark.parametrize("make", [
@@ -273,7 +294,7 @@ def _fake_run(folder, delay=4, group_size=8, kl=0.02, steps=40):
     # a verl export: n/a is a missing value, counted and shown; a value neither a number nor missing is refused
     (lambda d: _verl_export(d / "m.jsonl", lambda t: "n/a"), ["--stack", "verl", "--delay", "4"], 0,
      r"its KL column rollout_corr/k3_kl holds no value at all", "held ("),
-    (lambda d: _verl_export(d / "m.jsonl", lambda t: 0.02 if t < 30 else "n/a"), ["--stack", "verl", "--delay", "4"],
+    (lambda d: _verl_export(d / "m.jsonl", lambda t: 0.02 if t <= 30 else "n/a"), ["--stack", "verl", "--delay", "4"],
      0, r"rollout_corr/k3_kl; 10 of 36 all values missing", None),
     (lambda d: _verl_export(d / "m.jsonl", lambda t: "abc" if t == 7 else 0.02), ["--stack", "verl", "--delay", "4"],
      2, r"rollout_corr/k3_kl at step 7: 'abc' is not a number", None),

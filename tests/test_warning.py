@@ -214,7 +214,7 @@ def test_verdict_says_not_yet_run(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- the drift reader reads it in every stack
 
 
-@pytest.mark.parametrize("stack,column,first", [("toolkit", "warn/kl", 0), ("verl", "actor/warn/kl", 0),
+@pytest.mark.parametrize("stack,column,first", [("toolkit", "warn/kl", 0), ("verl", "actor/warn/kl", 1),
                                                 ("trl", "mech/kl", 1)])
 def test_the_drift_reader_applies_the_rule_under_each_stacks_names(tmp_path, capsys, stack, column, first):
     from grids import drift_place

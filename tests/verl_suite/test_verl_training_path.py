@@ -348,3 +348,6 @@ def test_the_drift_reader_reads_the_plugins_metrics_from_verls_own_log(trained, 
     assert s["ess_ratio_all"] == pytest.approx(float(np.median(ess)), rel=1e-5)
     assert s["kl_all"] == pytest.approx(float(np.median(kl)), rel=1e-12) and s["kl_all"] > 0
     assert 0 < s["ess_ratio_all"] < 1 and math.isfinite(s["chi2_all"])
+    # verl's steps count from 1: at delay 1 the early window is updates 1 and 2 (steps 2 and 3), not all three
+    late = drift.summary(m, 1, "verl")
+    assert late["kl_early_rows"] == 2 and late["kl_early"] == pytest.approx(float(np.median(kl[1:])), rel=1e-12)
