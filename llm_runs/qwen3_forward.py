@@ -114,11 +114,28 @@ def logits_fn(model):
     returning the logits ``model(...)`` returns for those arguments, bit for bit: the lean path when
     :func:`supports` says so (in the model's current train / eval mode), else the model's own call."""
     if not supports(model):
+        key = cache_keyword(type(model))
+
         def call(input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=None, logits_to_keep=0):
-            return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
-                         use_cache=use_cache, logits_to_keep=logits_to_keep).logits
+            return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         use_cache=use_cache, logits_to_keep=logits_to_keep, **{key: cache}).logits
         return call
     return functools.partial(_lean_forward, model, model.training)
+
+
+@functools.cache
+def cache_keyword(cls) -> str:
+    """The name under which ``cls.forward`` takes its KV cache: ``cache`` (transformers 5.24) or ``past_key_values``
+    (earlier 5.x releases, verl's environment among them). Passed under the other name, a cache would land in the
+    forward's ``**kwargs`` and be ignored without a word: every call would run as if nothing came before."""
+    import inspect
+
+    params = inspect.signature(cls.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    raise TypeError(f"{cls.__name__}.forward takes its KV cache neither as cache nor as past_key_values "
+                    f"(its parameters: {', '.join(params)}): no route to pass one")
 
 
 def forward(model, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=None,

@@ -127,6 +127,48 @@ def test_decode_is_the_same_with_and_without_the_lean_forward(monkeypatch):
     assert torch.equal(lean, decode(model, Tok(), ids, attn, 6))
 
 
+def test_a_forward_that_takes_the_cache_as_past_key_values_is_given_it_there():
+    """Earlier transformers 5.x releases (verl's environment) name the forward's cache ``past_key_values``; passed as
+    ``cache`` it would fall into ``**kwargs`` unread, and the grouped log-probabilities and the decode would run
+    every step without what came before. A model with that signature (the lean path steps aside for it: not the
+    checked class) gives the same numbers as the checked model, bit for bit."""
+    from transformers import Qwen3ForCausalLM
+
+    class Earlier(Qwen3ForCausalLM):
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
+                    use_cache=None, logits_to_keep=0, **kwargs):  # an unknown keyword is dropped, as there
+            return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                   cache=past_key_values, use_cache=use_cache, logits_to_keep=logits_to_keep)
+
+    model = _model(3)
+    earlier = Earlier(model.config)
+    earlier.load_state_dict(model.state_dict())
+    assert qwen3_forward.cache_keyword(Earlier) == "past_key_values" and not qwen3_forward.supports(earlier)
+    assert qwen3_forward.cache_keyword(Qwen3ForCausalLM) == "cache"
+    G = 4
+    q_ids, q_attn, _ = _inputs(N=3, P=6, pad_rows=(1,))
+    ids, attn = q_ids.repeat_interleave(G, 0), q_attn.repeat_interleave(G, 0)
+    comp = torch.randint(2, 20, (3 * G, 5))
+    with torch.no_grad():
+        assert torch.equal(completion_logprobs(earlier, ids, attn, comp, 1.0, G),
+                           completion_logprobs(model, ids, attn, comp, 1.0, G))
+
+    class Tok:
+        pad_token_id, eos_token_id = 0, 1
+
+    for m in (model, earlier):
+        m.generation_config.eos_token_id = 1
+    ids, attn, _ = _inputs()
+    assert torch.equal(decode(earlier, Tok(), ids, attn, 6), decode(model, Tok(), ids, attn, 6))
+
+    class Neither(Qwen3ForCausalLM):
+        def forward(self, input_ids=None, **kwargs):
+            return super().forward(input_ids=input_ids)
+
+    with pytest.raises(TypeError, match="takes its KV cache neither as cache nor as past_key_values"):
+        qwen3_forward.logits_fn(Neither(model.config))
+
+
 def test_lean_forward_steps_aside_for_hooks_and_gradient_checkpointing():
     model = _model()
     assert qwen3_forward.supports(model)
