@@ -353,3 +353,22 @@ def trajectory_grad_sq_norms(model, batch, temperature: float = 1.0) -> torch.Te
         grads = torch.autograd.grad(total, params, allow_unused=True)
         out[i] = sum(float((g.double() ** 2).sum()) for g in grads if g is not None)
     return out.view(batch.prompts_per_step, batch.group_size)
+
+
+def opob_recipe_advantages(rewards, seq_log_ratio, grad_sq_norms, estimator: str, eps: float, knobs: dict,
+                           opob: dict):
+    """OPOB advantages (P, G), the one form of the trainer's ``advantage = opob`` (``llm_runs.update._opob``), the
+    verl plugin's and the TRL adapter's:
+    ``opob_weight = vcpo`` multiplies each ``||grad log pi(o_i)||^2`` by the estimator's trajectory weight
+    squared (VCPO's code), then :func:`estimators.baselines.opob_advantages` with ``opob_norm_by_std``,
+    ``opob_flat_zero`` and ``opob_std`` (the trainer's defaults where ``opob`` leaves one out); float32, as the
+    trainer casts them."""
+    import estimators
+
+    norms = grad_sq_norms.detach().double()
+    if opob.get("opob_weight", "is") == "vcpo":
+        c = estimators.weights(estimator, seq_log_ratio.detach().double(), eps, **knobs)
+        norms = norms * torch.as_tensor(c, dtype=norms.dtype) ** 2
+    return opob_advantages(rewards.double(), seq_log_ratio.detach().double(), norms,
+                           opob.get("opob_norm_by_std", True), opob.get("opob_flat_zero", True),
+                           opob.get("opob_std", "sample")).float()

@@ -227,13 +227,14 @@ def _opob(model, batch: RolloutBatch, temperature: float, control) -> tuple[torc
     lr = (masked_token_log_ratio(logp, batch.behaviour_logp, batch.completion_mask)).sum(-1)
     norms = stepsize.trajectory_grad_sq_norms(model, batch, temperature)
     rewards = batch.rewards.view(batch.prompts_per_step, batch.group_size)
-    norm_by_std = True if control is None else control.opob_norm_by_std
-    flat_zero = True if control is None else getattr(control, "opob_flat_zero", True)
-    if getattr(control, "opob_weight", "is") == "vcpo":  # VCPO's norm is that of c_i grad log pi(o_i)
-        c = estimators.weights(control.estimator, lr.view_as(rewards).double(), control.eps, **control.loss_options())
-        norms = norms * torch.as_tensor(c, dtype=norms.dtype) ** 2
-    adv = stepsize.opob_advantages(rewards, lr.view_as(rewards), norms, norm_by_std, flat_zero,
-                                   getattr(control, "opob_std", "sample")).float()
+    if control is None:  # the defaults: the IS weight, normalised by the group's std, flat groups 0
+        adv = stepsize.opob_recipe_advantages(rewards, lr.view_as(rewards), norms, "is", 0.0, {}, {})
+    else:
+        opob = {"opob_weight": getattr(control, "opob_weight", "is"), "opob_norm_by_std": control.opob_norm_by_std,
+                "opob_flat_zero": getattr(control, "opob_flat_zero", True),
+                "opob_std": getattr(control, "opob_std", "sample")}
+        adv = stepsize.opob_recipe_advantages(rewards, lr.view_as(rewards), norms, control.estimator, control.eps,
+                                              control.loss_options(), opob)
     return adv, {"perf/opob_s": time.perf_counter() - t0}
 
 

@@ -181,27 +181,6 @@ def recipe_settings(name: str) -> dict:
     return out
 
 
-def opob_recipe_advantages(rewards, seq_log_ratio, grad_sq_norms, estimator: str, eps: float, knobs: dict,
-                           opob: dict):
-    """OPOB advantages (P, G) as the trainer's ``advantage = opob`` forms them (``llm_runs.update._opob``):
-    ``opob_weight = vcpo`` multiplies each ``||grad log pi(o_i)||^2`` by the estimator's trajectory weight
-    squared (VCPO's code), then :func:`estimators.baselines.opob_advantages` with ``opob_norm_by_std``,
-    ``opob_flat_zero`` and ``opob_std`` (the trainer's defaults where ``opob`` leaves one out); float32, as the
-    trainer casts them."""
-    import torch
-
-    import estimators
-    from estimators.baselines import opob_advantages
-
-    norms = grad_sq_norms.detach().double()
-    if opob.get("opob_weight", "is") == "vcpo":
-        c = estimators.weights(estimator, seq_log_ratio.detach().double(), eps, **knobs)
-        norms = norms * torch.as_tensor(c, dtype=norms.dtype) ** 2
-    return opob_advantages(rewards.double(), seq_log_ratio.detach().double(), norms,
-                           opob.get("opob_norm_by_std", True), opob.get("opob_flat_zero", True),
-                           opob.get("opob_std", "sample")).float()
-
-
 def trajectory_grad_sq_norms_of(logp, mask, params):
     """``||grad_theta sum_t log pi_theta(o_i,t)||^2`` of every row i of ``logp`` (B, T, with its graph) under
     ``mask``: one backward pass per row through the batch's graph (kept), the parameters' ``.grad`` untouched;

@@ -84,12 +84,12 @@ import estimators
 from estimators._compat import renamed_keywords
 from estimators._validate import check_eps
 from estimators.losses import loss_names, masked_token_log_ratio, policy_loss  # noqa: F401 (loss_names re-exported)
+from llm_runs.stepsize import opob_recipe_advantages
 
 from ._common import (
     batch_options,
     batch_statistics,
     check_contiguous_groups,
-    opob_recipe_advantages,
     per_length,
     trajectory_grad_sq_norms_of,
     trl_name,

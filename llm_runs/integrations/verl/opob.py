@@ -5,7 +5,7 @@ response's reward in ``returns``; before each mini-batch's step (``TrainingWorke
 plugin) :func:`opob_batch` runs one forward and backward pass per response through the actor's own engine
 (``engine.forward_backward_batch``, verl 0.9.1 ``verl/workers/engine/fsdp/transformer_impl.py``), reads the
 gradient's squared norm, clears it, and writes OPOB's advantages (the trainer's
-``llm_runs.update._opob``: :func:`llm_runs.integrations._common.opob_recipe_advantages`) into the batch, as VCPO's
+``llm_runs.update._opob``: :func:`llm_runs.stepsize.opob_recipe_advantages`) into the batch, as VCPO's
 actor accumulates one trajectory per micro-batch (mit-han-lab/vcpo ``verl/workers/actor/megatron_actor.py``).
 
 One data-parallel rank only: with several, FSDP averages each pass's gradient over the ranks before it can be read,
@@ -63,7 +63,8 @@ def opob_batch(worker, data, config):
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import no_padding_2_padding
 
-    from .._common import opob_recipe_advantages
+    from llm_runs.stepsize import opob_recipe_advantages
+
     from .settings import behaviour_from
 
     engine = worker.engine
