@@ -12,14 +12,12 @@ cell by cell, and the collapse shares.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from schema.results import MissingResults, Sim, read_sim
 from schema.sources import shown_path
+from stats import t_interval
 
 from .result import Result
 
@@ -28,14 +26,10 @@ LEVEL = 0.95
 
 
 def paired_interval(a, b, level: float = LEVEL) -> tuple[float, float, float, int]:
-    """Mean of the paired differences ``a - b`` and its two-sided t-interval: ``(mean, low, high, n)``."""
+    """Mean of the paired differences ``a - b`` (the finite ones) and its two-sided t-interval
+    (:func:`stats.t_interval`): ``(mean, low, high, n)``, NaN bounds below two differences."""
     d = np.asarray(a, float) - np.asarray(b, float)
-    d = d[np.isfinite(d)]
-    n = len(d)
-    if n < 2:
-        return (float(d.mean()) if n else math.nan), math.nan, math.nan, n
-    m, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
-    h = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
+    m, h, n = t_interval(d[np.isfinite(d)], level)
     return m, m - h, m + h, n
 
 
