@@ -46,12 +46,16 @@ def pair_rows(pair: str, scale: float) -> list[dict]:
 def plant_pairs(folder: Path) -> None:
     """pA and pB pass every check, pC's on-policy groups all have equal rewards (no target, no checks)."""
     folder.mkdir(parents=True, exist_ok=True)
-    ok = {"is_unbiased": {"passed": True}, "committed_bias": {"passed": True}, "sketch": {"passed": True},
-          "direct_mc": [{"estimator": "gmc", "G": 8, "z": -1.5, "agrees": True},
-                        {"estimator": "topr", "G": 32, "z": 0.5, "agrees": True}], "passed": True}
+    mc = {"direct_se": 10.0, "pool": 100.0, "pool_se": 0.0, "sketch_sd": 0.0, "agrees": True}
+    ok = {"is_unbiased": {"passed": True}, "committed_bias": {"available": True, "max_abs_z": 0.1, "passed": True},
+          "sketch": {"passed": True},
+          "direct_mc": [{"estimator": "gmc", "G": 8, "z": -1.5, "direct": 85.0, **mc},
+                        {"estimator": "topr", "G": 32, "z": 0.5, "direct": 105.0, **mc}], "passed": True}
     sw = {e: {"S_w": {"4": 100.0, "32": 300.0 if e == "gmc" else 80.0}} for e in K}
+    moments = {f"is/G{G}": {"bias_sq": {"value": 0.01, "se": 0.02}} for G in (2, 4, 8)}
     pairs = {n: {"run": f"run-{n}", "drift_kl": 0.1, "drift_ess": 0.5, "target_zero": n == "pC",
-                 "checks": {} if n == "pC" else ok, "summary": {} if n == "pC" else sw} for n in ("pA", "pB", "pC")}
+                 "checks": {} if n == "pC" else ok, "summary": {} if n == "pC" else sw,
+                 "moments": {} if n == "pC" else moments} for n in ("pA", "pB", "pC")}
     (folder / "pairs.json").write_text(json.dumps({"pairs": pairs, "cost_s": {"wall": 7200.0, "cpu": 3600.0}}))
     rows = pair_rows("pA", 1.0) + pair_rows("pB", 3.0) + pair_rows("pC", 0.0)
     pd.DataFrame(rows).assign(checks_passed=lambda t: t["pair"] != "pC").to_csv(folder / "pairs.csv", index=False)

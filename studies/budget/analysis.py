@@ -20,13 +20,15 @@ import numpy as np
 import pandas as pd
 
 from . import rules
-from .grids import CAP_KAPPAS, LEVEL, MECHANISM_CELLS, SEEDS, SGD_LEVEL
+from .grids import CAP_KAPPAS, LEVEL, MECHANISM_CELLS, SEEDS, SGD_LEVEL, splits
 
 FORMAT = "gmc-grpo-budget-verdicts/1"
 MARGIN = 0.03
 """Learned: no collapse and a final held-out pc above the warm start's by more than the studies' margin
 (:data:`grids.run_table.MARGIN`; a test holds the two equal)."""
 B5_BUDGETS = (64, 128, 512)
+B5_CELLS = frozenset(c for c in splits() if c[0] * c[1] in B5_BUDGETS)
+"""The cells B5 reads (the grid's splits at its budgets): only these need whole seeds for its verdict."""
 
 
 def _read(run: Path) -> dict | None:
@@ -80,16 +82,71 @@ def cell_table(df: pd.DataFrame, estimator: str, delay: int, value: str = "learn
     return out, 0
 
 
-def read_pairs(folder: Path) -> pd.DataFrame | None:
-    """The pair table's rows of the pairs whose validity checks passed (None: no table yet)."""
+PAIR_IS_Z = 2.0
+"""Check (a): IS's ``bias_sq`` within this many s.e. of 0 at every G (the pre-registration's Part A)."""
+PAIR_MC_Z = 4.0
+"""Check (b): the direct Monte Carlo within this many s.e. of the pool's second moment."""
+PAIR_BIAS_Z = 2.0
+"""Check (c): ``bias_sq`` within this many combined s.e. of the committed group-size measurement."""
+
+
+def pair_status(doc: dict) -> dict:
+    """Per pair of ``pairs.json``, the pre-registered validity checks (a)-(c) applied to its stored measurements:
+    ``a``, ``b``, ``c`` and ``passed`` (all three), with the numbers they read. Check (b)'s standard error is the
+    pair code's (the direct draws', the pool's jackknife and the sketch's one s.d., fixed before the measurement);
+    ``b_without_sketch`` and ``passed_without_sketch`` read it without the sketch's term (the registration names no
+    term). The pair code's own gate (``checks.passed``: (c) at 4 s.e., and the sketch against the exact Gram matrix,
+    which the registration states beside the table without gating on it) is kept as ``measured_passed``. A pair
+    whose on-policy groups all have equal rewards has no target: no check runs, it is excluded, saying why."""
+    out = {}
+    for name, p in sorted((doc.get("pairs") or {}).items()):
+        c = p.get("checks") or {}
+        if p.get("target_zero") or not c:
+            out[name] = {"passed": False, "passed_without_sketch": False, "measured_passed": c.get("passed"),
+                         "why": "no target: every on-policy group has equal rewards, so grad J's estimate is 0 and "
+                                "no check or relative term is defined"}
+            continue
+        is_cells = [v["bias_sq"] for k, v in (p.get("moments") or {}).items() if k.startswith("is/") and v]
+        is_z = [abs(b["value"]) / b["se"] if b["se"] > 0 else math.inf for b in is_cells]
+        mc = c.get("direct_mc") or []
+        z_full = [float(m["z"]) for m in mc]
+        z_bare = [(m["direct"] - m["pool"]) / math.hypot(m["direct_se"], m["pool_se"]) for m in mc]
+        cb = c.get("committed_bias") or {}
+        a = bool(is_z) and max(is_z) <= PAIR_IS_Z
+        b_full = bool(mc) and max(map(abs, z_full)) <= PAIR_MC_Z
+        b_bare = bool(mc) and max(map(abs, z_bare)) <= PAIR_MC_Z
+        cc = bool(cb.get("available")) and float(cb["max_abs_z"]) <= PAIR_BIAS_Z
+        why = [w for w, ok in (("(a) IS's bias_sq beyond 2 s.e. of 0", a), ("(b) the direct Monte Carlo beyond 4 s.e.",
+                                                                             b_full),
+                               ("(c) bias_sq beyond 2 s.e. of the committed value" if cb.get("available") else
+                                "(c) no committed value to compare", cc)) if not ok]
+        out[name] = {"a": a, "b": b_full, "b_without_sketch": b_bare, "c": cc, "passed": a and b_full and cc,
+                     "passed_without_sketch": a and b_bare and cc, "measured_passed": c.get("passed"),
+                     "sketch_passed": (c.get("sketch") or {}).get("passed"), "is_max_z": max(is_z, default=math.nan),
+                     "mc_z": z_full, "mc_z_without_sketch": z_bare, "committed_max_abs_z": cb.get("max_abs_z"),
+                     "why": "; ".join(why) or None}
+    return out
+
+
+def read_pairs(folder: Path, reading: str = "passed") -> pd.DataFrame | None:
+    """The pair table's rows of the pairs that pass the pre-registered checks (:func:`pair_status`; ``reading``
+    ``passed_without_sketch`` for check (b) without the sketch's term); None: no table yet."""
     from schema.results import read_json
 
     csv, js = folder / "pairs.csv", folder / "pairs.json"
     if not (csv.is_file() and js.is_file()):
         return None
-    passed = {n for n, p in (read_json(js).get("pairs") or {}).items() if (p.get("checks") or {}).get("passed")}
+    passed = {n for n, st in pair_status(read_json(js)).items() if st[reading]}
     tab = pd.read_csv(csv)
     return tab[tab["pair"].isin(passed)]
+
+
+def read_pair_status(folder: Path) -> dict | None:
+    """:func:`pair_status` of ``folder``'s ``pairs.json`` (None: none yet)."""
+    from schema.results import read_json
+
+    js = folder / "pairs.json"
+    return pair_status(read_json(js)) if js.is_file() else None
 
 
 def b5_inputs(df: pd.DataFrame, pairs: pd.DataFrame) -> tuple[dict, dict, dict] | None:
@@ -97,8 +154,8 @@ def b5_inputs(df: pd.DataFrame, pairs: pd.DataFrame) -> tuple[dict, dict, dict] 
     pc per split; None while a cell B5 reads lacks whole seeds."""
     mse, out, tb = {}, {}, {}
     for e in ("gmc", "tic_trunc", "topr", "is"):
-        tab, _ = cell_table(df, e, 64)
-        pcs, _ = cell_table(df, e, 64, "pc_final")
+        tab, _ = cell_table(df, e, 64, cells=B5_CELLS)
+        pcs, _ = cell_table(df, e, 64, "pc_final", cells=B5_CELLS)
         if tab is None:
             return None
         for N in B5_BUDGETS:
@@ -128,7 +185,8 @@ def hypotheses(df: pd.DataFrame, pairs: pd.DataFrame | None) -> dict:
     res["B4"], missing["B4"] = (rules.b4(d0) if d0 else None), m4
     inputs = b5_inputs(df, pairs) if pairs is not None else None
     res["B5"] = rules.b5(*inputs) if inputs else None
-    missing["B5"] = "the pair table" if pairs is None else (0 if inputs else "grid runs")
+    b5_missing = sum(cell_table(df, e, 64, cells=B5_CELLS)[1] for e in ("gmc", "tic_trunc", "topr", "is"))
+    missing["B5"] = "the pair table" if pairs is None else (0 if inputs else b5_missing)
     return {"records": res, "missing": missing}
 
 
@@ -144,11 +202,51 @@ def cell_shares(df: pd.DataFrame) -> list[dict]:
     return out
 
 
-def verdicts(df: pd.DataFrame, pairs: pd.DataFrame | None) -> dict:
+def verdicts(df: pd.DataFrame, pairs: pd.DataFrame | None, status: dict | None = None,
+             pairs_other: pd.DataFrame | None = None) -> dict:
+    """The verdicts file: B1-B5 from ``df`` and the pairs that pass the registered checks (``pairs``), which pairs
+    B5 used and which it left out and why (``status``, :func:`pair_status`), and the departures of the code from
+    the pre-registration with the numbers both ways: B5 also from ``pairs_other`` (check (b) read without the
+    sketch's term) where that reading keeps other pairs."""
     h = hypotheses(df, pairs)
     v = rules.verdicts(h["records"])
-    return {"format": FORMAT, "verdicts": v, "records": rules_jsonable(h["records"]), "missing": h["missing"],
-            "runs": {"design": len(df), "finished": int(df["finished"].sum())}, "cells": cell_shares(df)}
+    doc = {"format": FORMAT, "verdicts": v, "records": rules_jsonable(h["records"]), "missing": h["missing"],
+           "runs": {"design": len(df), "finished": int(df["finished"].sum())}, "cells": cell_shares(df)}
+    if status is not None:
+        doc["pairs"] = {"used": sorted(n for n, st in status.items() if st["passed"]),
+                        "excluded": {n: st["why"] for n, st in status.items() if not st["passed"]},
+                        "checks": status}
+        doc["departures"] = departures(status, df, pairs_other, h["records"].get("B5"))
+    return doc
+
+
+def departures(status: dict, df: pd.DataFrame, pairs_other: pd.DataFrame | None, b5) -> list[dict]:
+    """Where the pair code departs from the registered checks, and what it changes: (c) gated at 4 s.e. by the pair
+    code against the registered 2 (applied here); the sketch check gated by the pair code, a statement only in the
+    registration (not a gate here); check (b)'s standard error with or without the sketch's term (B5 both ways)."""
+    out = []
+    c_diff = sorted(n for n, st in status.items() if "c" in st and st["measured_passed"] and not st["c"])
+    zs = [st["committed_max_abs_z"] for st in status.values() if st.get("committed_max_abs_z") is not None]
+    out.append({"what": "check (c): the pair code gated at 4 combined s.e. (studies.budget.pairs.BIAS_Z); the "
+                        "registration says 2, applied here",
+                "pairs_whose_status_changes": c_diff, "largest_abs_z": max(zs, default=None)})
+    sk = sorted(n for n, st in status.items() if st.get("sketch_passed") is False and st["passed"])
+    out.append({"what": "the sketch against the exact Gram matrix: a gate in the pair code, stated beside the table "
+                        "in the registration (not a gate here)", "pairs_it_would_exclude": sk})
+    keep = sorted(n for n, st in status.items() if st["passed"])
+    other = sorted(n for n, st in status.items() if st["passed_without_sketch"])
+    rec = {"what": "check (b): its standard error includes the sketch's one s.d. (the pair code's, fixed before the "
+                   "measurement); the registration names no term. Without it",
+           "pairs_used": keep, "pairs_used_without_sketch_term": other}
+    if other != keep:
+        alt = None
+        if pairs_other is not None:
+            inputs = b5_inputs(df, pairs_other)
+            alt = rules_jsonable({"B5": rules.b5(*inputs)})["B5"] if inputs else None
+        rec["B5"] = rules_jsonable({"B5": b5})["B5"] if b5 is not None else None
+        rec["B5_without_sketch_term"] = alt
+    out.append(rec)
+    return out
 
 
 def rules_jsonable(records: dict) -> dict:
@@ -164,6 +262,16 @@ def summary_text(doc: dict) -> str:
         extra = f" (missing: {doc['missing'][h]} runs)" if v == "not yet run" and isinstance(doc["missing"][h], int) \
             else (f" (missing: {doc['missing'][h]})" if v == "not yet run" else "")
         lines.append(f"{h}: {v}{extra}")
+    if "pairs" in doc:
+        out = "; ".join(f"{n} ({why})" for n, why in doc["pairs"]["excluded"].items()) or "none"
+        lines.append(f"B5's frozen pairs (the registered checks (a)-(c)): used {', '.join(doc['pairs']['used'])}; "
+                     f"left out: {out}")
+        for d in doc["departures"]:
+            alt, b5 = d.get("B5_without_sketch_term"), d.get("B5")
+            if alt and b5:
+                lines.append(f"  departure, {d['what']}: pairs {', '.join(d['pairs_used_without_sketch_term'])}, "
+                             f"B5 rho {alt['rho']:.3f} p {alt['p']:.4f} (against rho {b5['rho']:.3f} p "
+                             f"{b5['p']:.4f})")
     for c in doc["cells"]:
         if c["finished"]:
             k = f" kappa {c['kappa']:g}" if c["kappa"] else ""
@@ -180,7 +288,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     folder = grid_folder("budget")
     try:
-        doc = verdicts(design_runs(), read_pairs(folder))
+        doc = verdicts(design_runs(), read_pairs(folder), read_pair_status(folder),
+                       read_pairs(folder, "passed_without_sketch"))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -37,8 +37,10 @@ from .pairs_pass import Q_STORED, TABLE_G, Accumulators, prompt_pass, replicate_
 FORMAT = "gmc-grpo-budget-pairs/1"
 BUDGETS = (64, 128, 512)
 B_RANGE = (2, 128)
-BIAS_Z = 4.0
-"""The squared bias agrees with the committed measurement's when within this many combined standard errors."""
+BIAS_Z = 2.0
+"""The squared bias agrees with the committed measurement's when within this many combined standard errors (check
+(c) as pre-registered; the committed table was measured with 4, which :mod:`studies.budget.analysis` records as a
+departure: it applies 2 to the stored z values, and no pair's status changes)."""
 COLUMNS = ("pair", "estimator", "B", "G", "N", "rel_mse", "bias_sq", "var", "cos_mean", "cos_neg_share", "max_share",
            "equal_reward_share", "se", "bias_se", "var_se", "within", "within_se", "between", "between_se", "cos_se",
            "cos_neg_share_se", "max_share_se", "max_coef_share", "zero_update_share", "target_ok", "checks_passed")

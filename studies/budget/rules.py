@@ -177,11 +177,11 @@ def b5(mse: dict, outcome: dict, tiebreak: dict | None = None, n_perm: int = N_P
 
 def verdicts(results: dict) -> dict:
     """Each hypothesis' verdict from its test's record (``results``: name -> record, or None when its runs are not
-    there yet): Holm over the p-values of those tested; CONFIRMED needs Holm's rejection and the test's own
-    condition (``extra_ok``), REFUTED the test's refutation, anything else INCONCLUSIVE; "not yet run" where the
-    record is None."""
-    tested = {h: r for h, r in results.items() if r is not None}
-    rejected = holm({h: float(r["p"]) for h, r in tested.items()}, ALPHA) if tested else {}
+    there yet): Holm over the whole family ``results`` names (B1-B5 as registered), a hypothesis not yet tested
+    holding a place with no p-value (never rejected, so the others are not tested at a looser level than the
+    registered family gives them); CONFIRMED needs Holm's rejection and the test's own condition (``extra_ok``),
+    REFUTED the test's refutation, anything else INCONCLUSIVE; "not yet run" where the record is None."""
+    rejected = holm({h: float(r["p"]) if r is not None else math.nan for h, r in results.items()}, ALPHA)
     out = {}
     for h, r in results.items():
         if r is None:
