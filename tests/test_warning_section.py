@@ -174,7 +174,7 @@ def grid(tmp_path, monkeypatch):
     monkeypatch.setenv("GMC_RESULTS", str(tmp_path))
     folder = tmp_path / "llm" / "budget"
     folder.mkdir(parents=True)
-    state = {"recs": [], "planned": 40}
+    state = {"recs": [], "planned": {r["run"] for r in _recs()}}
     monkeypatch.setattr(v, "read_records_in", lambda root: state["recs"])
     monkeypatch.setattr(v, "planned_runs", lambda root: state["planned"])
     return folder, state
@@ -198,6 +198,11 @@ def test_the_verdicts_file_is_interim_until_every_planned_run_is_complete(grid, 
     final = json.loads((folder / VERDICTS_FILE).read_text())
     assert not final["interim"] and final["verdict"] == "NOT CONFIRMED" and "interim_verdict" not in final
     assert final["misses"] == {"8": ["false-alarm rate 0.300 > 0.2"]}
+    # a run folder the grid does not plan neither completes the set nor enters it: named, left out
+    stray = _recs(n=1)[0] | {"run": "not-a-planned-run"}
+    state["recs"] = _recs()[:39] + [stray]
+    rec = verdict("budget")
+    assert rec["verdict"] == "not yet run" and rec["complete"] == 39 and rec["not_planned"] == ["not-a-planned-run"]
     assert "INTERIM" not in capsys.readouterr().out
 
 

@@ -37,15 +37,16 @@ def frozen_rule(path: Path = FROZEN_FILE) -> dict:
     return rule
 
 
-def planned_runs(root: Path) -> int | None:
-    """How many runs at positive delay the grid under ``root`` plans (its ``sweep.json``; None: none recorded)."""
+def planned_runs(root: Path) -> set[str] | None:
+    """The names of the runs at positive delay the grid under ``root`` plans (its ``sweep.json``; None: none
+    recorded): the confirmation set, whatever else lies in the folder."""
     from grids.spec import recorded_grid
 
     try:
         grid = recorded_grid(root)
     except ValueError:
         return None
-    return sum(1 for c in grid.cells() if c.delay > 0)
+    return {c.name for c in grid.cells() if c.delay > 0}
 
 
 def decide(recs: list[dict], rule: dict) -> dict:
@@ -124,8 +125,13 @@ def verdict(grid: str, root: Path | None = None) -> dict:
         return {**head, "verdict": "not yet run", "why": f"{root} does not exist: the grid has no run yet",
                 "interim": True, "complete": 0, "runs": 0, "planned": None, "table": []}
     recs = [r for r in read_records_in(root) if r["delay"] > 0]
-    planned = planned_runs(root)
+    names = planned_runs(root)
+    stray = sorted(r["run"] for r in recs if names is not None and r["run"] not in names)
+    recs = [r for r in recs if names is None or r["run"] in names]  # a folder the grid does not plan is no evidence
+    planned = None if names is None else len(names)
     rec = decide(recs, rule) if recs else {"verdict": "INCONCLUSIVE", "why": "no complete run", "table": []}
+    if stray:
+        rec = {**rec, "not_planned": stray}
     interim = planned is None or len(recs) < planned
     if interim:
         rec = {**rec, "interim_verdict": rec["verdict"], "interim_why": rec["why"], "verdict": "not yet run",
