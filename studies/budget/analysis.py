@@ -149,12 +149,12 @@ def read_pair_status(folder: Path) -> dict | None:
     return pair_status(read_json(js)) if js.is_file() else None
 
 
-def b5_inputs(df: pd.DataFrame, pairs: pd.DataFrame) -> tuple[dict, dict, dict] | None:
-    """B5's strata (correction, N): the pairs' median ``rel_mse`` per split, the grid's learned share and mean final
-    pc per split; None while a cell B5 reads lacks whole seeds."""
+def b5_inputs(df: pd.DataFrame, pairs: pd.DataFrame, value: str = "learned") -> tuple[dict, dict, dict] | None:
+    """B5's strata (correction, N): the pairs' median ``rel_mse`` per split, the grid's learned share (``value``:
+    or held) and mean final pc per split; None while a cell B5 reads lacks whole seeds."""
     mse, out, tb = {}, {}, {}
     for e in ("gmc", "tic_trunc", "topr", "is"):
-        tab, _ = cell_table(df, e, 64, cells=B5_CELLS)
+        tab, _ = cell_table(df, e, 64, value, cells=B5_CELLS)
         pcs, _ = cell_table(df, e, 64, "pc_final", cells=B5_CELLS)
         if tab is None:
             return None
@@ -185,9 +185,18 @@ def hypotheses(df: pd.DataFrame, pairs: pd.DataFrame | None) -> dict:
     res["B4"], missing["B4"] = (rules.b4(d0) if d0 else None), m4
     inputs = b5_inputs(df, pairs) if pairs is not None else None
     res["B5"] = rules.b5(*inputs) if inputs else None
+    held = {}  # each rule's statistic with held in place of learned, beside it (no verdict; B4 reads the pc)
+    hg, ht = cell_table(df, "gmc", 64, "held")[0], cell_table(df, "topr", 64, "held")[0]
+    held["B1"] = rules.b1(hg) if hg else None
+    held["B2"] = rules.b2(hg, ht) if hg and ht else None
+    h3 = cell_table(df, "gmc", 64, "held", cells=mech)[0]
+    hcaps = {k: cell_table(df, "gmc_cap", 64, "held", kappa=k, cells=mech)[0] for k in CAP_KAPPAS}
+    held["B3"] = rules.b3(hcaps, h3) if h3 is not None and all(t is not None for t in hcaps.values()) else None
+    held_in = b5_inputs(df, pairs, "held") if pairs is not None else None
+    held["B5"] = rules.b5(*held_in) if held_in else None
     b5_missing = sum(cell_table(df, e, 64, cells=B5_CELLS)[1] for e in ("gmc", "tic_trunc", "topr", "is"))
     missing["B5"] = "the pair table" if pairs is None else (0 if inputs else b5_missing)
-    return {"records": res, "missing": missing}
+    return {"records": res, "missing": missing, "held": held}
 
 
 def cell_shares(df: pd.DataFrame) -> list[dict]:
@@ -211,6 +220,8 @@ def verdicts(df: pd.DataFrame, pairs: pd.DataFrame | None, status: dict | None =
     h = hypotheses(df, pairs)
     v = rules.verdicts(h["records"])
     doc = {"format": FORMAT, "verdicts": v, "records": rules_jsonable(h["records"]), "missing": h["missing"],
+           "held_beside": {"note": "each rule's statistic with held in place of learned (secondary, no verdict; B4 "
+                                   "reads the final pc, not a share)", **rules_jsonable(h["held"])},
            "runs": {"design": len(df), "finished": int(df["finished"].sum())}, "cells": cell_shares(df)}
     if status is not None:
         doc["pairs"] = {"used": sorted(n for n, st in status.items() if st["passed"]),
@@ -272,6 +283,9 @@ def summary_text(doc: dict) -> str:
                 lines.append(f"  departure, {d['what']}: pairs {', '.join(d['pairs_used_without_sketch_term'])}, "
                              f"B5 rho {alt['rho']:.3f} p {alt['p']:.4f} (against rho {b5['rho']:.3f} p "
                              f"{b5['p']:.4f})")
+    for name, a in (doc.get("mediators") or {}).get("auc_for_learned", {}).items():
+        vals = ", ".join(f"{m} {v:.2f}" for m, v in a.items() if v is not None) or "no run to compare"
+        lines.append(f"mediators' AUC for learned at d = 64 (exploratory), {name}: {vals}")
     for c in doc["cells"]:
         if c["finished"]:
             k = f" kappa {c['kappa']:g}" if c["kappa"] else ""
@@ -288,8 +302,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     folder = grid_folder("budget")
     try:
-        doc = verdicts(design_runs(), read_pairs(folder), read_pair_status(folder),
-                       read_pairs(folder, "passed_without_sketch"))
+        from .mediators import mediator_runs, summary
+        from .plan import plan_rows
+
+        df = design_runs()
+        doc = verdicts(df, read_pairs(folder), read_pair_status(folder), read_pairs(folder, "passed_without_sketch"))
+        doc["mediators"] = summary(mediator_runs(df, {r["name"]: r["run"] for r in plan_rows()}))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
