@@ -178,6 +178,18 @@ def test_a_complete_grid_is_decided_and_its_records_are_worded(tree):
                      r"\[-0.010, -0.010\]", text)
     assert "The frozen-pair table is missing (`" in text and "pairs.csv`, `" in text
     assert "does not exist): make it with `python -m studies.budget.pairs`" in text
+    # held beside learned (planted: held is learned in every run), for every rule decided
+    held = next(x for x in text.splitlines() if x.startswith("Held beside learned"))
+    assert re.search(r"B1: slope on log2 G [+-]0.000 \[[+-]0.000, [+-]0.000\]", held)
+    assert "B3: gmc_cap kappa 2.0 - gmc +1.00" in held
+
+
+def test_the_section_names_the_pairs_b5_reads_and_the_departures(tree):
+    text = section_text(reader())
+    assert ("B5 reads the frozen pairs that pass the registered checks (a)-(c): pA, pB; left out: pC (no target: "
+            "every on-policy group has equal rewards") in text
+    assert "* Departure: check (c): the pair code gated at 4 combined s.e." in text
+    assert "no pair's status changes (largest |z| 0.1)" in text
 
 
 def test_the_figure_s_numbers_are_the_analysis_counts_and_partial_cells_are_hatched(tree):

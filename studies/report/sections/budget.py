@@ -283,7 +283,12 @@ def budget_section(report_dir: Path | None = None, figures_out: Path | None = No
     df = progress.design_table(read)
     folder = grid_folder("budget")
     pairs = analysis.read_pairs(folder)
-    doc = analysis.verdicts(df, pairs)
+    doc = analysis.verdicts(df, pairs, analysis.read_pair_status(folder),
+                            analysis.read_pairs(folder, "passed_without_sketch"))
+    from studies.budget.mediators import mediator_runs, summary
+    from studies.budget.plan import plan_rows
+
+    doc["mediators"] = summary(mediator_runs(df, {r["name"]: r["run"] for r in plan_rows()}))
     inter = progress.interim(df, pairs)
     pending = [h for h in HYPOTHESES if doc["verdicts"][h] == "not yet run"]
     head = "## The sample budget under staleness: prompts or group size"
@@ -305,11 +310,60 @@ def budget_section(report_dir: Path | None = None, figures_out: Path | None = No
         lines, missing = figure_sections(FIGURES, report_dir, figures_out, draw_missing)
         md += lines
     md += ["Learned / finished runs (held in brackets) per cell, Adam + clip 1e-4:", ""] + cell_lines(doc) + [""]
+    md += secondary_lines(doc)
     s = progress.pairs_summary(folder)
     md += pair_lines(s)
     md += [cost_line(progress.costs(df), s.get("cost_s")), ""]
     md += placement_lines(doc, df, inter, s)
     return md, missing
+
+
+def _held_text(h: str, r: dict) -> str:
+    if h == "B3":
+        return "; ".join(f"gmc_cap kappa {k} - gmc {v['difference']:+.2f} [{v['ci'][0]:+.2f}, {v['ci'][1]:+.2f}]"
+                         for k, v in r["per_kappa"].items())
+    if h == "B5":
+        return f"rho {r['rho']:.2f} over {r['strata']} strata"
+    if h == "B2":
+        return (f"slope on log2 B: GMC {r['slope_gmc']:+.3f} [{r['ci_gmc'][0]:+.3f}, {r['ci_gmc'][1]:+.3f}], "
+                f"TOPR {r['slope_topr']:+.3f} [{r['ci_topr'][0]:+.3f}, {r['ci_topr'][1]:+.3f}]")
+    return f"slope on log2 G {r['slope']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]"
+
+
+def secondary_lines(doc: dict) -> list[str]:
+    """Which frozen pairs B5 reads under the registered checks, where the code departs from the registration (with
+    B5 both ways), held beside learned, and the mediators' AUC for learned (secondary: no verdict)."""
+    md = []
+    if "pairs" in doc:
+        out = "; ".join(f"{n} ({why})" for n, why in doc["pairs"]["excluded"].items()) or "none"
+        used = ", ".join(doc["pairs"]["used"])
+        md += [f"B5 reads the frozen pairs that pass the registered checks (a)-(c): {used}; left out: {out}.", ""]
+        for d in doc["departures"]:
+            if "pairs_whose_status_changes" in d:
+                eff = ", ".join(d["pairs_whose_status_changes"]) or "no pair's status changes"
+                z = f" (largest |z| {d['largest_abs_z']:.3g})" if d["largest_abs_z"] is not None else ""
+                md.append(f"* Departure: {d['what']}: {eff}{z}.")
+            elif "pairs_it_would_exclude" in d:
+                gone = ", ".join(d["pairs_it_would_exclude"]) or "none"
+                md.append(f"* Departure: {d['what']}: it would exclude {gone}.")
+            else:
+                alt, b5 = d.get("B5_without_sketch_term"), d.get("B5")
+                both = (f"; B5 without it: rho {alt['rho']:.3f}, p {alt['p']:.4f} (with it: rho {b5['rho']:.3f}, p "
+                        f"{b5['p']:.4f})") if alt and b5 else ""
+                md.append(f"* Departure: {d['what']} the pairs are {', '.join(d['pairs_used_without_sketch_term'])} "
+                          f"(with it {', '.join(d['pairs_used'])}){both}.")
+        md.append("")
+    held = {h: r for h, r in doc.get("held_beside", {}).items() if h != "note" and r}
+    if held:
+        md += ["Held beside learned (each rule's statistic with held in place of learned; no verdict): "
+               + "; ".join(f"{h}: {_held_text(h, r)}" for h, r in held.items()) + ".", ""]
+    aucs = (doc.get("mediators") or {}).get("auc_for_learned", {})
+    if aucs:
+        md += ["Mediators (median over updates 64-199; per cell in `verdicts.json`), AUC for learned at d = 64 "
+               "(exploratory): " + "; ".join(
+                   f"{k}: " + ", ".join(f"{m} {v:.2f}" for m, v in a.items() if v is not None)
+                   for k, a in aucs.items() if any(v is not None for v in a.values())) + ".", ""]
+    return md
 
 
 def readme_line(root: Path) -> str:
