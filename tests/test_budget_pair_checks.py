@@ -79,9 +79,10 @@ def test_b5_is_decided_on_its_own_cells_and_reported_both_ways_with_its_pairs(tm
     mse = (lambda e, B, G: G / B)  # more prompts, less error: the grid's gmc ordering
     (tmp_path / "pairs.json").write_text(json.dumps({"pairs": PAIRS}))
     _pair_table(PAIRS, mse).to_csv(tmp_path / "pairs.csv", index=False)
-    used, other = analysis.read_pairs(tmp_path), analysis.read_pairs(tmp_path, "passed_without_sketch")
+    used, status, other = analysis.read_pair_inputs(tmp_path)
     assert set(used["pair"]) == {"ok", "edge", "sketch"} and set(other["pair"]) == {"ok", "sketch"}
-    doc = analysis.verdicts(df, used, analysis.read_pair_status(tmp_path), other)
+    assert set(analysis.read_pairs(tmp_path)["pair"]) == set(used["pair"])
+    doc = analysis.verdicts(df, used, status, other)
     assert doc["verdicts"]["B1"] == "not yet run" and doc["missing"]["B1"] > 0
     assert doc["verdicts"]["B5"] != "not yet run" and doc["records"]["B5"]["rho"] > 0
     assert doc["pairs"]["used"] == ["edge", "ok", "sketch"]

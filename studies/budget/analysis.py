@@ -116,10 +116,11 @@ def pair_status(doc: dict) -> dict:
         b_full = bool(mc) and max(map(abs, z_full)) <= PAIR_MC_Z
         b_bare = bool(mc) and max(map(abs, z_bare)) <= PAIR_MC_Z
         cc = bool(cb.get("available")) and float(cb["max_abs_z"]) <= PAIR_BIAS_Z
-        why = [w for w, ok in (("(a) IS's bias_sq beyond 2 s.e. of 0", a), ("(b) the direct Monte Carlo beyond 4 s.e.",
-                                                                             b_full),
-                               ("(c) bias_sq beyond 2 s.e. of the committed value" if cb.get("available") else
-                                "(c) no committed value to compare", cc)) if not ok]
+        failed = [(a, f"(a) IS's bias_sq beyond {PAIR_IS_Z:g} s.e. of 0"),
+                  (b_full, f"(b) the direct Monte Carlo beyond {PAIR_MC_Z:g} s.e."),
+                  (cc, f"(c) bias_sq beyond {PAIR_BIAS_Z:g} s.e. of the committed value" if cb.get("available")
+                   else "(c) no committed value to compare")]
+        why = [w for ok, w in failed if not ok]
         out[name] = {"a": a, "b": b_full, "b_without_sketch": b_bare, "c": cc, "passed": a and b_full and cc,
                      "passed_without_sketch": a and b_bare and cc, "measured_passed": c.get("passed"),
                      "sketch_passed": (c.get("sketch") or {}).get("passed"), "is_max_z": max(is_z, default=math.nan),
@@ -128,25 +129,26 @@ def pair_status(doc: dict) -> dict:
     return out
 
 
-def read_pairs(folder: Path, reading: str = "passed") -> pd.DataFrame | None:
-    """The pair table's rows of the pairs that pass the pre-registered checks (:func:`pair_status`; ``reading``
-    ``passed_without_sketch`` for check (b) without the sketch's term); None: no table yet."""
+def read_pair_inputs(folder: Path) -> tuple[pd.DataFrame | None, dict | None, pd.DataFrame | None]:
+    """``folder``'s pair table, read once: the rows of the pairs that pass the pre-registered checks, every pair's
+    :func:`pair_status`, and the rows of those that pass with check (b) read without the sketch's term (None for
+    what is not there yet: ``pairs.json`` for the status, both files for the rows)."""
     from schema.results import read_json
 
     csv, js = folder / "pairs.csv", folder / "pairs.json"
-    if not (csv.is_file() and js.is_file()):
-        return None
-    passed = {n for n, st in pair_status(read_json(js)).items() if st[reading]}
+    status = pair_status(read_json(js)) if js.is_file() else None
+    if status is None or not csv.is_file():
+        return None, status, None
     tab = pd.read_csv(csv)
-    return tab[tab["pair"].isin(passed)]
+
+    def rows(reading: str) -> pd.DataFrame:
+        return tab[tab["pair"].isin({n for n, st in status.items() if st[reading]})]
+    return rows("passed"), status, rows("passed_without_sketch")
 
 
-def read_pair_status(folder: Path) -> dict | None:
-    """:func:`pair_status` of ``folder``'s ``pairs.json`` (None: none yet)."""
-    from schema.results import read_json
-
-    js = folder / "pairs.json"
-    return pair_status(read_json(js)) if js.is_file() else None
+def read_pairs(folder: Path) -> pd.DataFrame | None:
+    """The pair table's rows of the pairs that pass the pre-registered checks (None: no table yet)."""
+    return read_pair_inputs(folder)[0]
 
 
 def b5_inputs(df: pd.DataFrame, pairs: pd.DataFrame, value: str = "learned") -> tuple[dict, dict, dict] | None:
@@ -168,35 +170,37 @@ def b5_inputs(df: pd.DataFrame, pairs: pd.DataFrame, value: str = "learned") -> 
     return mse, out, tb
 
 
-def hypotheses(df: pd.DataFrame, pairs: pd.DataFrame | None) -> dict:
-    """Each hypothesis' record (:mod:`studies.budget.rules`) or ``{"missing": runs}`` when it cannot be decided yet."""
+def _share_records(df: pd.DataFrame, pairs: pd.DataFrame | None, value: str) -> tuple[dict, dict]:
+    """B1, B2, B3 and B5's records on the share ``value`` (``learned``, or ``held`` beside it) and the runs each
+    still misses."""
     res, missing = {}, {}
-    gmc, m1 = cell_table(df, "gmc", 64)
+    gmc, m1 = cell_table(df, "gmc", 64, value)
     res["B1"], missing["B1"] = (rules.b1(gmc) if gmc else None), m1
-    topr, m2 = cell_table(df, "topr", 64)
+    topr, m2 = cell_table(df, "topr", 64, value)
     res["B2"], missing["B2"] = (rules.b2(gmc, topr) if gmc and topr else None), m1 + m2
     mech = set(MECHANISM_CELLS)
-    g3, m3 = cell_table(df, "gmc", 64, cells=mech)
-    caps = {k: cell_table(df, "gmc_cap", 64, kappa=k, cells=mech) for k in CAP_KAPPAS}
+    g3, m3 = cell_table(df, "gmc", 64, value, cells=mech)
+    caps = {k: cell_table(df, "gmc_cap", 64, value, kappa=k, cells=mech) for k in CAP_KAPPAS}
     ok3 = g3 is not None and all(t is not None for t, _ in caps.values())
     res["B3"] = rules.b3({k: t for k, (t, _) in caps.items()}, g3) if ok3 else None
     missing["B3"] = m3 + sum(m for _, m in caps.values())
-    d0, m4 = cell_table(df, "gmc", 0, "pc_final")
-    res["B4"], missing["B4"] = (rules.b4(d0) if d0 else None), m4
-    inputs = b5_inputs(df, pairs) if pairs is not None else None
+    inputs = b5_inputs(df, pairs, value) if pairs is not None else None
     res["B5"] = rules.b5(*inputs) if inputs else None
-    held = {}  # each rule's statistic with held in place of learned, beside it (no verdict; B4 reads the pc)
-    hg, ht = cell_table(df, "gmc", 64, "held")[0], cell_table(df, "topr", 64, "held")[0]
-    held["B1"] = rules.b1(hg) if hg else None
-    held["B2"] = rules.b2(hg, ht) if hg and ht else None
-    h3 = cell_table(df, "gmc", 64, "held", cells=mech)[0]
-    hcaps = {k: cell_table(df, "gmc_cap", 64, "held", kappa=k, cells=mech)[0] for k in CAP_KAPPAS}
-    held["B3"] = rules.b3(hcaps, h3) if h3 is not None and all(t is not None for t in hcaps.values()) else None
-    held_in = b5_inputs(df, pairs, "held") if pairs is not None else None
-    held["B5"] = rules.b5(*held_in) if held_in else None
-    b5_missing = sum(cell_table(df, e, 64, cells=B5_CELLS)[1] for e in ("gmc", "tic_trunc", "topr", "is"))
+    b5_missing = sum(cell_table(df, e, 64, value, cells=B5_CELLS)[1] for e in ("gmc", "tic_trunc", "topr", "is"))
     missing["B5"] = "the pair table" if pairs is None else (0 if inputs else b5_missing)
-    return {"records": res, "missing": missing, "held": held}
+    return res, missing
+
+
+def hypotheses(df: pd.DataFrame, pairs: pd.DataFrame | None) -> dict:
+    """Each hypothesis' record (:mod:`studies.budget.rules`; None when it cannot be decided yet) and the runs it
+    still misses, in the order of :data:`rules.HYPOTHESES`; beside them (``held``) each share rule's statistic with
+    held in place of learned (no verdict; B4 reads the final pc, not a share)."""
+    res, missing = _share_records(df, pairs, "learned")
+    d0, missing["B4"] = cell_table(df, "gmc", 0, "pc_final")
+    res["B4"] = rules.b4(d0) if d0 else None
+    held, _ = _share_records(df, pairs, "held")
+    return {"records": {h: res[h] for h in rules.HYPOTHESES}, "missing": {h: missing[h] for h in rules.HYPOTHESES},
+            "held": held}
 
 
 def cell_shares(df: pd.DataFrame) -> list[dict]:
@@ -228,6 +232,18 @@ def verdicts(df: pd.DataFrame, pairs: pd.DataFrame | None, status: dict | None =
                         "excluded": {n: st["why"] for n, st in status.items() if not st["passed"]},
                         "checks": status}
         doc["departures"] = departures(status, df, pairs_other, h["records"].get("B5"))
+    return doc
+
+
+def study_doc(df: pd.DataFrame, pair_inputs: tuple) -> dict:
+    """The verdicts file's document: :func:`verdicts` from ``df`` and :func:`read_pair_inputs`' triple, with the
+    mediators of every finished run (:mod:`studies.budget.mediators`)."""
+    from .mediators import mediator_runs, summary
+    from .plan import plan_rows
+
+    pairs, status, other = pair_inputs
+    doc = verdicts(df, pairs, status, other)
+    doc["mediators"] = summary(mediator_runs(df, {r["name"]: r["run"] for r in plan_rows()}))
     return doc
 
 
@@ -302,12 +318,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     folder = grid_folder("budget")
     try:
-        from .mediators import mediator_runs, summary
-        from .plan import plan_rows
-
-        df = design_runs()
-        doc = verdicts(df, read_pairs(folder), read_pair_status(folder), read_pairs(folder, "passed_without_sketch"))
-        doc["mediators"] = summary(mediator_runs(df, {r["name"]: r["run"] for r in plan_rows()}))
+        doc = study_doc(design_runs(), read_pair_inputs(folder))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

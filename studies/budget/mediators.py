@@ -18,6 +18,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from stats import auc
+
 WINDOW = (64, 199)
 """The stale window, first and last update (inclusive)."""
 COLUMNS = {"share_max": "train/weight_max", "adv_zero_frac": "train/adv_zero_frac", "update_cos": "train/update_cos",
@@ -64,8 +66,6 @@ def mediator_runs(df: pd.DataFrame, runs: dict, read=_read) -> pd.DataFrame:
 def summary(runs: pd.DataFrame) -> dict:
     """Per cell (level, kappa, estimator, delay, B, G) the mean of each mediator over its finished runs, and per
     correction at d = 64 the AUC of each mediator for learned over its runs."""
-    from stats import auc
-
     done = runs[runs["finished"]].fillna({"kappa": 0.0})
     keys = ["level", "kappa", "estimator", "delay", "B", "G"]
     cells = []
@@ -77,11 +77,12 @@ def summary(runs: pd.DataFrame) -> dict:
     for (level, kappa, est), x in stale.groupby(["level", "kappa", "estimator"], sort=True):
         name = est if not kappa else f"{est} kappa {kappa:g}"
         lab = x["learned"].to_numpy(float) > 0.5
-        aucs[f"{level} {name}"] = {m: _auc(auc, x[m].to_numpy(float), lab) for m in MEDIATORS}
+        aucs[f"{level} {name}"] = {m: _auc(x[m].to_numpy(float), lab) for m in MEDIATORS}
     return {"window": list(WINDOW), "cells": cells, "auc_for_learned": aucs}
 
 
-def _auc(auc, scores: np.ndarray, labels: np.ndarray):
+def _auc(scores: np.ndarray, labels: np.ndarray) -> float | None:
+    """:func:`stats.auc` over the runs with a value (None where it is undefined)."""
     keep = np.isfinite(scores)
     a = auc(scores[keep], labels[keep])
     return None if math.isnan(a) else a

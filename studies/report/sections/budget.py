@@ -282,13 +282,9 @@ def budget_section(report_dir: Path | None = None, figures_out: Path | None = No
 
     df = progress.design_table(read)
     folder = grid_folder("budget")
-    pairs = analysis.read_pairs(folder)
-    doc = analysis.verdicts(df, pairs, analysis.read_pair_status(folder),
-                            analysis.read_pairs(folder, "passed_without_sketch"))
-    from studies.budget.mediators import mediator_runs, summary
-    from studies.budget.plan import plan_rows
-
-    doc["mediators"] = summary(mediator_runs(df, {r["name"]: r["run"] for r in plan_rows()}))
+    inputs = analysis.read_pair_inputs(folder)
+    pairs = inputs[0]
+    doc = analysis.study_doc(df, inputs)
     inter = progress.interim(df, pairs)
     pending = [h for h in HYPOTHESES if doc["verdicts"][h] == "not yet run"]
     head = "## The sample budget under staleness: prompts or group size"
